@@ -1,0 +1,41 @@
+// kronpe._core: one PYBIND11_MODULE, one register_<family>() per binding file.
+#include "common.h"
+#include "kronpe/cuda.h"
+
+#ifndef KRONPE_VERSION
+#define KRONPE_VERSION "dev"
+#endif
+#ifndef KRONPE_CXX_COMPILER
+#define KRONPE_CXX_COMPILER "unknown"
+#endif
+#ifndef KRONPE_CUDA_COMPILER
+#define KRONPE_CUDA_COMPILER ""
+#endif
+#ifndef KRONPE_BUILD_TYPE
+#define KRONPE_BUILD_TYPE ""
+#endif
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "kronpe compiled core (C++ kernels; CUDA kernels when built with CUDA)";
+  m.def("build_info", []() {
+    py::dict d;
+    d["version"] = KRONPE_VERSION;
+    d["compiler"] = KRONPE_CXX_COMPILER;
+    d["build_type"] = KRONPE_BUILD_TYPE;
+    d["cuda"] = kronpe::cuda::built();
+    d["cuda_compiler"] = KRONPE_CUDA_COMPILER;
+#ifdef KRONPE_OPENMP
+    d["openmp"] = true;
+#else
+    d["openmp"] = false;
+#endif
+    return d;
+  });
+  m.def("cuda_device_count", &kronpe::cuda::device_count);
+  register_blas(m);
+  register_embed(m);
+  register_mode_product(m);
+  register_blend(m);
+}

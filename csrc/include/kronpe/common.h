@@ -1,0 +1,47 @@
+// kronpe C++ core: shared types and error handling. No Python, no torch.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#if defined(__CUDACC__)
+#define KRONPE_HD __host__ __device__ __forceinline__
+#else
+#define KRONPE_HD inline
+#endif
+
+namespace kronpe {
+
+using index_t = std::int64_t;  // every size or offset that a product of sizes can reach
+
+// Element type tag passed across the C++ API (the bindings map dtype names onto it).
+enum class DType { f32, f64 };
+
+inline const char* dtype_name(DType d) { return d == DType::f32 ? "float32" : "float64"; }
+
+// Raised for invalid arguments; the bindings translate it into Python's ValueError.
+class ArgumentError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Raised when a backend (BLAS, CUDA) is unusable; translated into RuntimeError.
+class BackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw ArgumentError(message);
+}
+
+// a * b, or an ArgumentError naming `what` when it overflows index_t.
+inline index_t checked_mul(index_t a, index_t b, const char* what) {
+  if (a < 0 || b < 0) throw ArgumentError(std::string(what) + ": negative size");
+  if (a != 0 && b > std::numeric_limits<index_t>::max() / a)
+    throw ArgumentError(std::string(what) + ": size overflows 64-bit indexing");
+  return a * b;
+}
+
+}  // namespace kronpe

@@ -1,0 +1,33 @@
+"""kronpe: fit signals with Kronecker-structured positional encodings.
+
+Closed-form fits of images, videos and volumes on grids (mode-n products and per-axis SVDs),
+exact ridge fits at scattered points (a sparse blending matrix and a Krylov solver), the
+embedders of the papers with their analysis, and torch ops for other people's models.
+"""
+from __future__ import annotations
+
+from . import _core
+from ._blas import blas_name as _blas_name, init as _init_blas
+
+_init_blas(_core)
+
+__version__ = _core.build_info()["version"]
+
+
+def build_info() -> dict:
+    """What this kronpe was built with.
+
+    Returns
+    -------
+    dict
+        ``version``, ``compiler``, ``build_type``, ``blas`` (the library the CPU kernels call),
+        ``openmp`` (bool), ``cuda`` (bool: CUDA kernels compiled in), ``cuda_compiler`` and
+        ``cuda_devices`` (devices visible now).
+    """
+    info = dict(_core.build_info())
+    info["blas"] = _blas_name()
+    info["cuda_devices"] = int(_core.cuda_device_count()) if info["cuda"] else 0
+    return info
+
+
+__all__ = ["build_info", "__version__"]

@@ -1,0 +1,65 @@
+"""The ``kronpe`` command: fit | demo | analyze | bench."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true", help="turn the progress bars off")
+    p.add_argument("--out", default="kronpe-out", help="folder for the files written (default: kronpe-out)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kronpe", description=__doc__)
+    parser.add_argument("--version", action="store_true", help="print the version and build info")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("analyze", help="stable rank and distance preservation of the embedders (plots + numbers)")
+    _add_common(p)
+
+    p = sub.add_parser("fit", help="fit an image, video or .npy array and report PSNR and time")
+    p.add_argument("path", nargs="?", help="an image file (PNG/JPEG) or a .npy array of any dimension")
+    p.add_argument("--sample", help="a bundled real sample instead of a path (see kronpe.data.SAMPLES)")
+    p.add_argument("--stride", type=int, default=2, help="keep every s-th sample per axis for training (default 2)")
+    p.add_argument("--random", type=float, default=None, metavar="FRACTION",
+                   help="train on a random FRACTION of the samples instead of a regular subsample")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random subset")
+    _add_common(p)
+
+    p = sub.add_parser("demo", help="PSNR/time table over bundled real photographs and a video")
+    p.add_argument("--quick", action="store_true", help="fewer signals and rows (a smoke run)")
+    _add_common(p)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        import kronpe
+
+        print(kronpe.__version__, kronpe.build_info())
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 1
+    if args.command == "analyze":
+        from .analysis import run_analyze
+
+        return run_analyze(out=args.out, progress=not args.no_progress)
+    if args.command == "fit":
+        from .app import run_fit
+
+        return run_fit(args)
+    if args.command == "demo":
+        from .app import run_demo
+
+        return run_demo(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Build kronpe._core in place (python/kronpe/_core*.so) for development without installing:
+#   tools/dev_build.sh && PYTHONPATH=python python -m pytest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${KRONPE_BUILD_DIR:-build/dev}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -Dpybind11_DIR="$(python -m pybind11 --cmakedir)" -DKRONPE_CUDA="${KRONPE_CUDA:-AUTO}" >/dev/null
+cmake --build "$build" -j"${JOBS:-2}"
