@@ -95,8 +95,10 @@ def test_embedded_distance_is_the_inner_product(rng):
         embedded_distance(emb, np.zeros(3), np.zeros(4))
     with pytest.raises(ValueError, match="x1 and x2"):
         embedded_distance(emb, np.zeros((2, 2)), 0.1)
-    with pytest.raises(ValueError, match=r"x must lie in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"x1 must lie in \[0, 1\]"):
         embedded_distance(emb, 1.5, 0.1)
+    with pytest.raises(ValueError, match="x2 must be finite"):
+        embedded_distance(emb, 0.5, np.nan)
 
 
 def test_distance_curves_normalised():

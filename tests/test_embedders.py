@@ -132,9 +132,13 @@ def test_kernel_matches_reference_hypothesis(family, n, k, margin, width, f64, s
     np.testing.assert_allclose(out, emb.reference(x), **TOL[dtype])
 
 
-def test_integer_and_torch_input():
+def test_integer_big_endian_and_torch_input():
     x = np.array([0, 1])
     assert Gaussian(4, 0.1)(x).dtype == np.float64
+    xb = np.linspace(0, 1, 9).astype(">f8")
+    np.testing.assert_array_equal(Gaussian(4, 0.1)(xb), Gaussian(4, 0.1)(xb.astype(np.float64)))
+    with pytest.raises(ValueError, match="out must have dtype"):
+        Gaussian(4, 0.1)(xb, out=np.empty((9, 4), dtype=">f8"))
     torch = pytest.importorskip("torch")
     t = torch.linspace(0, 1, 7, dtype=torch.float32)
     out = Triangle(8)(t)

@@ -187,8 +187,8 @@ def embedded_distance(embedder: Embedder, x1, x2) -> np.ndarray:
     except ValueError:
         raise ValueError(f"x1 and x2 must have broadcastable shapes, got {a.shape} and {b.shape}") from None
     shape = a.shape
-    e1 = np.asarray(embedder(np.ascontiguousarray(a).reshape(-1)), dtype=np.float64)
-    e2 = np.asarray(embedder(np.ascontiguousarray(b).reshape(-1)), dtype=np.float64)
+    e1 = embedder(_validate.coords_1d("x1", np.ascontiguousarray(a).reshape(-1)))
+    e2 = embedder(_validate.coords_1d("x2", np.ascontiguousarray(b).reshape(-1)))
     return np.einsum("nk,nk->n", e1, e2).reshape(shape)
 
 
