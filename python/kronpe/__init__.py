@@ -13,6 +13,36 @@ _init_blas(_core)
 
 __version__ = _core.build_info()["version"]
 
+from .embedders import (  # noqa: E402  (after the BLAS is wired)
+    BSpline,
+    Embedder,
+    FourierFeatures,
+    Gaussian,
+    Impulse,
+    LinearFourier,
+    LogFourier,
+    NeRF,
+    NyquistWarning,
+    Random,
+    RandomFourier,
+    Rectangle,
+    ShiftedBasis,
+    Sine,
+    Square,
+    Transformer,
+    Triangle,
+)
+from .analysis import (  # noqa: E402
+    embedded_distance,
+    gaussian_sigma_for_rff,
+    plot_distance,
+    plot_stable_rank_vs_n,
+    plot_stable_rank_vs_sigma,
+    rff_sigma_for_gaussian,
+    sigma_for_spacing,
+    stable_rank,
+)
+
 
 def build_info() -> dict:
     """What this kronpe was built with.
@@ -30,4 +60,34 @@ def build_info() -> dict:
     return info
 
 
-__all__ = ["build_info", "__version__"]
+__all__ = [
+    "build_info",
+    "__version__",
+    # embedders
+    "Embedder",
+    "ShiftedBasis",
+    "FourierFeatures",
+    "NyquistWarning",
+    "Gaussian",
+    "Triangle",
+    "Rectangle",
+    "Impulse",
+    "Sine",
+    "Square",
+    "Random",
+    "BSpline",
+    "LinearFourier",
+    "LogFourier",
+    "RandomFourier",
+    "NeRF",
+    "Transformer",
+    # analysis
+    "stable_rank",
+    "embedded_distance",
+    "sigma_for_spacing",
+    "rff_sigma_for_gaussian",
+    "gaussian_sigma_for_rff",
+    "plot_stable_rank_vs_sigma",
+    "plot_stable_rank_vs_n",
+    "plot_distance",
+]
