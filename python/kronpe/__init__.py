@@ -11,6 +11,8 @@ from ._blas import blas_name as _blas_name, init as _init_blas
 
 _init_blas(_core)
 
+from .ops import mode_product, multi_mode_product  # noqa: E402
+
 __version__ = _core.build_info()["version"]
 
 from .embedders import (  # noqa: E402  (after the BLAS is wired)
@@ -63,6 +65,9 @@ def build_info() -> dict:
 __all__ = [
     "build_info",
     "__version__",
+    # ops
+    "mode_product",
+    "multi_mode_product",
     # embedders
     "Embedder",
     "ShiftedBasis",
