@@ -58,3 +58,19 @@ def assert_close(got, want, rtol: float, what: str) -> None:
 @pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(20240601)
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Record what shapes the timings: threads, BLAS, kronpe's build and the load at the start."""
+    import kronpe
+
+    machine_info["kronpe"] = {k: str(v) for k, v in kronpe.build_info().items()}
+    machine_info["thread_env"] = {
+        k: os.environ.get(k, "")
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    machine_info["numpy"] = np.__version__
+    try:
+        machine_info["loadavg_at_start"] = os.getloadavg()
+    except OSError:  # pragma: no cover - not on every platform
+        pass
