@@ -12,6 +12,7 @@ from ._blas import blas_name as _blas_name, init as _init_blas
 _init_blas(_core)
 
 from .ops import mode_product, multi_mode_product  # noqa: E402
+from .fit import GridModel, GridPlan, fit_grid  # noqa: E402
 
 __version__ = _core.build_info()["version"]
 
@@ -65,9 +66,12 @@ def build_info() -> dict:
 __all__ = [
     "build_info",
     "__version__",
-    # ops
+    # mode-n products and grid fits
     "mode_product",
     "multi_mode_product",
+    "fit_grid",
+    "GridPlan",
+    "GridModel",
     # embedders
     "Embedder",
     "ShiftedBasis",
