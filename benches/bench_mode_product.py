@@ -123,7 +123,7 @@ def test_blas_rate(benchmark):
     b = rng.standard_normal((BLAS_N, BLAS_N), dtype=np.float32)
     benchmark.group = "BLAS rate"
     benchmark.extra_info.update(method="numpy.matmul float32", n=BLAS_N, flops=2 * BLAS_N**3, blas_rate=True)
-    c = run_timed(benchmark, np.matmul, 3, a, b)
+    c = run_timed(benchmark, np.matmul, 5, a, b)
     # spot-check a few entries in float64
     rows = np.arange(0, BLAS_N, 511)
     want = a[rows].astype(np.float64) @ b[:, rows].astype(np.float64)

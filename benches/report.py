@@ -4,7 +4,8 @@
     python benches/report.py bench.json [more.json ...] > tables.md
 
 Tables (Markdown):
-- the BLAS rate of the run (``test_blas_rate``: GFLOP/s of a float32 square matmul);
+- the BLAS rate of the run (``test_blas_rate``: GFLOP/s of a float32 square matmul, from its
+  fastest round: what the BLAS reaches when it gets the cores);
 - mode-n chains: per case, every method's median time, GFLOP/s and % of the BLAS rate, and the
   speed of kronpe against the best peer (best peer median / kronpe median; > 1: kronpe faster),
   then the summary against the targets (never slower than the best peer, >= 1.5x in the median,
@@ -44,7 +45,12 @@ def _gflops(b: dict) -> float:
 
 
 def blas_rate(benches: List[dict]) -> float:
-    rates = [_gflops(b) for b in benches if b.get("extra_info", {}).get("blas_rate")]
+    """The machine's float32 matmul rate: flops / the fastest round (what the BLAS can reach)."""
+    rates = [
+        b["extra_info"]["flops"] / b["stats"]["min"] / 1e9
+        for b in benches
+        if b.get("extra_info", {}).get("blas_rate")
+    ]
     return max(rates) if rates else float("nan")
 
 
@@ -84,7 +90,7 @@ def chain_tables(benches: List[dict], blas: float) -> List[str]:
                 f"({_ms(b['stats']['min'])}) | {_gflops(b):.1f} | {100 * _gflops(b) / blas:.0f}% | "
                 f"{su_text} |"
             )
-    out += ["", f"BLAS rate of this run (float32 matmul): {blas:.1f} GFLOP/s", ""]
+    out += ["", f"BLAS rate of this run (float32 matmul, fastest round): {blas:.1f} GFLOP/s", ""]
     if speedups:
         vals = [t[1] for t in speedups]
         mins = [t[3] for t in speedups]
@@ -125,8 +131,13 @@ def fit_tables(benches: List[dict], blas: float) -> List[str]:
     for g in sorted(groups):
         rows = sorted(groups[g], key=lambda b: b["stats"]["median"])
         by = {_method(b): b["stats"]["median"] for b in rows}
-        prod = next((t for m, t in by.items() if "products alone" in m), float("nan"))
-        plan = next((t for m, t in by.items() if "cached plan" in m), float("nan"))
+        by_min = {_method(b): b["stats"]["min"] for b in rows}
+
+        def pick(d, key):
+            return next((t for m, t in d.items() if key in m), float("nan"))
+
+        prod, plan = pick(by, "products alone"), pick(by, "cached plan")
+        prod_min, plan_min = pick(by_min, "products alone"), pick(by_min, "cached plan")
         for b in rows:
             med = b["stats"]["median"]
             psnr = b.get("extra_info", {}).get("heldout_psnr")
@@ -137,7 +148,8 @@ def fit_tables(benches: List[dict], blas: float) -> List[str]:
         papers = next((t for m, t in by.items() if m.startswith("papers")), float("nan"))
         summary.append(
             f"- {g[len('grid fit: '):]}: cached plan / products alone = {plan / prod:.2f} "
-            f"[target <= 1.5]; papers' formulation / cached plan = {papers / plan:.1f}x"
+            f"(on minimum times {plan_min / prod_min:.2f}) [target <= 1.5]; "
+            f"papers' formulation / cached plan = {papers / plan:.1f}x"
         )
     out += ["", "Summary against the targets:", ""] + summary + [""]
     return out
