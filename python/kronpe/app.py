@@ -468,7 +468,7 @@ def run_fit(args) -> int:
     peak = _validate.positive_float("peak", peak)
 
     channels = signal.shape[ndim:]
-    print(f"signal: {stem} ({kind}), shape {signal.shape}: {ndim} sampled axes"
+    print(f"signal: {stem} ({kind}), shape {signal.shape}: {ndim} sampled {'axis' if ndim == 1 else 'axes'}"
           + (f", channels {channels}" if channels else ""))
     n_train = int(np.prod([-(-n // stride) for n in signal.shape[:ndim]]))
     print(f"training: one sample in {stride} per axis (--stride), {n_train} of {int(np.prod(signal.shape[:ndim]))} samples")
