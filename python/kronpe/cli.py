@@ -26,6 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random", type=float, default=None, metavar="FRACTION",
                    help="train on a random FRACTION of the samples instead of a regular subsample")
     p.add_argument("--seed", type=int, default=0, help="seed of the random subset")
+    p.add_argument("--size", type=int, default=None,
+                   help="with --sample: use a SIZE x SIZE version (central square, resized; see --crop)")
+    p.add_argument("--crop", action="store_true",
+                   help="with --sample and --size: cut the central window at native resolution instead of resizing")
+    p.add_argument("--channels", choices=["auto", "last", "none"], default="auto",
+                   help=".npy arrays: is the last axis channels? auto: yes when the array has >= 3 axes "
+                        "and the last has <= 4 entries (default auto)")
+    p.add_argument("--peak", type=float, default=None,
+                   help="PSNR peak (default: 1 for images and videos, max - min for .npy arrays)")
     _add_common(p)
 
     p = sub.add_parser("demo", help="PSNR/time table over bundled real photographs and a video")

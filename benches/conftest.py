@@ -1,0 +1,76 @@
+"""Shared helpers of the benchmarks (pytest-benchmark).
+
+Run them with ``python -m pytest benches --benchmark-only`` (plain ``pytest`` collects tests/
+only). Each benchmark sets ``benchmark.group`` so that kronpe and its baselines land in one
+table, records its floating-point operation count in ``benchmark.extra_info["flops"]`` where one
+is defined, and asserts that its result is right. ``benches/report.py`` turns the JSON of a run
+(``--benchmark-json=FILE``) into ratio tables.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Sequence
+
+import numpy as np
+import pytest
+
+# benches import kronpe from the source tree when it is not installed (tools/dev_build.sh)
+_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+if _PY not in sys.path:
+    sys.path.insert(0, _PY)
+
+
+def chain_flops(shape: Sequence[int], out_sizes: Sequence[int], order: Sequence[int]) -> int:
+    """Multiply-adds x 2 of the mode-n chain that maps axis k from shape[k] to out_sizes[k],
+    contracting the axes in ``order`` (trailing axes beyond len(out_sizes) are carried)."""
+    cur = list(shape)
+    flops = 0
+    for k in order:
+        rest = int(np.prod(cur)) // cur[k]
+        flops += 2 * rest * cur[k] * out_sizes[k]
+        cur[k] = out_sizes[k]
+    return flops
+
+
+def cheapest_chain_flops(shape: Sequence[int], out_sizes: Sequence[int]) -> int:
+    """The fewest flops over every contraction order of the chain (D <= 4 here: brute force)."""
+    from itertools import permutations
+
+    d = len(out_sizes)
+    return min(chain_flops(shape, out_sizes, order) for order in permutations(range(d)))
+
+
+def run_timed(benchmark, fn: Callable, rounds: int, *args):
+    """``benchmark.pedantic`` with one warm-up round; returns fn's result."""
+    return benchmark.pedantic(fn, args=args, rounds=rounds, iterations=1, warmup_rounds=1)
+
+
+def assert_close(got, want, rtol: float, what: str) -> None:
+    """max |got - want| <= rtol * max |want| (a relative check that tolerates cancellation)."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    err = float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-300)
+    assert err <= rtol, f"{what}: relative error {err:.3g} > {rtol:g}"
+
+
+@pytest.fixture(scope="session")
+def rng():
+    return np.random.default_rng(20240601)
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Record what shapes the timings: threads, BLAS, kronpe's build and the load at the start."""
+    import kronpe
+
+    machine_info["kronpe"] = {k: str(v) for k, v in kronpe.build_info().items()}
+    machine_info["thread_env"] = {
+        k: os.environ.get(k, "")
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    machine_info["numpy"] = np.__version__
+    try:
+        machine_info["loadavg_at_start"] = os.getloadavg()
+    except OSError:  # pragma: no cover - not on every platform
+        pass

@@ -1,0 +1,132 @@
+"""`kronpe fit` and `kronpe demo` (called through kronpe.cli.main) and the protocol helpers."""
+import re
+
+import numpy as np
+import pytest
+
+from kronpe import app, data
+from kronpe.cli import main
+
+
+def _psnrs(text):
+    """(train, held-out) PSNR printed by `kronpe fit`."""
+    m = re.search(r"train PSNR: ([\d.]+|inf) dB\s+held-out PSNR: ([\d.]+) dB", text)
+    assert m, text
+    return float(m.group(1)), float(m.group(2))
+
+
+def test_fit_sample_crop(tmp_path, capsys):
+    import imageio.v3 as iio
+
+    rc = main(["fit", "--sample", "astronaut", "--size", "64", "--crop", "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    train, held = _psnrs(text)
+    assert held > 18.0  # a real fit of a real photograph, not noise
+    assert train >= held
+    assert "time: fit" in text
+    for tag in ("input", "fit"):
+        img = iio.imread(tmp_path / f"astronaut_{tag}.png")
+        assert img.shape == (64, 64, 3) and img.dtype == np.uint8
+    # the input picture is the photograph's central crop
+    want = data.load_sample("astronaut", size=64, crop=True)
+    np.testing.assert_allclose(iio.imread(tmp_path / "astronaut_input.png") / 255.0, want, atol=1 / 255)
+
+
+def _smooth_volume(shape):
+    axes = np.meshgrid(*[np.arange(n) / n for n in shape], indexing="ij")
+    return 0.5 + 0.25 * np.sin(2 * np.pi * axes[0]) * np.cos(np.pi * axes[1]) + 0.2 * axes[2] ** 2
+
+
+def test_fit_npy_3d(tmp_path, capsys):
+    import imageio.v3 as iio
+
+    vol = _smooth_volume((24, 20, 16))
+    np.save(tmp_path / "vol.npy", vol)
+    out = tmp_path / "out"
+    assert main(["fit", str(tmp_path / "vol.npy"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "3 sampled axes" in text
+    _, held = _psnrs(text)
+    assert held > 25.0  # a smooth field is easy to interpolate
+    frames = sorted(p.name for p in out.glob("vol_fit_t*.png"))
+    assert frames == ["vol_fit_t000.png", "vol_fit_t012.png", "vol_fit_t023.png"]
+    assert iio.imread(out / "vol_input_t012.png").shape == (20, 16)
+
+
+def test_fit_npy_channels_auto(tmp_path, capsys):
+    rgbish = np.stack([_smooth_volume((12, 14, 1))[..., 0] * (c + 1) / 3 for c in range(3)], axis=-1)
+    np.save(tmp_path / "img.npy", rgbish)
+    assert main(["fit", str(tmp_path / "img.npy"), "--out", str(tmp_path), "--stride", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "2 sampled axes, channels (3,)" in text
+    assert (tmp_path / "img_fit.png").exists()
+
+
+def test_demo_quick(tmp_path, capsys):
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "Held-out PSNR" in text
+    for label in ("Tri, paper", "Gau, paper", "kronpe GCV", "cubic spline"):
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label}"))
+        value = float(line.split("|")[2])
+        assert 15.0 < value < 60.0, line
+    assert (tmp_path / "demo.md").read_text().startswith("Held-out PSNR")
+    assert (tmp_path / "demo.json").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["fit"], "exactly one of PATH or --sample"),
+        (["fit", "x.png", "--sample", "camera"], "exactly one of PATH or --sample"),
+        (["fit", "--sample", "nope"], "name must be one of"),
+        (["fit", "--sample", "camera", "--stride", "0"], "stride must be a positive integer"),
+        (["fit", "--sample", "camera", "--size", "8", "--crop", "--stride", "8"], "stride must leave at least 2"),
+        (["fit", "--sample", "camera", "--size", "16", "--crop", "--random", "0.25"], "--random"),
+        (["fit", "--sample", "camera", "--size", "16", "--crop", "--peak", "-1"], "peak"),
+    ],
+)
+def test_fit_bad_input(argv, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        main(argv + ["--out", str(tmp_path)])
+
+
+def test_fit_bad_files(tmp_path):
+    with pytest.raises(ValueError, match="path does not exist"):
+        main(["fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)])
+    np.save(tmp_path / "a.npy", np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="--size and --crop apply to --sample only"):
+        main(["fit", str(tmp_path / "a.npy"), "--size", "4", "--out", str(tmp_path)])
+
+
+def test_protocol_helpers():
+    mask = app.heldout_mask((5, 4), 2)
+    assert mask.sum() == 20 - 3 * 2 and not mask[0, 0] and not mask[4, 2] and mask[1, 0]
+    truth = np.arange(20.0).reshape(5, 4) / 20
+    pred = truth.copy()
+    pred[1, 1] += 0.1  # a held-out sample
+    train, held = app.split_psnr(truth, pred, 2, 2)
+    assert train == float("inf")
+    assert held == pytest.approx(10 * np.log10(14 / 0.01))
+    assert app.grid_coords((4,))[0].tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert app.subsample(np.zeros((5, 4, 3)), 2, 2).shape == (3, 2, 3)
+    with pytest.raises(ValueError, match="pred must have"):
+        app.split_psnr(truth, pred[:2], 2, 2)
+
+
+def test_paper_settings():
+    assert app.paper_settings(2, 256) == pytest.approx(app.PAPER_SETTINGS[2])
+    assert app.paper_settings(3, 64) == pytest.approx(app.PAPER_SETTINGS[3])
+    small = app.paper_settings(2, 64)
+    assert small["Gau"] == pytest.approx(0.0025 * 4) and small["Tri"] == pytest.approx(1 / 64)
+    assert small["LinF"] == pytest.approx(4.0) and small["RFF"] == pytest.approx(10.5)
+
+
+def test_spline_row_reproduces_smooth_signal():
+    case = app.Case("smooth", _smooth_volume((24, 20, 1))[..., 0], 2)
+    res = app.spline_row(case)
+    assert res.pred.shape == case.full.shape
+    train, held = case.score(res.pred)
+    assert train > 100  # an interpolant: exact at the training samples
+    assert held > 35
