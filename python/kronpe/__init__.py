@@ -11,6 +11,8 @@ from ._blas import blas_name as _blas_name, init as _init_blas
 
 _init_blas(_core)
 
+from .blending import BlendingMatrix  # noqa: E402
+
 __version__ = _core.build_info()["version"]
 
 
@@ -30,4 +32,4 @@ def build_info() -> dict:
     return info
 
 
-__all__ = ["build_info", "__version__"]
+__all__ = ["build_info", "__version__", "BlendingMatrix"]
