@@ -9,7 +9,8 @@ from typing import List
 
 import torch
 
-from ._checks import check_blend, check_index_range, check_mmp
+from .. import _core
+from ._checks import check_blend, check_mmp
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
@@ -21,11 +22,31 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     return out.contiguous() if matrices else T.clone()
 
 
+def _mat(t: torch.Tensor) -> tuple:
+    """(address, rows, cols, row stride, col stride) of a 2-D CPU tensor (strides in elements)."""
+    return (t.data_ptr(), t.shape[0], t.shape[1], t.stride(0), t.stride(1))
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return "float32" if t.dtype == torch.float32 else "float64"
+
+
+def _weights64(weights: torch.Tensor) -> torch.Tensor:
+    """The kernels read blending weights in float64 (they are computed in float64)."""
+    return weights if weights.dtype == torch.float64 else weights.to(torch.float64)
+
+
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     check_blend(values, indices, weights, "values")
-    check_index_range(indices, values.shape[0])
-    # TEMPORARY: torch until the compiled blend kernel lands.
-    return (values[indices] * weights.unsqueeze(-1)).sum(1).contiguous()
+    P, C = indices.shape[0], values.shape[1]
+    out = values.new_empty((P, C))
+    if P == 0 or C == 0:
+        return out
+    if indices.shape[1] == 0:
+        return out.zero_()
+    # the kernel checks every index against the grid (ValueError) before writing
+    _core.blend_stored(_dtype(values), _mat(indices), _mat(_weights64(weights)), _mat(values), _mat(out), 0)
+    return out
 
 
 def blend_transpose(
@@ -36,8 +57,19 @@ def blend_transpose(
         raise ValueError(f"rows must have one row per point ({indices.shape[0]}), got shape {tuple(rows.shape)}")
     if num_nodes < 0:
         raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
-    check_index_range(indices, num_nodes)
-    out = rows.new_zeros((num_nodes, rows.shape[1]))
-    contrib = (weights.unsqueeze(-1) * rows.unsqueeze(1)).reshape(-1, rows.shape[1])
-    out.index_add_(0, indices.reshape(-1), contrib)
+    P, S, C = indices.shape[0], indices.shape[1], rows.shape[1]
+    out = rows.new_zeros((num_nodes, C))
+    if P == 0 or C == 0 or S == 0:
+        return out
+    # the transpose buckets the points by slabs of the grid at least as long as every row's span
+    row_lo, row_hi = indices.amin(1), indices.amax(1)
+    lo, hi = int(row_lo.min()), int(row_hi.max())
+    if lo < 0 or hi >= num_nodes:
+        raise ValueError(
+            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{lo}, {hi}]"
+        )
+    span = int((row_hi - row_lo).max())
+    _core.blend_transpose_stored(
+        _dtype(rows), _mat(indices), _mat(_weights64(weights)), _mat(rows), _mat(out), span, 0, 0, 0
+    )
     return out

@@ -140,7 +140,7 @@ def _blend_backward(ctx, grad):
     if ctx.needs_input_grad[0]:
         gv = blend_transpose(grad, indices, weights, ctx.num_nodes)
     if ctx.needs_input_grad[2]:
-        gw = _gather_dot(values, indices, grad)
+        gw = _gather_dot(values, indices, grad).to(weights.dtype)
     return gv, None, gw
 
 
@@ -155,7 +155,7 @@ def _blend_t_backward(ctx, grad):
     if ctx.needs_input_grad[0]:
         gr = blend(grad, indices, weights)
     if ctx.needs_input_grad[2]:
-        gw = _gather_dot(grad, indices, rows)
+        gw = _gather_dot(grad, indices, rows).to(weights.dtype)
     return gr, None, gw, None
 
 

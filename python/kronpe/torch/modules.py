@@ -147,8 +147,8 @@ class ComplexEncoding(nn.Module):
     out_features : int, tuple of ints or None
         Trailing shape of the output (channels); None gives a scalar per point.
     grid : shape or list of per-axis node coordinates, optional
-        The virtual grid of the point path (passed to :class:`kronpe.BlendingMatrix`; default:
-        its default for these embedders).
+        The virtual grid of the point path, as :class:`kronpe.BlendingMatrix` takes it (an int
+        M_i gives ``linspace(0, 1, M_i)``). Default: K_i nodes per axis spanning [0, 1].
     normalize : bool
         Normalise the blending weights to sum to 1 (the official code's choice).
     dtype : torch.dtype
@@ -176,8 +176,14 @@ class ComplexEncoding(nn.Module):
         K = tuple(int(e.K) for e in embedders)
         self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
         self.normalize = bool(normalize)
-        self._grid_arg = grid
-        self._node_coords: Optional[list] = None
+        from ..blending import _grid_nodes
+
+        #: the virtual grid's node coordinates per axis (default: K_i nodes spanning [0, 1])
+        self.grid_coords: Tuple[np.ndarray, ...] = tuple(
+            _grid_nodes(list(K) if grid is None else grid, self.ndim)
+        )
+        for i, (e, g) in enumerate(zip(embedders, self.grid_coords)):
+            self.register_buffer(f"node_basis_{i}", torch.as_tensor(np.asarray(e(g))), persistent=False)
         self._plan_cache: Optional[tuple] = None
 
     @property
@@ -204,26 +210,25 @@ class ComplexEncoding(nn.Module):
     def grid_values(self) -> torch.Tensor:
         """The model's values on the virtual grid, V = W x_i Psi_i(g_i): (M_1, ..., M_D, *out)."""
         W = self.weight
-        return multi_mode_product(W, [b.to(W.dtype) for b in self._node_bases()])
+        bases = [getattr(self, f"node_basis_{i}").to(W.dtype) for i in range(self.ndim)]
+        return multi_mode_product(W, bases)
 
     def plan(self, points: torch.Tensor) -> BlendPlan:
         """The blending matrix of ``points`` (P, D) in [0, 1] (computed by kronpe, in NumPy)."""
-        from .. import BlendingMatrix  # noqa: F401  (kronpe's NumPy API)
+        from ..blending import BlendingMatrix
 
-        pts = _points_numpy(points, self.ndim)
-        idx, w = _blending(pts, self._grid_arg, self.embedders, self.normalize)
+        B = BlendingMatrix(_points_numpy(points, self.ndim), list(self.grid_coords), self.embedders,
+                           normalize=self.normalize)
         dev = self.weight.device
-        return BlendPlan(
-            torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64)).to(dev),
-            torch.from_numpy(np.ascontiguousarray(w)).to(device=dev, dtype=self.weight.dtype),
-        )
+        # weights stay float64: the kernels read them so, whatever the dtype of W
+        return BlendPlan(torch.from_numpy(B.indices).to(dev), torch.from_numpy(B.weights).to(dev))
 
     def forward_plan(self, plan: BlendPlan) -> torch.Tensor:
         """The model at the points of ``plan``: (P, *out). Pure torch + kronpe ops (compilable)."""
         V = self.grid_values()
         G = math.prod(V.shape[: self.ndim])
         C = math.prod(self.out_shape)
-        out = blend(V.reshape(G, C), plan.indices, plan.weights.to(V.dtype))
+        out = blend(V.reshape(G, C), plan.indices, plan.weights)
         return out.reshape((plan.indices.shape[0],) + self.out_shape)
 
     def forward(self, points: torch.Tensor) -> torch.Tensor:
@@ -237,9 +242,6 @@ class ComplexEncoding(nn.Module):
         if cache is None or cache[0] is not points or cache[1] != key:
             self._plan_cache = (points, key, self.plan(points))
         return self.forward_plan(self._plan_cache[2])
-
-    def _node_bases(self):
-        raise NotImplementedError  # filled in with the blending matrix (kronpe.BlendingMatrix)
 
     # -- from a closed-form fit --
 
@@ -265,10 +267,6 @@ def _points_numpy(points, ndim: int) -> np.ndarray:
     if not pts.dtype.kind == "f":
         pts = pts.astype(np.float64)
     return pts
-
-
-def _blending(points: np.ndarray, grid, embedders, normalize: bool):
-    raise NotImplementedError
 
 
 # ---- the simple encoding -------------------------------------------------------------------
