@@ -23,7 +23,9 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
 
 
 def _mat(t: torch.Tensor) -> tuple:
-    """(address, rows, cols, row stride, col stride) of a 2-D CPU tensor (strides in elements)."""
+    """(address, rows, cols, row stride, col stride) of a 2-D CPU tensor (strides in elements).
+
+    The caller keeps ``t`` alive until the kernel has returned (never pass a temporary)."""
     return (t.data_ptr(), t.shape[0], t.shape[1], t.stride(0), t.stride(1))
 
 
@@ -44,8 +46,9 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
         return out
     if indices.shape[1] == 0:
         return out.zero_()
+    w64 = _weights64(weights)  # a local: it must outlive the call
     # the kernel checks every index against the grid (ValueError) before writing
-    _core.blend_stored(_dtype(values), _mat(indices), _mat(_weights64(weights)), _mat(values), _mat(out), 0)
+    _core.blend_stored(_dtype(values), _mat(indices), _mat(w64), _mat(values), _mat(out), 0)
     return out
 
 
@@ -69,7 +72,6 @@ def blend_transpose(
             f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{lo}, {hi}]"
         )
     span = int((row_hi - row_lo).max())
-    _core.blend_transpose_stored(
-        _dtype(rows), _mat(indices), _mat(_weights64(weights)), _mat(rows), _mat(out), span, 0, 0, 0
-    )
+    w64 = _weights64(weights)  # a local: it must outlive the call
+    _core.blend_transpose_stored(_dtype(rows), _mat(indices), _mat(w64), _mat(rows), _mat(out), span, 0, 0, 0)
     return out

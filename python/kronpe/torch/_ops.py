@@ -94,15 +94,13 @@ def _mmp_backward(ctx, grad):
     T, *mats = ctx.saved_tensors
     modes = ctx.modes
     needs_T = ctx.needs_input_grad[0]
-    needs_A = ctx.needs_input_grad[1]
-    if isinstance(needs_A, bool):  # one flag for the whole list on some torch versions
-        needs_A = [needs_A] * len(mats)
+    needs_A = ctx.needs_input_grad[1]  # one flag per matrix
     gT = None
     if needs_T:
         gT = multi_mode_product(grad, [A.mT for A in mats], modes)
     gA: List[Optional[torch.Tensor]] = [None] * len(mats)
     for j, (A, m) in enumerate(zip(mats, modes)):
-        if not (needs_A[j] if j < len(needs_A) else False):
+        if not needs_A[j]:
             continue
         others = [i for i in range(len(mats)) if i != j]
         axes = [a for a in range(T.dim()) if a != m]
@@ -114,13 +112,17 @@ def _mmp_backward(ctx, grad):
         for i in others:
             size_u = size_u // max(T.shape[modes[i]], 1) * mats[i].shape[0]
             size_h = size_h // max(grad.shape[modes[i]], 1) * mats[i].shape[1]
-        if size_u <= size_h:
+        if not others:
+            gA[j] = torch.tensordot(grad, T, dims=(axes, axes))
+        elif size_u <= size_h:
             U = multi_mode_product(T, [mats[i] for i in others], [modes[i] for i in others])
             gA[j] = torch.tensordot(grad, U, dims=(axes, axes))
         else:
             H = multi_mode_product(grad, [mats[i].mT for i in others], [modes[i] for i in others])
             gA[j] = torch.tensordot(H, T, dims=(axes, axes))
-    return gT, gA, None
+    # ``modes`` (ints) gets None; an empty list must come back as an empty list (torch's
+    # structure check counts it as a list of optional tensors)
+    return gT, gA, (None if modes else [])
 
 
 def _gather_dot(table: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
