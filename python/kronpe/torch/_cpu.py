@@ -15,11 +15,20 @@ from ._checks import check_blend, check_mmp
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
     shape = check_mmp(T, matrices, modes)
-    # TEMPORARY: a torch implementation until the compiled mode-product kernel lands.
-    out = T
-    for A, m in zip(matrices, modes):
-        out = torch.movedim(torch.tensordot(A, out, dims=([1], [m])), 0, m)
-    return out.contiguous() if matrices else T.clone()
+    out = T.new_empty(shape)  # C-contiguous, as the fake implementation says
+    if out.numel() == 0:
+        return out
+    if not matrices:
+        return out.copy_(T)
+    if any(A.shape[1] == 0 for A in matrices):  # an empty contraction: the sum of nothing
+        return out.zero_()
+    # the chain planner reads any strides; the result is written in C order (any_layout=False)
+    _core.multi_mode_product(
+        _dtype(T), T.data_ptr(), list(T.shape), list(T.stride()), list(modes),
+        [A.data_ptr() for A in matrices], [n for A in matrices for n in A.shape],
+        [n for A in matrices for n in A.stride()], out.data_ptr(), False,
+    )
+    return out
 
 
 def _mat(t: torch.Tensor) -> tuple:
@@ -38,6 +47,16 @@ def _weights64(weights: torch.Tensor) -> torch.Tensor:
     return weights if weights.dtype == torch.float64 else weights.to(torch.float64)
 
 
+#: below this many (point, channel) pairs a blend runs on one thread: waking an OpenMP team costs
+#: more than the work, and torch's own OpenMP threads may still be spinning on the same cores
+SERIAL_BELOW = 1 << 15
+
+
+def _threads(work: int) -> int:
+    """OpenMP threads for a kernel call: 1 for small work, else the kernels' default (0)."""
+    return 1 if work < SERIAL_BELOW else 0
+
+
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     check_blend(values, indices, weights, "values")
     P, C = indices.shape[0], values.shape[1]
@@ -48,7 +67,7 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
         return out.zero_()
     w64 = _weights64(weights)  # a local: it must outlive the call
     # the kernel checks every index against the grid (ValueError) before writing
-    _core.blend_stored(_dtype(values), _mat(indices), _mat(w64), _mat(values), _mat(out), 0)
+    _core.blend_stored(_dtype(values), _mat(indices), _mat(w64), _mat(values), _mat(out), _threads(P * C))
     return out
 
 
@@ -73,5 +92,5 @@ def blend_transpose(
         )
     span = int((row_hi - row_lo).max())
     w64 = _weights64(weights)  # a local: it must outlive the call
-    _core.blend_transpose_stored(_dtype(rows), _mat(indices), _mat(w64), _mat(rows), _mat(out), span, 0, 0, 0)
+    _core.blend_transpose_stored(_dtype(rows), _mat(indices), _mat(w64), _mat(rows), _mat(out), span, _threads(P * C), 0, 0)
     return out

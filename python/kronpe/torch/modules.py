@@ -54,6 +54,7 @@ def _check_coords(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a 1-D tensor of coordinates, got shape {tuple(x.shape)}")
     if torch.compiler.is_compiling() or x.numel() == 0:
         return
+    x = x.detach()
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} must be finite, found NaN or Inf")
     lo, hi = float(x.min()), float(x.max())
@@ -80,9 +81,10 @@ class EmbedderModule(nn.Module):
     """A kronpe 1-D embedder as a module: (N,) coordinates in [0, 1] -> (N, K).
 
     The embedder's constants (centres, frequencies) are non-persistent buffers, so the module
-    moves with ``.to(device)``; the embedding is computed in torch (differentiable wrt x) for every
-    family in ``kronpe.torch._embed.TORCH_FAMILIES``. Other families fall back on the NumPy
-    embedder (same values, no gradient wrt x, CPU round trip).
+    moves with ``.to(device)``; the embedding is computed in torch with the formulas of the
+    compiled kernels (float64, rounded once to x's dtype), differentiable wrt x, for every family
+    but ``Random`` (a hash of the bits of x: it falls back on the NumPy embedder, with no
+    gradient wrt x and a CPU round trip).
 
     Parameters
     ----------
