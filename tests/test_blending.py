@@ -41,6 +41,7 @@ def rect_D(w):
 KINDS = {
     "linear": ((blending.LINEAR, 0.0), None),
     "gaussian": ((blending.GAUSSIAN, 1 / (4 * 0.07**2)), gauss_D(0.07)),
+    "gaussian_narrow": ((blending.GAUSSIAN, 1 / (4 * 0.0025**2)), gauss_D(0.0025)),  # exp far below 0
     "bspline3": ((blending.BSPLINE3, 1 / 0.1), tri_exact_D(0.1)),
     "tri_sq": ((blending.TRI_SQ, 1 / 0.2), tri_paper_D(0.1)),
     "tri": ((blending.TRI, 1 / 0.15), rect_D(0.15)),
