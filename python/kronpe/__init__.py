@@ -11,9 +11,41 @@ from ._blas import blas_name as _blas_name, init as _init_blas
 
 _init_blas(_core)
 
+from .ops import mode_product, multi_mode_product  # noqa: E402
 from .blending import BlendingMatrix  # noqa: E402
+from .points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
 
 __version__ = _core.build_info()["version"]
+
+from .embedders import (  # noqa: E402  (after the BLAS is wired)
+    BSpline,
+    Embedder,
+    FourierFeatures,
+    Gaussian,
+    Impulse,
+    LinearFourier,
+    LogFourier,
+    NeRF,
+    NyquistWarning,
+    Random,
+    RandomFourier,
+    Rectangle,
+    ShiftedBasis,
+    Sine,
+    Square,
+    Transformer,
+    Triangle,
+)
+from .analysis import (  # noqa: E402
+    embedded_distance,
+    gaussian_sigma_for_rff,
+    plot_distance,
+    plot_stable_rank_vs_n,
+    plot_stable_rank_vs_sigma,
+    rff_sigma_for_gaussian,
+    sigma_for_spacing,
+    stable_rank,
+)
 
 
 def build_info() -> dict:
@@ -32,4 +64,42 @@ def build_info() -> dict:
     return info
 
 
-__all__ = ["build_info", "__version__", "BlendingMatrix"]
+__all__ = [
+    "build_info",
+    "__version__",
+    # mode-n products
+    "mode_product",
+    "multi_mode_product",
+    # scattered points
+    "BlendingMatrix",
+    "fit_points",
+    "PointModel",
+    "ConvergenceWarning",
+    # embedders
+    "Embedder",
+    "ShiftedBasis",
+    "FourierFeatures",
+    "NyquistWarning",
+    "Gaussian",
+    "Triangle",
+    "Rectangle",
+    "Impulse",
+    "Sine",
+    "Square",
+    "Random",
+    "BSpline",
+    "LinearFourier",
+    "LogFourier",
+    "RandomFourier",
+    "NeRF",
+    "Transformer",
+    # analysis
+    "stable_rank",
+    "embedded_distance",
+    "sigma_for_spacing",
+    "rff_sigma_for_gaussian",
+    "gaussian_sigma_for_rff",
+    "plot_stable_rank_vs_sigma",
+    "plot_stable_rank_vs_n",
+    "plot_distance",
+]

@@ -18,9 +18,141 @@ def gemm(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = Fa
 
 
 # ---- embedders ---------------------------------------------------------------------------
+# The obvious NumPy formulas of MATH.md section 1, evaluated in float64 and rounded once to the
+# input's dtype (as the compiled kernels do). Arguments mirror kronpe._core.embed_basis /
+# embed_fourier; kronpe.embedders builds them from an embedder (``Embedder._kernel_args``).
 
+
+def bspline_truncated_power(u: np.ndarray, degree: int) -> np.ndarray:
+    """Centred cardinal B-spline of degree p by its definition as a sum of truncated powers.
+
+    B_p(u) = 1/p! sum_{j=0}^{p+1} (-1)^j C(p+1, j) (u + (p+1)/2 - j)_+^p. Exact in exact
+    arithmetic, but it cancels: use only for low degrees (a test oracle for the stable
+    recursion of the kernels).
+    """
+    from math import comb, factorial
+
+    u = np.asarray(u, dtype=np.float64)
+    s = u + 0.5 * (degree + 1)
+    out = np.zeros_like(s)
+    for j in range(degree + 2):
+        v = s - j
+        if degree == 0:
+            term = (v >= 0).astype(np.float64)
+        else:
+            term = np.where(v > 0, v, 0.0) ** degree
+        out += (-1) ** j * comb(degree + 1, j) * term
+    out /= factorial(degree)
+    inside = (s > 0) & (s < degree + 1)
+    return np.where(inside, out, 0.0)
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def random_noise(x: np.ndarray, K: int, seed: int) -> np.ndarray:
+    """(N, K) uniform noise in [-1, 1) keyed by (seed, float64 bits of x, k), in float64."""
+    bits = (np.asarray(x, dtype=np.float64) + 0.0).view(np.uint64)  # + 0.0: -0.0 -> +0.0
+    seed_mix = _splitmix64(np.array([seed], dtype=np.uint64))
+    row = _splitmix64(bits ^ seed_mix)
+    h = _splitmix64(row[:, None] + np.arange(K, dtype=np.uint64)[None, :])
+    return 2.0 * ((h >> np.uint64(11)).astype(np.float64) * 2.0**-53) - 1.0
+
+
+def embed_basis(
+    x: np.ndarray,  # (N,)
+    kind: str,
+    K: int,
+    first_index: int,
+    K_base: float,
+    param: float,
+    degree: int = 3,
+    seed: int = 0,
+) -> np.ndarray:  # (N, K)
+    """Shifted-basis, impulse and random embedders: column k has centre (k + first_index) / K_base."""
+    dtype = x.dtype
+    xd = np.asarray(x, dtype=np.float64)
+    t = np.arange(first_index, first_index + K, dtype=np.float64) / K_base
+    u = xd[:, None] - t[None, :]
+    if kind == "gaussian":
+        out = np.exp(-(u * u) / (2.0 * (param * param)))
+    elif kind == "triangle":
+        out = np.maximum(1.0 - np.abs(u) / param, 0.0)
+    elif kind == "rectangle":
+        out = (np.abs(u) < 0.5 * param).astype(np.float64)
+    elif kind == "sine":
+        out = np.sin(param * (t[None, :] - xd[:, None]))
+    elif kind == "square":
+        out = np.sign(np.sin(param * (t[None, :] - xd[:, None])))
+    elif kind == "bspline":
+        out = bspline_truncated_power(u / param, degree)
+    elif kind == "impulse":
+        col = np.clip(np.floor(xd * K_base + 0.5) - first_index, 0, K - 1).astype(np.int64)
+        out = np.zeros((xd.size, K))
+        out[np.arange(xd.size), col] = 1.0
+    elif kind == "random":
+        out = random_noise(xd, K, seed)
+    else:
+        raise ValueError(f"unknown basis kind {kind!r}")
+    return out.astype(dtype)
+
+
+def embed_fourier(
+    x: np.ndarray,  # (N,)
+    omega: np.ndarray,  # (F,) radians per unit of x
+    layout: str = "blocks",
+    include_input: bool = False,
+    amplitude: float = 1.0,
+) -> np.ndarray:  # (N, 2F [+1])
+    """Fourier features: blocks [cos(w x), sin(w x)] or interleaved [sin, cos, sin, cos, ...]."""
+    dtype = x.dtype
+    xd = np.asarray(x, dtype=np.float64)
+    a = xd[:, None] * np.asarray(omega, dtype=np.float64)[None, :]
+    c, s = amplitude * np.cos(a), amplitude * np.sin(a)
+    if layout == "blocks":
+        feats = np.concatenate([c, s], axis=1)
+    elif layout == "interleaved":
+        feats = np.stack([s, c], axis=2).reshape(xd.size, -1)
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    if include_input:
+        feats = np.concatenate([xd[:, None], feats], axis=1)
+    return feats.astype(dtype)
 
 # ---- mode-n products and grid fits ---------------------------------------------------------
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def mode_product(T: np.ndarray, A: np.ndarray, mode: int) -> np.ndarray:
+    """T x_mode A by numpy.einsum, in float64: A (m, n_mode) replaces axis ``mode`` by m."""
+    return multi_mode_product(T, [A], [mode])
+
+
+def multi_mode_product(T: np.ndarray, matrices, modes=None, optimize: bool = False) -> np.ndarray:
+    """The chain T x_{modes[0]} matrices[0] ... by one numpy.einsum call, in float64.
+
+    ``optimize=True`` lets einsum pick a pairwise contraction order (the baseline benchmarks
+    compare against); the default sums the whole expression at once (the obvious oracle).
+    """
+    T = np.asarray(T, dtype=np.float64)
+    modes = list(range(len(matrices))) if modes is None else [int(m) % T.ndim for m in modes]
+    d = T.ndim
+    t_idx = list(_LETTERS[:d])
+    out_idx = list(t_idx)
+    terms = []
+    for j, k in enumerate(modes):
+        new = _LETTERS[d + j]
+        terms.append(new + t_idx[k])
+        out_idx[k] = new
+    spec = ",".join(terms + ["".join(t_idx)]) + "->" + "".join(out_idx)
+    mats = [np.asarray(a, dtype=np.float64) for a in matrices]
+    return np.einsum(spec, *mats, T, optimize=optimize)
 
 
 # ---- blending matrix and scattered fits ----------------------------------------------------

@@ -1,0 +1,87 @@
+// kronpe C++ core: mode-n products (MATH.md 3.1).
+//
+// T x_k A multiplies every mode-k fibre of a tensor T by a matrix A of shape (m, n_k). A chain
+// of such products over several modes is planned once (contraction order and memory layout by a
+// small cost model), then run as a handful of row-major GEMMs (kronpe::gemm) on two ping-pong
+// workspaces. The Kronecker product is never formed.
+//
+// Layout model. The tensor between two steps is one dense buffer whose axes sit in some
+// physical order (a "deque"). The axis to contract next is:
+//   - at the front (everything after it merges into one axis of length `post`):
+//       FrontKeep    Y (m x post) = A X            new axis stays at the front
+//       FrontRotate  Y (post x m) = X^T A^T        new axis moves to the back
+//   - at the back (everything before it merges into one axis of length `pre`):
+//       BackKeep     Y (pre x m)  = X A^T          new axis stays at the back
+//       BackRotate   Y (m x pre)  = A X^T          new axis moves to the front
+//   - in the middle: `pre` GEMMs (m x n)(n x post) on a strided batch (Batched), or one
+//     permuting copy that brings it to the front or back first.
+// Every choice is one large GEMM or a batch of GEMMs on the buffer as it lies: no transposed
+// copies unless the plan finds them cheaper than many small products. When the final physical
+// order is not the logical one, one permuting copy writes the result; otherwise the last GEMM
+// writes straight into the destination.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kronpe/common.h"
+
+namespace kronpe {
+
+// A matrix operand: rows x cols, element strides (either may be 1; other strides are copied).
+template <typename T>
+struct MatrixRef {
+  const T* data;
+  index_t rows;
+  index_t cols;
+  index_t row_stride;
+  index_t col_stride;
+};
+
+enum class StepKind { FrontKeep, FrontRotate, BackKeep, BackRotate, Batched };
+
+struct ModeStep {
+  int mode;        // logical axis contracted
+  int move;        // 0: none, 1: permuting copy to the front first, 2: to the back first
+  StepKind kind;
+};
+
+struct ModePlan {
+  bool copy_input = false;       // first copy the input into the dense layout `input_order`
+  std::vector<int> input_order;  // physical order (outermost first) of the input axes used by
+                                 // step 0, axes of extent 1 left out
+  std::vector<ModeStep> steps;
+  bool copy_output = false;      // a final permuting copy writes the destination in C order
+  double cost = 0.0;             // model cost, seconds-like units
+  std::string describe() const;
+};
+
+// Plan a chain. shape/strides: the input tensor (strides in elements, any sign); modes: the
+// logical axes contracted, distinct; out_rows: m for each mode; elem_size: 4 or 8;
+// any_layout: the result may be left in any dense axis order (no final permuting copy).
+ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides, int nmodes,
+                         const int* modes, const index_t* out_rows, int elem_size,
+                         bool any_layout = false);
+
+// dst = src x_{modes[0]} mats[0] ... x_{modes[nmodes-1]} mats[nmodes-1], the output shape being
+// `shape` with shape[modes[j]] replaced by mats[j].rows. mats[j].cols must equal
+// shape[modes[j]]. dst (out_size elements) must not overlap src or the matrices.
+// out_order == nullptr: dst is written in C order. Otherwise dst may be written in any dense
+// axis order, returned in out_order[0..ndim) (logical axes, outermost first): element
+// (i_0..i_{d-1}) then lies at sum_k i_{out_order[k]} * prod_{l>k} out_shape[out_order[l]].
+template <typename T>
+void multi_mode_product(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
+                        int nmodes, const int* modes, const MatrixRef<T>* mats, T* dst,
+                        int* out_order = nullptr);
+
+// Planner cost model (for tuning): GEMM flop rate (float32), the half-efficiency extent, the
+// fixed cost of one GEMM call (seconds) and of copying one float32 element (seconds).
+void set_mode_cost_model(double rate_f32, double half, double call, double copy_f32);
+
+// dst[i] = src[i] over a strided box (strides in elements, any sign); cache-blocked when the
+// two arrays' unit-stride axes differ. Single-threaded on purpose: OpenMP worker threads that
+// spin after a region starve the BLAS threads that run next on a small machine.
+template <typename T>
+void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
+                  T* dst, const index_t* dst_strides);
+
+}  // namespace kronpe

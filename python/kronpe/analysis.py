@@ -1,0 +1,508 @@
+"""What governs an embedder: stable rank and distance preservation (MATH.md section 2).
+
+Numbers: ``stable_rank``, ``embedded_distance``, the theoretical bounds of seed 000 (Props. 2-5),
+``sigma_for_spacing`` (seed 001's rule) and the Gaussian/RFF equivalence. Plots: helpers that take
+``ax=`` and return it, redrawing seed 000's figures 2 (stable rank against sigma), 3 (stable rank
+against N and distance preservation of several embedders) and 4 (the same for Gaussian and RFF
+across widths) from computed data. ``run_analyze`` (the ``kronpe analyze`` command) writes them
+as PNG files and prints the numbers behind them.
+
+Coordinates are the papers' grid x = linspace(0, 1, N + 1)[:-1] unless given.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _validate
+from ._formulas import (
+    bspline_distance,
+    bspline_stable_rank,
+    gaussian_distance,
+    gaussian_sigma_for_rff,
+    gaussian_stable_rank,
+    rectangle_distance,
+    rectangle_stable_rank,
+    rff_distance,
+    rff_sigma_for_gaussian,
+    rff_stable_rank,
+    sigma_for_interval,
+    sigma_for_spacing,
+    triangle_distance,
+    triangle_distance_paper,
+    triangle_stable_rank,
+)
+from .embedders import (
+    BSpline,
+    Embedder,
+    Gaussian,
+    Impulse,
+    LinearFourier,
+    LogFourier,
+    NeRF,
+    RandomFourier,
+    Rectangle,
+    Sine,
+    Square,
+    Transformer,
+    Triangle,
+)
+
+__all__ = [
+    "stable_rank",
+    "embedded_distance",
+    "grid",
+    "stable_rank_bound",
+    "gaussian_stable_rank",
+    "rff_stable_rank",
+    "rectangle_stable_rank",
+    "triangle_stable_rank",
+    "bspline_stable_rank",
+    "gaussian_distance",
+    "rff_distance",
+    "rectangle_distance",
+    "triangle_distance",
+    "triangle_distance_paper",
+    "bspline_distance",
+    "sigma_for_spacing",
+    "sigma_for_interval",
+    "rff_sigma_for_gaussian",
+    "gaussian_sigma_for_rff",
+    "stable_rank_vs_sigma",
+    "stable_rank_vs_n",
+    "distance_curves",
+    "plot_stable_rank_vs_sigma",
+    "plot_stable_rank_vs_n",
+    "plot_distance",
+    "label",
+    "run_analyze",
+]
+
+EmbedderSet = Union[Mapping[str, Embedder], Sequence[Embedder]]
+
+
+# ---- numbers ----------------------------------------------------------------------------------
+
+
+def grid(N: int) -> np.ndarray:
+    """The papers' N coordinates linspace(0, 1, N + 1)[:-1] (float64)."""
+    N = _validate.positive_int("N", N)
+    return np.linspace(0.0, 1.0, N + 1)[:-1]
+
+
+def _largest_gram_eigenvalue(A: np.ndarray, steps: int = 8) -> float:
+    """||A||_2^2 from the smaller Gram matrix, applied as an operator and never formed.
+
+    One Lanczos pass with full reorthogonalisation first: it is exact when the Krylov space
+    closes early (one-hot and rank-2 embeddings, where ARPACK gives up) and often converged.
+    Otherwise ARPACK (implicitly restarted Lanczos) takes over; the dense eigensolver is the
+    last resort.
+    """
+    from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
+
+    tall = A.shape[0] >= A.shape[1]
+    n = A.shape[1] if tall else A.shape[0]
+    gram = (lambda v: A.T @ (A @ v)) if tall else (lambda v: A @ (A.T @ v))
+    m = min(steps, n)
+    Q = np.empty((n, m))
+    GQ = np.empty((n, m))
+    # near the Perron vector of a non-negative basis, yet not orthogonal to any eigenvector;
+    # fixed, so results are reproducible
+    start = 1.0 + 0.01 * np.random.default_rng(0).standard_normal(n)
+    q = start / np.linalg.norm(start)
+    k = 0
+    while k < m:
+        Q[:, k] = q
+        w = gram(q)
+        GQ[:, k] = w
+        basis = Q[:, :k + 1]
+        w = w - basis @ (basis.T @ w)
+        w = w - basis @ (basis.T @ w)
+        k += 1
+        norm = np.linalg.norm(w)
+        if norm <= 1e-12 * max(np.linalg.norm(GQ[:, k - 1]), 1e-300):
+            break  # invariant subspace: the Ritz values are exact
+        q = w / norm
+    T = Q[:, :k].T @ GQ[:, :k]
+    vals, vecs = np.linalg.eigh(0.5 * (T + T.T))
+    theta = float(vals[-1])
+    v = Q[:, :k] @ vecs[:, -1]
+    residual = np.linalg.norm(GQ[:, :k] @ vecs[:, -1] - theta * v)
+    if k < m or residual <= 1e-10 * theta:
+        return theta
+    op = LinearOperator((n, n), matvec=gram, dtype=np.float64)
+    try:
+        return float(eigsh(op, k=1, which="LA", v0=start, tol=1e-9, ncv=min(n, 40),
+                           return_eigenvectors=False)[0])
+    except (ArpackError, ArpackNoConvergence):  # pragma: no cover - not met on embeddings
+        G = A.T @ A if tall else A @ A.T
+        return float(np.linalg.eigvalsh(G)[-1])
+
+
+def stable_rank(A) -> float:
+    """Stable rank ||A||_F^2 / ||A||_2^2 of a 2-D array (seed 000 sec. 4; the square is meant).
+
+    Parameters
+    ----------
+    A : array of shape (N, K)
+        Finite, not all zero.
+
+    Returns
+    -------
+    float, between 1 and min(N, K).
+    """
+    A = np.asarray(A)
+    if A.ndim != 2:
+        raise ValueError(f"A must be a 2-D array, got shape {A.shape}")
+    if A.dtype.kind not in "biuf":
+        raise ValueError(f"A must hold real numbers, got dtype {A.dtype}")
+    A = np.asarray(A, dtype=np.float64)
+    _validate.finite("A", A)
+    fro = float(np.sum(A * A))
+    if fro == 0.0:
+        raise ValueError(f"A must have a non-zero entry (shape {A.shape})")
+    if min(A.shape) <= 128:  # the small Gram matrix, formed and solved directly
+        G = A.T @ A if A.shape[0] >= A.shape[1] else A @ A.T
+        top = float(np.linalg.eigvalsh(G)[-1])
+    else:
+        top = _largest_gram_eigenvalue(A)
+    return fro / top
+
+
+def embedded_distance(embedder: Embedder, x1, x2) -> np.ndarray:
+    """<Psi(x1), Psi(x2)>: the inner product of the sampled embeddings (what a fit sees).
+
+    ``x1`` and ``x2`` are coordinates in [0, 1] of broadcastable shapes (scalars or 1-D).
+    """
+    a = np.asarray(x1, dtype=np.float64)
+    b = np.asarray(x2, dtype=np.float64)
+    if a.ndim > 1 or b.ndim > 1:
+        raise ValueError(f"x1 and x2 must be scalars or 1-D arrays, got shapes {a.shape} and {b.shape}")
+    try:
+        a, b = np.broadcast_arrays(a, b)
+    except ValueError:
+        raise ValueError(f"x1 and x2 must have broadcastable shapes, got {a.shape} and {b.shape}") from None
+    shape = a.shape
+    e1 = np.asarray(embedder(np.ascontiguousarray(a).reshape(-1)), dtype=np.float64)
+    e2 = np.asarray(embedder(np.ascontiguousarray(b).reshape(-1)), dtype=np.float64)
+    return np.einsum("nk,nk->n", e1, e2).reshape(shape)
+
+
+def stable_rank_bound(embedder: Embedder, N: int) -> Optional[float]:
+    """The embedder's theoretical stable rank for N coordinates, or None where theory gives none."""
+    try:
+        return float(embedder.stable_rank_bound(N))
+    except NotImplementedError:
+        return None
+
+
+def _progress(total: int, progress: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not progress, desc=desc, leave=False, file=sys.stderr)
+
+
+def stable_rank_vs_sigma(Ns: Sequence[int], sigmas: Sequence[float], K: int, progress: bool = False) -> np.ndarray:
+    """Stable rank of Gaussian(K, sigma) on N grid points: an array (len(Ns), len(sigmas))."""
+    out = np.empty((len(Ns), len(sigmas)))
+    with _progress(out.size, progress, "stable rank vs sigma") as bar:
+        for i, N in enumerate(Ns):
+            x = grid(N)
+            for j, s in enumerate(sigmas):
+                out[i, j] = stable_rank(Gaussian(K, float(s))(x))
+                bar.update()
+    return out
+
+
+def _as_dict(embedders: EmbedderSet) -> Dict[str, Embedder]:
+    if isinstance(embedders, Mapping):
+        return dict(embedders)
+    return {label(e): e for e in embedders}
+
+
+def stable_rank_vs_n(embedders: EmbedderSet, Ns: Sequence[int], progress: bool = False) -> Dict[str, np.ndarray]:
+    """Stable rank of each embedder on N grid points, for each N: {label: array (len(Ns),)}."""
+    embedders = _as_dict(embedders)
+    out = {}
+    with _progress(len(embedders) * len(Ns), progress, "stable rank vs N") as bar:
+        for name, emb in embedders.items():
+            values = np.empty(len(Ns))
+            for i, N in enumerate(Ns):
+                values[i] = stable_rank(emb(grid(N)))
+                bar.update()
+            out[name] = values
+    return out
+
+
+def distance_curves(
+    embedders: EmbedderSet, deltas, normalize: bool = True, sampled: bool = True, samples: int = 16
+) -> Dict[str, np.ndarray]:
+    """D(delta) of each embedder, divided by D(0) when ``normalize``.
+
+    ``sampled=True`` uses the sampled embedder (``sampled_distance`` averaged over ``samples``
+    positions, what a fit sees), ``False`` the closed form (``distance``).
+    """
+    deltas = np.asarray(deltas, dtype=np.float64)
+    out = {}
+    for name, emb in _as_dict(embedders).items():
+        if sampled:
+            d = emb.sampled_distance(np.concatenate([[0.0], deltas.ravel()]), samples=samples)
+        else:
+            d = emb.distance(np.concatenate([[0.0], deltas.ravel()]))
+        curve = d[1:].reshape(deltas.shape)
+        out[name] = curve / d[0] if normalize else curve
+    return out
+
+
+def has_closed_form_distance(emb: Embedder) -> bool:
+    """Whether ``emb.distance`` is a closed form of MATH.md section 2 (not the sampled fallback)."""
+    return type(emb).distance is not Embedder.distance
+
+
+def _closed_form_only(embedders: EmbedderSet) -> Dict[str, Embedder]:
+    return {k: e for k, e in _as_dict(embedders).items() if has_closed_form_distance(e)}
+
+
+def label(emb: Embedder) -> str:
+    """A short legend label: family and width parameter."""
+    name = type(emb).__name__
+    short = {"Gaussian": "Gau", "Triangle": "Tri", "Rectangle": "Rect", "RandomFourier": "RFF",
+             "LinearFourier": "LinF", "LogFourier": "LogF", "BSpline": "B-spline"}.get(name, name)
+    if isinstance(emb, (Gaussian, RandomFourier, LinearFourier, LogFourier)):
+        return f"{short} σ={emb.sigma:.3g}"
+    if isinstance(emb, Triangle):
+        return f"{short} σ={2 * emb.width:.3g}"  # the full width, as in the papers' theory
+    if isinstance(emb, Rectangle):
+        return f"{short} d={emb.width:.3g}"
+    if isinstance(emb, BSpline):
+        return f"{short} p={emb.order} w={emb.width:.3g}"
+    if isinstance(emb, (Sine, Square)):
+        return f"{short} f={emb.freq:.3g}"
+    if isinstance(emb, (NeRF, Transformer)):
+        return f"{short} L={emb.L}"
+    return short
+
+
+# ---- plots ------------------------------------------------------------------------------------
+
+
+def _axes(ax):
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    return ax
+
+
+def plot_stable_rank_vs_sigma(
+    ax=None,
+    *,
+    Ns: Sequence[int] = (16, 32, 64, 128, 256),
+    sigmas: Optional[Sequence[float]] = None,
+    K: int = 256,
+    data: Optional[np.ndarray] = None,
+    progress: bool = False,
+):
+    """Seed 000 figure 2: Gaussian stable rank against sigma for several N, theory dashed.
+
+    ``data`` is ``stable_rank_vs_sigma(Ns, sigmas, K)`` when already computed. Returns ``ax``.
+    """
+    sigmas = np.logspace(-4, -1, 13) if sigmas is None else np.asarray(sigmas, dtype=np.float64)
+    ranks = stable_rank_vs_sigma(Ns, sigmas, K, progress) if data is None else np.asarray(data)
+    ax = _axes(ax)
+    for N, r in zip(Ns, ranks):
+        ax.loglog(sigmas, r, "o-", ms=3, label=f"N={N}")
+    ax.loglog(sigmas, 1.0 / (2.0 * math.sqrt(math.pi) * sigmas), "k--", label=r"$1/(2\sqrt{\pi}\sigma)$")
+    ax.set_xlabel("σ (Gaussian standard deviation)")
+    ax.set_ylabel("stable rank")
+    ax.set_title(f"Gaussian embedder, K={K}")
+    ax.legend(fontsize="small", loc="upper right")
+    return ax
+
+
+def plot_stable_rank_vs_n(
+    embedders: EmbedderSet,
+    Ns: Sequence[int],
+    ax=None,
+    *,
+    data: Optional[Mapping[str, np.ndarray]] = None,
+    theory: bool = True,
+    progress: bool = False,
+):
+    """Stable rank against the number of coordinates N (seed 000 figures 3a and 4 left).
+
+    Theory (where the embedder has one) is drawn dashed in the same colour. Returns ``ax``.
+    """
+    embedders = _as_dict(embedders)
+    ranks = stable_rank_vs_n(embedders, Ns, progress) if data is None else data
+    ax = _axes(ax)
+    Ns = np.asarray(Ns)
+    for name, emb in embedders.items():
+        (line,) = ax.loglog(Ns, ranks[name], "o-", ms=3, label=name)
+        bound = [stable_rank_bound(emb, int(N)) for N in Ns]
+        if theory and bound[0] is not None:
+            ax.loglog(Ns, bound, "--", color=line.get_color(), lw=1)
+    ax.set_xlabel("N (sampled coordinates)")
+    ax.set_ylabel("stable rank")
+    ax.legend(fontsize="small", loc="upper left")
+    return ax
+
+
+def plot_distance(
+    embedders: EmbedderSet,
+    deltas=None,
+    ax=None,
+    *,
+    data: Optional[Mapping[str, np.ndarray]] = None,
+    theory: bool = True,
+):
+    """Normalised embedded distance D(delta) / D(0) (seed 000 figures 3b and 4 right).
+
+    Solid: the sampled embedder; dashed: the closed form where MATH.md has one. Returns ``ax``.
+    """
+    embedders = _as_dict(embedders)
+    deltas = np.linspace(-0.5, 0.5, 401) if deltas is None else np.asarray(deltas, dtype=np.float64)
+    curves = distance_curves(embedders, deltas) if data is None else data
+    closed = distance_curves(_closed_form_only(embedders), deltas, sampled=False) if theory else {}
+    ax = _axes(ax)
+    for name, emb in embedders.items():
+        (line,) = ax.plot(deltas, curves[name], label=name)
+        if name in closed:
+            ax.plot(deltas, closed[name], "--", color=line.get_color(), lw=1)
+    ax.set_xlabel("δ = x1 − x2")
+    ax.set_ylabel("D(δ) / D(0)")
+    ax.legend(fontsize="small", loc="upper right")
+    return ax
+
+
+# ---- kronpe analyze -----------------------------------------------------------------------------
+
+
+def _half_width(deltas: np.ndarray, curve: np.ndarray) -> float:
+    """Smallest delta >= 0 where the normalised distance falls to 1/2 (nan if it never does)."""
+    pos = deltas >= 0
+    d, c = deltas[pos], curve[pos]
+    below = np.nonzero(c <= 0.5)[0]
+    if below.size == 0:
+        return float("nan")
+    i = below[0]
+    if i == 0:
+        return 0.0
+    return float(d[i - 1] + (0.5 - c[i - 1]) * (d[i] - d[i - 1]) / (c[i] - c[i - 1]))
+
+
+def _fmt(v: Optional[float]) -> str:
+    return "   -   " if v is None or not np.isfinite(v) else f"{v:7.2f}"
+
+
+def _print_rank_table(title: str, embedders: Mapping[str, Embedder], Ns: Sequence[int], ranks: Mapping[str, np.ndarray]) -> None:
+    print(f"\n{title}: stable rank, measured (theory) per N")
+    width = max(len(n) for n in embedders) + 2
+    print(" " * width + "".join(f"{'N=' + str(N):>18}" for N in Ns))
+    for name, emb in embedders.items():
+        cells = "".join(f"{_fmt(r)} ({_fmt(stable_rank_bound(emb, int(N)))})" for r, N in zip(ranks[name], Ns))
+        print(f"{name:<{width}}{cells}")
+
+
+def _print_distance_table(title: str, embedders: Mapping[str, Embedder], deltas, curves, closed) -> None:
+    print(f"\n{title}: distance preservation, delta where D(delta)/D(0) = 1/2 (sampled | closed form)")
+    for name in embedders:
+        c = _half_width(deltas, closed[name]) if name in closed else None
+        print(f"  {name:<24} {_half_width(deltas, curves[name]):.5f} | {'-' if c is None else f'{c:.5f}'}")
+
+
+def _figure(nrows: int, ncols: int, size):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def _save(fig, out: str, name: str) -> str:
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def run_analyze(out: str, progress: bool = True) -> int:
+    """``kronpe analyze``: redraw seed 000 figures 2, 3 and 4 from computed data.
+
+    Writes ``fig2_gaussian_stable_rank_vs_sigma.png``, ``fig3_embedders.png`` and
+    ``fig4_gaussian_vs_rff.png`` into ``out`` and prints the numbers behind them, then a few
+    checks of MATH.md section 2 at N = K = 1024. Returns the exit status (0).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    os.makedirs(out, exist_ok=True)
+    written: List[str] = []
+
+    # -- figure 2: Gaussian stable rank against sigma, several N --------------------------------
+    K2, Ns2 = 256, (16, 32, 64, 128, 256)
+    sigmas = np.logspace(-4, -1, 13)
+    ranks2 = stable_rank_vs_sigma(Ns2, sigmas, K2, progress)
+    print(f"Figure 2: stable rank of Gaussian(K={K2}, sigma) on N grid points; theory min(N, 1/(2 sqrt(pi) sigma))")
+    print(f"{'sigma':>10}{'theory':>10}" + "".join(f"{'N=' + str(N):>9}" for N in Ns2))
+    for j, s in enumerate(sigmas):
+        print(f"{s:10.2e}{1 / (2 * math.sqrt(math.pi) * s):10.2f}" + "".join(f"{ranks2[i, j]:9.2f}" for i in range(len(Ns2))))
+    fig, axes = _figure(1, 1, (6, 4.5))
+    plot_stable_rank_vs_sigma(axes[0, 0], Ns=Ns2, sigmas=sigmas, K=K2, data=ranks2)
+    written.append(_save(fig, out, "fig2_gaussian_stable_rank_vs_sigma.png"))
+
+    # -- figure 3: several embedders, stable rank against N and distance ------------------------
+    K3 = 256
+    Ns = (4, 8, 16, 32, 64, 128, 256)
+    family = [Impulse(K3), Sine(K3, 2 * math.pi), Square(K3, 2 * math.pi), Rectangle(K3, 0.04),
+              Triangle(K3, 0.02), Gaussian(K3, 0.01), RandomFourier(1024, 10.0), BSpline(K3, 3, 0.02)]
+    emb3 = {label(e): e for e in family}
+    deltas = np.linspace(-0.5, 0.5, 401)
+    ranks3 = stable_rank_vs_n(emb3, Ns, progress)
+    curves3 = distance_curves(emb3, deltas)
+    closed3 = distance_curves(_closed_form_only(emb3), deltas, sampled=False)
+    _print_rank_table(f"Figure 3 (K={K3}; RFF K=1024)", emb3, Ns, ranks3)
+    _print_distance_table("Figure 3", emb3, deltas, curves3, closed3)
+    fig, axes = _figure(1, 2, (12, 4.5))
+    plot_stable_rank_vs_n(emb3, Ns, axes[0, 0], data=ranks3)
+    axes[0, 0].set_title("(a) stable rank (dashed: theory)")
+    plot_distance(emb3, deltas, axes[0, 1], data=curves3)
+    axes[0, 1].set_title("(b) distance preservation (dashed: closed form)")
+    written.append(_save(fig, out, "fig3_embedders.png"))
+
+    # -- figure 4: Gaussian and RFF across widths (RFF widths matched by stable rank) -----------
+    sig_g = (0.005, 0.01, 0.03, 0.1)
+    gau = {label(e): e for e in (Gaussian(K3, s) for s in sig_g)}
+    rff = {label(e): e for e in (RandomFourier(2048, rff_sigma_for_gaussian(s)) for s in sig_g)}
+    deltas4 = np.linspace(-0.25, 0.25, 401)
+    fig, axes = _figure(2, 2, (12, 9))
+    rows = ((f"Gaussian (K={K3})", gau), ("RFF (K=2048), σ_f = 1/(2√(2π) σ_g)", rff))
+    for row, (title, embs) in enumerate(rows):
+        ranks = stable_rank_vs_n(embs, Ns, progress)
+        curves = distance_curves(embs, deltas4)
+        closed = distance_curves(embs, deltas4, sampled=False)
+        _print_rank_table(f"Figure 4, {title}", embs, Ns, ranks)
+        _print_distance_table(f"Figure 4, {title}", embs, deltas4, curves, closed)
+        plot_stable_rank_vs_n(embs, Ns, axes[row, 0], data=ranks)
+        axes[row, 0].set_title(f"{title}: stable rank")
+        plot_distance(embs, deltas4, axes[row, 1], data=curves)
+        axes[row, 1].set_title(f"{title}: distance preservation")
+    written.append(_save(fig, out, "fig4_gaussian_vs_rff.png"))
+
+    # -- MATH.md section 2 checks -----------------------------------------------------------------
+    n = 1024
+    print(f"\nMATH.md section 2 checks, N = K = {n} grid points (RFF: {n // 2} frequencies):")
+    x = grid(n)
+    checks = [Gaussian(n, 0.01), Triangle(n, 0.005), RandomFourier(n, 30.0)]
+    with _progress(len(checks), progress, "checks") as bar:
+        for emb in checks:
+            print(f"  {emb!r}: measured {stable_rank(emb(x)):.2f}, theory {emb.stable_rank_bound(n):.2f}")
+            bar.update()
+    print(f"  sigma_for_spacing(1/256) = {sigma_for_spacing(1 / 256):.6g} "
+          f"(= 1 / (4 * 256 * sqrt(1.6 ln 10)))")
+    print(f"  Gaussian sigma 0.01 <-> RFF sigma {rff_sigma_for_gaussian(0.01):.4g} (equal stable rank)")
+    print("\nwrote " + ", ".join(written))
+    return 0

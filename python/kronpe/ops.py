@@ -1,0 +1,155 @@
+"""Compiled tensor operations: mode-n products (MATH.md 3.1).
+
+``mode_product(T, A, k)`` multiplies every mode-k fibre of ``T`` by ``A``; ``multi_mode_product``
+chains such products over several modes. The chain is planned in C++ (the order that costs the
+fewest flops, and for each step one large GEMM or a strided batch of GEMMs on the buffer as it
+lies, with a permuting copy only where it is cheaper than many small GEMMs), runs on the BLAS
+that SciPy loaded, and releases the GIL. NumPy arrays in give NumPy out; CPU torch tensors in
+give torch out (no autograd here: see ``kronpe.torch``).
+
+dtypes: float32 when the tensor and every matrix are float32, float64 otherwise (float64,
+integers, bools and mixed float32/float64 all compute in float64). Complex input is refused.
+Any strides are accepted: a tensor that is one dense block in some axis order (C order, Fortran
+order, transposed views) is read in place; any other view (steps, negative strides, broadcasts)
+is copied once. The result is one dense block, in C order with ``order="C"``, else in the axis
+order that cost least (``order="K"``, the default, as ``numpy.einsum`` does). Values are not checked: NaN and Inf propagate as in ``numpy.einsum``.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _arrays, _core
+
+__all__ = ["mode_product", "multi_mode_product"]
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+
+def _as_float(name: str, x: Any) -> np.ndarray:
+    arr = x if type(x) is np.ndarray else _arrays.to_numpy(x, name)
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def _mode_list(modes, count: int, ndim: int) -> Tuple[int, ...]:
+    if modes is None:
+        if count > ndim:
+            raise ValueError(
+                f"matrices: got {count} matrices for a tensor with {ndim} axes (modes=None "
+                "contracts axes 0..len(matrices)-1)"
+            )
+        return tuple(range(count))
+    if isinstance(modes, numbers.Integral) and not isinstance(modes, bool):
+        modes = (modes,)
+    out = []
+    for m in modes:
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral):
+            raise ValueError(f"modes must be integers, got {m!r}")
+        if not -ndim <= m < ndim:
+            raise ValueError(f"modes: axis {m} is out of range for a tensor with {ndim} axes")
+        out.append(int(m) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"modes must be distinct axes, got {tuple(modes)}")
+    if len(out) != count:
+        raise ValueError(f"modes has {len(out)} entries but {count} matrices were given")
+    return tuple(out)
+
+
+def multi_mode_product(
+    T: Any, matrices: Sequence[Any], modes: Optional[Sequence[int]] = None, order: str = "K"
+):
+    """Chain of mode-n products ``T x_{modes[0]} matrices[0] x ... x_{modes[-1]} matrices[-1]``.
+
+    Parameters
+    ----------
+    T : array, shape (n_0, ..., n_{d-1})
+        Any number of axes (at least one), any strides.
+    matrices : sequence of arrays, each of shape (m_j, n_{modes[j]})
+    modes : sequence of int, optional
+        Distinct axes of ``T`` (negative counts from the end); default ``0..len(matrices)-1``.
+        Axes not named are carried along untouched (channels, batches).
+    order : {"K", "C"}
+        "K" (default, as in ``numpy.einsum``): the result is one dense block whose axes may lie
+        in any order (possibly a transposed view), whichever the planner found cheapest: this
+        saves a permuting copy, e.g. when channels are last. "C": a C-contiguous result.
+
+    Returns
+    -------
+    array, shape of ``T`` with n_{modes[j]} replaced by m_j
+        A new array (float32 if ``T`` and all matrices are float32, else float64).
+    """
+    if order not in ("K", "C"):
+        raise ValueError(f'order must be "K" or "C", got {order!r}')
+    template = T
+    t = _as_float("T", T)
+    if t.ndim < 1:
+        raise ValueError(f"T must have at least one axis, got a {t.ndim}-D array")
+    if isinstance(matrices, np.ndarray) and matrices.ndim == 2:
+        raise ValueError("matrices must be a sequence of 2-D arrays (use mode_product for one)")
+    mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
+    mode_tuple = _mode_list(modes, len(mats), t.ndim)
+    for j, (a, k) in enumerate(zip(mats, mode_tuple)):
+        if a.ndim != 2:
+            raise ValueError(f"matrices[{j}] must be 2-D (m, n), got shape {a.shape}")
+        if a.shape[1] != t.shape[k]:
+            raise ValueError(
+                f"matrices[{j}] must have shape (m, {t.shape[k]}) to multiply mode {k} of T "
+                f"with shape {t.shape}, got {a.shape}"
+            )
+    all32 = t.dtype.char == "f" and all(a.dtype.char == "f" for a in mats)
+    dt = _F32 if all32 else _F64
+    if t.dtype != dt:
+        t = t.astype(dt)
+    mats = [a if a.dtype == dt else a.astype(dt) for a in mats]
+    out_shape = list(t.shape)
+    for a, k in zip(mats, mode_tuple):
+        out_shape[k] = a.shape[0]
+    out = np.empty(out_shape, dt)
+    item = dt.itemsize
+    strides = [n for a in mats for n in a.strides]
+    strides += t.strides
+    if any(n % item for n in strides):  # possible only through np.lib.stride_tricks
+        raise ValueError(f"T and matrices must have strides that are multiples of {item} bytes")
+    address = _core.address
+    axes = _core.multi_mode_product(
+        "float32" if all32 else "float64",
+        address(t),
+        t.shape,
+        [n // item for n in t.strides],
+        mode_tuple,
+        [address(a) for a in mats],
+        [n for a in mats for n in a.shape],
+        [n // item for n in strides[: 2 * len(mats)]],
+        address(out),
+        order == "K",
+    )
+    if order == "K" and axes != sorted(axes):
+        # written in the axis order `axes`: view that buffer with the logical axis order
+        out = out.reshape([out_shape[a] for a in axes]).transpose(np.argsort(axes))
+    return _arrays.like(out, template)
+
+
+def mode_product(T: Any, A: Any, mode: int, order: str = "K"):
+    """Mode-n product ``T x_mode A``: every mode-``mode`` fibre of ``T`` multiplied by ``A``.
+
+    Parameters
+    ----------
+    T : array, shape (n_0, ..., n_{d-1})
+    A : array, shape (m, n_mode)
+    mode : int
+        Axis of ``T`` (negative counts from the end).
+    order : {"K", "C"}
+        As in :func:`multi_mode_product`.
+
+    Returns
+    -------
+    array, shape of ``T`` with n_mode replaced by m
+    """
+    if isinstance(mode, bool) or not isinstance(mode, numbers.Integral):
+        raise ValueError(f"mode must be an integer axis, got {mode!r}")
+    return multi_mode_product(T, [A], [mode], order=order)
