@@ -41,6 +41,7 @@ def rect_D(w):
 KINDS = {
     "linear": ((blending.LINEAR, 0.0), None),
     "gaussian": ((blending.GAUSSIAN, 1 / (4 * 0.07**2)), gauss_D(0.07)),
+    "gaussian_narrow": ((blending.GAUSSIAN, 1 / (4 * 0.0025**2)), gauss_D(0.0025)),  # exp far below 0
     "bspline3": ((blending.BSPLINE3, 1 / 0.1), tri_exact_D(0.1)),
     "tri_sq": ((blending.TRI_SQ, 1 / 0.2), tri_paper_D(0.1)),
     "tri": ((blending.TRI, 1 / 0.15), rect_D(0.15)),
@@ -291,7 +292,7 @@ class _NoDistance(embedders.Embedder):
     def K(self):
         return self._K
 
-    def _embed(self, x):
+    def _embed(self, x, out=None):
         t = np.arange(self._K) / (self._K - 1)
         return np.exp(-((x[:, None] - t) ** 2) / (2 * self._sigma**2)).astype(x.dtype)
 

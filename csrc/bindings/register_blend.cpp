@@ -95,7 +95,7 @@ void register_blend(py::module_& m) {
         index_t* jj = ptr<index_t>(cell);
         double* a0 = ptr<double>(w0);
         double* a1 = ptr<double>(w1);
-        for (index_t k = 0; k < n; ++k) wf.axis(axis, qq[k], jj[k], a0[k], a1[k]);
+        wf.axis(axis, qq, n, jj, a0, a1);
       },
       "Per-axis cells and weight pairs of contiguous float64 coordinates (internal).");
   m.def(

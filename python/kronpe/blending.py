@@ -34,6 +34,7 @@ embedder's distance function D. Decisions (documented once, here):
 """
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from typing import Any, List, Optional, Sequence, Tuple, Union
@@ -416,6 +417,18 @@ class BlendingMatrix:
         _ = self.indices
         self.on_the_fly = False
         return self
+
+    def take(self, rows) -> "BlendingMatrix":
+        """The stored matrix of the points ``points[rows]`` (a subset or a reordering), sharing
+        the grid and reusing the computed weights."""
+        rows = np.asarray(rows)
+        new = copy.copy(self)
+        new.points = self.points[rows]
+        new._indices = np.ascontiguousarray(self.indices[rows])
+        new._weights = np.ascontiguousarray(self.weights[rows])
+        new._plan = None
+        new.on_the_fly = False
+        return new
 
     # -- products -------------------------------------------------------------------------
     def _transpose_plan(self) -> Tuple[np.ndarray, np.ndarray]:

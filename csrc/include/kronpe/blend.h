@@ -50,6 +50,8 @@ constexpr double kTinySum = 1e-12;
 constexpr int kMaxDims = 20;
 // The slab count the transpose aims at (the actual count depends on the grid size and row span).
 constexpr index_t kTargetSlabs = 256;
+// Points per block in the kernels (weights of a block are computed, then used).
+constexpr index_t kBlock = 64;
 
 // One axis of the virtual grid and its weight function.
 struct AxisSpec {
@@ -86,50 +88,41 @@ class WeightFunction {
   // largest index difference within a row: sum of the strides
   index_t span() const { return span_; }
 
-  // Cell j (0 <= j <= M-2) and weights (w0, w1) of coordinate q along axis i. q is clamped onto
-  // [nodes[0], nodes[M-1]] (NaN goes to nodes[0]); the Python layer validates before.
-  void axis(int i, double q, index_t& j, double& w0, double& w1) const;
-  // Cell j only.
-  index_t cell(int i, double q) const;
+  // Cells j (0 <= j <= M-2) and weight pairs (w0, w1) of n contiguous coordinates q along axis
+  // i. q is clamped onto [nodes[0], nodes[M-1]] (NaN goes to nodes[0]); the Python layer
+  // validates before.
+  void axis(int i, const double* q, index_t n, index_t* j, double* w0, double* w1) const;
+  // Flat index of the first corner of a point's cell (coordinates q[i * stride]).
+  template <typename Q>
+  index_t base_index(const Q* q, index_t stride) const {
+    index_t base = 0;
+    for (int i = 0; i < dims(); ++i) base += axes_[size_t(i)].cell(double(q[i * stride])) * strides_[size_t(i)];
+    return base;
+  }
 
-  // Flat index of the first corner and the 2^D corner weights of one point (coordinates q[i *
-  // stride_d]). `w` must hold corners() values.
+  // Flat indices of the first corner (base, n values) and the 2^D corner weights (w, n * 2^D
+  // values, point-major) of n points. Point b is row rows[b] of `points` when rows is given,
+  // row start + b otherwise. Coordinates are clamped as in axis().
   template <typename Q>
-  index_t point(const Q* q, index_t stride_d, double* w) const {
-    const int D = dims();
-    index_t base = 0;
-    w[0] = 1.0;
-    index_t n = 1;
-    for (int i = 0; i < D; ++i) {
-      index_t j;
-      double a0, a1;
-      axis(i, double(q[i * stride_d]), j, a0, a1);
-      base += j * strides_[i];
-      for (index_t k = n - 1; k >= 0; --k) {
-        const double wk = w[k];
-        w[2 * k + 1] = wk * a1;
-        w[2 * k] = wk * a0;
-      }
-      n *= 2;
-    }
-    return base;
-  }
-  template <typename Q>
-  index_t base_index(const Q* q, index_t stride_d) const {
-    index_t base = 0;
-    for (int i = 0; i < dims(); ++i) base += cell(i, double(q[i * stride_d])) * strides_[i];
-    return base;
-  }
+  void block(const MatrixView<const Q>& points, const index_t* rows, index_t start, index_t n,
+             index_t* base, double* w) const;
 
  private:
   struct Axis {
+    template <Kernel K, bool Normalize, typename Q>
+    void weights(const Q* q, index_t stride, const index_t* rows, index_t start, index_t n,
+                 index_t* j, double* w0, double* w1) const;
+    template <typename Q>
+    void weights(bool normalize, const Q* q, index_t stride, const index_t* rows, index_t start,
+                 index_t n, index_t* j, double* w0, double* w1) const;
+    index_t cell(double q) const;  // q already clamped, or anything: NaN and below give 0
     std::vector<double> nodes;
     Kernel kind;
     double param;
     double lo, hi, inv_h;  // range and mean inverse spacing (cell guess)
     bool uniform;
     double D0;
-    std::vector<double> Dh, det;  // per cell
+    std::vector<double> Dh, det;  // per cell: D(h), D(0)^2 - D(h)^2
     std::vector<char> singular;   // per cell
   };
   std::vector<Axis> axes_;
