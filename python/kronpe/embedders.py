@@ -158,7 +158,10 @@ class Embedder:
         -------
         (N, K) array of x's dtype (float64 for integer input); a torch tensor for torch input.
         """
-        xn = _validate.coords_1d("x", _arrays.to_numpy(x, "x"))
+        xn = _arrays.to_numpy(x, "x")
+        if not xn.dtype.isnative:  # byte-swapped input: to native order first
+            xn = xn.astype(xn.dtype.newbyteorder("="))
+        xn = _validate.coords_1d("x", xn)
         result = self._embed(xn, out)
         return result if out is not None else _arrays.like(result, x)
 
