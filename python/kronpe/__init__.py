@@ -67,7 +67,6 @@ def build_info() -> dict:
 __all__ = [
     "build_info",
     "__version__",
-    "BlendingMatrix",
     # mode-n products
     "mode_product",
     "multi_mode_product",
