@@ -179,6 +179,38 @@ def test_complex_encoding_scalar_output_and_float32():
     assert enc.forward_grid([torch.rand(2), torch.rand(3), torch.rand(4)]).shape == (2, 3, 4)
 
 
+def test_from_fit_point_model_predicts_the_same_and_fine_tunes():
+    rng = np.random.default_rng(0)
+    pts = rng.random((300, 2))
+    vals = np.stack([np.sin(3 * pts[:, 0]) * pts[:, 1], np.cos(2 * pts[:, 1])], 1)
+    emb = E.Gaussian(8, 0.08)
+    pm = kronpe.fit_points(pts, vals, [emb, emb], ridge=1e-4)
+    enc = kt.ComplexEncoding.from_fit(pm)
+    assert enc.weight.dtype == torch.float64 and enc.out_shape == (2,)
+    q = rng.random((50, 2))
+    np.testing.assert_allclose(_np(enc(torch.from_numpy(q))), pm.predict(q), rtol=1e-9, atol=1e-12)
+    # fine-tuning from the exact ridge solution: Adam with a small step keeps the fit
+    _, hist = ktrain.fit_points_adam(pts, vals, [emb, emb], init=enc, steps=20, lr=1e-4, weight_decay=0.0,
+                                     progress=False, log_every=10, dtype=torch.float64)
+    start = float(np.mean((pm.predict(pts) - vals) ** 2))
+    assert hist.loss[-1] <= start * 1.01
+
+
+@pytest.mark.skipif(not hasattr(kronpe, "fit_grid"), reason="kronpe.fit_grid is not in this build yet")
+def test_from_fit_grid_model():
+    img = _smooth_image(16)
+    emb = E.Gaussian(8, 0.08, margin=1)
+    gm = kronpe.fit_grid(img, [emb, emb], ridge=1e-6)
+    enc = kt.ComplexEncoding.from_fit(gm)
+    c = [torch.rand(9, dtype=torch.float64), torch.rand(5, dtype=torch.float64)]
+    np.testing.assert_allclose(_np(enc.forward_grid(c)), gm.predict_grid([x.numpy() for x in c]), rtol=1e-5, atol=1e-6)
+
+
+def test_from_fit_rejects_other_objects():
+    with pytest.raises(ValueError, match="model must be a kronpe GridModel or PointModel"):
+        kt.ComplexEncoding.from_fit(object())
+
+
 def test_flush_subnormal():
     t = torch.tensor([1e-40, -1e-39, 1e-30, 0.0, 1.0], dtype=torch.float32)
     np.testing.assert_array_equal(_np(kt.modules.flush_subnormal(t)), np.array([0, 0, 1e-30, 0, 1], np.float32))

@@ -163,7 +163,8 @@ class ComplexEncoding(nn.Module):
         Trailing shape of the output (channels); None gives a scalar per point.
     grid : shape or list of per-axis node coordinates, optional
         The virtual grid of the point path, as :class:`kronpe.BlendingMatrix` takes it (an int
-        M_i gives ``linspace(0, 1, M_i)``). Default: K_i nodes per axis spanning [0, 1].
+        M_i gives ``linspace(0, 1, M_i)``). Default: as :func:`kronpe.fit_points`, K_base + 1 nodes
+        per axis (one per centre spacing of a shifted basis).
     normalize : bool
         Normalise the blending weights to sum to 1 (the official code's choice).
     dtype : torch.dtype
@@ -192,11 +193,15 @@ class ComplexEncoding(nn.Module):
         self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
         self.normalize = bool(normalize)
         from ..blending import _grid_nodes
+        from ..points import _default_grid
 
-        #: the virtual grid's node coordinates per axis (default: K_i nodes spanning [0, 1])
-        self.grid_coords: Tuple[np.ndarray, ...] = tuple(
-            _grid_nodes(list(K) if grid is None else grid, self.ndim)
-        )
+        #: the virtual grid's node coordinates per axis (default: fit_points' grid, K_base + 1
+        #: nodes per axis over [0, 1], i.e. one node per centre spacing)
+        if grid is None:
+            grid = _default_grid(embedders)
+        elif isinstance(grid, tuple):
+            grid = list(grid)
+        self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, self.ndim))
         for i, (e, g) in enumerate(zip(embedders, self.grid_coords)):
             self.register_buffer(f"node_basis_{i}", torch.as_tensor(np.asarray(e(g))), persistent=False)
         self._plan_cache: Optional[tuple] = None
@@ -266,12 +271,33 @@ class ComplexEncoding(nn.Module):
 
     @classmethod
     def from_fit(cls, model, dtype: Optional[torch.dtype] = None) -> "ComplexEncoding":
-        """A ComplexEncoding holding the weights of a kronpe GridModel or PointModel.
+        """A ComplexEncoding that starts from a closed-form fit (to fine-tune it, e.g. with Adam).
 
-        Its predictions equal the model's (``forward_grid`` = ``model.predict_grid``; for a
-        PointModel, ``forward`` = ``model.predict``); then it can be fine-tuned.
+        ``model`` is a kronpe GridModel (``fit_grid``) or PointModel (``fit_points``): its
+        weights (K_1, ..., K_D, *channels) and embedders are copied. For a GridModel,
+        ``forward_grid(coords)`` equals ``model.predict_grid(coords)``. For a PointModel the
+        virtual grid and the blending normalisation are the model's, so ``forward(points)``
+        equals ``model.predict(points)`` (``forward_grid`` evaluates the encoding exactly at the
+        coordinates, where the PointModel's own ``predict_grid`` blends).
         """
-        raise NotImplementedError
+        W = getattr(model, "weights", None)
+        embs = getattr(model, "embedders", None)
+        if W is None or embs is None:
+            raise ValueError(
+                f"model must be a kronpe GridModel or PointModel (with weights and embedders), "
+                f"got {type(model).__name__}"
+            )
+        W = np.asarray(W)
+        D = len(embs)
+        if dtype is None:
+            dtype = torch.float32 if W.dtype == np.float32 else torch.float64
+        enc = cls(list(embs), W.shape[D:] or None, grid=getattr(model, "grid_coords", None),
+                  normalize=bool(getattr(model, "normalize", True)), dtype=dtype)
+        if tuple(W.shape) != tuple(enc.weight.shape):
+            raise ValueError(f"model.weights has shape {W.shape}, its embedders give {tuple(enc.weight.shape)}")
+        with torch.no_grad():
+            enc.weight.copy_(torch.from_numpy(np.ascontiguousarray(W)))
+        return enc
 
     def extra_repr(self) -> str:
         return f"K={self.K}, out_shape={self.out_shape}, normalize={self.normalize}"

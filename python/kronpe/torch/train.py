@@ -40,7 +40,8 @@ PAPER_WEIGHT_DECAY = 1e-8
 
 def psnr(pred, target, peak: float = 1.0) -> float:
     """Peak signal-to-noise ratio in dB (inf for a perfect fit)."""
-    mse = float(torch.mean((torch.as_tensor(pred) - torch.as_tensor(target)).double() ** 2))
+    diff = torch.as_tensor(pred).detach().double() - torch.as_tensor(target).detach().double()
+    mse = float(torch.mean(diff**2))
     return math.inf if mse == 0 else 10.0 * math.log10(peak * peak / mse)
 
 
