@@ -211,9 +211,12 @@ def test_from_fit_rejects_other_objects():
         kt.ComplexEncoding.from_fit(object())
 
 
-def test_flush_subnormal():
-    t = torch.tensor([1e-40, -1e-39, 1e-30, 0.0, 1.0], dtype=torch.float32)
-    np.testing.assert_array_equal(_np(kt.modules.flush_subnormal(t)), np.array([0, 0, 1e-30, 0, 1], np.float32))
+def test_prune_basis():
+    # float32: entries below eps^2 * max = 1.42e-14 * 2 go
+    t = torch.tensor([1e-40, -2e-14, 3e-14, 0.0, 2.0], dtype=torch.float32)
+    np.testing.assert_array_equal(_np(kt.modules.prune_basis(t)), np.array([0, 0, 3e-14, 0, 2], np.float32))
+    t64 = torch.tensor([1e-33, 1e-30, 1.0], dtype=torch.float64)  # float64: eps^2 = 4.9e-32
+    np.testing.assert_array_equal(_np(kt.modules.prune_basis(t64)), [0, 1e-30, 1.0])
 
 
 class _Small(torch.nn.Module):

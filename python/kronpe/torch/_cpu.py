@@ -5,7 +5,8 @@ a contiguous output tensor and hands the core its address, shape and strides.
 """
 from __future__ import annotations
 
-from typing import List
+import weakref
+from typing import Dict, List
 
 import torch
 
@@ -47,14 +48,45 @@ def _weights64(weights: torch.Tensor) -> torch.Tensor:
     return weights if weights.dtype == torch.float64 else weights.to(torch.float64)
 
 
-#: below this many (point, channel) pairs a blend runs on one thread: waking an OpenMP team costs
-#: more than the work, and torch's own OpenMP threads may still be spinning on the same cores
-SERIAL_BELOW = 1 << 15
+class _Schedule:
+    """What blend_transpose needs of an indices tensor besides its values: the largest row span,
+    the index range (checked once) and the bucketing of the rows by output slab."""
+
+    __slots__ = ("key", "ref", "span", "lo", "hi", "perm", "ptr", "__weakref__")
 
 
-def _threads(work: int) -> int:
-    """OpenMP threads for a kernel call: 1 for small work, else the kernels' default (0)."""
-    return 1 if work < SERIAL_BELOW else 0
+#: id(indices) -> _Schedule, while that tensor lives (training reuses one plan every step)
+_SCHEDULES: Dict[int, _Schedule] = {}
+
+
+def _row_range(indices: torch.Tensor):
+    """(smallest, largest) index of every row, by columns (reductions over a short inner axis
+    of an int64 tensor are slow in torch)."""
+    lo = hi = indices[:, 0]
+    for k in range(1, indices.shape[1]):
+        col = indices[:, k]
+        lo, hi = torch.minimum(lo, col), torch.maximum(hi, col)
+    return lo, hi
+
+
+def _schedule(indices: torch.Tensor, num_nodes: int) -> _Schedule:
+    key = (indices.data_ptr(), indices._version, tuple(indices.shape), indices.stride(), num_nodes)
+    cached = _SCHEDULES.get(id(indices))
+    if cached is not None and cached.ref() is indices and cached.key == key:
+        return cached
+    row_lo, row_hi = _row_range(indices)
+    sc = _Schedule()
+    sc.key, sc.lo, sc.hi = key, int(row_lo.min()), int(row_hi.max())
+    sc.span = int((row_hi - row_lo).max())
+    if 0 <= sc.lo and sc.hi < num_nodes:
+        _, slabs = _core.blend_layout(num_nodes, sc.span)
+        sc.perm = torch.empty(indices.shape[0], dtype=torch.int64)
+        sc.ptr = torch.empty(slabs + 1, dtype=torch.int64)
+        _core.blend_plan_stored(_mat(indices), num_nodes, sc.span, sc.perm.data_ptr(), sc.ptr.data_ptr(), 0)
+    i = id(indices)
+    sc.ref = weakref.ref(indices, lambda _r, i=i: _SCHEDULES.pop(i, None))
+    _SCHEDULES[i] = sc
+    return sc
 
 
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -67,7 +99,7 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
         return out.zero_()
     w64 = _weights64(weights)  # a local: it must outlive the call
     # the kernel checks every index against the grid (ValueError) before writing
-    _core.blend_stored(_dtype(values), _mat(indices), _mat(w64), _mat(values), _mat(out), _threads(P * C))
+    _core.blend_stored(_dtype(values), _mat(indices), _mat(w64), _mat(values), _mat(out), 0)
     return out
 
 
@@ -83,14 +115,14 @@ def blend_transpose(
     out = rows.new_zeros((num_nodes, C))
     if P == 0 or C == 0 or S == 0:
         return out
-    # the transpose buckets the points by slabs of the grid at least as long as every row's span
-    row_lo, row_hi = indices.amin(1), indices.amax(1)
-    lo, hi = int(row_lo.min()), int(row_hi.max())
-    if lo < 0 or hi >= num_nodes:
+    # the transpose buckets the rows by slabs of the grid at least as long as every row's span;
+    # that schedule is computed once per indices tensor (and version)
+    sc = _schedule(indices, num_nodes)
+    if sc.lo < 0 or sc.hi >= num_nodes:
         raise ValueError(
-            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{lo}, {hi}]"
+            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{sc.lo}, {sc.hi}]"
         )
-    span = int((row_hi - row_lo).max())
     w64 = _weights64(weights)  # a local: it must outlive the call
-    _core.blend_transpose_stored(_dtype(rows), _mat(indices), _mat(w64), _mat(rows), _mat(out), span, _threads(P * C), 0, 0)
+    _core.blend_transpose_stored(_dtype(rows), _mat(indices), _mat(w64), _mat(rows), _mat(out), sc.span, 0,
+                                 sc.perm.data_ptr(), sc.ptr.data_ptr())
     return out

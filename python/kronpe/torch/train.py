@@ -22,7 +22,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .modules import ComplexEncoding
+from .modules import ComplexEncoding, sort_plan
 
 __all__ = [
     "History",
@@ -214,7 +214,9 @@ def fit_points_adam(
         embedders, tuple(vals.shape[1:]) or None, grid=grid, normalize=normalize, dtype=dtype
     )
     model = model.to(vals.device)
-    plan = model.plan(pts)  # once
+    # the blending matrix once, its rows in grid order (faster transposes), targets alike
+    plan, order = sort_plan(model.plan(pts))
+    vals = vals[order.to(vals.device)]
     hist = train(model, lambda: model.forward_plan(plan), vals, steps=steps, lr=lr,
                  weight_decay=weight_decay, progress=progress, desc="adam (points)", **train_kwargs)
     return model, hist
