@@ -291,6 +291,37 @@ def test_fit_points_adam_learns():
     assert ktrain.psnr(pred, torch.from_numpy(img.reshape(-1))) > 23
 
 
+class _Case:
+    """The parts of kronpe.app.Case the demo rows read (2-D, stride 2)."""
+
+    def __init__(self, full):
+        self.full, self.ndim, self.stride, self.peak = full, 2, 2, 1.0
+        self.train = full[::2, ::2]
+        self.coords = [np.arange(n) / n for n in full.shape[:2]]
+        self.train_coords = [c[::2] for c in self.coords]
+        self.K = self.train.shape[0]
+
+
+def test_demo_row_functions():
+    case = _Case(np.stack([_smooth_image(32)] * 2, -1))  # two channels
+    for run in (ktrain.adam_grid_run, ktrain.adam_random_run):
+        res = run(case, "Gau", steps=100)
+        assert res["pred"].shape == case.full.shape and res["pred"].dtype == np.float32
+        assert 0 < res["fit_s"] <= res["total_s"]
+        assert ktrain.psnr(torch.from_numpy(res["pred"]), torch.from_numpy(case.full)) > 22
+    assert "unseen samples" in res["note"]
+
+
+def test_sort_plan_orders_rows_and_keeps_the_model():
+    enc = _encoding()
+    pts = torch.rand(30, 2, dtype=torch.float64)
+    plan = enc.plan(pts)
+    splan, order = kt.modules.sort_plan(plan)
+    lo = splan.indices.min(1).values
+    assert bool((lo[1:] >= lo[:-1]).all())
+    np.testing.assert_allclose(_np(enc.forward_plan(splan)), _np(enc.forward_plan(plan)[order]), rtol=1e-14)
+
+
 def test_train_checks_arguments():
     m = torch.nn.Linear(2, 1)
     with pytest.raises(ValueError, match="steps must be a non-negative integer"):

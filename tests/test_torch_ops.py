@@ -220,6 +220,43 @@ def test_blend_is_adjoint_of_transpose():
     assert abs(float(lhs - rhs)) < 1e-12 * float(abs(lhs))
 
 
+def test_transpose_schedule_follows_in_place_changes():
+    """blend_transpose caches a schedule per indices tensor; an in-place change must refresh it."""
+    R = torch.ones(3, 1, dtype=torch.float64)
+    idx = torch.tensor([[0, 1], [1, 2], [2, 3]])
+    w = torch.ones(3, 2, dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.blend_transpose(R, idx, w, 40)).ravel()[:4], [1, 2, 2, 1])
+    idx[2] = torch.tensor([30, 39])  # a wider span and other nodes
+    out = _np(kt.blend_transpose(R, idx, w, 40)).ravel()
+    np.testing.assert_allclose(out, dense_blend(idx, w, 40).T @ np.ones(3), rtol=1e-12)
+    idx[0, 0] = 40
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 40\)"):
+        kt.blend_transpose(R, idx, w, 40)
+
+
+def test_plain_api_gives_torch_back():
+    import kronpe
+
+    T = torch.randn(4, 5, 3, dtype=torch.float64, requires_grad=True)
+    A, B = torch.randn(2, 4, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    out = kronpe.multi_mode_product(T, [A, B])
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 6, 3) and not out.requires_grad
+    np.testing.assert_allclose(_np(out), _np(kt.multi_mode_product(T, [A, B])), rtol=1e-12)
+    e = kronpe.Gaussian(8, 0.1)
+    assert isinstance(e(torch.rand(5)), torch.Tensor)
+
+
+def test_plain_fit_grid_gives_torch_back():
+    import kronpe
+
+    if not hasattr(kronpe, "fit_grid"):
+        pytest.skip("kronpe.fit_grid is not in this build yet")
+    sig = torch.rand(16, 12, dtype=torch.float64)
+    model = kronpe.fit_grid(sig, [kronpe.Gaussian(8, 0.1)] * 2, ridge=1e-6)
+    pred = model.predict_grid([torch.arange(16, dtype=torch.float64) / 16, torch.arange(12, dtype=torch.float64) / 12])
+    assert isinstance(pred, torch.Tensor)
+
+
 def test_one_d_wrappers():
     V = torch.randn(5, dtype=torch.float64)
     idx = torch.tensor([[0, 1], [3, 4]])

@@ -26,6 +26,8 @@ from .modules import ComplexEncoding, sort_plan
 
 __all__ = [
     "History",
+    "adam_grid_run",
+    "adam_random_run",
     "adam_rows",
     "fit_grid_adam",
     "fit_points_adam",
@@ -237,67 +239,75 @@ def _gd_embedder(family: str, K: int, width_at_256: float):
     return Gaussian(K, w) if family == "Gau" else Triangle(K, w)
 
 
+def _steps_for(case, steps: Optional[int]) -> int:
+    return steps if steps is not None else (2000 if case.ndim <= 2 else 500)
+
+
+def adam_grid_run(case, family: str, steps: Optional[int] = None, progress: bool = False) -> dict:
+    """One demo row: ComplexEncoding trained by Adam on ``case``'s regular training grid.
+
+    ``case`` is a ``kronpe.app.Case`` (``train``, ``train_coords``, ``coords``, ``full``, ``ndim``,
+    ``K``). K = training samples per axis, the papers' gradient-descent width for ``family``.
+    Returns dict(pred (the full grid), fit_s, total_s, note).
+    """
+    emb = _gd_embedder(family, case.K, GD_GRID[family])
+    t0 = time.perf_counter()
+    model, hist = fit_grid_adam(case.train, [emb] * case.ndim, coords=case.train_coords,
+                                steps=_steps_for(case, steps), progress=progress)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        pred = model.forward_grid([torch.as_tensor(c) for c in case.coords]).numpy()
+    t2 = time.perf_counter()
+    return dict(pred=pred.reshape(case.full.shape).astype(case.full.dtype), fit_s=t1 - t0, total_s=t2 - t0,
+                note=f"{hist.step[-1] if hist.step else 0} Adam steps")
+
+
+def adam_random_run(case, family: str, steps: Optional[int] = None, progress: bool = False,
+                    seed: int = 0) -> dict:
+    """One demo row: ComplexEncoding trained by Adam at a random subset of ``case``'s full grid
+    holding as many samples as its training grid (the blending path), evaluated everywhere.
+
+    Returns dict(pred, fit_s, total_s, note); the note gives the PSNR on the unseen samples.
+    """
+    shape = case.full.shape[: case.ndim]
+    n_all = int(np.prod(shape))
+    n_train = int(np.prod(case.train.shape[: case.ndim]))
+    pick = np.zeros(n_all, dtype=bool)
+    pick[np.random.default_rng(seed).choice(n_all, size=n_train, replace=False)] = True
+    mesh = np.stack(np.meshgrid(*case.coords, indexing="ij"), axis=-1).reshape(n_all, case.ndim)
+    vals = case.full.reshape((n_all,) + case.full.shape[case.ndim:])
+    emb = _gd_embedder(family, case.K, GD_POINTS[family])
+    t0 = time.perf_counter()
+    model, hist = fit_points_adam(mesh[pick], vals[pick], [emb] * case.ndim,
+                                  steps=_steps_for(case, steps), progress=progress)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        pred = model(torch.as_tensor(mesh)).numpy()
+    t2 = time.perf_counter()
+    unseen = psnr(torch.as_tensor(pred[~pick]), torch.as_tensor(vals[~pick]), getattr(case, "peak", 1.0))
+    return dict(pred=pred.reshape(case.full.shape).astype(case.full.dtype), fit_s=t1 - t0, total_s=t2 - t0,
+                note=f"random {n_train / n_all:.1%}; PSNR on unseen samples {unseen:.2f} dB")
+
+
 def adam_rows(steps: Optional[int] = None, families: Sequence[str] = ("Gau", "Tri"),
               scattered: bool = True, progress: bool = False) -> list:
-    """``kronpe demo`` rows (``app.DemoRow``) for the papers' gradient-descent complex encodings.
-
-    - "<fam>, paper (Adam, grid)": ComplexEncoding trained on the case's regular training grid
-      (K = training samples per axis), evaluated on the full grid (forward_grid).
-    - "<fam>, paper (Adam, random)" (``scattered``): trained at a random subset of the full grid
-      holding as many samples as the training grid (25% in 2-D, 12.5% in 3-D: seed 000 Tables 2
-      and 4), through the blending path, then evaluated at every sample. The demo's held-out
-      column counts some of its training samples; the note gives the PSNR on the samples it
-      never saw.
+    """``kronpe demo`` rows (``kronpe.app.DemoRow``) for the papers' gradient-descent complex
+    encodings: "<fam>, paper (Adam, grid)" (:func:`adam_grid_run`) and, with ``scattered``,
+    "<fam>, paper (Adam, random)" (:func:`adam_random_run`: the demo's held-out column then
+    counts some of its training samples; its note gives the PSNR on the samples it never saw).
 
     ``steps`` defaults to the papers' epochs: 2000 in 2-D, 500 in 3-D.
     """
     from ..app import DemoRow, RowResult
 
-    def steps_for(case) -> int:
-        return steps if steps is not None else (2000 if case.ndim <= 2 else 500)
-
-    def grid_row(family: str):
+    def row(run_fn, family: str):
         def run(case):
-            emb = _gd_embedder(family, case.K, GD_GRID[family])
-            t0 = time.perf_counter()
-            model, hist = fit_grid_adam(case.train, [emb] * case.ndim, coords=case.train_coords,
-                                        steps=steps_for(case), progress=progress)
-            t1 = time.perf_counter()
-            with torch.no_grad():
-                pred = model.forward_grid([torch.as_tensor(c) for c in case.coords]).numpy()
-            t2 = time.perf_counter()
-            return RowResult(pred.reshape(case.full.shape).astype(case.full.dtype), t1 - t0, t2 - t0,
-                             note=f"{hist.step[-1] if hist.step else 0} Adam steps")
+            return RowResult(**run_fn(case, family, steps=steps, progress=progress))
 
-        run.__name__ = f"adam_grid_{family}"
+        run.__name__ = f"{run_fn.__name__}_{family}"
         return run
 
-    def random_row(family: str):
-        def run(case):
-            shape = case.full.shape[: case.ndim]
-            n_all = int(np.prod(shape))
-            n_train = int(np.prod(case.train.shape[: case.ndim]))
-            rng = np.random.default_rng(0)
-            pick = np.zeros(n_all, dtype=bool)
-            pick[rng.choice(n_all, size=n_train, replace=False)] = True
-            mesh = np.stack(np.meshgrid(*case.coords, indexing="ij"), axis=-1).reshape(n_all, case.ndim)
-            vals = case.full.reshape((n_all,) + case.full.shape[case.ndim:])
-            emb = _gd_embedder(family, case.K, GD_POINTS[family])
-            t0 = time.perf_counter()
-            model, hist = fit_points_adam(mesh[pick], vals[pick], [emb] * case.ndim,
-                                          steps=steps_for(case), progress=progress)
-            t1 = time.perf_counter()
-            with torch.no_grad():
-                pred = model(torch.as_tensor(mesh)).numpy()
-            t2 = time.perf_counter()
-            unseen = psnr(torch.as_tensor(pred[~pick]), torch.as_tensor(vals[~pick]), case.peak)
-            return RowResult(pred.reshape(case.full.shape).astype(case.full.dtype), t1 - t0, t2 - t0,
-                             note=f"random {n_train / n_all:.1%}; PSNR on unseen samples {unseen:.2f} dB")
-
-        run.__name__ = f"adam_random_{family}"
-        return run
-
-    rows = [DemoRow(f"{f}, paper (Adam, grid)", grid_row(f), quick=True) for f in families]
+    rows = [DemoRow(f"{f}, paper (Adam, grid)", row(adam_grid_run, f)) for f in families]
     if scattered:
-        rows += [DemoRow(f"{f}, paper (Adam, random)", random_row(f), quick=True) for f in families]
+        rows += [DemoRow(f"{f}, paper (Adam, random)", row(adam_random_run, f)) for f in families]
     return rows
