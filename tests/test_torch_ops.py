@@ -249,12 +249,16 @@ def test_plain_api_gives_torch_back():
 def test_plain_fit_grid_gives_torch_back():
     import kronpe
 
-    if not hasattr(kronpe, "fit_grid"):
-        pytest.skip("kronpe.fit_grid is not in this build yet")
-    sig = torch.rand(16, 12, dtype=torch.float64)
+    sig = torch.rand(16, 12, 2, dtype=torch.float64)
     model = kronpe.fit_grid(sig, [kronpe.Gaussian(8, 0.1)] * 2, ridge=1e-6)
-    pred = model.predict_grid([torch.arange(16, dtype=torch.float64) / 16, torch.arange(12, dtype=torch.float64) / 12])
-    assert isinstance(pred, torch.Tensor)
+    ref = kronpe.fit_grid(sig.numpy(), [kronpe.Gaussian(8, 0.1)] * 2, ridge=1e-6)
+    coords = [torch.arange(16, dtype=torch.float64) / 16, torch.arange(12, dtype=torch.float64) / 12]
+    pred = model.predict_grid(coords)
+    assert isinstance(pred, torch.Tensor) and pred.shape == (16, 12, 2)
+    np.testing.assert_allclose(_np(pred), ref.predict_grid([c.numpy() for c in coords]), rtol=1e-12)
+    pts = torch.rand(5, 2, dtype=torch.float64)
+    assert isinstance(model.predict(pts), torch.Tensor)
+    assert isinstance(model.predict_grid([c.numpy() for c in coords]), np.ndarray)  # NumPy in, NumPy out
 
 
 def test_one_d_wrappers():
