@@ -48,7 +48,7 @@ from kronpe.torch.modules import sort_plan  # noqa: E402
 
 K = 256
 LR = 0.1  # the official scripts' Adam learning rate for complex encodings
-ROUNDS = 20
+ROUNDS = 40
 
 _CACHE: dict = {}
 
@@ -229,3 +229,40 @@ def test_equal_loss_after_200_steps(benchmark, case):
     benchmark.extra_info.update(loss_kronpe=a, loss_official=b, loss_first=losses["kronpe"][0])
     assert losses["kronpe"][-1] < 0.2 * losses["kronpe"][0]
     assert abs(a - b) <= 1e-3 * abs(b), f"loss after {STEPS_CHECKED} steps: kronpe {a}, official {b}"
+
+
+# ---- interleaved timing (python benches/bench_torch.py) --------------------------------------------
+
+
+def interleaved(rounds: int = 40) -> str:
+    """Every method once per round, in rotating order, so that a shared machine's load shifts
+    hit all of them alike; returns a Markdown table of min and median times and the ratios."""
+    import time
+
+    lines = ["| case | method | min (ms) | median (ms) |", "|---|---|---:|---:|"]
+    ratios = []
+    for case in CASES:
+        fns = {f"step {name}": stepper(m, t) for name, (m, t) in make_models(case).items()}
+        fns.update({f"products alone, {b}": products_alone(case, b) for b in ("torch.matmul", "kronpe chain")})
+        names = list(fns)
+        times = {n: [] for n in names}
+        for n in names:  # warm-up
+            fns[n]()
+        for r in range(rounds):
+            for n in names[r % len(names):] + names[: r % len(names)]:
+                t0 = time.perf_counter()
+                fns[n]()
+                times[n].append(time.perf_counter() - t0)
+        stat = {n: (min(v) * 1e3, float(np.median(v)) * 1e3) for n, v in times.items()}
+        for n in names:
+            lines.append(f"| {case} | {n} | {stat[n][0]:.2f} | {stat[n][1]:.2f} |")
+        for label, a, b in [("official step / kronpe step", "step official", "step kronpe"),
+                            ("kronpe step / its products (kronpe chain)", "step kronpe", "products alone, kronpe chain"),
+                            ("kronpe step / products (torch.matmul)", "step kronpe", "products alone, torch.matmul")]:
+            ratios.append(f"| {case} | {label} | {stat[a][0] / stat[b][0]:.2f} | {stat[a][1] / stat[b][1]:.2f} |")
+    return "\n".join(lines + ["", "| case | ratio | of min | of median |", "|---|---|---:|---:|"] + ratios)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    print(interleaved(int(sys.argv[1]) if len(sys.argv) > 1 else 40))

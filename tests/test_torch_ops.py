@@ -191,6 +191,19 @@ def test_matrix_gradient_paths_agree():
         np.testing.assert_allclose(_np(gB), _np(eB), rtol=1e-10)
 
 
+def test_broadcast_inputs():
+    """Stride-0 (expanded) inputs: the kernels read any strides."""
+    T = torch.randn(1, 5, dtype=torch.float64).expand(4, 5)
+    A = torch.randn(3, 1, dtype=torch.float64).expand(3, 4)
+    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [A])), ref_mmp(T, [A], [0]), rtol=1e-12)
+    V = torch.randn(10, 1, dtype=torch.float64).expand(10, 3)
+    idx = torch.randint(0, 10, (5, 4))
+    w = torch.rand(5, 4, dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.blend(V, idx, w)), dense_blend(idx, w, 10) @ _np(V), rtol=1e-12)
+    R = torch.randn(5, 1, dtype=torch.float64).expand(5, 3)
+    np.testing.assert_allclose(_np(kt.blend_transpose(R, idx, w, 10)), dense_blend(idx, w, 10).T @ _np(R), rtol=1e-12)
+
+
 def test_negative_and_default_modes():
     T = torch.randn(3, 4, 5)
     A, B = torch.randn(2, 3), torch.randn(6, 5)
