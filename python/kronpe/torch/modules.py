@@ -408,6 +408,10 @@ class LearnableFourierFeatures(nn.Module):
     Normal(0, gamma^-2) (std 1/gamma, eq. 3), then Y = act(r W_1 + B_1) W_2 + B_2 with W_1 of
     shape F x H and W_2 of shape H x D/G, shared by the G groups; Y is reshaped to [N, D].
 
+    At initialisation r_x . r_y = (1/F) sum_j cos((x - y) . w_j) has expectation
+    exp(-|x - y|^2 / (2 gamma^2)) / 2 (and r_x . r_x = 1/2 exactly); the paper's eq. 4 writes
+    the kernel as exp(-|x - y|^2 / gamma^2), without the two factors of 2.
+
     Parameters
     ----------
     pos_dim : int
@@ -480,6 +484,11 @@ class SinusoidalEmbedding(nn.Module):
 
     - ``"transformer"``: w_k = max_positions^(-k / L)
     - ``"nerf"``: w_k = 2^k pi
+
+    (These are the tutorial's formulas. The neuralop class it demonstrates computes the
+    transformer exponent as k / in_channels, which equals k / L only when L = C; kronpe follows
+    the formula, as kronpe.Transformer does: ``SinusoidalEmbedding(1, L, "transformer", P)`` on
+    2 pi x equals ``kronpe.Transformer(L, P)`` on x.)
 
     Inputs are (batch, N, C) or (N, C); the output stacks the channels' embeddings one after the
     other (channel c occupies columns 2Lc .. 2L(c+1)-1, sin and cos interleaved), the layout of
