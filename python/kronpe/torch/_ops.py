@@ -18,7 +18,8 @@ not flow back to the point coordinates themselves: callers treat points as data.
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
 call kronpe's compiled core with ``data_ptr()`` and strides (the extension never links libtorch);
 a CUDA backend is one more entry, ``KERNELS["cuda"] = {...}``, registered by
-:func:`register_kernels`.
+:func:`register_kernels`: functions with the CPU ones' signatures that hand the CUDA bindings
+the same addresses plus ``torch.cuda.current_stream(device).cuda_stream``.
 """
 from __future__ import annotations
 
