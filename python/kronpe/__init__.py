@@ -12,6 +12,8 @@ from ._blas import blas_name as _blas_name, init as _init_blas
 _init_blas(_core)
 
 from .ops import mode_product, multi_mode_product  # noqa: E402
+from .blending import BlendingMatrix  # noqa: E402
+from .points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
 from .fit import GridModel, GridPlan, fit_grid  # noqa: E402
 
 __version__ = _core.build_info()["version"]
@@ -69,6 +71,11 @@ __all__ = [
     # mode-n products and grid fits
     "mode_product",
     "multi_mode_product",
+    # scattered points
+    "BlendingMatrix",
+    "fit_points",
+    "PointModel",
+    "ConvergenceWarning",
     "fit_grid",
     "GridPlan",
     "GridModel",

@@ -337,7 +337,8 @@ class GridModel:
         for i, (c, e) in enumerate(zip(coords, self.embedders)):
             c = _validate.coords_1d(f"coords[{i}]", _arrays.to_numpy(c, f"coords[{i}]"), np.float64)
             phis.append(np.asarray(e(c), dtype=np.float64).astype(dt, copy=False))
-        return multi_mode_product(self.weights, phis, order="C")
+        # torch coordinates give a torch tensor back (NumPy in, NumPy out)
+        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), coords[0] if coords else None)
 
     def predict(self, points, chunk: int = 1 << 22) -> np.ndarray:
         """Values at scattered points, without any Kronecker product.
@@ -380,7 +381,7 @@ class GridModel:
                 e = np.asarray(self.embedders[i](x[:, i]), np.float64).astype(dt, copy=False)
                 t = np.matmul(e[:, None, :], t.reshape(p, K[i], -1))[:, 0, :]  # (p, rest / K_i)
             out[start : start + p] = t.reshape((p,) + self.channels)
-        return out
+        return _arrays.like(out, points)
 
 
 # ---- the plan --------------------------------------------------------------------------------

@@ -93,45 +93,16 @@ def multi_mode_product(
         raise ValueError("matrices must be a sequence of 2-D arrays (use mode_product for one)")
     mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
     mode_tuple = _mode_list(modes, len(mats), t.ndim)
-    for j, (a, k) in enumerate(zip(mats, mode_tuple)):
-        if a.ndim != 2:
-            raise ValueError(f"matrices[{j}] must be 2-D (m, n), got shape {a.shape}")
-        if a.shape[1] != t.shape[k]:
-            raise ValueError(
-                f"matrices[{j}] must have shape (m, {t.shape[k]}) to multiply mode {k} of T "
-                f"with shape {t.shape}, got {a.shape}"
-            )
-    all32 = t.dtype.char == "f" and all(a.dtype.char == "f" for a in mats)
-    dt = _F32 if all32 else _F64
-    if t.dtype != dt:
-        t = t.astype(dt)
-    mats = [a if a.dtype == dt else a.astype(dt) for a in mats]
-    out_shape = list(t.shape)
-    for a, k in zip(mats, mode_tuple):
-        out_shape[k] = a.shape[0]
-    out = np.empty(out_shape, dt)
-    item = dt.itemsize
-    strides = [n for a in mats for n in a.strides]
-    strides += t.strides
-    if any(n % item for n in strides):  # possible only through np.lib.stride_tricks
-        raise ValueError(f"T and matrices must have strides that are multiples of {item} bytes")
-    address = _core.address
-    axes = _core.multi_mode_product(
-        "float32" if all32 else "float64",
-        address(t),
-        t.shape,
-        [n // item for n in t.strides],
-        mode_tuple,
-        [address(a) for a in mats],
-        [n for a in mats for n in a.shape],
-        [n // item for n in strides[: 2 * len(mats)]],
-        address(out),
-        order == "K",
-    )
-    if order == "K" and axes != sorted(axes):
-        # written in the axis order `axes`: view that buffer with the logical axis order
-        out = out.reshape([out_shape[a] for a in axes]).transpose(np.argsort(axes))
-    return _arrays.like(out, template)
+    dt = t.dtype
+    if dt.char not in "fd" or any(a.dtype != dt for a in mats):
+        # float32 only when everything is float32; any other mix computes in float64
+        all32 = dt.char == "f" and all(a.dtype.char == "f" for a in mats)
+        dt = _F32 if all32 else _F64
+        t = t.astype(dt, copy=False)
+        mats = [a.astype(dt, copy=False) for a in mats]
+    # shapes, strides and the matrices' columns are checked in C++ (errors name the argument)
+    out = _core.multi_mode_product_arrays(t, mats, mode_tuple, order == "K")
+    return out if template is t else _arrays.like(out, template)
 
 
 def mode_product(T: Any, A: Any, mode: int, order: str = "K"):

@@ -1,0 +1,597 @@
+// kronpe C++ core: blending-matrix kernels on the CPU (see kronpe/blend.h for the conventions).
+#include "kronpe/blend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#ifdef KRONPE_OPENMP
+#include <omp.h>
+#endif
+
+namespace kronpe::blend {
+namespace {
+
+int resolve_threads(int threads) {
+#ifdef KRONPE_OPENMP
+  return threads > 0 ? threads : omp_get_max_threads();
+#else
+  (void)threads;
+  return 1;
+#endif
+}
+
+// Threads for a kernel of `work` multiply-adds: the caller's count when given (> 0), else
+// OpenMP's default reduced so that each thread gets at least kMinWorkPerThread (small products
+// run serially: on a busy machine fork/join and barriers cost more than they save). The results
+// never depend on the count.
+constexpr index_t kMinWorkPerThread = index_t(1) << 20;
+int pick_threads(int threads, index_t work) {
+  if (threads > 0) return threads;
+  const index_t by_work = std::max<index_t>(1, work / kMinWorkPerThread);
+  return int(std::min<index_t>(resolve_threads(0), by_work));
+}
+
+inline bool bad_index(index_t idx, index_t size) {
+  return static_cast<std::uint64_t>(idx) >= static_cast<std::uint64_t>(size);
+}
+
+void check_matrix(index_t rows, index_t cols, const char* what, index_t want_rows,
+                  index_t want_cols) {
+  require(rows == want_rows && cols == want_cols,
+          std::string(what) + ": expected shape (" + std::to_string(want_rows) + ", " +
+              std::to_string(want_cols) + "), got (" + std::to_string(rows) + ", " +
+              std::to_string(cols) + ")");
+}
+
+// Stable bucketing of P items by slab: perm lists the items slab by slab, each slab in item
+// order, whatever the number of threads (only the chunking of the work depends on it).
+template <typename SlabOf>
+void bucket(index_t P, TransposeLayout lay, SlabOf slab_of, index_t* perm, index_t* ptr,
+            int threads) {
+  const index_t NS = lay.slabs;
+  const int nt = int(std::max<index_t>(1, std::min<index_t>(resolve_threads(threads), P)));
+  std::vector<index_t> sid(static_cast<size_t>(P));
+  std::vector<index_t> hist(size_t(nt) * size_t(NS) + 1, 0);
+  int bad = 0;
+#pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(| : bad)
+  for (int c = 0; c < nt; ++c) {
+    const index_t p0 = P * c / nt, p1 = P * (c + 1) / nt;
+    index_t* h = hist.data() + size_t(c) * size_t(NS);
+    for (index_t p = p0; p < p1; ++p) {
+      const index_t s = slab_of(p);
+      if (bad_index(s, NS)) {
+        bad = 1;
+        sid[p] = 0;
+        continue;
+      }
+      sid[p] = s;
+      ++h[s];
+    }
+  }
+  require(!bad, "blend_transpose: an index lies outside the grid");
+  // offsets: slab-major, then chunk order (= item order)
+  index_t run = 0;
+  for (index_t s = 0; s < NS; ++s) {
+    ptr[s] = run;
+    for (int c = 0; c < nt; ++c) {
+      index_t& h = hist[size_t(c) * size_t(NS) + size_t(s)];
+      const index_t n = h;
+      h = run;
+      run += n;
+    }
+  }
+  ptr[NS] = run;
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+  for (int c = 0; c < nt; ++c) {
+    const index_t p0 = P * c / nt, p1 = P * (c + 1) / nt;
+    index_t* h = hist.data() + size_t(c) * size_t(NS);
+    for (index_t p = p0; p < p1; ++p) perm[h[sid[p]]++] = p;
+  }
+}
+
+// Runs body(s, rows, n) over the points of the plan, slab by slab in two phases (even slabs,
+// then odd slabs), each slab in blocks of at most kBlock points in plan order.
+template <typename Body>
+void for_slabs(TransposeLayout lay, const index_t* perm, const index_t* ptr, int threads,
+               Body body) {
+  const int nt = resolve_threads(threads);
+  for (index_t phase = 0; phase < 2; ++phase) {
+    const index_t count = (lay.slabs - phase + 1) / 2;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (index_t k = 0; k < count; ++k) {
+      const index_t s = phase + 2 * k;
+      for (index_t e = ptr[s]; e < ptr[s + 1]; e += kBlock)
+        body(s, perm + e, std::min(kBlock, ptr[s + 1] - e));
+    }
+  }
+}
+
+template <typename T>
+void zero(MatrixView<T> out, int threads) {
+  const int nt = resolve_threads(threads);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (index_t r = 0; r < out.rows; ++r)
+    for (index_t c = 0; c < out.cols; ++c) out(r, c) = T(0);
+}
+
+}  // namespace
+
+WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize)
+    : normalize_(normalize) {
+  const int D = int(axes.size());
+  require(D >= 1 && D <= kMaxDims,
+          "blend: the number of axes must be in [1, " + std::to_string(kMaxDims) + "], got " +
+              std::to_string(D));
+  axes_.resize(size_t(D));
+  strides_.assign(size_t(D), 1);
+  for (int i = 0; i < D; ++i) {
+    const AxisSpec& s = axes[size_t(i)];
+    require(s.M >= 2, "blend: every axis needs at least 2 grid nodes, axis " + std::to_string(i) +
+                          " has " + std::to_string(s.M));
+    require(int(s.kind) >= 0 && int(s.kind) <= 4, "blend: unknown weight kind");
+    require(std::isfinite(s.param), "blend: the weight parameter must be finite");
+    Axis& a = axes_[size_t(i)];
+    a.nodes.assign(s.nodes, s.nodes + s.M);
+    for (index_t k = 0; k < s.M; ++k)
+      require(std::isfinite(a.nodes[size_t(k)]), "blend: grid nodes must be finite");
+    for (index_t k = 0; k + 1 < s.M; ++k)
+      require(a.nodes[size_t(k)] < a.nodes[size_t(k + 1)],
+              "blend: grid nodes must be strictly increasing along axis " + std::to_string(i));
+    a.kind = s.kind;
+    a.param = s.param;
+    a.lo = a.nodes.front();
+    a.hi = a.nodes.back();
+    const double h = (a.hi - a.lo) / double(s.M - 1);
+    a.inv_h = 1.0 / h;
+    double dev = 0.0;
+    for (index_t k = 0; k < s.M; ++k)
+      dev = std::max(dev, std::fabs(a.nodes[size_t(k)] - (a.lo + double(k) * h)));
+    a.uniform = dev <= h;  // the cell guess is then off by at most a couple of cells
+    a.D0 = distance(a.kind, a.param, 0.0);
+    a.Dh.resize(size_t(s.M - 1));
+    a.det.resize(size_t(s.M - 1));
+    a.singular.resize(size_t(s.M - 1));
+    for (index_t k = 0; k + 1 < s.M; ++k) {
+      const double hk = a.nodes[size_t(k + 1)] - a.nodes[size_t(k)];
+      const double Dh = distance(a.kind, a.param, hk);
+      const double det = a.D0 * a.D0 - Dh * Dh;
+      a.Dh[size_t(k)] = Dh;
+      a.det[size_t(k)] = det;
+      a.singular[size_t(k)] =
+          a.kind == Kernel::linear || !(det > kSingularRcond * a.D0 * a.D0) ? 1 : 0;
+    }
+  }
+  for (int i = D - 2; i >= 0; --i)
+    strides_[size_t(i)] =
+        checked_mul(strides_[size_t(i + 1)], axes[size_t(i + 1)].M, "blend: grid size");
+  grid_size_ = checked_mul(strides_[0], axes[0].M, "blend: grid size");
+  span_ = 0;
+  for (int i = 0; i < D; ++i) span_ += strides_[size_t(i)];
+  const index_t nc = index_t(1) << D;
+  corner_offsets_.assign(size_t(nc), 0);
+  for (index_t c = 0; c < nc; ++c)
+    for (int i = 0; i < D; ++i)
+      if ((c >> (D - 1 - i)) & 1) corner_offsets_[size_t(c)] += strides_[size_t(i)];
+}
+
+index_t WeightFunction::Axis::cell(double q) const {
+  const index_t last = index_t(nodes.size()) - 2;  // last cell
+  if (!(q > lo)) return 0;                          // below, on the first node, or NaN
+  if (q >= hi) return last;
+  index_t j;
+  if (uniform) {
+    j = std::min(last, std::max<index_t>(0, index_t((q - lo) * inv_h)));
+    while (j > 0 && q < nodes[size_t(j)]) --j;
+    while (j < last && q >= nodes[size_t(j + 1)]) ++j;
+  } else {
+    j = index_t(std::upper_bound(nodes.begin(), nodes.end(), q) - nodes.begin()) - 1;
+    j = std::min(last, std::max<index_t>(0, j));
+  }
+  return j;
+}
+
+namespace {
+// exp(x) for x <= 0 to about 1 ulp, branch-free so that the weight loop vectorises: x = n ln2 + r
+// with |r| <= ln2 / 2, a degree-12 Taylor polynomial in r, and 2^n assembled in the exponent
+// bits. Arguments below -708 give 0 (the distances are then negligible anyway).
+inline double exp_nonpositive(double x) {
+  const double xc = x < -708.0 ? -708.0 : x;
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
+  const double t = xc * 1.4426950408889634 + magic;
+  const double n = t - magic;
+  const double r = (xc - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+  double p = 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  std::uint64_t bits;
+  std::memcpy(&bits, &t, sizeof bits);
+  bits = (bits + 1023u) << 52;  // the low bits of t hold n; the constant's bits shift out
+  double scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -708.0 ? 0.0 : p * scale;
+}
+
+template <Kernel K>
+inline double dist_k(double param, double d) {
+  if constexpr (K == Kernel::gaussian) {
+    return exp_nonpositive(-param * d * d);
+  } else if constexpr (K == Kernel::bspline3) {
+    const double u = std::fabs(d) * param;
+    const double t = std::max(2.0 - u, 0.0);
+    return u <= 1.0 ? 2.0 / 3.0 - u * u + 0.5 * u * u * u : t * t * t * (1.0 / 6.0);
+  } else if constexpr (K == Kernel::tri) {
+    return std::max(1.0 - std::fabs(d) * param, 0.0);
+  } else if constexpr (K == Kernel::tri_sq) {
+    const double u = std::max(1.0 - std::fabs(d) * param, 0.0);
+    return u * u;
+  } else {
+    return 0.0;
+  }
+}
+}  // namespace
+
+double distance(Kernel kind, double param, double d) {
+  switch (kind) {
+    case Kernel::gaussian: return dist_k<Kernel::gaussian>(param, d);
+    case Kernel::bspline3: return dist_k<Kernel::bspline3>(param, d);
+    case Kernel::tri: return dist_k<Kernel::tri>(param, d);
+    case Kernel::tri_sq: return dist_k<Kernel::tri_sq>(param, d);
+    case Kernel::linear:
+    default: return 0.0;
+  }
+}
+
+template <Kernel K, bool Normalize, typename Q>
+void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
+                                   index_t n, index_t* j, double* w0, double* w1) const {
+  if (n > kBlock) throw BackendError("blend: internal error, block larger than kBlock");
+  // pass 1 (branchy): clamp, cell, beta and the cell's 2x2 entries
+  double beta[kBlock], h[kBlock], dh[kBlock], dt[kBlock];
+  for (index_t b = 0; b < n; ++b) {
+    double x = double(q[(rows ? rows[b] : start + b) * stride]);
+    if (!(x >= lo)) x = lo;  // clamp; NaN goes to the first node
+    if (x > hi) x = hi;
+    const index_t jj = cell(x);
+    const double g0 = nodes[size_t(jj)];
+    h[b] = nodes[size_t(jj + 1)] - g0;
+    beta[b] = (x - g0) / h[b];
+    j[b] = jj;
+    dh[b] = Dh[size_t(jj)];
+    dt[b] = singular[size_t(jj)] ? 0.0 : det[size_t(jj)];  // 0 marks a singular cell
+  }
+  // pass 2 (branch-free, vectorisable): projections, weights, fallbacks
+#pragma omp simd
+  for (index_t b = 0; b < n; ++b) {
+    const double be = beta[b];
+    if constexpr (K == Kernel::linear) {
+      w0[b] = 1.0 - be;
+      w1[b] = be;
+    } else {
+      const double r0 = dist_k<K>(param, be * h[b]);
+      const double r1 = dist_k<K>(param, (1.0 - be) * h[b]);
+      // numerators first: a point on a node gets exactly (1, 0) or (0, 1)
+      const double n0 = D0 * r0 - dh[b] * r1;
+      const double n1 = D0 * r1 - dh[b] * r0;
+      double a0, a1;
+      bool linear = dt[b] == 0.0;
+      if (Normalize) {  // det cancels: alpha / sum(alpha) = n / sum(n)
+        const double sum = n0 + n1;
+        linear = linear | !(std::fabs(sum) > kTinySum * dt[b]);
+        a0 = n0 / sum;
+        a1 = n1 / sum;
+      } else {
+        a0 = n0 / dt[b];
+        a1 = n1 / dt[b];
+      }
+      w0[b] = linear ? 1.0 - be : a0;
+      w1[b] = linear ? be : a1;
+    }
+  }
+}
+
+template <typename Q>
+void WeightFunction::Axis::weights(bool normalize, const Q* q, index_t stride,
+                                   const index_t* rows, index_t start, index_t n, index_t* j,
+                                   double* w0, double* w1) const {
+#define KRONPE_AXIS_CASE(K)                                                                 \
+  case K:                                                                                   \
+    if (normalize) weights<K, true, Q>(q, stride, rows, start, n, j, w0, w1);               \
+    else weights<K, false, Q>(q, stride, rows, start, n, j, w0, w1);                        \
+    return;
+  switch (kind) {
+    KRONPE_AXIS_CASE(Kernel::linear)
+    KRONPE_AXIS_CASE(Kernel::gaussian)
+    KRONPE_AXIS_CASE(Kernel::bspline3)
+    KRONPE_AXIS_CASE(Kernel::tri)
+    KRONPE_AXIS_CASE(Kernel::tri_sq)
+  }
+#undef KRONPE_AXIS_CASE
+}
+
+void WeightFunction::axis(int i, const double* q, index_t n, index_t* j, double* w0,
+                          double* w1) const {
+  for (index_t s = 0; s < n; s += kBlock)  // the axis kernel works on blocks of kBlock
+    axes_[size_t(i)].weights<double>(normalize_, q + s, 1, nullptr, 0, std::min(kBlock, n - s),
+                                     j + s, w0 + s, w1 + s);
+}
+
+template <typename Q>
+void WeightFunction::block(const MatrixView<const Q>& points, const index_t* rows, index_t start,
+                           index_t n, index_t* base, double* w) const {
+  const int D = dims();
+  const index_t nc = corners();
+  index_t j[kBlock];
+  double a0[kBlock], a1[kBlock];
+  for (index_t b = 0; b < n; ++b) {
+    base[b] = 0;
+    w[b * nc] = 1.0;
+  }
+  index_t done = 1;  // corners filled so far
+  for (int i = 0; i < D; ++i) {
+    axes_[size_t(i)].weights<Q>(normalize_, points.data + i * points.stride_c, points.stride_r,
+                                rows, start, n, j, a0, a1);
+    const index_t st = strides_[size_t(i)];
+    for (index_t b = 0; b < n; ++b) {
+      base[b] += j[b] * st;
+      double* wb = w + b * nc;
+      // corner c of the next axis count: 2c + bit (axis 0 ends up the most significant bit)
+      for (index_t k = done - 1; k >= 0; --k) {
+        const double wk = wb[k];
+        wb[2 * k + 1] = wk * a1[b];
+        wb[2 * k] = wk * a0[b];
+      }
+    }
+    done *= 2;
+  }
+}
+
+TransposeLayout transpose_layout(index_t grid_size, index_t span) {
+  require(grid_size >= 0 && span >= 0, "blend_transpose: negative grid size or span");
+  TransposeLayout lay;
+  if (grid_size == 0) return lay;
+  lay.slab = std::max<index_t>(span + 1, (grid_size + kTargetSlabs - 1) / kTargetSlabs);
+  lay.slabs = (grid_size + lay.slab - 1) / lay.slab;
+  return lay;
+}
+
+template <typename Q>
+void plan_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
+                        index_t* perm, index_t* ptr, int threads) {
+  threads = pick_threads(threads, points.rows * wf.dims());
+  require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
+  const index_t L = lay.slab;
+  bucket(
+      points.rows, lay,
+      [&](index_t p) { return wf.base_index(points.data + p * points.stride_r, points.stride_c) / L; },
+      perm, ptr, threads);
+}
+
+void plan_transpose_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
+                           index_t* ptr, int threads) {
+  threads = pick_threads(threads, indices.rows * indices.cols);
+  const index_t L = lay.slab;
+  const index_t nnz = indices.cols;
+  bucket(
+      indices.rows, lay,
+      [&](index_t p) {
+        index_t lo = nnz > 0 ? indices(p, 0) : 0;
+        for (index_t k = 1; k < nnz; ++k) lo = std::min(lo, indices(p, k));
+        return lo < 0 ? index_t(-1) : lo / L;
+      },
+      perm, ptr, threads);
+}
+
+namespace {
+// Scratch of one thread: the bases and corner weights of a block of points.
+struct BlockScratch {
+  explicit BlockScratch(index_t corners)
+      : base(static_cast<size_t>(kBlock)), w(static_cast<size_t>(kBlock * corners)) {}
+  std::vector<index_t> base;
+  std::vector<double> w;
+};
+
+// Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel.
+template <typename Q, typename Body>
+void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int threads, Body body) {
+  require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
+  const index_t P = points.rows;
+  const index_t nblocks = (P + kBlock - 1) / kBlock;
+  const int nt = resolve_threads(threads);
+#pragma omp parallel num_threads(nt)
+  {
+    BlockScratch sc(wf.corners());
+#pragma omp for schedule(static)
+    for (index_t blk = 0; blk < nblocks; ++blk) {
+      const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
+      wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data());
+      body(p0, n, sc.base.data(), sc.w.data());
+    }
+  }
+}
+}  // namespace
+
+template <typename Q>
+void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
+                     MatrixView<index_t> indices, MatrixView<double> weights, int threads) {
+  const index_t P = points.rows, nc = wf.corners();
+  threads = pick_threads(threads, P * nc * wf.dims());
+  check_matrix(indices.rows, indices.cols, "blend: indices", P, nc);
+  check_matrix(weights.rows, weights.cols, "blend: weights", P, nc);
+  const index_t* off = wf.corner_offsets().data();
+  for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
+    for (index_t b = 0; b < n; ++b)
+      for (index_t k = 0; k < nc; ++k) {
+        indices(p0 + b, k) = base[b] + off[k];
+        weights(p0 + b, k) = w[b * nc + k];
+      }
+  });
+}
+
+template <typename T, typename Q>
+void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
+               MatrixView<T> out, int threads) {
+  const index_t P = points.rows, C = grid.cols, nc = wf.corners();
+  threads = pick_threads(threads, P * nc * (C + wf.dims()));
+  check_matrix(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
+  check_matrix(out.rows, out.cols, "blend: output", P, C);
+  const index_t* off = wf.corner_offsets().data();
+  for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
+    for (index_t b = 0; b < n; ++b)  // the block's corner rows are fetched ahead of their use
+      for (index_t k = 0; k < nc; ++k) __builtin_prefetch(&grid(base[b] + off[k], 0));
+    for (index_t b = 0; b < n; ++b) {
+      const double* wb = w + b * nc;
+      for (index_t c = 0; c < C; ++c) {
+        double acc = 0.0;
+        for (index_t k = 0; k < nc; ++k) acc += wb[k] * double(grid(base[b] + off[k], c));
+        out(p0 + b, c) = T(acc);
+      }
+    }
+  });
+}
+
+template <typename T, typename Q>
+void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
+                         MatrixView<const T> values, MatrixView<T> out, int threads,
+                         const index_t* perm, const index_t* ptr) {
+  const index_t P = points.rows, C = values.cols, nc = wf.corners();
+  threads = pick_threads(threads, P * nc * (C + wf.dims()));
+  require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
+  check_matrix(values.rows, values.cols, "blend_transpose: values", P, C);
+  check_matrix(out.rows, out.cols, "blend_transpose: output", wf.grid_size(), C);
+  const TransposeLayout lay = transpose_layout(wf.grid_size(), wf.span());
+  std::vector<index_t> own_perm, own_ptr;
+  if (perm == nullptr || ptr == nullptr) {
+    own_perm.resize(size_t(P));
+    own_ptr.resize(size_t(lay.slabs + 1));
+    plan_transpose_fly(wf, points, lay, own_perm.data(), own_ptr.data(), threads);
+    perm = own_perm.data();
+    ptr = own_ptr.data();
+  }
+  zero(out, threads);
+  const index_t* off = wf.corner_offsets().data();
+  const int nt = resolve_threads(threads);
+  // per-thread scratch, indexed by the OpenMP thread number
+  std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
+  for_slabs(lay, perm, ptr, threads, [&](index_t, const index_t* rows, index_t n) {
+#ifdef KRONPE_OPENMP
+    BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
+#else
+    BlockScratch& sc = scratch[0];
+#endif
+    wf.block(points, rows, 0, n, sc.base.data(), sc.w.data());
+    for (index_t b = 0; b < n; ++b) {
+      const index_t p = rows[b], base = sc.base[size_t(b)];
+      const double* wb = sc.w.data() + b * nc;
+      for (index_t k = 0; k < nc; ++k) {
+        const index_t row = base + off[k];
+        for (index_t c = 0; c < C; ++c) out(row, c) += T(wb[k] * double(values(p, c)));
+      }
+    }
+  });
+}
+
+template <typename T>
+void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
+                  MatrixView<const T> grid, MatrixView<T> out, int threads) {
+  const index_t P = indices.rows, nnz = indices.cols, C = grid.cols, G = grid.rows;
+  threads = pick_threads(threads, P * nnz * C);
+  check_matrix(weights.rows, weights.cols, "blend: weights", P, nnz);
+  check_matrix(out.rows, out.cols, "blend: output", P, C);
+  const int nt = resolve_threads(threads);
+  int bad = 0;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
+  for (index_t p = 0; p < P; ++p) {
+    for (index_t k = 0; k < nnz; ++k) bad |= bad_index(indices(p, k), G) ? 1 : 0;
+    if (bad) continue;
+    for (index_t c = 0; c < C; ++c) {
+      double acc = 0.0;
+      for (index_t k = 0; k < nnz; ++k) acc += weights(p, k) * double(grid(indices(p, k), c));
+      out(p, c) = T(acc);
+    }
+  }
+  require(!bad, "blend: an index lies outside the grid");
+}
+
+template <typename T>
+void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
+                            MatrixView<const T> values, MatrixView<T> out, index_t span,
+                            int threads, const index_t* perm, const index_t* ptr) {
+  const index_t P = indices.rows, nnz = indices.cols, C = values.cols, G = out.rows;
+  threads = pick_threads(threads, P * nnz * C);
+  check_matrix(weights.rows, weights.cols, "blend_transpose: weights", P, nnz);
+  check_matrix(values.rows, values.cols, "blend_transpose: values", P, C);
+  require(out.cols == C, "blend_transpose: output must have as many channels as values");
+  const TransposeLayout lay = transpose_layout(G, span);
+  std::vector<index_t> own_perm, own_ptr;
+  if (perm == nullptr || ptr == nullptr) {
+    own_perm.resize(size_t(P));
+    own_ptr.resize(size_t(lay.slabs + 1));
+    plan_transpose_stored(indices, lay, own_perm.data(), own_ptr.data(), threads);
+    perm = own_perm.data();
+    ptr = own_ptr.data();
+  }
+  zero(out, threads);
+  const index_t L = lay.slab;
+  int bad = 0;
+  // a row whose entries leave [s L, (s + 2) L) would race with the neighbouring slab: refused
+  for_slabs(lay, perm, ptr, threads, [&](index_t s, const index_t* rows, index_t n) {
+    const index_t lo = s * L, hi = std::min(G, (s + 2) * L);
+    for (index_t b = 0; b < n; ++b) {
+      const index_t p = rows[b];
+      for (index_t k = 0; k < nnz; ++k) {
+        const index_t row = indices(p, k);
+        if (row < lo || row >= hi) {
+#pragma omp atomic write
+          bad = 1;
+          continue;
+        }
+        const double wk = weights(p, k);
+        for (index_t c = 0; c < C; ++c) out(row, c) += T(wk * double(values(p, c)));
+      }
+    }
+  });
+  require(!bad, "blend_transpose: an index lies outside the grid or beyond the declared span");
+}
+
+#define KRONPE_BLEND_Q(Q)                                                                      \
+  template void WeightFunction::block<Q>(const MatrixView<const Q>&, const index_t*, index_t,   \
+                                         index_t, index_t*, double*) const;                     \
+  template void plan_transpose_fly<Q>(const WeightFunction&, MatrixView<const Q>,              \
+                                      TransposeLayout, index_t*, index_t*, int);               \
+  template void compute_weights<Q>(const WeightFunction&, MatrixView<const Q>,                 \
+                                   MatrixView<index_t>, MatrixView<double>, int);
+#define KRONPE_BLEND_TQ(T, Q)                                                                  \
+  template void blend_fly<T, Q>(const WeightFunction&, MatrixView<const Q>,                    \
+                                MatrixView<const T>, MatrixView<T>, int);                      \
+  template void blend_transpose_fly<T, Q>(const WeightFunction&, MatrixView<const Q>,          \
+                                          MatrixView<const T>, MatrixView<T>, int,             \
+                                          const index_t*, const index_t*);
+#define KRONPE_BLEND_T(T)                                                                      \
+  template void blend_stored<T>(MatrixView<const index_t>, MatrixView<const double>,           \
+                                MatrixView<const T>, MatrixView<T>, int);                      \
+  template void blend_transpose_stored<T>(MatrixView<const index_t>, MatrixView<const double>, \
+                                          MatrixView<const T>, MatrixView<T>, index_t, int,    \
+                                          const index_t*, const index_t*);
+KRONPE_BLEND_Q(float)
+KRONPE_BLEND_Q(double)
+KRONPE_BLEND_TQ(float, float)
+KRONPE_BLEND_TQ(float, double)
+KRONPE_BLEND_TQ(double, float)
+KRONPE_BLEND_TQ(double, double)
+KRONPE_BLEND_T(float)
+KRONPE_BLEND_T(double)
+
+}  // namespace kronpe::blend

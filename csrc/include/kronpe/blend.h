@@ -1,0 +1,176 @@
+// kronpe C++ core: the blending matrix B of scattered points on a virtual grid (MATH.md 3.3).
+//
+// Row p of B holds the 2^D products of per-axis interpolation weights at the corners of the grid
+// cell that contains point p (row-major flat index sum_i j_i * prod_{l>i} M_l; corner c takes
+// node j_i + bit_i(c) along axis i, with axis 0 the most significant bit of c). Along one axis,
+// between nodes g0 <= q <= g1 with spacing h and q = g0 + beta h,
+//
+//     alpha = [[D(0), D(h)], [D(h), D(0)]]^-1 [D(beta h), D((1 - beta) h)]
+//
+// with D the embedder's distance function. The kernels come in two forms:
+//   * on the fly: the weights are recomputed from the points and a compact per-axis description
+//     (node coordinates + a closed-form distance, `AxisSpec`); nothing is stored per point;
+//   * stored: (indices, weights) arrays of shape (P, nnz), e.g. from `compute_weights`, or from
+//     the Python layer for embedders without a closed form here.
+//
+// Determinism: `blend` (gather) is parallel over points and exact-order per point. The scatter
+// `blend_transpose` never uses atomics: the flat grid is cut into slabs of L consecutive nodes (L
+// depends on the grid size and the row span only, never on the thread count), the points are
+// stably bucketed by the slab of their smallest index (a `TransposePlan`), and the slabs are
+// processed in two phases (even slabs, then odd slabs) so that slabs running at the same time
+// never write the same node. Every node therefore sums its contributions in one fixed order
+// (phase, then point index): the result is bitwise identical for any number of threads.
+//
+// Values are (rows, channels) matrices with strides in elements; float and double. Points are
+// (P, D) with strides; float or double (weights are always computed in double). Indices are 64-bit.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kronpe/common.h"
+
+namespace kronpe::blend {
+
+// Closed-form distance functions known to the kernels (the scale of D does not matter: alpha is
+// homogeneous of degree 0 in D). `param` is given per kind.
+enum class Kernel : int {
+  linear = 0,    // no distance: alpha = (1 - beta, beta), plain multilinear interpolation
+  gaussian = 1,  // exp(-param d^2): Gaussian (param = 1 / (4 sigma^2)), RFF (2 pi^2 sigma^2)
+  bspline3 = 2,  // B3(|d| param), cubic B-spline kernel: exact Triangle (param = 1 / half-width)
+  tri = 3,       // max(1 - |d| param, 0): Rectangle (param = 1 / width)
+  tri_sq = 4,    // max(1 - |d| param, 0)^2: the papers' Triangle (param = 1 / full width)
+};
+
+// A cell whose 2x2 system has det <= kSingularRcond * D(0)^2 is singular: its weights fall back
+// to linear interpolation (the limit of alpha when D is flat over the cell).
+constexpr double kSingularRcond = 1e-8;
+// With normalisation, a pair of weights whose sum has |sum| <= kTinySum falls back to linear.
+constexpr double kTinySum = 1e-12;
+// Largest D accepted (2^D corners per point).
+constexpr int kMaxDims = 20;
+// The slab count the transpose aims at (the actual count depends on the grid size and row span).
+constexpr index_t kTargetSlabs = 256;
+// Points per block in the kernels (weights of a block are computed, then used).
+constexpr index_t kBlock = 64;
+
+// One axis of the virtual grid and its weight function.
+struct AxisSpec {
+  const double* nodes = nullptr;  // (M,) strictly increasing node coordinates
+  index_t M = 0;                  // number of nodes, >= 2
+  Kernel kind = Kernel::linear;
+  double param = 0.0;
+};
+
+// A strided (rows, cols) matrix.
+template <typename T>
+struct MatrixView {
+  T* data = nullptr;
+  index_t rows = 0;
+  index_t cols = 0;
+  index_t stride_r = 0;  // elements between rows
+  index_t stride_c = 0;  // elements between columns
+  T& operator()(index_t r, index_t c) const { return data[r * stride_r + c * stride_c]; }
+};
+
+// The per-point weight function: per-axis cell search, 2x2 inverse per cell (precomputed), and
+// the 2^D corner products.
+class WeightFunction {
+ public:
+  WeightFunction(const std::vector<AxisSpec>& axes, bool normalize);
+
+  int dims() const { return int(axes_.size()); }
+  index_t corners() const { return index_t(1) << axes_.size(); }
+  index_t grid_size() const { return grid_size_; }
+  // row-major strides of the virtual grid, one per axis
+  const std::vector<index_t>& strides() const { return strides_; }
+  // flat offsets of the 2^D corners relative to the cell's first corner
+  const std::vector<index_t>& corner_offsets() const { return corner_offsets_; }
+  // largest index difference within a row: sum of the strides
+  index_t span() const { return span_; }
+
+  // Cells j (0 <= j <= M-2) and weight pairs (w0, w1) of n contiguous coordinates q along axis
+  // i. q is clamped onto [nodes[0], nodes[M-1]] (NaN goes to nodes[0]); the Python layer
+  // validates before.
+  void axis(int i, const double* q, index_t n, index_t* j, double* w0, double* w1) const;
+  // Flat index of the first corner of a point's cell (coordinates q[i * stride]).
+  template <typename Q>
+  index_t base_index(const Q* q, index_t stride) const {
+    index_t base = 0;
+    for (int i = 0; i < dims(); ++i) base += axes_[size_t(i)].cell(double(q[i * stride])) * strides_[size_t(i)];
+    return base;
+  }
+
+  // Flat indices of the first corner (base, n values) and the 2^D corner weights (w, n * 2^D
+  // values, point-major) of n points. Point b is row rows[b] of `points` when rows is given,
+  // row start + b otherwise. Coordinates are clamped as in axis().
+  template <typename Q>
+  void block(const MatrixView<const Q>& points, const index_t* rows, index_t start, index_t n,
+             index_t* base, double* w) const;
+
+ private:
+  struct Axis {
+    template <Kernel K, bool Normalize, typename Q>
+    void weights(const Q* q, index_t stride, const index_t* rows, index_t start, index_t n,
+                 index_t* j, double* w0, double* w1) const;
+    template <typename Q>
+    void weights(bool normalize, const Q* q, index_t stride, const index_t* rows, index_t start,
+                 index_t n, index_t* j, double* w0, double* w1) const;
+    index_t cell(double q) const;  // q already clamped, or anything: NaN and below give 0
+    std::vector<double> nodes;
+    Kernel kind;
+    double param;
+    double lo, hi, inv_h;  // range and mean inverse spacing (cell guess)
+    bool uniform;
+    double D0;
+    std::vector<double> Dh, det;  // per cell: D(h), D(0)^2 - D(h)^2
+    std::vector<char> singular;   // per cell
+  };
+  std::vector<Axis> axes_;
+  std::vector<index_t> strides_, corner_offsets_;
+  index_t grid_size_ = 1, span_ = 0;
+  bool normalize_;
+};
+
+// D(d) of a closed-form kind (d may be negative).
+double distance(Kernel kind, double param, double d);
+
+// The stable bucketing of points by output slab used by blend_transpose (see the top comment).
+struct TransposeLayout {
+  index_t slab = 1;   // L: nodes per slab
+  index_t slabs = 0;  // NS: number of slabs
+};
+TransposeLayout transpose_layout(index_t grid_size, index_t span);
+
+// Plans: perm (P,) receives the points sorted stably by slab, ptr (NS + 1,) the slab offsets.
+template <typename Q>
+void plan_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
+                        index_t* perm, index_t* ptr, int threads);
+void plan_transpose_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
+                           index_t* ptr, int threads);
+
+// Stored form of B: indices (P, 2^D) and weights (P, 2^D) of every point.
+template <typename Q>
+void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
+                     MatrixView<index_t> indices, MatrixView<double> weights, int threads);
+
+// out (P, C) = B grid (G, C), weights computed on the fly.
+template <typename T, typename Q>
+void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
+               MatrixView<T> out, int threads);
+// out (G, C) = B^T values (P, C), weights computed on the fly. `plan` may be null (then it is
+// computed here); otherwise it must come from plan_transpose_fly on the same points and layout.
+template <typename T, typename Q>
+void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
+                         MatrixView<const T> values, MatrixView<T> out, int threads,
+                         const index_t* perm, const index_t* ptr);
+
+// The same from stored (indices, weights) of shape (P, nnz); every index must be in [0, G).
+template <typename T>
+void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
+                  MatrixView<const T> grid, MatrixView<T> out, int threads);
+template <typename T>
+void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
+                            MatrixView<const T> values, MatrixView<T> out, index_t span,
+                            int threads, const index_t* perm, const index_t* ptr);
+
+}  // namespace kronpe::blend

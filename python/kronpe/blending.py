@@ -1,0 +1,579 @@
+"""The blending matrix of scattered points on a virtual grid (MATH.md 3.3).
+
+Row p of B holds, for point q_p, the 2^D products of per-axis interpolation weights at the
+corners of the grid cell that contains it. Along one axis, between nodes g0 <= q <= g1 with
+spacing h and q = g0 + beta h, the weights are
+
+    alpha = [[D(0), D(h)], [D(h), D(0)]]^-1 [D(beta h), D((1 - beta) h)],
+
+the orthogonal projection of the point's encoding Psi(q) onto span(Psi(g0), Psi(g1)) under the
+embedder's distance function D. Decisions (documented once, here):
+
+- **Normalisation** (``normalize=True`` by default): alpha is divided by its sum, as the official
+  code does. Normalised rows sum to 1, so B reproduces constants exactly; raw projections
+  overshoot between nodes (a Gaussian at half a spacing of its sigma gives sums near 1.1).
+  ``normalize=False`` keeps the raw projection.
+- **Degenerate cells**: a 2x2 system with det <= 1e-8 D(0)^2 (D nearly flat over the cell) and,
+  with normalisation, a pair whose sum is below 1e-12 fall back to linear interpolation
+  (1 - beta, beta), the limit of alpha when D is flat.
+- **Distance functions**: Gaussian, Triangle (exact cubic B-spline form or the papers' one),
+  Rectangle and random Fourier features have closed forms that the compiled kernels evaluate
+  themselves (weights on the fly, nothing stored per point); the mapping is used only after
+  checking it against ``embedder.distance``. Other embedders that define ``distance`` use it
+  (vectorised); an embedder without one uses its sampled encodings, D(x, y) = <Psi(x), Psi(y)>
+  (the same projection, not shift-invariant). Those two store (indices, weights).
+  ``embedders=None`` gives plain multilinear interpolation.
+- **Grid**: ``grid`` is a shape (nodes ``linspace(0, 1, M_i)``, covering [0, 1]: no point of
+  [0, 1] is outside) or a list of per-axis node coordinates (strictly increasing, in [0, 1], at
+  least 2 nodes); an int entry and an array entry can be mixed. A point exactly on a node gets
+  weight exactly 1 there; on the last node it belongs to the last cell with beta = 1.
+- **Outside points**: ``outside="error"`` (default) raises ValueError for a point outside the
+  grid's range along some axis; ``"clamp"`` moves it onto the nearest boundary of that range.
+- **Determinism**: ``rmatvec`` (a scatter-add) bucketing points by output slab, with no atomics:
+  the result is bitwise the same for any number of threads (kronpe/blend.h).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core, _validate
+from ._arrays import to_numpy
+
+# Weight kinds of the compiled kernels (csrc/include/kronpe/blend.h, enum Kernel).
+LINEAR, GAUSSIAN, BSPLINE3, TRI, TRI_SQ = 0, 1, 2, 3, 4
+SINGULAR_RCOND = 1e-8  # kronpe::blend::kSingularRcond
+TINY_SUM = 1e-12  # kronpe::blend::kTinySum
+MAX_DIMS = 20  # kronpe::blend::kMaxDims
+_SAMPLED_CHUNK = 1 << 14  # points per chunk when the weights come from sampled encodings
+
+GridSpec = Union[int, Sequence[Union[int, Sequence[float], np.ndarray]]]
+
+
+# ---- per-axis weight functions ---------------------------------------------------------------
+
+
+def _closed_form_candidate(emb) -> Optional[Tuple[int, float]]:
+    """(kind, param) of a family the kernels know, read off the embedder's fields."""
+    name = type(emb).__name__
+    if name == "Gaussian" and hasattr(emb, "sigma"):
+        return GAUSSIAN, 1.0 / (4.0 * float(emb.sigma) ** 2)
+    if name == "Triangle" and hasattr(emb, "width"):
+        if getattr(emb, "paper_distance", False):
+            return TRI_SQ, 1.0 / (2.0 * float(emb.width))
+        return BSPLINE3, 1.0 / float(emb.width)
+    if name == "Rectangle" and hasattr(emb, "width"):
+        return TRI, 1.0 / float(emb.width)
+    if name == "RandomFourier" and hasattr(emb, "sigma"):
+        scale = float(getattr(emb, "_scale", emb.sigma))
+        return GAUSSIAN, 2.0 * math.pi**2 * scale**2
+    return None
+
+
+def _kernel_distance(kind: int, param: float, delta: np.ndarray) -> np.ndarray:
+    """The compiled kernels' D (up to scale), in NumPy: used to check the mapping."""
+    d = np.abs(np.asarray(delta, dtype=np.float64))
+    if kind == GAUSSIAN:
+        return np.exp(-param * d * d)
+    if kind == BSPLINE3:
+        u = d * param
+        return np.where(u <= 1, 2 / 3 - u * u + 0.5 * u**3, np.where(u <= 2, (2 - u) ** 3 / 6, 0.0))
+    if kind == TRI:
+        return np.maximum(1.0 - d * param, 0.0)
+    if kind == TRI_SQ:
+        return np.maximum(1.0 - d * param, 0.0) ** 2
+    raise ValueError(f"unknown weight kind {kind}")
+
+
+def _has_own_distance(emb) -> bool:
+    from .embedders import Embedder
+
+    own = getattr(type(emb), "distance", None)
+    return own is not None and own is not getattr(Embedder, "distance", None)
+
+
+def axis_rule(emb, spacing: float) -> Tuple[str, Optional[Tuple[int, float]]]:
+    """How the weights of one axis are computed: ("kernel", (kind, param)), ("distance", None),
+    ("sampled", None) or ("linear", (LINEAR, 0.0)) for ``emb=None``.
+
+    A closed form is used only if it matches ``emb.distance`` up to a constant factor on
+    deltas from 0 to a few grid spacings (relative 1e-9).
+    """
+    if emb is None:
+        return "linear", (LINEAR, 0.0)
+    cand = _closed_form_candidate(emb)
+    if cand is not None and _has_own_distance(emb):
+        delta = np.linspace(0.0, 4.0 * spacing, 33)
+        try:
+            ref = np.asarray(emb.distance(delta), dtype=np.float64)
+        except Exception:  # pragma: no cover - an embedder whose distance fails falls back
+            ref = None
+        if ref is not None and ref.shape == delta.shape and ref[0] > 0:
+            mine = _kernel_distance(cand[0], cand[1], delta)
+            if np.allclose(ref / ref[0], mine / mine[0], rtol=1e-9, atol=1e-12):
+                return "kernel", cand
+    if _has_own_distance(emb):
+        return "distance", None
+    return "sampled", None
+
+
+def _cells(q: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Largest j with nodes[j] <= q, in [0, M - 2] (the kernels' rule)."""
+    return np.clip(np.searchsorted(nodes, q, side="right") - 1, 0, nodes.size - 2)
+
+
+def _solve_pairs(g00, g11, g01, r0, r1, beta, normalize: bool):
+    """alpha = [[g00, g01], [g01, g11]]^-1 [r0, r1] per point, with the degenerate rules."""
+    det = g00 * g11 - g01 * g01
+    singular = ~(det > SINGULAR_RCOND * g00 * g11)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w0 = (g11 * r0 - g01 * r1) / det
+        w1 = (g00 * r1 - g01 * r0) / det
+    w0 = np.where(singular, 1.0 - beta, w0)
+    w1 = np.where(singular, beta, w1)
+    if normalize:
+        s = w0 + w1
+        ok = np.abs(s) > TINY_SUM
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w0 = np.where(ok, w0 / s, 1.0 - beta)
+            w1 = np.where(ok, w1 / s, beta)
+    return w0, w1
+
+
+def python_axis_weights(q: np.ndarray, nodes: np.ndarray, emb, rule: str, normalize: bool):
+    """Cells and weight pairs of coordinates q (float64, inside the nodes' range) along one axis
+    for the rules the kernels do not know ("distance", "sampled")."""
+    j = _cells(q, nodes)
+    g0, g1 = nodes[j], nodes[j + 1]
+    h = g1 - g0
+    beta = (q - g0) / h
+    if rule == "distance":
+        dist = lambda d: np.asarray(emb.distance(d), dtype=np.float64)  # noqa: E731
+        d0 = float(dist(np.zeros(1))[0])
+        dh = dist(np.diff(nodes))[j]
+        r0 = dist(beta * h)
+        r1 = dist((1.0 - beta) * h)
+        w0, w1 = _solve_pairs(np.full_like(q, d0), np.full_like(q, d0), dh, r0, r1, beta, normalize)
+        return j, w0, w1
+    # sampled: D(x, y) = <Psi(x), Psi(y)> of the embedder as it is
+    psi_n = np.asarray(emb(nodes), dtype=np.float64)  # (M, K)
+    norms = np.einsum("mk,mk->m", psi_n, psi_n)
+    cross = np.einsum("mk,mk->m", psi_n[:-1], psi_n[1:])  # (M - 1,)
+    r0 = np.empty_like(q)
+    r1 = np.empty_like(q)
+    for s in range(0, q.size, _SAMPLED_CHUNK):
+        sl = slice(s, s + _SAMPLED_CHUNK)
+        psi_q = np.asarray(emb(q[sl]), dtype=np.float64)
+        r0[sl] = np.einsum("pk,pk->p", psi_q, psi_n[j[sl]])
+        r1[sl] = np.einsum("pk,pk->p", psi_q, psi_n[j[sl] + 1])
+    w0, w1 = _solve_pairs(norms[j], norms[j + 1], cross[j], r0, r1, beta, normalize)
+    return j, w0, w1
+
+
+def combine_axes(cells: List[np.ndarray], pairs: List[Tuple[np.ndarray, np.ndarray]],
+                 strides: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """(indices, weights) of shape (P, 2^D) from per-axis cells and weight pairs, in the kernels'
+    corner order (axis 0 is the most significant bit) and rounding order."""
+    P = cells[0].size if cells else 0
+    base = np.zeros(P, dtype=np.int64)
+    w = np.ones((P, 1))
+    off = np.zeros(1, dtype=np.int64)
+    for j, (a0, a1), st in zip(cells, pairs, strides):
+        base += j.astype(np.int64) * st
+        w = np.stack([w * a0[:, None], w * a1[:, None]], axis=2).reshape(P, -1)
+        off = np.stack([off, off + st], axis=1).reshape(-1)
+    return base[:, None] + off[None, :], w
+
+
+# ---- argument handling -------------------------------------------------------------------------
+
+
+def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
+    """Per-axis node coordinates from a shape or from node arrays (validated)."""
+    if isinstance(grid, numbers.Integral) and not isinstance(grid, bool):
+        if D is None:
+            raise ValueError("grid must be a sequence (one entry per axis) when D is unknown")
+        grid = [int(grid)] * D
+    if isinstance(grid, np.ndarray) and grid.ndim == 1 and grid.dtype.kind in "iu":
+        grid = [int(g) for g in grid]
+    if not isinstance(grid, (list, tuple)):
+        raise ValueError(
+            f"grid must be a shape (nodes per axis) or a list of per-axis node coordinates, got {type(grid).__name__}"
+        )
+    if D is not None and len(grid) != D:
+        raise ValueError(f"grid must have one entry per axis ({D}), got {len(grid)}")
+    nodes = []
+    for i, g in enumerate(grid):
+        if isinstance(g, numbers.Integral) and not isinstance(g, bool):
+            if g < 2:
+                raise ValueError(f"grid[{i}] must be at least 2 nodes, got {g}")
+            nodes.append(np.linspace(0.0, 1.0, int(g)))
+            continue
+        arr = _validate.coords_1d(f"grid[{i}]", to_numpy(g, f"grid[{i}]"), dtype=np.float64)
+        if arr.size < 2:
+            raise ValueError(f"grid[{i}] must hold at least 2 node coordinates, got {arr.size}")
+        if np.any(np.diff(arr) <= 0):
+            raise ValueError(f"grid[{i}] must be strictly increasing")
+        nodes.append(np.ascontiguousarray(arr))
+    if not nodes or len(nodes) > MAX_DIMS:
+        raise ValueError(f"grid must have between 1 and {MAX_DIMS} axes, got {len(nodes)}")
+    return nodes
+
+
+def _embedders(embedders, D: int) -> List[Any]:
+    if embedders is None:
+        return [None] * D
+    if isinstance(embedders, (list, tuple)):
+        if len(embedders) != D:
+            raise ValueError(f"embedders must have one entry per axis ({D}), got {len(embedders)}")
+        return list(embedders)
+    return [embedders] * D  # one embedder for every axis
+
+
+def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = None,
+                    name: str = "points") -> np.ndarray:
+    """A (P, D) float32/float64 array of finite coordinates; inside the grid's range unless
+    ``outside="clamp"`` (then clamped, as a copy). Strides are kept when possible."""
+    if outside not in ("error", "clamp"):
+        raise ValueError(f'outside must be "error" or "clamp", got {outside!r}')
+    pts = to_numpy(points, name)
+    if pts.ndim != 2:
+        raise ValueError(f"{name} must have shape (P, D), got {pts.shape}")
+    dt = _validate.float_dtype(name, pts)
+    pts = pts.astype(dt, copy=False)
+    _validate.finite(name, pts)
+    if nodes is None or pts.shape[0] == 0:
+        return pts
+    if pts.shape[1] != len(nodes):
+        raise ValueError(f"{name} must have shape (P, {len(nodes)}) for a {len(nodes)}-D grid, got {pts.shape}")
+    lo = np.array([n[0] for n in nodes])
+    hi = np.array([n[-1] for n in nodes])
+    pmin, pmax = pts.min(axis=0), pts.max(axis=0)
+    out = (pmin < lo) | (pmax > hi)
+    if outside == "error":
+        if out.any():
+            i = int(np.argmax(out))
+            where = "[0, 1]" if (lo[i] == 0 and hi[i] == 1) else f"the grid range [{lo[i]:g}, {hi[i]:g}]"
+            raise ValueError(
+                f"{name} must lie in {where} along axis {i}, got values in [{pmin[i]:g}, {pmax[i]:g}]"
+                ' (use outside="clamp" to clamp them onto the grid)'
+            )
+        return pts
+    if out.any():
+        pts = np.clip(pts, lo.astype(dt), hi.astype(dt))
+    return pts
+
+
+def _mat(arr: np.ndarray) -> tuple:
+    """(address, rows, cols, row stride, col stride) of a 2-D array (strides in elements)."""
+    item = arr.itemsize
+    return (arr.ctypes.data, arr.shape[0], arr.shape[1], arr.strides[0] // item, arr.strides[1] // item)
+
+
+def _values_2d(name: str, x, rows: int, what: str) -> Tuple[np.ndarray, tuple]:
+    """(rows, C) float32/float64 view of a vector/matrix argument, and the trailing shape."""
+    arr = to_numpy(x, name)
+    dt = _validate.float_dtype(name, arr)
+    arr = arr.astype(dt, copy=False)
+    if arr.ndim == 0 or arr.shape[0] != rows:
+        raise ValueError(f"{name} must have {rows} rows ({what}), got shape {arr.shape}")
+    trailing = arr.shape[1:]
+    arr2 = arr.reshape(rows, int(np.prod(trailing))) if arr.ndim != 2 else arr
+    if any(s % arr2.itemsize for s in arr2.strides):  # pragma: no cover - odd strides
+        arr2 = np.ascontiguousarray(arr2)
+    return arr2, trailing
+
+
+def _threads(threads: Optional[int]) -> int:
+    if threads is None:
+        return 0
+    return _validate.positive_int("threads", threads)
+
+
+# ---- the matrix ------------------------------------------------------------------------------------
+
+
+class BlendingMatrix:
+    """The sparse P x prod(M_i) blending matrix of scattered points on a virtual grid.
+
+    Parameters
+    ----------
+    points : array (P, D)
+        Coordinates in [0, 1] (float32 or float64; other real types become float64).
+    grid : shape or list of node arrays
+        Nodes per axis (``linspace(0, 1, M_i)``) or the node coordinates of each axis.
+    embedders : embedder, list of D embedders, or None
+        Whose distance function gives the weights; one embedder is used on every axis; None
+        gives multilinear interpolation.
+    normalize : bool
+        Divide each axis's weight pair by its sum (default True: rows sum to 1).
+    outside : {"error", "clamp"}
+        What to do with points outside the grid's range.
+    threads : int, optional
+        OpenMP threads of the kernels (default: OpenMP's default).
+
+    Notes
+    -----
+    ``B @ v`` and ``matvec`` take grid values of shape (G,), (G, C), (M_1, ..., M_D) or
+    (M_1, ..., M_D, C) and return (P,) or (P, C); ``rmatvec`` takes (P,) or (P, C) and returns
+    (G,) or (G, C) (flat, row-major over the grid; ``.grid_shape`` reshapes it).
+    """
+
+    def __init__(self, points, grid: GridSpec, embedders=None, normalize: bool = True,
+                 outside: str = "error", threads: Optional[int] = None):
+        pts_in = to_numpy(points, "points")
+        D = pts_in.shape[1] if pts_in.ndim == 2 else None
+        if D == 0:
+            raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
+        self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, D))
+        self.points = validate_points(pts_in, outside, list(self.grid_coords))
+        self.normalize = bool(normalize)
+        self.outside = outside
+        self.threads = _threads(threads)
+        D = len(self.grid_coords)
+        self.embedders = tuple(_embedders(embedders, D))
+        rules = [axis_rule(e, float(np.min(np.diff(n)))) for e, n in zip(self.embedders, self.grid_coords)]
+        self.rules: Tuple[str, ...] = tuple(r for r, _ in rules)
+        self._kinds = [k for _, k in rules]
+        # the kernels' axis descriptions; Python-ruled axes get a linear placeholder
+        self._axes = [
+            (n.ctypes.data, n.size, *(k if k is not None else (LINEAR, 0.0)))
+            for n, k in zip(self.grid_coords, self._kinds)
+        ]
+        info = _core.blend_info(self._axes)
+        self.grid_shape: Tuple[int, ...] = tuple(n.size for n in self.grid_coords)
+        self.grid_size = int(info["grid_size"])
+        self.strides: Tuple[int, ...] = tuple(int(s) for s in info["strides"])
+        self.span = int(info["span"])
+        self.on_the_fly = all(r in ("kernel", "linear") for r in self.rules)
+        self._indices: Optional[np.ndarray] = None
+        self._weights: Optional[np.ndarray] = None
+        self._plan: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        if not self.on_the_fly:
+            self._indices, self._weights = self._compute_stored()
+
+    # -- shape and structure ------------------------------------------------------------
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return (self.points.shape[0], self.grid_size)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def nnz_per_row(self) -> int:
+        return 1 << len(self.grid_coords)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float64)
+
+    def _compute_stored(self) -> Tuple[np.ndarray, np.ndarray]:
+        P, nc = self.points.shape[0], self.nnz_per_row
+        idx = np.empty((P, nc), dtype=np.int64)
+        w = np.empty((P, nc), dtype=np.float64)
+        if P == 0:
+            return idx, w
+        if self.on_the_fly:
+            _core.blend_weights(self._axes, self.normalize, self.points.dtype.name, _mat(self.points),
+                                _mat(idx), _mat(w), self.threads)
+            return idx, w
+        cells, pairs = [], []
+        for i, (n, rule, kind) in enumerate(zip(self.grid_coords, self.rules, self._kinds)):
+            q = np.ascontiguousarray(self.points[:, i], dtype=np.float64)
+            if rule in ("kernel", "linear"):
+                j = np.empty(P, dtype=np.int64)
+                a0, a1 = np.empty(P), np.empty(P)
+                _core.blend_axis_weights(self._axes, self.normalize, i, q.ctypes.data, P,
+                                         j.ctypes.data, a0.ctypes.data, a1.ctypes.data)
+            else:
+                j, a0, a1 = python_axis_weights(q, n, self.embedders[i], rule, self.normalize)
+            cells.append(j)
+            pairs.append((a0, a1))
+        return combine_axes(cells, pairs, self.strides)
+
+    @property
+    def indices(self) -> np.ndarray:
+        """(P, 2^D) int64 flat grid indices of every row (row-major over the grid)."""
+        if self._indices is None:
+            self._indices, self._weights = self._compute_stored()
+        return self._indices
+
+    @property
+    def weights(self) -> np.ndarray:
+        """(P, 2^D) float64 weights of every row, in the order of ``indices``."""
+        if self._weights is None:
+            self._indices, self._weights = self._compute_stored()
+        return self._weights
+
+    def store(self) -> "BlendingMatrix":
+        """Compute and keep (indices, weights): later products read them instead of recomputing
+        the weights (faster when the matrix is applied many times). Returns self."""
+        _ = self.indices
+        self.on_the_fly = False
+        return self
+
+    def take(self, rows) -> "BlendingMatrix":
+        """The stored matrix of the points ``points[rows]`` (a subset or a reordering), sharing
+        the grid and reusing the computed weights."""
+        rows = np.asarray(rows)
+        new = copy.copy(self)
+        new.points = self.points[rows]
+        new._indices = np.ascontiguousarray(self.indices[rows])
+        new._weights = np.ascontiguousarray(self.weights[rows])
+        new._plan = None
+        new.on_the_fly = False
+        return new
+
+    # -- products -------------------------------------------------------------------------
+    def _transpose_plan(self) -> Tuple[np.ndarray, np.ndarray]:
+        if self._plan is None:
+            P = self.points.shape[0]
+            if self.on_the_fly:
+                span = self.span
+            else:
+                span = int((self.indices.max(axis=1) - self.indices.min(axis=1)).max()) if P else 0
+            _, slabs = _core.blend_layout(self.grid_size, span)
+            perm = np.empty(P, dtype=np.int64)
+            ptr = np.empty(slabs + 1, dtype=np.int64)
+            if self.on_the_fly:
+                _core.blend_plan_fly(self._axes, self.points.dtype.name, _mat(self.points),
+                                     perm.ctypes.data, ptr.ctypes.data, self.threads)
+            else:
+                _core.blend_plan_stored(_mat(self.indices), self.grid_size, span, perm.ctypes.data,
+                                        ptr.ctypes.data, self.threads)
+            self._plan = (perm, ptr, span)
+        return self._plan
+
+    def matvec(self, v, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """B v: values on the grid -> values at the points.
+
+        Parameters
+        ----------
+        v : array (G,), (G, C), (M_1, ..., M_D) or (M_1, ..., M_D, C)
+        out : array (P,) or (P, C), optional
+            Written in place (same dtype as v).
+        """
+        arr = to_numpy(v, "v")
+        if arr.shape[: len(self.grid_shape)] == self.grid_shape and arr.ndim in (len(self.grid_shape), len(self.grid_shape) + 1) and len(self.grid_shape) > 1:
+            arr = arr.reshape((self.grid_size,) + arr.shape[len(self.grid_shape):])
+        if arr.ndim > 2:
+            raise ValueError(f"v must have shape (G,), (G, C) or the grid's shape {self.grid_shape} (+ channels), got {arr.shape}")
+        v2, trailing = _values_2d("v", arr, self.grid_size, "one per grid node")
+        P = self.points.shape[0]
+        res = self._out("out", out, (P,) + trailing, v2.dtype)
+        r2 = res.reshape(P, v2.shape[1])
+        if P and v2.shape[1]:
+            if self.on_the_fly:
+                _core.blend_fly(self._axes, self.normalize, v2.dtype.name, self.points.dtype.name,
+                                _mat(self.points), _mat(v2), _mat(r2), self.threads)
+            else:
+                _core.blend_stored(v2.dtype.name, _mat(self.indices), _mat(self.weights), _mat(v2),
+                                   _mat(r2), self.threads)
+        return res
+
+    def rmatvec(self, r, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """B^T r: values at the points -> scatter-added onto the grid (flat, row-major).
+
+        Parameters
+        ----------
+        r : array (P,) or (P, C)
+        out : array (G,) or (G, C), optional
+            Written in place (same dtype as r).
+        """
+        P = self.points.shape[0]
+        arr = to_numpy(r, "r")
+        if arr.ndim > 2:
+            raise ValueError(f"r must have shape (P,) or (P, C), got {arr.shape}")
+        r2, trailing = _values_2d("r", arr, P, "one per point")
+        res = self._out("out", out, (self.grid_size,) + trailing, r2.dtype)
+        g2 = res.reshape(self.grid_size, r2.shape[1])
+        if P == 0 or r2.shape[1] == 0:
+            g2[...] = 0
+            return res
+        perm, ptr, span = self._transpose_plan()
+        if self.on_the_fly:
+            _core.blend_transpose_fly(self._axes, self.normalize, r2.dtype.name, self.points.dtype.name,
+                                      _mat(self.points), _mat(r2), _mat(g2), self.threads,
+                                      perm.ctypes.data, ptr.ctypes.data)
+        else:
+            _core.blend_transpose_stored(r2.dtype.name, _mat(self.indices), _mat(self.weights),
+                                         _mat(r2), _mat(g2), span, self.threads, perm.ctypes.data,
+                                         ptr.ctypes.data)
+        return res
+
+    @staticmethod
+    def _out(name: str, out, shape: tuple, dtype) -> np.ndarray:
+        if out is None:
+            return np.empty(shape, dtype=dtype)
+        if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+            got = (getattr(out, "shape", None), getattr(out, "dtype", None))
+            raise ValueError(f"{name} must be a NumPy array of shape {shape} and dtype {np.dtype(dtype)}, got {got}")
+        if not (out.flags.writeable and out.flags.c_contiguous):
+            raise ValueError(f"{name} must be a writeable C-contiguous array")
+        return out
+
+    def __matmul__(self, v):
+        return self.matvec(v)
+
+    @property
+    def T(self) -> "_Transposed":
+        """B^T as an object with ``@``, ``matvec`` (= B.rmatvec) and ``rmatvec`` (= B.matvec)."""
+        return _Transposed(self)
+
+    # -- views ------------------------------------------------------------------------------
+    def to_scipy(self):
+        """B as a scipy.sparse CSR matrix: exactly 2^D stored entries per row (zeros kept),
+        column indices increasing within each row."""
+        import scipy.sparse as sp
+
+        P, nc = self.points.shape[0], self.nnz_per_row
+        indptr = np.arange(0, (P + 1) * nc, nc, dtype=np.int64)
+        return sp.csr_matrix(
+            (self.weights.reshape(-1), self.indices.reshape(-1), indptr), shape=self.shape, copy=True
+        )
+
+    def aslinearoperator(self):
+        """A scipy.sparse.linalg.LinearOperator view (matvec, rmatvec, matmat, rmatmat)."""
+        from scipy.sparse.linalg import LinearOperator
+
+        return LinearOperator(
+            shape=self.shape, dtype=np.float64, matvec=self.matvec, rmatvec=self.rmatvec,
+            matmat=self.matvec, rmatmat=self.rmatvec,
+        )
+
+    def __repr__(self) -> str:
+        return (f"BlendingMatrix(P={self.shape[0]}, grid={self.grid_shape}, rules={self.rules}, "
+                f"normalize={self.normalize}, on_the_fly={self.on_the_fly})")
+
+
+class _Transposed:
+    """B^T of a BlendingMatrix (a light view)."""
+
+    def __init__(self, B: BlendingMatrix):
+        self.B = B
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return (self.B.shape[1], self.B.shape[0])
+
+    @property
+    def T(self) -> BlendingMatrix:
+        return self.B
+
+    def matvec(self, r, out=None):
+        return self.B.rmatvec(r, out=out)
+
+    def rmatvec(self, v, out=None):
+        return self.B.matvec(v, out=out)
+
+    def __matmul__(self, r):
+        return self.B.rmatvec(r)
+
+    def to_scipy(self):
+        return self.B.to_scipy().T.tocsr()

@@ -1,0 +1,430 @@
+"""Exact ridge fits of scattered samples with a complex (Kronecker) encoding (MATH.md 3.3).
+
+The model: weights W of shape (K_1, ..., K_D, C); its values on a virtual grid with nodes g_i
+are V = W x_1 Psi(g_1) ... x_D Psi(g_D); its value at a point is the blend B V of the 2^D grid
+values around it (kronpe.BlendingMatrix). ``fit_points`` returns the exact minimiser of
+
+    ||B vec(W x_i Psi(g_i)) - s||^2 + lambda ||W||^2,
+
+not a gradient-descent approximation. How (decisions documented once, here):
+
+- **Basis.** Each Psi(g_i) = U_i diag(s_i) V_i^T (thin SVD, float64). With W = Z x_i V_i the
+  problem becomes one in Z (r_1 x ... x r_D): min ||B vec(Z x_i (U_i diag s_i)) - s||^2 +
+  lambda ||Z||^2, the same objective (the V_i have orthonormal columns, and the part of W outside
+  their span only adds to the penalty). Singular values below 1e-10 s_max are dropped (as the
+  grid fit's pseudo-inverse does; they cannot affect a ridge solution by more than that).
+- **Solver.** Conjugate gradients on the normal equations
+  (A^T A + lambda I) z = A^T s, A z = B vec(Z x_i U_i S_i): every product is one blend, one
+  transpose blend (deterministic, compiled) and two mode-n chains (kronpe.multi_mode_product);
+  no Kronecker product and no dense B is ever formed. Channels are solved together, each with
+  its own CG scalars; iterations stop when every channel's relative residual of the normal
+  equations is at most ``tol``.
+- **Preconditioner.** B^T B is close to rho I with rho = ||B 1||^2 / prod(M_i) the mean sampling
+  density on the grid (P / prod(M_i) with normalised weights), so A^T A + lambda I is close to
+  diag(rho s^2 + lambda) in the SVD basis (s^2 the outer product of the s_i^2): CG runs
+  preconditioned by its inverse, which is exact for uniformly dense samples.
+- **Choosing lambda** (``ridge="auto"``): 10% of the points (a fixed seed) are held out; the fit
+  on the other 90% is solved for lambda = rho * max(s^2) * 10^-k, k = 1, 2, ... 8 (largest first,
+  each solve warm-started from the previous one, at tolerance max(tol, 1e-4)), stopping once the
+  held-out error has risen twice in a row; the value with the smallest held-out error is refined
+  by one parabolic step in log lambda; the final fit uses all points. With fewer than 40 points,
+  lambda = 1e-6 * rho * max(s^2).
+- **Choosing embedders** (``embedders=None``, MATH.md 3.5): with P points filling their bounding
+  box, the mean spacing per axis is h = (prod of extents / P)^(1/D) (times the extent ratio);
+  each axis gets a Gaussian with sigma = h, K = ceil(1.5 / h) centres and a covering margin of
+  ceil(2 sigma K) centres (two sigmas) beyond each end. The default grid then has K + 1 nodes
+  per axis (``linspace(0, 1, K + 1)``); with embedders given, it has K_base + 1 nodes per axis.
+- **Predictions** go through the same blended model that was fitted: ``predict(points)`` blends
+  the virtual-grid values V, ``predict_grid(coords)`` blends them separably along each axis.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _validate
+from ._arrays import to_numpy
+from .ops import multi_mode_product
+from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
+
+__all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
+
+SVD_CUTOFF = 1e-10  # relative singular-value cutoff of the per-axis bases
+HOLDOUT_FRACTION = 0.1
+HOLDOUT_SEED = 0
+AUTO_EXPONENTS = tuple(range(1, 9))  # lambda = rho * max(s^2) * 10^-k
+AUTO_MIN_POINTS = 40
+AUTO_DEFAULT_EXPONENT = 6
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative kronpe solver stopped at ``maxiter`` before reaching ``tol``."""
+
+
+def _chain(T: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
+    """T x_0 mats[0] x_1 mats[1] ... over the leading modes (trailing axes carried along)."""
+    return multi_mode_product(T, list(mats))
+
+
+# ---- the model ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PointModel:
+    """A complex encoding fitted to scattered samples by ``fit_points``.
+
+    Attributes
+    ----------
+    weights : array (K_1, ..., K_D, *channels)
+    embedders : tuple of D embedders
+    grid_coords : tuple of D node arrays of the virtual grid
+    ridge : float, the lambda used
+    info : dict
+        ``iterations``, ``residual`` (relative residual of the normal equations, largest over
+        channels), ``converged``, ``data_residual`` (||B V - s|| / ||s|| on the training points),
+        ``tol``, ``maxiter``, ``seconds``, ``preconditioner``; with ``ridge="auto"`` also
+        ``ridge_candidates`` and ``holdout_errors`` (mean squared error per candidate).
+    normalize : bool, the blending weights' normalisation
+    """
+
+    weights: np.ndarray
+    embedders: Tuple[Any, ...]
+    grid_coords: Tuple[np.ndarray, ...]
+    ridge: float
+    info: Dict[str, Any] = field(default_factory=dict)
+    normalize: bool = True
+    _grid_values: Optional[np.ndarray] = field(default=None, repr=False)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.grid_coords)
+
+    @property
+    def channels(self) -> Tuple[int, ...]:
+        return self.weights.shape[self.ndim:]
+
+    @property
+    def grid_values(self) -> np.ndarray:
+        """The model on its virtual grid, V = W x_i Psi(g_i): (M_1, ..., M_D, *channels)."""
+        if self._grid_values is None:
+            D = self.ndim
+            W = self.weights.reshape(self.weights.shape[:D] + (-1,)).astype(np.float64)
+            mats = [np.asarray(e(g), dtype=np.float64) for e, g in zip(self.embedders, self.grid_coords)]
+            V = _chain(W, mats)
+            self._grid_values = V.reshape(V.shape[:D] + self.channels).astype(self.weights.dtype)
+        return self._grid_values
+
+    def predict(self, points, outside: str = "error") -> np.ndarray:
+        """Values at points (P, D) in [0, 1]: (P, *channels), through the fitted blend.
+
+        ``outside`` as in BlendingMatrix: "error" or "clamp" for points outside the grid.
+        """
+        B = BlendingMatrix(points, list(self.grid_coords), list(self.embedders), normalize=self.normalize,
+                           outside=outside)
+        V = self.grid_values
+        P = B.shape[0]
+        out = B.matvec(V.reshape((B.grid_size, -1)))
+        return out.reshape((P,) + self.channels)
+
+    def predict_grid(self, coords: Sequence) -> np.ndarray:
+        """Values on the grid of per-axis coordinates (D 1-D arrays in [0, 1]):
+        (N_1, ..., N_D, *channels), blended separably along each axis."""
+        if not isinstance(coords, (list, tuple)) or len(coords) != self.ndim:
+            raise ValueError(f"coords must be a list of {self.ndim} 1-D arrays of coordinates")
+        out = self.grid_values
+        for i, (c, g, e) in enumerate(zip(coords, self.grid_coords, self.embedders)):
+            c = _validate.coords_1d(f"coords[{i}]", to_numpy(c, f"coords[{i}]"), dtype=np.float64)
+            B = BlendingMatrix(c[:, None], [g], [e], normalize=self.normalize, outside="error")
+            moved = np.moveaxis(out, i, 0)
+            flat = np.ascontiguousarray(moved).reshape(moved.shape[0], -1)
+            res = B.matvec(flat).reshape((c.size,) + moved.shape[1:])
+            out = np.moveaxis(res, 0, i)
+        return np.ascontiguousarray(out)
+
+
+# ---- argument handling -----------------------------------------------------------------------------
+
+
+def _values(values, P: int) -> Tuple[np.ndarray, Tuple[int, ...]]:
+    arr = to_numpy(values, "values")
+    if arr.ndim == 0 or arr.shape[0] != P:
+        raise ValueError(f"values must have one row per point ({P}), got shape {arr.shape}")
+    dt = _validate.float_dtype("values", arr)
+    arr = arr.astype(dt, copy=False)
+    _validate.finite("values", arr)
+    return arr, arr.shape[1:]
+
+
+def _ridge_arg(ridge) -> Optional[float]:
+    if ridge is None or (isinstance(ridge, str) and ridge == "auto"):
+        return None
+    if isinstance(ridge, str):
+        raise ValueError(f'ridge must be a non-negative number or "auto", got {ridge!r}')
+    return _validate.nonnegative_float("ridge", ridge)
+
+
+def auto_embedders(points: np.ndarray) -> List[Any]:
+    """Gaussian embedders for points (P, D) by the rule in the module docstring."""
+    from .embedders import Gaussian
+
+    P, D = points.shape
+    if P == 0:
+        raise ValueError("points: cannot choose embedders from an empty point set")
+    ext = np.maximum(points.max(axis=0) - points.min(axis=0), 1.0 / max(P, 2))
+    h_mean = (float(np.prod(ext)) / P) ** (1.0 / D)
+    out = []
+    for i in range(D):
+        h = min(max(h_mean * ext[i] / float(np.prod(ext)) ** (1.0 / D), 1e-4), 0.5)
+        K = int(math.ceil(1.5 / h))
+        sigma = h
+        margin = int(math.ceil(2 * sigma * K))
+        out.append(Gaussian(K, sigma, margin=margin))
+    return out
+
+
+def _default_grid(embs: Sequence[Any]) -> List[int]:
+    return [int(getattr(e, "K_base", e.K)) + 1 for e in embs]
+
+
+# ---- the solver --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Problem:
+    """Operators of one fit: blending matrix, per-axis SVD factors, preconditioner."""
+
+    B: BlendingMatrix
+    US: List[np.ndarray]  # (M_i, r_i)
+    Vt: List[np.ndarray]  # (r_i, K_i)
+    s2: np.ndarray  # (r_1, ..., r_D) outer product of s_i^2
+    rho: float
+
+    @property
+    def zshape(self) -> Tuple[int, ...]:
+        return self.s2.shape
+
+    def forward(self, z: np.ndarray) -> np.ndarray:  # z (r..., C) -> (P, C)
+        V = _chain(z, self.US)
+        return self.B.matvec(V.reshape(self.B.grid_size, -1))
+
+    def adjoint(self, r: np.ndarray) -> np.ndarray:  # r (P, C) -> (r..., C)
+        g = self.B.rmatvec(r).reshape(self.B.grid_shape + (r.shape[1],))
+        return _chain(g, [u.T for u in self.US])
+
+    def normal(self, z: np.ndarray, lam: float) -> np.ndarray:
+        return self.adjoint(self.forward(z)) + lam * z
+
+
+def _problem(B: BlendingMatrix, embs: Sequence[Any]) -> _Problem:
+    US, Vt, s2 = [], [], None
+    for e, g in zip(embs, B.grid_coords):
+        Phi = np.asarray(e(g), dtype=np.float64)  # (M_i, K_i)
+        U, s, vt = np.linalg.svd(Phi, full_matrices=False)
+        keep = s > SVD_CUTOFF * (s[0] if s.size else 0.0)
+        U, s, vt = U[:, keep], s[keep], vt[keep]
+        US.append(np.ascontiguousarray(U * s))
+        Vt.append(vt)
+        s2 = s**2 if s2 is None else np.multiply.outer(s2, s**2)
+    ones = B.matvec(np.ones(B.grid_size))
+    rho = float(ones @ ones) / B.grid_size
+    return _Problem(B, US, Vt, np.asarray(s2), rho)
+
+
+def _cdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-channel inner products of two (..., C) arrays: (C,)."""
+    C = a.shape[-1]
+    return np.einsum("ic,ic->c", a.reshape(-1, C), b.reshape(-1, C))
+
+
+def _pcg(prob: _Problem, rhs: np.ndarray, lam: float, x0: Optional[np.ndarray], tol: float,
+         maxiter: int) -> Tuple[np.ndarray, int, np.ndarray]:
+    """Preconditioned CG on (A^T A + lam I) z = rhs, channel by channel (vectorised).
+
+    Returns (z, iterations, relative residual per channel)."""
+    C = rhs.shape[-1]
+    minv = (1.0 / (prob.rho * prob.s2 + lam))[..., None]
+    bnorm = np.sqrt(_cdot(rhs, rhs))
+    safe = np.where(bnorm > 0, bnorm, 1.0)
+    if x0 is None:
+        x = np.zeros_like(rhs)
+        r = rhs.copy()
+    else:
+        x = x0.copy()
+        r = rhs - prob.normal(x, lam)
+    rel = np.sqrt(_cdot(r, r)) / safe
+    z = minv * r
+    p = z.copy()
+    rz = _cdot(r, z)
+    it = 0
+    while it < maxiter and np.any((rel > tol) & (bnorm > 0)):
+        Ap = prob.normal(p, lam)
+        pAp = _cdot(p, Ap)
+        alpha = np.where(pAp > 0, rz / np.where(pAp > 0, pAp, 1.0), 0.0)
+        x += alpha * p
+        r -= alpha * Ap
+        it += 1
+        rel = np.sqrt(_cdot(r, r)) / safe
+        z = minv * r
+        rz_new = _cdot(r, z)
+        beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
+        p = z + beta * p
+        rz = rz_new
+    x[..., bnorm == 0] = 0.0
+    return x, it, np.where(bnorm > 0, rel, 0.0)
+
+
+def _solve(prob: _Problem, s: np.ndarray, lam: float, x0, tol: float, maxiter: int):
+    rhs = prob.adjoint(s)
+    return _pcg(prob, rhs, lam, x0, tol, maxiter)
+
+
+def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: int,
+                  scale: float) -> Tuple[float, Dict[str, Any]]:
+    """Held-out choice of lambda (module docstring); B and s in the same (sorted) point order."""
+    P = B.shape[0]
+    order = np.random.default_rng(HOLDOUT_SEED).permutation(P)
+    n_hold = max(1, int(round(HOLDOUT_FRACTION * P)))
+    hold, train = np.sort(order[:n_hold]), np.sort(order[n_hold:])
+    prob = _problem(B.take(train), embs)
+    Bho = B.take(hold)
+    rhs = prob.adjoint(np.ascontiguousarray(s[train]))
+    s_ho = s[hold]
+    ctol = max(tol, 1e-4)
+
+    def holdout_error(x):
+        pred = Bho.matvec(_chain(x, prob.US).reshape(Bho.grid_size, -1))
+        return float(np.mean((pred - s_ho) ** 2))
+
+    lams, errs, sols = [], [], []
+    x = None
+    for k in AUTO_EXPONENTS:  # largest first, each solve warm-started from the previous one
+        lam = scale * 10.0 ** (-k)
+        x, _, _ = _pcg(prob, rhs, lam, x, ctol, maxiter)
+        lams.append(lam)
+        errs.append(holdout_error(x))
+        sols.append(x)
+        if len(errs) >= 3 and errs[-1] > errs[-2] > errs[-3]:
+            break  # the held-out error has risen twice: the minimum is behind
+    k = int(np.argmin(errs))
+    best = lams[k]
+    if 0 < k < len(lams) - 1:  # one parabolic step in log lambda through the three best
+        y0, y1, y2 = errs[k - 1], errs[k], errs[k + 1]
+        denom = y0 - 2 * y1 + y2
+        if denom > 0:
+            step = float(np.clip(0.5 * (y0 - y2) / denom, -0.5, 0.5))  # decades towards smaller lambda
+            cand = lams[k] * 10.0 ** (-step)
+            x2, _, _ = _pcg(prob, rhs, cand, sols[k], ctol, maxiter)
+            lams.append(cand)
+            errs.append(holdout_error(x2))
+            if errs[-1] < errs[k]:
+                best = cand
+    return best, {"ridge_candidates": lams, "holdout_errors": errs}
+
+
+def _sorted_matrix(points, nodes, embs, normalize, threads) -> Tuple[BlendingMatrix, np.ndarray]:
+    """A stored blending matrix of the points sorted by grid cell (cache-friendly products),
+    and the permutation used."""
+    B0 = BlendingMatrix(points, nodes, embs, normalize=normalize, outside="clamp", threads=threads)
+    order = np.argsort(B0.indices[:, 0], kind="stable")
+    return B0.take(order), order
+
+
+def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, str, None] = "auto",
+               tol: float = 1e-6, maxiter: Optional[int] = None, normalize: bool = True,
+               outside: str = "error", threads: Optional[int] = None) -> PointModel:
+    """Exact ridge fit of scattered samples with a complex encoding (MATH.md 3.3).
+
+    Parameters
+    ----------
+    points : array (P, D)
+        Sample coordinates in [0, 1].
+    values : array (P,) or (P, *channels)
+    embedders : embedder, list of D embedders, or None
+        None chooses Gaussians from the sampling density (module docstring).
+    grid : shape or list of node arrays, optional
+        The virtual grid (default: K_base + 1 nodes per axis over [0, 1]).
+    ridge : float >= 0 or "auto"
+        lambda of the penalty lambda ||W||^2 on the raw (unscaled) embedders; "auto" (or None)
+        chooses it on held-out points.
+    tol : float
+        Relative residual of the normal equations at which CG stops (every channel).
+    maxiter : int, optional
+        CG iteration limit (default 10 * sum of the axes' ranks, at least 500); a
+        ConvergenceWarning is issued when it is reached first.
+    normalize, outside, threads
+        As in BlendingMatrix.
+
+    Returns
+    -------
+    PointModel
+    """
+    t0 = time.perf_counter()
+    pts_in = to_numpy(points, "points")
+    D = pts_in.shape[1] if pts_in.ndim == 2 else None
+    if D == 0:
+        raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
+    lam_arg = _ridge_arg(ridge)
+    tol = _validate.positive_float("tol", tol)
+    if maxiter is not None:
+        maxiter = _validate.positive_int("maxiter", maxiter)
+    pts = validate_points(pts_in, outside)
+    if pts.shape[0] == 0:
+        raise ValueError("points must hold at least one point, got P = 0")
+    vals, channels = _values(values, pts.shape[0])
+    D = pts.shape[1]
+    if embedders is None:
+        embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
+    else:
+        embs = _embedders(embedders, D)
+        if any(e is None for e in embs):
+            raise ValueError("embedders must be embedders (or None as a whole), got None for an axis")
+    nodes = _grid_nodes(_default_grid(embs) if grid is None else grid, D)
+    pts = validate_points(pts, outside, nodes)
+    s = vals.reshape(pts.shape[0], -1).astype(np.float64)
+
+    B, order = _sorted_matrix(pts, nodes, embs, normalize, threads)
+    prob = _problem(B, embs)
+    s_sorted = np.ascontiguousarray(s[order])
+    if maxiter is None:
+        maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
+    scale = prob.rho * float(prob.s2.max())
+    info: Dict[str, Any] = {}
+    if lam_arg is None:
+        if pts.shape[0] < AUTO_MIN_POINTS:
+            lam = scale * 10.0 ** (-AUTO_DEFAULT_EXPONENT)
+        else:
+            lam, extra = _choose_ridge(B, s_sorted, embs, tol, maxiter, scale)
+            info.update(extra)
+    else:
+        lam = lam_arg
+    z, it, rel = _solve(prob, s_sorted, lam, None, tol, maxiter)
+    # the true residual of the normal equations (not the recursive one)
+    rhs = prob.adjoint(s_sorted)
+    res = rhs - prob.normal(z, lam)
+    bn = np.sqrt(_cdot(rhs, rhs))
+    true_rel = np.sqrt(_cdot(res, res)) / np.where(bn > 0, bn, 1.0)
+    fit_res = prob.forward(z) - s_sorted
+    sn = float(np.linalg.norm(s_sorted))
+    converged = bool(np.all(rel <= tol))
+    info.update(
+        iterations=int(it), residual=float(true_rel.max()) if true_rel.size else 0.0, converged=converged,
+        data_residual=float(np.linalg.norm(fit_res) / sn) if sn > 0 else 0.0, tol=tol, maxiter=maxiter,
+        preconditioner="diag(rho s^2 + lambda) in the per-axis SVD basis", rho=prob.rho,
+    )
+    if not converged:
+        warnings.warn(
+            f"fit_points: conjugate gradients stopped at maxiter={maxiter} with relative residual "
+            f"{float(rel.max()):.3g} > tol={tol:g}; raise maxiter or ridge",
+            ConvergenceWarning, stacklevel=2,
+        )
+    W = _chain(z, [vt.T for vt in prob.Vt])  # (K_1, ..., K_D, C)
+    W = W.reshape(W.shape[:D] + channels).astype(vals.dtype, copy=False)
+    info["seconds"] = time.perf_counter() - t0
+    return PointModel(weights=W, embedders=tuple(embs), grid_coords=tuple(nodes), ridge=float(lam), info=info,
+                      normalize=normalize)

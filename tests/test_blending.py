@@ -1,0 +1,398 @@
+"""The blending matrix (MATH.md 3.3): weights, kernels (on the fly and stored), BlendingMatrix."""
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import kronpe
+from kronpe import _core, blending, embedders, reference
+from kronpe.blending import BlendingMatrix
+
+RTOL = {np.float32: 2e-6, np.float64: 1e-12}
+
+
+# ---- MATH.md section 2 closed forms, written out independently of the package -------------
+
+
+def gauss_D(sigma):
+    return lambda d: math.sqrt(math.pi) * sigma * np.exp(-np.asarray(d) ** 2 / (4 * sigma**2))
+
+
+def b3(u):
+    u = np.abs(u)
+    return np.where(u <= 1, 2 / 3 - u**2 + u**3 / 2, np.where(u <= 2, (2 - u) ** 3 / 6, 0.0))
+
+
+def tri_exact_D(h):
+    return lambda d: h * b3(np.asarray(d) / h)
+
+
+def tri_paper_D(h):
+    s = 2 * h
+    return lambda d: s**2 / 4 * np.maximum(1 - np.abs(d) / s, 0) ** 2
+
+
+def rect_D(w):
+    return lambda d: w * np.maximum(1 - np.abs(d) / w, 0)
+
+
+# (kind, param) of the compiled kernels and the matching MATH.md distance
+KINDS = {
+    "linear": ((blending.LINEAR, 0.0), None),
+    "gaussian": ((blending.GAUSSIAN, 1 / (4 * 0.07**2)), gauss_D(0.07)),
+    "gaussian_narrow": ((blending.GAUSSIAN, 1 / (4 * 0.0025**2)), gauss_D(0.0025)),  # exp far below 0
+    "bspline3": ((blending.BSPLINE3, 1 / 0.1), tri_exact_D(0.1)),
+    "tri_sq": ((blending.TRI_SQ, 1 / 0.2), tri_paper_D(0.1)),
+    "tri": ((blending.TRI, 1 / 0.15), rect_D(0.15)),
+}
+
+
+def kernel_weights(points, nodes, kinds, normalize=True):
+    axes = [(n.ctypes.data, n.size, *k) for n, k in zip(nodes, kinds)]
+    P, nc = points.shape[0], 1 << len(nodes)
+    idx = np.empty((P, nc), np.int64)
+    w = np.empty((P, nc))
+    _core.blend_weights(axes, normalize, points.dtype.name, blending._mat(points), blending._mat(idx),
+                        blending._mat(w), 0)
+    return idx, w
+
+
+def nonuniform(M, rng):
+    g = np.sort(rng.random(M - 2))
+    return np.concatenate([[0.0], g, [1.0]])
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("uniform", [True, False])
+def test_axis_weights_match_formula(rng, kind, normalize, uniform):
+    nodes = np.linspace(0, 1, 9) if uniform else nonuniform(9, rng)
+    q = np.concatenate([rng.random(200), nodes, [0.0, 1.0]])
+    (k, param), dist = KINDS[kind]
+    idx, w = kernel_weights(q[:, None], [nodes], [(k, param)], normalize)
+    j, ref = reference.blend_axis_weights(q, nodes, dist, normalize)
+    np.testing.assert_array_equal(idx[:, 0], j)
+    np.testing.assert_array_equal(idx[:, 1], j + 1)
+    np.testing.assert_allclose(w, ref, rtol=1e-12, atol=1e-13)
+    if normalize:
+        np.testing.assert_allclose(w.sum(1), 1.0, rtol=1e-14)
+
+
+def test_unnormalised_gaussian_overshoots_between_nodes():
+    # the raw projection of a wide Gaussian does not sum to 1 between nodes: the reason for the
+    # default normalisation
+    nodes = np.linspace(0, 1, 5)
+    q = np.array([[0.125]])
+    _, w = kernel_weights(q, [nodes], [KINDS["gaussian"][0]], normalize=False)
+    assert abs(w.sum() - 1) > 1e-3
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_matrix_matches_dense_reference(rng, D, normalize):
+    shape = [5, 4, 3][:D]
+    nodes = [np.linspace(0, 1, m) if i % 2 == 0 else nonuniform(m, rng) for i, m in enumerate(shape)]
+    emb = [embedders.Gaussian(8, 0.08 + 0.02 * i) for i in range(D)]
+    pts = rng.random((40, D))
+    B = BlendingMatrix(pts, nodes, emb, normalize=normalize)
+    assert B.rules == ("kernel",) * D and B.on_the_fly
+    dense = reference.blend_matrix(pts, nodes, [e.distance for e in emb], normalize)
+    np.testing.assert_allclose(B.to_scipy().toarray(), dense, rtol=1e-12, atol=1e-14)
+    v = rng.standard_normal((B.grid_size, 2))
+    np.testing.assert_allclose(B @ v, reference.blend(pts, nodes, [e.distance for e in emb], v, normalize),
+                               rtol=1e-12, atol=1e-12)
+    r = rng.standard_normal((40, 2))
+    np.testing.assert_allclose(B.T @ r, reference.blend_transpose(pts, nodes, [e.distance for e in emb], r, normalize),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_embedder_mapping_matches_distance():
+    # the kernels' closed form is used only when it matches embedder.distance; every family
+    # present in kronpe.embedders with a closed form must map onto a kernel
+    families = {
+        "Gaussian": lambda: embedders.Gaussian(16, 0.03),
+        "Triangle": lambda: embedders.Triangle(16, width=0.1),
+        "Rectangle": lambda: embedders.Rectangle(16, width=0.1),
+        "RandomFourier": lambda: embedders.RandomFourier(16, sigma=3.0),
+    }
+    seen = 0
+    for name, make in families.items():
+        if not hasattr(embedders, name):
+            continue
+        emb = make()
+        if not blending._has_own_distance(emb):
+            continue
+        seen += 1
+        rule, kind = blending.axis_rule(emb, 1 / 16)
+        assert rule == "kernel", name
+        d = np.linspace(0, 0.3, 50)
+        ref = emb.distance(d)
+        mine = blending._kernel_distance(*kind, d)
+        np.testing.assert_allclose(ref / ref[0], mine / mine[0], rtol=1e-10, atol=1e-14)
+    assert seen >= 1
+
+
+def test_points_on_nodes_and_last_node_are_exact(rng):
+    nodes = [np.linspace(0, 1, 7), nonuniform(6, rng)]
+    grid_pts = np.stack(np.meshgrid(*nodes, indexing="ij"), -1).reshape(-1, 2)
+    B = BlendingMatrix(grid_pts, nodes, embedders.Gaussian(8, 0.1))
+    dense = B.to_scipy().toarray()
+    np.testing.assert_array_equal(dense, np.eye(42))  # one-hot, exactly
+    # on the upper boundary: last cell, beta = 1
+    B1 = BlendingMatrix(np.array([[1.0, 1.0]]), nodes, embedders.Gaussian(8, 0.1))
+    assert B1.indices[0, 0] == (5 * 6 + 4)
+    np.testing.assert_array_equal(B1.weights[0], [0, 0, 0, 1])
+
+
+def test_repeated_points_give_identical_rows(rng):
+    p = rng.random((1, 2))
+    pts = np.repeat(p, 5, axis=0)
+    B = BlendingMatrix(pts, (6, 6), embedders.Gaussian(8, 0.1))
+    assert np.all(B.weights == B.weights[0]) and np.all(B.indices == B.indices[0])
+    r = np.ones(5)
+    np.testing.assert_allclose(B.rmatvec(r), 5 * B.to_scipy().toarray()[0], rtol=1e-14)
+
+
+def test_singular_cells_fall_back_to_linear():
+    # sigma much wider than the spacing: D is flat over a cell, det ~ 0 -> linear weights
+    nodes = np.linspace(0, 1, 1001)
+    q = np.array([[0.00025]])  # beta = 0.25
+    _, w = kernel_weights(q, [nodes], [(blending.GAUSSIAN, 1 / (4 * 1e4))])
+    np.testing.assert_allclose(w[0], [0.75, 0.25], rtol=1e-12)
+    # a Rectangle narrower than half a spacing: both projections vanish mid-cell -> linear
+    _, w = kernel_weights(np.array([[0.5]]), [np.array([0.0, 1.0])], [(blending.TRI, 1 / 0.2)])
+    np.testing.assert_allclose(w[0], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_adjoint_identity(rng, dtype, D):
+    pts = rng.random((300, D)).astype(dtype)
+    B = BlendingMatrix(pts, [6, 5, 4][:D], embedders.Gaussian(8, 0.08))
+    v = rng.standard_normal((B.grid_size, 3)).astype(dtype)
+    r = rng.standard_normal((300, 3)).astype(dtype)
+    lhs = np.sum((B @ v).astype(np.float64) * r)
+    rhs = np.sum(v.astype(np.float64) * (B.T @ r))
+    assert abs(lhs - rhs) <= 50 * RTOL[dtype] * (np.abs(v).sum() + np.abs(r).sum())
+    assert (B @ v).dtype == dtype and (B.T @ r).dtype == dtype
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_to_scipy_structure_and_products(rng, D):
+    pts = rng.random((100, D))
+    B = BlendingMatrix(pts, [7, 6, 5][:D], embedders.Gaussian(8, 0.08))
+    S = B.to_scipy()
+    assert sp.isspmatrix_csr(S) and S.shape == B.shape
+    assert np.all(np.diff(S.indptr) == 2**D)
+    for p in range(5):
+        cols = S.indices[S.indptr[p]:S.indptr[p + 1]]
+        assert np.all(np.diff(cols) > 0)
+    v = rng.standard_normal(B.grid_size)
+    np.testing.assert_allclose(S @ v, B.matvec(v), rtol=1e-13, atol=1e-14)
+    r = rng.standard_normal(100)
+    np.testing.assert_allclose(S.T @ r, B.rmatvec(r), rtol=1e-13, atol=1e-14)
+    op = B.aslinearoperator()
+    np.testing.assert_allclose(op.matvec(v), B @ v)
+    np.testing.assert_allclose(op.rmatvec(r), B.T @ r)
+    np.testing.assert_allclose(op.matmat(v[:, None])[:, 0], B @ v)
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_on_the_fly_and_stored_are_identical(rng, dtype, D):
+    pts = rng.random((500, D))
+    fly = BlendingMatrix(pts, [9, 7, 5][:D], embedders.Gaussian(8, 0.06))
+    stored = BlendingMatrix(pts, [9, 7, 5][:D], embedders.Gaussian(8, 0.06)).store()
+    assert fly.on_the_fly and not stored.on_the_fly
+    v = rng.standard_normal((fly.grid_size, 2)).astype(dtype)
+    r = rng.standard_normal((500, 2)).astype(dtype)
+    np.testing.assert_array_equal(fly @ v, stored @ v)
+    np.testing.assert_array_equal(fly.T @ r, stored.T @ r)
+
+
+@pytest.mark.parametrize("pdtype", [np.float32, np.float64])
+def test_float32_and_float64(rng, dtype, pdtype):
+    pts = rng.random((200, 2)).astype(pdtype)
+    B = BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.08))
+    dense = reference.blend_matrix(pts.astype(np.float64), list(B.grid_coords),
+                                   [embedders.Gaussian(8, 0.08).distance] * 2)
+    v = rng.standard_normal((64, 3)).astype(dtype)
+    r = rng.standard_normal((200, 3)).astype(dtype)
+    tol = RTOL[dtype]
+    np.testing.assert_allclose(B @ v, dense @ v.astype(np.float64), rtol=tol, atol=10 * tol)
+    np.testing.assert_allclose(B.T @ r, dense.T @ r.astype(np.float64), rtol=tol, atol=50 * tol)
+
+
+def test_non_contiguous_inputs(rng):
+    big = rng.random((400, 5))
+    pts = big[::2, 1:4:2]  # strided rows and columns
+    assert not pts.flags.c_contiguous
+    B = BlendingMatrix(pts, (6, 7), embedders.Gaussian(8, 0.08))
+    Bc = BlendingMatrix(np.ascontiguousarray(pts), (6, 7), embedders.Gaussian(8, 0.08))
+    vbig = rng.standard_normal((42, 6))
+    v = vbig[:, ::2]
+    vf = np.asfortranarray(vbig[:, :3])
+    np.testing.assert_array_equal(B @ v, Bc @ np.ascontiguousarray(v))
+    np.testing.assert_array_equal(B @ vf, Bc @ np.ascontiguousarray(vf))
+    rbig = rng.standard_normal((200, 4))
+    r = rbig[:, 1::2]
+    np.testing.assert_array_equal(B.T @ r, Bc.T @ np.ascontiguousarray(r))
+    # grid-shaped input, transposed in memory
+    vg = rng.standard_normal((7, 6)).T  # (6, 7) view in Fortran order
+    assert not vg.flags.c_contiguous
+    np.testing.assert_array_equal(B @ vg, Bc @ vg.reshape(-1).copy())
+
+
+def test_empty_point_set():
+    B = BlendingMatrix(np.zeros((0, 2)), (4, 5), embedders.Gaussian(8, 0.1))
+    assert B.shape == (0, 20)
+    assert (B @ np.ones(20)).shape == (0,)
+    assert (B @ np.ones((20, 3))).shape == (0, 3)
+    g = B.T @ np.zeros((0, 3))
+    assert g.shape == (20, 3) and not g.any()
+    assert B.to_scipy().shape == (0, 20) and B.indices.shape == (0, 4)
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_transpose_is_deterministic_across_thread_counts(rng, store):
+    pts = rng.random((20000, 2))
+    r = rng.standard_normal((20000, 2))
+    outs = []
+    for t in (1, 2, 3, 8):
+        B = BlendingMatrix(pts, (64, 48), embedders.Gaussian(32, 0.02), threads=t)
+        if store:
+            B.store()
+        outs.append(B.T @ r)
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+def test_linear_when_no_embedder(rng):
+    pts = rng.random((50, 2))
+    B = BlendingMatrix(pts, (5, 5), None)
+    assert B.rules == ("linear", "linear")
+    v = np.add.outer(np.linspace(0, 1, 5) * 2, np.linspace(0, 1, 5) * 3)  # bilinear field
+    np.testing.assert_allclose(B @ v, 2 * pts[:, 0] + 3 * pts[:, 1], rtol=1e-12)
+
+
+class _OwnDistance(embedders.Gaussian):
+    """A Gaussian the kernels do not recognise (other class name): the "distance" rule."""
+
+    def replace(self, **changes):  # pragma: no cover - unused
+        return self
+
+
+class _NoDistance(embedders.Embedder):
+    """An embedder with no distance of its own: the "sampled" rule."""
+
+    def __init__(self, K=12, sigma=0.08):
+        object.__setattr__(self, "_K", K)
+        object.__setattr__(self, "_sigma", sigma)
+
+    @property
+    def K(self):
+        return self._K
+
+    def _embed(self, x, out=None):
+        t = np.arange(self._K) / (self._K - 1)
+        return np.exp(-((x[:, None] - t) ** 2) / (2 * self._sigma**2)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_python_rules(rng, normalize):
+    pts = rng.random((60, 2))
+    own = _OwnDistance(8, 0.09)
+    B = BlendingMatrix(pts, (6, 5), own, normalize=normalize)
+    assert B.rules == ("distance", "distance") and not B.on_the_fly
+    dense = reference.blend_matrix(pts, list(B.grid_coords), [own.distance] * 2, normalize)
+    np.testing.assert_allclose(B.to_scipy().toarray(), dense, rtol=1e-12, atol=1e-14)
+
+    emb = _NoDistance()
+    B = BlendingMatrix(pts, (6, 5), emb, normalize=normalize)
+    assert B.rules == ("sampled", "sampled")
+    # sampled rule: the projection of Psi(q) onto span(Psi(g0), Psi(g1)), per axis
+    for p in range(5):
+        row = np.zeros(30)
+        w_axes = []
+        for i, n in enumerate(B.grid_coords):
+            j = min(max(int(np.sum(n <= pts[p, i])) - 1, 0), n.size - 2)
+            A = emb(n[[j, j + 1]]).T
+            a = np.linalg.lstsq(A, emb(pts[p, i:i + 1])[0], rcond=None)[0]
+            if normalize:
+                a = a / a.sum()
+            w_axes.append((j, a))
+        for c0 in range(2):
+            for c1 in range(2):
+                row[(w_axes[0][0] + c0) * 5 + w_axes[1][0] + c1] = w_axes[0][1][c0] * w_axes[1][1][c1]
+        np.testing.assert_allclose(B.to_scipy().toarray()[p], row, rtol=1e-9, atol=1e-12)
+    # the products of a stored matrix still match its CSR form, and are deterministic
+    v = rng.standard_normal(30)
+    np.testing.assert_allclose(B @ v, B.to_scipy() @ v, rtol=1e-13)
+
+
+def test_mixed_axes(rng):
+    pts = rng.random((80, 2))
+    B = BlendingMatrix(pts, [5, np.array([0.0, 0.3, 0.35, 1.0])], [embedders.Gaussian(8, 0.1), None])
+    dense = reference.blend_matrix(pts, list(B.grid_coords), [embedders.Gaussian(8, 0.1).distance, None])
+    np.testing.assert_allclose(B.to_scipy().toarray(), dense, rtol=1e-12, atol=1e-14)
+
+
+def test_sixty_four_bit_indices():
+    big = 1 << 17  # a 2^17 x 2^17 virtual grid: flat indices past 2^31
+    pts = np.array([[1.0, 1.0], [0.75, 0.5]])
+    B = BlendingMatrix(pts, (big, big), None)
+    assert B.grid_size == big * big
+    assert B.indices[0, 3] == big * big - 1
+    i0 = int(0.75 * (big - 1))
+    assert B.indices[1, 0] == i0 * big + int(0.5 * (big - 1))
+
+
+def test_outside_rules(rng):
+    nodes = [np.linspace(0.2, 0.8, 5), np.linspace(0, 1, 4)]
+    pts = np.array([[0.1, 0.5], [0.9, 1.0], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="points must lie in the grid range"):
+        BlendingMatrix(pts, nodes, None)
+    B = BlendingMatrix(pts, nodes, None, outside="clamp")
+    Bc = BlendingMatrix(np.array([[0.2, 0.5], [0.8, 1.0], [0.5, 0.5]]), nodes, None)
+    np.testing.assert_array_equal(B.weights, Bc.weights)
+    np.testing.assert_array_equal(B.indices, Bc.indices)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(points=np.array([[0.5, np.nan]])), "points must be finite"),
+        (dict(points=np.array([[0.5, 1.5]])), r"points must lie in \[0, 1\]"),
+        (dict(points=np.array([[-0.1, 0.5]])), r"points must lie in \[0, 1\]"),
+        (dict(points=np.zeros(5)), r"points must have shape \(P, D\)"),
+        (dict(points=np.zeros((3, 3))), r"grid must have one entry per axis"),
+        (dict(points=np.array([["a", "b"]])), "points must hold real numbers"),
+        (dict(grid=(1, 4)), r"grid\[0\] must be at least 2 nodes"),
+        (dict(grid=[np.array([0.0, 0.5, 0.4, 1.0]), 4]), r"grid\[0\] must be strictly increasing"),
+        (dict(grid=[np.array([0.0, 1.5]), 4]), r"grid\[0\] must lie in \[0, 1\]"),
+        (dict(grid="abc"), "grid must be a shape"),
+        (dict(outside="wrap"), "outside must be"),
+        (dict(threads=0), "threads must be a positive integer"),
+        (dict(embedders=[None]), "embedders must have one entry per axis"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    args = dict(points=np.array([[0.2, 0.3]]), grid=(4, 4), embedders=None)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        BlendingMatrix(**args)
+
+
+def test_bad_products(rng):
+    B = BlendingMatrix(rng.random((10, 2)), (4, 4), None)
+    with pytest.raises(ValueError, match="v must have 16 rows"):
+        B @ np.ones(15)
+    with pytest.raises(ValueError, match="r must have 10 rows"):
+        B.T @ np.ones(11)
+    with pytest.raises(ValueError, match="v must hold real numbers"):
+        B @ np.array(["x"] * 16)
+    with pytest.raises(ValueError, match="out must be"):
+        B.matvec(np.ones(16), out=np.empty(10, np.float32))
+
+
+def test_exported_at_top_level():
+    assert kronpe.BlendingMatrix is BlendingMatrix
