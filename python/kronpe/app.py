@@ -58,6 +58,26 @@ def heldout_mask(shape: Sequence[int], stride: int) -> np.ndarray:
     return ~train
 
 
+def random_mask(shape: Sequence[int], fraction: float, seed: int = 0) -> np.ndarray:
+    """A boolean mask of ``shape`` with round(fraction * size) True entries, seeded."""
+    fraction = _validate.positive_float("fraction", fraction)
+    if fraction > 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+    size = int(np.prod(shape))
+    n = max(1, int(round(fraction * size)))
+    mask = np.zeros(size, dtype=bool)
+    mask[np.random.default_rng(seed).choice(size, n, replace=False)] = True
+    return mask.reshape(tuple(shape))
+
+
+def mask_psnr(full: np.ndarray, pred: np.ndarray, mask: np.ndarray, peak: float = 1.0) -> Tuple[float, float]:
+    """(train PSNR, held-out PSNR) with ``mask`` (over the sampled axes) marking the training samples."""
+    from .data import psnr
+
+    held = ~mask
+    return psnr(full[mask], pred[mask], peak), (psnr(full[held], pred[held], peak) if held.any() else float("nan"))
+
+
 def split_psnr(
     truth: np.ndarray, pred: np.ndarray, ndim: int, stride: int, peak: float = 1.0
 ) -> Tuple[float, float]:
@@ -136,7 +156,29 @@ class Case:
     ndim: int  # D, the number of sampled axes
     stride: int = 2
     peak: float = 1.0
+    #: train on this random fraction of the samples instead of the regular subsample (None: grid)
+    fraction: Optional[float] = None
+    seed: int = 0
     _cache: Dict[str, object] = field(default_factory=dict, repr=False)
+
+    @property
+    def scattered(self) -> bool:
+        return self.fraction is not None
+
+    @property
+    def mask(self) -> np.ndarray:  # (N_1, ..., N_D) bool: the random training samples
+        if "mask" not in self._cache:
+            self._cache["mask"] = random_mask(self.full.shape[: self.ndim], self.fraction, self.seed)
+        return self._cache["mask"]  # type: ignore[return-value]
+
+    @property
+    def points(self) -> np.ndarray:  # (P, D) coordinates of the random training samples
+        idx = np.nonzero(self.mask)
+        return np.stack([c[i] for c, i in zip(self.coords, idx)], axis=1)
+
+    @property
+    def values(self) -> np.ndarray:  # (P, *channels)
+        return self.full[self.mask]
 
     @property
     def train(self) -> np.ndarray:  # (ceil(N_1 / s), ..., [C])
@@ -159,6 +201,8 @@ class Case:
         return int(min(self.train.shape[: self.ndim]))
 
     def score(self, pred: np.ndarray) -> Tuple[float, float]:
+        if self.scattered:
+            return mask_psnr(self.full, pred, self.mask, self.peak)
         return split_psnr(self.full, pred, self.ndim, self.stride, self.peak)
 
 
@@ -214,6 +258,8 @@ def paper_row(family: str) -> Callable[[Case], Optional[RowResult]]:
     def run(case: Case) -> Optional[RowResult]:
         import kronpe
 
+        if case.scattered:
+            return None
         settings = paper_settings(case.ndim, case.K)
         emb = paper_embedder(family, int(settings["K"]), settings[family])
         if emb is None:
@@ -230,17 +276,21 @@ def paper_row(family: str) -> Callable[[Case], Optional[RowResult]]:
     return run
 
 
-def gcv_row(case: Case) -> RowResult:
+def gcv_row(case: Case) -> Optional[RowResult]:
     """Row: kronpe's own choice (embedders=None: covering margin, width and ridge by GCV)."""
     import kronpe
 
+    if case.scattered:
+        return None
     return _timed_fit(lambda: kronpe.fit_grid(case.train, None, coords=case.train_coords), case)
 
 
-def spline_row(case: Case) -> RowResult:
+def spline_row(case: Case) -> Optional[RowResult]:
     """Row: cubic-spline interpolation (scipy.ndimage, order 3, mirror boundary)."""
     from scipy import ndimage
 
+    if case.scattered:
+        return None
     t0 = time.perf_counter()
     train = case.train.reshape(case.train.shape[: case.ndim] + (-1,))
     coeffs = [
@@ -258,6 +308,41 @@ def spline_row(case: Case) -> RowResult:
     return RowResult(pred.reshape(case.full.shape).astype(case.full.dtype), t1 - t0, t2 - t0)
 
 
+def points_row(case: Case) -> Optional[RowResult]:
+    """Row: kronpe's exact scattered fit (fit_points, embedders=None, ridge chosen automatically)."""
+    import kronpe
+
+    if not case.scattered:
+        return None
+    return _timed_fit(lambda: kronpe.fit_points(case.points, case.values, None), case)
+
+
+def griddata_row(method: str) -> Callable[[Case], Optional[RowResult]]:
+    """Row: scipy.interpolate.griddata (``method``) from the random samples, 2-D only.
+
+    Outside the convex hull of the samples griddata has no value: those few pixels take the
+    nearest sample's value, as a user would fill them.
+    """
+
+    def run(case: Case) -> Optional[RowResult]:
+        from scipy.interpolate import NearestNDInterpolator, griddata
+
+        if not case.scattered or case.ndim != 2:
+            return None
+        t0 = time.perf_counter()
+        pts, vals = case.points, case.values.reshape(case.points.shape[0], -1)
+        grid = np.stack(np.meshgrid(*case.coords, indexing="ij"), axis=-1).reshape(-1, case.ndim)
+        pred = griddata(pts, vals, grid, method=method)
+        bad = ~np.isfinite(pred).all(axis=1)
+        if bad.any():
+            pred[bad] = NearestNDInterpolator(pts, vals)(grid[bad])
+        t1 = time.perf_counter()
+        return RowResult(pred.reshape(case.full.shape).astype(case.full.dtype), t1 - t0, t1 - t0)
+
+    run.__name__ = f"griddata_{method}"
+    return run
+
+
 #: The rows of ``kronpe demo``, in table order. Append to add methods.
 DEMO_ROWS: List[DemoRow] = [
     DemoRow("Tri, paper (closed form)", paper_row("Tri")),
@@ -267,15 +352,25 @@ DEMO_ROWS: List[DemoRow] = [
     DemoRow("RFF, paper (closed form)", paper_row("RFF"), quick=False),
     DemoRow("kronpe GCV (embedders=None)", gcv_row),
     DemoRow("cubic spline (scipy.ndimage)", spline_row),
+    DemoRow("kronpe fit_points (scattered, exact)", points_row),
+    DemoRow("griddata linear (scattered)", griddata_row("linear")),
+    DemoRow("griddata cubic (scattered)", griddata_row("cubic")),
 ]
 
 
 def demo_cases(quick: bool = False) -> List[Case]:
     """The demo's signals: photographs at 512 x 512 and the 128^3 video (small ones if quick)."""
     if quick:
-        return [Case("astronaut 64x64 (crop)", data.load_sample("astronaut", size=64, crop=True), 2)]
-    cases = [Case(f"{name} 512x512", data.load_sample(name, size=512), 2) for name in data.DEMO_IMAGES]
-    cases.append(Case(f"video {data.DEFAULT_VIDEO} 128^3", data.load_video(), 3))
+        img = data.load_sample("astronaut", size=64, crop=True)
+        return [Case("astronaut 64x64 (crop)", img, 2),
+                Case("astronaut 64x64 (crop), 25% random", img, 2, fraction=0.25)]
+    images = [(name, data.load_sample(name, size=512)) for name in data.DEMO_IMAGES]
+    video = data.load_video()
+    cases = [Case(f"{name} 512x512", img, 2) for name, img in images]
+    cases.append(Case(f"video {data.DEFAULT_VIDEO} 128^3", video, 3))
+    # seed 000 Tables 2 and 4: 25% random pixels in 2-D, 12.5% random samples in 3-D
+    cases += [Case(f"{name} 512x512, 25% random", img, 2, fraction=0.25) for name, img in images]
+    cases.append(Case(f"video {data.DEFAULT_VIDEO} 128^3, 12.5% random", video, 3, fraction=0.125))
     return cases
 
 
@@ -352,6 +447,12 @@ def run_demo(args) -> int:
 
     quick = bool(getattr(args, "quick", False))
     rows = [r for r in DEMO_ROWS if r.quick or not quick]
+    if getattr(args, "adam", False):
+        try:
+            from .torch.train import adam_rows
+        except ImportError as exc:
+            raise ValueError("kronpe demo --adam needs torch (pip install torch)") from exc
+        rows += [r for r in adam_rows() if r.quick or not quick]
     entries = run_demo_table(demo_cases(quick), rows, progress=not args.no_progress)
     table = format_demo(entries)
     print(table)
@@ -441,13 +542,21 @@ def _write_pictures(out: Path, stem: str, tag: str, x: np.ndarray, ndim: int, lo
 
 def fit_signal(signal: np.ndarray, ndim: int, stride: int):
     """Fit ``signal``'s regular subsample with kronpe's own choice; (model, prediction, fit s, predict s)."""
+    return fit_case(Case("fit", signal, ndim, stride))
+
+
+def fit_case(case: Case):
+    """Fit a case with kronpe's own choice (fit_grid on a regular subsample, fit_points on a
+    random one); (model, prediction on the full grid, fit s, predict s)."""
     import kronpe
 
-    case = Case("fit", signal, ndim, stride)
     t0 = time.perf_counter()
-    model = kronpe.fit_grid(case.train, None, coords=case.train_coords)
+    if case.scattered:
+        model = kronpe.fit_points(case.points, case.values, None)
+    else:
+        model = kronpe.fit_grid(case.train, None, coords=case.train_coords)
     t1 = time.perf_counter()
-    pred = np.asarray(model.predict_grid(case.coords)).reshape(signal.shape)
+    pred = np.asarray(model.predict_grid(case.coords)).reshape(case.full.shape)
     t2 = time.perf_counter()
     return model, pred, t1 - t0, t2 - t1
 
@@ -457,11 +566,7 @@ def run_fit(args) -> int:
     signal, kind, stem = _load_for_fit(args)
     ndim = _resolve_layout(signal, kind, getattr(args, "channels", "auto") or "auto")
     stride = check_stride(signal.shape[:ndim], args.stride)
-    if getattr(args, "random", None) is not None:
-        raise ValueError(
-            "--random (scattered training samples) needs kronpe.fit_points, which this build "
-            "does not have yet; use --stride"
-        )
+    fraction = getattr(args, "random", None)
     peak = getattr(args, "peak", None)
     if peak is None:
         peak = 1.0 if kind in ("image", "video") else float(signal.max() - signal.min()) or 1.0
@@ -470,15 +575,25 @@ def run_fit(args) -> int:
     channels = signal.shape[ndim:]
     print(f"signal: {stem} ({kind}), shape {signal.shape}: {ndim} sampled {'axis' if ndim == 1 else 'axes'}"
           + (f", channels {channels}" if channels else ""))
-    n_train = int(np.prod([-(-n // stride) for n in signal.shape[:ndim]]))
-    print(f"training: one sample in {stride} per axis (--stride), {n_train} of {int(np.prod(signal.shape[:ndim]))} samples")
+    case = Case(stem, signal, ndim, stride, peak, fraction=fraction, seed=getattr(args, "seed", 0))
+    total = int(np.prod(signal.shape[:ndim]))
+    if case.scattered:
+        print(f"training: a random {fraction:g} of the samples (--random, seed {case.seed}), "
+              f"{int(case.mask.sum())} of {total} samples")
+    else:
+        n_train = int(np.prod([-(-n // stride) for n in signal.shape[:ndim]]))
+        print(f"training: one sample in {stride} per axis (--stride), {n_train} of {total} samples")
 
-    model, pred, fit_s, pred_s = fit_signal(signal, ndim, stride)
-    tr, ho = split_psnr(signal, pred, ndim, stride, peak)
+    model, pred, fit_s, pred_s = fit_case(case)
+    tr, ho = case.score(pred)
     embs = getattr(model, "embedders", None)
     if embs:
         print("embedders: " + ", ".join(repr(e) for e in embs))
     print(f"ridge: {float(model.ridge):.4g}")
+    info = getattr(model, "info", None)
+    if info and "iterations" in info:
+        print(f"solver: {info['iterations']} iterations, relative residual {float(info.get('residual', float('nan'))):.2e}"
+              + ("" if info.get("converged", True) else " (NOT converged)"))
     print(f"train PSNR: {tr:.2f} dB   held-out PSNR: {_fmt(ho, 2)} dB   (peak {peak:g})")
     print(f"time: fit {fit_s:.3f} s, predict {pred_s:.3f} s")
 

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="PSNR/time table over bundled real photographs and a video")
     p.add_argument("--quick", action="store_true", help="fewer signals and rows (a smoke run)")
+    p.add_argument("--adam", action="store_true",
+                   help="add the papers' gradient-descent rows (Adam through kronpe.torch; needs torch, slow)")
     _add_common(p)
     return parser
 
