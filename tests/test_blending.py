@@ -396,3 +396,26 @@ def test_bad_products(rng):
 
 def test_exported_at_top_level():
     assert kronpe.BlendingMatrix is BlendingMatrix
+
+
+def test_float32_points_on_a_custom_boundary():
+    # float32(0.8) > 0.8: an ulp outside the grid is tolerated and clamped, on every rule
+    nodes = [np.array([0.2, 0.5, 0.8])]
+    pts = np.array([[0.8], [0.2]], np.float32)
+    for emb in (embedders.Gaussian(8, 0.1), _OwnDistance(8, 0.1), None):
+        B = BlendingMatrix(pts, nodes, emb)
+        np.testing.assert_allclose(B.weights, [[0, 1], [1, 0]], atol=1e-6)
+        assert np.all(B.indices == [[0, 1], [0, 1]]) or np.all(B.indices == [[1, 2], [0, 1]])
+    with pytest.raises(ValueError, match="grid range"):
+        BlendingMatrix(np.array([[0.81]], np.float32), nodes, None)
+
+
+def test_torch_in_torch_out(rng):
+    torch = pytest.importorskip("torch")
+    pts = rng.random((30, 2))
+    B = BlendingMatrix(torch.from_numpy(pts), (4, 4), embedders.Gaussian(8, 0.1))
+    v = torch.from_numpy(rng.standard_normal(16))
+    out = B @ v
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_allclose(out.numpy(), B.to_scipy() @ v.numpy(), rtol=1e-13)
+    assert isinstance(B.T @ out, torch.Tensor)

@@ -176,3 +176,16 @@ def test_outside_clamp(rng):
 
 def test_exported_at_top_level():
     assert kronpe.fit_points is fit_points and kronpe.PointModel is PointModel
+
+
+def test_mixed_precision_products(rng):
+    # tol >= 1e-4: float32 products, float64 CG vectors; the reported residual is float64's
+    pts = rng.random((400, 2))
+    vals = np.sin(5 * pts[:, 0]) * pts[:, 1]
+    embs = _embs(2, K=8)
+    fast = fit_points(pts, vals, embs, grid=(10, 10), ridge=1e-3, tol=1e-4)
+    exact = fit_points(pts, vals, embs, grid=(10, 10), ridge=1e-3, tol=1e-12)
+    assert fast.info["products"] == "float32" and exact.info["products"] == "float64"
+    assert fast.info["residual"] <= 1e-4
+    rel = np.linalg.norm(fast.weights - exact.weights) / np.linalg.norm(exact.weights)
+    assert rel < 1e-2

@@ -42,7 +42,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core, _validate
-from ._arrays import to_numpy
+from ._arrays import like, to_numpy
 
 # Weight kinds of the compiled kernels (csrc/include/kronpe/blend.h, enum Kernel).
 LINEAR, GAUSSIAN, BSPLINE3, TRI, TRI_SQ = 0, 1, 2, 3, 4
@@ -252,8 +252,11 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
         raise ValueError(f"{name} must have shape (P, {len(nodes)}) for a {len(nodes)}-D grid, got {pts.shape}")
     lo = np.array([n[0] for n in nodes])
     hi = np.array([n[-1] for n in nodes])
-    pmin, pmax = pts.min(axis=0), pts.max(axis=0)
-    out = (pmin < lo) | (pmax > hi)
+    pmin, pmax = pts.min(axis=0).astype(np.float64), pts.max(axis=0).astype(np.float64)
+    # float32 points may round a boundary node outwards by an ulp: that much is tolerated (the
+    # kernels clamp it), anything further is outside
+    slack = 4 * float(np.finfo(np.float32).eps) * np.maximum(np.abs(lo), np.abs(hi)) if dt == np.float32 else 0.0
+    out = (pmin < lo - slack) | (pmax > hi + slack)
     if outside == "error":
         if out.any():
             i = int(np.argmax(out))
@@ -385,7 +388,7 @@ class BlendingMatrix:
             return idx, w
         cells, pairs = [], []
         for i, (n, rule, kind) in enumerate(zip(self.grid_coords, self.rules, self._kinds)):
-            q = np.ascontiguousarray(self.points[:, i], dtype=np.float64)
+            q = np.clip(self.points[:, i].astype(np.float64), n[0], n[-1])  # as the kernels clamp
             if rule in ("kernel", "linear"):
                 j = np.empty(P, dtype=np.int64)
                 a0, a1 = np.empty(P), np.empty(P)
@@ -475,7 +478,7 @@ class BlendingMatrix:
             else:
                 _core.blend_stored(v2.dtype.name, _mat(self.indices), _mat(self.weights), _mat(v2),
                                    _mat(r2), self.threads)
-        return res
+        return like(res, v) if out is None else res
 
     def rmatvec(self, r, out: Optional[np.ndarray] = None) -> np.ndarray:
         """B^T r: values at the points -> scatter-added onto the grid (flat, row-major).
@@ -495,7 +498,7 @@ class BlendingMatrix:
         g2 = res.reshape(self.grid_size, r2.shape[1])
         if P == 0 or r2.shape[1] == 0:
             g2[...] = 0
-            return res
+            return like(res, r) if out is None else res
         perm, ptr, span = self._transpose_plan()
         if self.on_the_fly:
             _core.blend_transpose_fly(self._axes, self.normalize, r2.dtype.name, self.points.dtype.name,
@@ -505,7 +508,7 @@ class BlendingMatrix:
             _core.blend_transpose_stored(r2.dtype.name, _mat(self.indices), _mat(self.weights),
                                          _mat(r2), _mat(g2), span, self.threads, perm.ctypes.data,
                                          ptr.ctypes.data)
-        return res
+        return like(res, r) if out is None else res
 
     @staticmethod
     def _out(name: str, out, shape: tuple, dtype) -> np.ndarray:

@@ -19,6 +19,10 @@ not a gradient-descent approximation. How (decisions documented once, here):
   no Kronecker product and no dense B is ever formed. Channels are solved together, each with
   its own CG scalars; iterations stop when every channel's relative residual of the normal
   equations is at most ``tol``.
+- **Precision.** CG vectors are float64. With ``tol >= 1e-4`` the products (mode-n chains and
+  blends) run in float32, twice as fast; the residual is then checked in float64 and, if above
+  ``tol``, CG goes on with float64 products from where it stopped. ``info["residual"]`` is always
+  the float64 residual.
 - **Preconditioner.** B^T B is close to rho I with rho = ||B 1||^2 / prod(M_i) the mean sampling
   density on the grid (P / prod(M_i) with normalised weights), so A^T A + lambda I is close to
   diag(rho s^2 + lambda) in the SVD basis (s^2 the outer product of the s_i^2): CG runs
@@ -61,6 +65,7 @@ HOLDOUT_SEED = 0
 AUTO_EXPONENTS = tuple(range(1, 9))  # lambda = rho * max(s^2) * 10^-k
 AUTO_MIN_POINTS = 40
 AUTO_DEFAULT_EXPONENT = 6
+MIXED_PRECISION_TOL = 1e-4  # tol >= this: float32 products (CG vectors stay float64)
 
 
 class ConvergenceWarning(UserWarning):
@@ -197,31 +202,42 @@ def _default_grid(embs: Sequence[Any]) -> List[int]:
 
 @dataclass
 class _Problem:
-    """Operators of one fit: blending matrix, per-axis SVD factors, preconditioner."""
+    """Operators of one fit: blending matrix, per-axis SVD factors, preconditioner.
+
+    Products run in ``dtype`` (float32 when the requested tolerance allows it, see
+    MIXED_PRECISION_TOL) with every CG vector kept in float64; ``precise=True`` forces float64.
+    """
 
     B: BlendingMatrix
-    US: List[np.ndarray]  # (M_i, r_i)
+    US: List[np.ndarray]  # (M_i, r_i) float64
     Vt: List[np.ndarray]  # (r_i, K_i)
     s2: np.ndarray  # (r_1, ..., r_D) outer product of s_i^2
     rho: float
+    dtype: np.dtype = np.dtype(np.float64)
 
-    @property
-    def zshape(self) -> Tuple[int, ...]:
-        return self.s2.shape
+    def __post_init__(self):
+        self._US = {np.dtype(np.float64): self.US}
+        self._US[np.dtype(self.dtype)] = [u.astype(self.dtype) for u in self.US]
 
-    def forward(self, z: np.ndarray) -> np.ndarray:  # z (r..., C) -> (P, C)
-        V = _chain(z, self.US)
+    def _mats(self, precise: bool) -> List[np.ndarray]:
+        return self._US[np.dtype(np.float64) if precise else np.dtype(self.dtype)]
+
+    def forward(self, z: np.ndarray, precise: bool = False) -> np.ndarray:  # z (r..., C) -> (P, C)
+        mats = self._mats(precise)
+        V = _chain(z.astype(mats[0].dtype, copy=False), mats)
         return self.B.matvec(V.reshape(self.B.grid_size, -1))
 
-    def adjoint(self, r: np.ndarray) -> np.ndarray:  # r (P, C) -> (r..., C)
+    def adjoint(self, r: np.ndarray, precise: bool = False) -> np.ndarray:  # r (P, C) -> (r..., C)
+        mats = self._mats(precise)
+        r = r.astype(mats[0].dtype, copy=False)
         g = self.B.rmatvec(r).reshape(self.B.grid_shape + (r.shape[1],))
-        return _chain(g, [u.T for u in self.US])
+        return _chain(g, [u.T for u in mats]).astype(np.float64, copy=False)
 
-    def normal(self, z: np.ndarray, lam: float) -> np.ndarray:
-        return self.adjoint(self.forward(z)) + lam * z
+    def normal(self, z: np.ndarray, lam: float, precise: bool = False) -> np.ndarray:
+        return self.adjoint(self.forward(z, precise), precise) + lam * z
 
 
-def _problem(B: BlendingMatrix, embs: Sequence[Any]) -> _Problem:
+def _problem(B: BlendingMatrix, embs: Sequence[Any], dtype=np.float64) -> _Problem:
     US, Vt, s2 = [], [], None
     for e, g in zip(embs, B.grid_coords):
         Phi = np.asarray(e(g), dtype=np.float64)  # (M_i, K_i)
@@ -233,7 +249,7 @@ def _problem(B: BlendingMatrix, embs: Sequence[Any]) -> _Problem:
         s2 = s**2 if s2 is None else np.multiply.outer(s2, s**2)
     ones = B.matvec(np.ones(B.grid_size))
     rho = float(ones @ ones) / B.grid_size
-    return _Problem(B, US, Vt, np.asarray(s2), rho)
+    return _Problem(B, US, Vt, np.asarray(s2), rho, np.dtype(dtype))
 
 
 def _cdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -243,7 +259,7 @@ def _cdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _pcg(prob: _Problem, rhs: np.ndarray, lam: float, x0: Optional[np.ndarray], tol: float,
-         maxiter: int) -> Tuple[np.ndarray, int, np.ndarray]:
+         maxiter: int, precise: bool = False) -> Tuple[np.ndarray, int, np.ndarray]:
     """Preconditioned CG on (A^T A + lam I) z = rhs, channel by channel (vectorised).
 
     Returns (z, iterations, relative residual per channel)."""
@@ -256,14 +272,14 @@ def _pcg(prob: _Problem, rhs: np.ndarray, lam: float, x0: Optional[np.ndarray], 
         r = rhs.copy()
     else:
         x = x0.copy()
-        r = rhs - prob.normal(x, lam)
+        r = rhs - prob.normal(x, lam, precise)
     rel = np.sqrt(_cdot(r, r)) / safe
     z = minv * r
     p = z.copy()
     rz = _cdot(r, z)
     it = 0
     while it < maxiter and np.any((rel > tol) & (bnorm > 0)):
-        Ap = prob.normal(p, lam)
+        Ap = prob.normal(p, lam, precise)
         pAp = _cdot(p, Ap)
         alpha = np.where(pAp > 0, rz / np.where(pAp > 0, pAp, 1.0), 0.0)
         x += alpha * p
@@ -279,11 +295,6 @@ def _pcg(prob: _Problem, rhs: np.ndarray, lam: float, x0: Optional[np.ndarray], 
     return x, it, np.where(bnorm > 0, rel, 0.0)
 
 
-def _solve(prob: _Problem, s: np.ndarray, lam: float, x0, tol: float, maxiter: int):
-    rhs = prob.adjoint(s)
-    return _pcg(prob, rhs, lam, x0, tol, maxiter)
-
-
 def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: int,
                   scale: float) -> Tuple[float, Dict[str, Any]]:
     """Held-out choice of lambda (module docstring); B and s in the same (sorted) point order."""
@@ -291,7 +302,7 @@ def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: i
     order = np.random.default_rng(HOLDOUT_SEED).permutation(P)
     n_hold = max(1, int(round(HOLDOUT_FRACTION * P)))
     hold, train = np.sort(order[:n_hold]), np.sort(order[n_hold:])
-    prob = _problem(B.take(train), embs)
+    prob = _problem(B.take(train), embs, np.float32)  # tolerance >= 1e-4 here
     Bho = B.take(hold)
     rhs = prob.adjoint(np.ascontiguousarray(s[train]))
     s_ho = s[hold]
@@ -389,7 +400,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     s = vals.reshape(pts.shape[0], -1).astype(np.float64)
 
     B, order = _sorted_matrix(pts, nodes, embs, normalize, threads)
-    prob = _problem(B, embs)
+    prob = _problem(B, embs, np.float32 if tol >= MIXED_PRECISION_TOL else np.float64)
     s_sorted = np.ascontiguousarray(s[order])
     if maxiter is None:
         maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
@@ -403,19 +414,29 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
             info.update(extra)
     else:
         lam = lam_arg
-    z, it, rel = _solve(prob, s_sorted, lam, None, tol, maxiter)
-    # the true residual of the normal equations (not the recursive one)
-    rhs = prob.adjoint(s_sorted)
-    res = rhs - prob.normal(z, lam)
+    rhs = prob.adjoint(s_sorted, precise=True)
+    z, it, rel = _pcg(prob, rhs, lam, None, tol, maxiter)
     bn = np.sqrt(_cdot(rhs, rhs))
-    true_rel = np.sqrt(_cdot(res, res)) / np.where(bn > 0, bn, 1.0)
-    fit_res = prob.forward(z) - s_sorted
+
+    def true_residual(z):  # of the normal equations, in float64 (not CG's recursive one)
+        res = rhs - prob.normal(z, lam, precise=True)
+        return np.sqrt(_cdot(res, res)) / np.where(bn > 0, bn, 1.0)
+
+    true_rel = true_residual(z)
+    refined = 0
+    if prob.dtype != np.float64 and np.any(true_rel > tol) and it < maxiter:
+        # float32 products could not reach tol: go on in float64 from where they stopped
+        z, refined, rel = _pcg(prob, rhs, lam, z, tol, maxiter - it, precise=True)
+        it += refined
+        true_rel = true_residual(z)
+    fit_res = prob.forward(z, precise=True) - s_sorted
     sn = float(np.linalg.norm(s_sorted))
     converged = bool(np.all(rel <= tol))
     info.update(
         iterations=int(it), residual=float(true_rel.max()) if true_rel.size else 0.0, converged=converged,
         data_residual=float(np.linalg.norm(fit_res) / sn) if sn > 0 else 0.0, tol=tol, maxiter=maxiter,
         preconditioner="diag(rho s^2 + lambda) in the per-axis SVD basis", rho=prob.rho,
+        products=np.dtype(prob.dtype).name, float64_iterations=int(refined),
     )
     if not converged:
         warnings.warn(
