@@ -128,7 +128,7 @@ def test_planner_uses_every_step_kind():
             for part in plan.split("; "):
                 seen.update(part.split(":")[-1].split("+"))
     expected = {"FrontKeep", "FrontRotate", "BackKeep", "BackRotate", "Batched", "copy_output",
-                "copy_input", "move_front"}
+                "copy_input", "move_back"}
     assert expected <= seen, seen
 
 
