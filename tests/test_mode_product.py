@@ -94,6 +94,7 @@ CHAINS = [
     ((9, 10, 11, 12, 2), (4, 0, 2), (3, 8, 13)),  # 5 axes, chosen order
     ((5, 6, 4, 3, 2, 3), (0, 1, 2, 3, 4, 5), (2, 3, 4, 5, 6, 7)),  # 6 modes: fixed order
     ((128, 64), (1, 0), (100, 200)),
+    ((30, 30, 30, 2), (0, 1, 2), (4, 5, 6)),  # shrinking: intermediates larger than the result
     ((300,), (0,), (7,)),
     ((2, 2, 2, 2, 2, 2, 2, 2, 2, 3), tuple(range(9)), (3,) * 9),  # greedy planner
 ]
@@ -128,7 +129,7 @@ def test_planner_uses_every_step_kind():
             for part in plan.split("; "):
                 seen.update(part.split(":")[-1].split("+"))
     expected = {"FrontKeep", "FrontRotate", "BackKeep", "BackRotate", "Batched", "copy_output",
-                "copy_input", "move_front"}
+                "copy_input", "move_back"}
     assert expected <= seen, seen
 
 

@@ -18,13 +18,13 @@ squared residual of the raw (unscaled) embeddings.
   GCV = n ||S - S_hat||^2 / (n - tr H)^2 (n = prod N_i; channels share one ridge and add their
   residuals), each value costing O(prod r_i) after the projection Z0 (r_i = min(N_i, K_i)).
   The search: GCV on a log grid of ``ridge / max(s^2)`` from 1e-14 to 1e2 (4 points per
-  decade), then a bounded scalar minimisation (Brent) in log(ridge) between the neighbours of the
-  best grid point. Beyond 2^16 products the search runs on an 8192-bin histogram of log(s^2)
+  decade), then golden-section search in log10(ridge) between the neighbours of the best grid
+  point (to 1e-3). Beyond 2^16 products the search runs on an 8192-bin histogram of log(s^2)
   (each bin narrower than 1% of the range of log(s^2)); the reported score is exact.
 - ``width="gcv"`` also chooses the width parameters (``emb.width_param``: sigma, width) by GCV,
   the ridge re-optimised for every trial: one factor applied to every axis's starting width
-  (9 factors 2^-2..2^2, then Brent in log(factor) between the best neighbours), then, when the
-  axes differ, each axis alone within 2^-0.5..2^0.5 of that.
+  (9 factors 2^-2..2^2, then golden section in log(factor) between the best neighbours), then,
+  when the axes differ, each axis alone within 2^-0.5..2^0.5 of that.
 
 With ``embedders=None`` kronpe chooses the embedders (``default_embedders``): cubic B-splines
 ``BSpline(K, 3, margin=2)`` with centres at the spacing of the training samples
@@ -44,7 +44,7 @@ axes are channels of one signal (one shared ridge). ``fit_grid`` fits one signal
 from __future__ import annotations
 
 import math
-import numbers
+import threading
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -183,7 +183,8 @@ class _Axis:
     @staticmethod
     def factor(embedder: Embedder, coords: np.ndarray, pad: int = 0) -> "_Axis":
         key = (embedder, pad, coords.shape[0], coords.tobytes())
-        hit = _FACTORS.get(key)
+        with _FACTORS_LOCK:
+            hit = _FACTORS.get(key)
         if hit is not None:
             return hit
         phi = _embed_anywhere(embedder, _reflect_coords(coords, pad))  # (N + 2 pad, K)
@@ -193,9 +194,10 @@ class _Axis:
 
         U, s, Vt = svd(phi, full_matrices=False, check_finite=False)
         axis = _Axis(embedder, coords, U, s, np.ascontiguousarray(Vt.T))
-        if len(_FACTORS) >= _FACTOR_CACHE:
-            _FACTORS.pop(next(iter(_FACTORS)))
-        _FACTORS[key] = axis
+        with _FACTORS_LOCK:
+            while len(_FACTORS) >= _FACTOR_CACHE:
+                _FACTORS.pop(next(iter(_FACTORS)))
+            _FACTORS[key] = axis
         return axis
 
 
@@ -203,6 +205,7 @@ class _Axis:
 # and width-search trials that come back to a width are factored once.
 _FACTOR_CACHE = 16
 _FACTORS: dict = {}
+_FACTORS_LOCK = threading.Lock()
 
 
 def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
@@ -213,6 +216,33 @@ def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
 
 
 # ---- GCV -------------------------------------------------------------------------------------
+
+
+def _grid_then_golden(f, grid: np.ndarray, xtol: float, grid_values=None) -> Tuple[float, float]:
+    """Minimise f over a sorted grid, then by golden section between the best point's neighbours.
+
+    Returns (x, f(x)) for the best point seen. ``grid_values`` may give f on the grid at once.
+    """
+    values = np.asarray([f(float(x)) for x in grid] if grid_values is None else grid_values, float)
+    k = int(np.argmin(values))
+    best_x, best_f = float(grid[k]), float(values[k])
+    a, b = float(grid[max(k - 1, 0)]), float(grid[min(k + 1, len(grid) - 1)])
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > xtol:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    for x, fx in ((c, fc), (d, fd)):
+        if fx < best_f:
+            best_x, best_f = x, fx
+    return best_x, best_f
 
 
 class _GCVCurve:
@@ -263,27 +293,17 @@ class _GCVCurve:
         return np.exp(mean_log), count[keep], np.bincount(idx, weights=self.w, minlength=_BINS)[keep]
 
     def minimise(self) -> Tuple[float, float]:
-        """(ridge, GCV) minimising GCV: log grid, then Brent between the best neighbours."""
+        """(ridge, GCV) minimising GCV: log grid, then golden section between the best neighbours."""
         if self.m_max == 0.0:
             return 0.0, float(self(1.0)[0])
         m, count, w = self._binned()
         curve = lambda r: self._eval(r, m, count, w, self.rss0, self.n)  # noqa: E731
         lo, hi = _GRID_DECADES
         exps = np.linspace(lo, hi, int(round((hi - lo) * _GRID_PER_DECADE)) + 1)
-        values = curve(self.m_max * 10.0**exps)
-        k = int(np.argmin(values))
-        best = exps[k]
-        if 0 < k < exps.size - 1:
-            from scipy.optimize import minimize_scalar
-
-            res = minimize_scalar(
-                lambda e: float(curve(self.m_max * 10.0**e)[0]),
-                bounds=(exps[k - 1], exps[k + 1]),
-                method="bounded",
-                options={"xatol": 1e-3},
-            )
-            if res.fun <= values[k]:
-                best = float(res.x)
+        best, _ = _grid_then_golden(
+            lambda e: float(curve(self.m_max * 10.0**e)[0]), exps, 1e-3,
+            grid_values=curve(self.m_max * 10.0**exps),
+        )
         ridge = self.m_max * 10.0**best
         return ridge, float(self(ridge)[0])
 
@@ -478,9 +498,15 @@ class GridPlan:
         """Z0 = S_padded x_i U_i^T, shape (r_1..r_D, *rest), in S's dtype (any dense layout)."""
         return multi_mode_product(self._padded(S), self._factors(S.dtype, "Ut"))
 
+    def _products(self) -> np.ndarray:
+        """The products s of singular values over the axes, shape (r_1, ..., r_D), cached."""
+        if "s" not in self._cast:
+            self._cast["s"] = _outer([a.s for a in self._axes])
+        return self._cast["s"]
+
     def _filter(self, ridge: float, dt) -> np.ndarray:
         """s / (s^2 + ridge) over the products s of singular values (ridge 0: pseudo-inverse)."""
-        s = _outer([a.s for a in self._axes])
+        s = self._products()
         if ridge > 0:
             return (s / (s * s + ridge)).astype(dt)
         rcond = self.rcond
@@ -503,8 +529,8 @@ class GridPlan:
         w = np.sum(z * z, axis=axes) if axes else z * z
         full = all(a.U.shape[0] == a.U.shape[1] for a in self._axes)  # U square: S fully reached
         rss0 = 0.0 if full else float(np.sum(np.square(self._padded(S), dtype=np.float64)) - w.sum())
-        m = _outer([a.s * a.s for a in self._axes])
-        return _GCVCurve(m, w, rss0, int(np.prod([a.U.shape[0] for a in self._axes])))
+        s = self._products()
+        return _GCVCurve(s * s, w, rss0, int(np.prod([a.U.shape[0] for a in self._axes])))
 
     # -- public -----------------------------------------------------------------------------
 
@@ -571,18 +597,6 @@ class GridPlan:
 # ---- width search ------------------------------------------------------------------------------
 
 
-def _log_search(score, logs: np.ndarray, xatol: float) -> None:
-    """Evaluate ``score`` on a grid of log-factors, then Brent between the best neighbours."""
-    from scipy.optimize import minimize_scalar
-
-    values = [score(float(v)) for v in logs]
-    k = int(np.argmin(values))
-    a, b = logs[max(k - 1, 0)], logs[min(k + 1, len(logs) - 1)]
-    if b > a:
-        minimize_scalar(score, bounds=(float(a), float(b)), method="bounded",
-                        options={"xatol": xatol, "maxiter": 10})
-
-
 def _scaled(emb: Embedder, factor: float) -> Embedder:
     pname = getattr(emb, "width_param", None)
     if pname is None:
@@ -593,7 +607,7 @@ def _scaled(emb: Embedder, factor: float) -> Embedder:
 def _search_widths(plan: GridPlan, S: np.ndarray) -> GridPlan:
     """Choose the width parameters by GCV (the ridge re-optimised for every trial).
 
-    First one factor for all axes (2^-2..2^2 of the starting widths, then Brent in log(factor));
+    First one factor for all axes (2^-2..2^2 of the starting widths, then golden section);
     then, when the axes differ (embedders or coordinates), each axis alone around that result.
     """
     if not any(getattr(e, "width_param", None) for e in plan.embedders):
@@ -608,13 +622,13 @@ def _search_widths(plan: GridPlan, S: np.ndarray) -> GridPlan:
         return trials[key][0]
 
     base = list(plan.embedders)
-    _log_search(lambda lf: evaluate([_scaled(e, math.exp(lf)) for e in base]), np.log(_WIDTH_FACTORS), 0.02)
+    _grid_then_golden(lambda lf: evaluate([_scaled(e, math.exp(lf)) for e in base]), np.log(_WIDTH_FACTORS), 0.02)
     best = min(trials, key=lambda k: trials[k][0])
     same = all(e == base[0] for e in base) and all(np.array_equal(c, plan.coords[0]) for c in plan.coords)
     if not same and plan.ndim > 1:
         for i in range(plan.ndim):
             start = list(best)
-            _log_search(
+            _grid_then_golden(
                 lambda lf: evaluate(start[:i] + [_scaled(start[i], math.exp(lf))] + start[i + 1 :]),
                 np.log(2.0 ** np.linspace(-0.5, 0.5, 5)),
                 0.02,

@@ -14,7 +14,7 @@
 //       BackKeep     Y (pre x m)  = X A^T          new axis stays at the back
 //       BackRotate   Y (m x pre)  = A X^T          new axis moves to the front
 //   - in the middle: `pre` GEMMs (m x n)(n x post) on a strided batch (Batched), or one
-//     permuting copy that brings it to the front or back first.
+//     permuting copy that brings it to the back first.
 // Every choice is one large GEMM or a batch of GEMMs on the buffer as it lies: no transposed
 // copies unless the plan finds them cheaper than many small products. When the final physical
 // order is not the logical one, one permuting copy writes the result; otherwise the last GEMM
@@ -41,7 +41,7 @@ enum class StepKind { FrontKeep, FrontRotate, BackKeep, BackRotate, Batched };
 
 struct ModeStep {
   int mode;        // logical axis contracted
-  int move;        // 0: none, 1: permuting copy to the front first, 2: to the back first
+  int move;        // 0: none, 1: a permuting copy first moves the axis to the back
   StepKind kind;
 };
 
