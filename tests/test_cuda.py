@@ -10,6 +10,8 @@ Two parts:
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -39,6 +41,8 @@ def _torch_cuda():
 
 GPU = kronpe.cuda.is_available()
 BACKENDS = [b for b, mod in (("cupy", _cupy), ("torch", _torch_cuda)) if GPU and mod() is not None]
+if "cupy" in BACKENDS and os.environ.get("KRONPE_TEST_NO_POOL"):  # tools/sanitize.sh
+    _cupy().cuda.set_allocator(None)
 
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not BACKENDS, reason="needs kronpe's CUDA kernels, a CUDA device and CuPy or CUDA torch")
