@@ -24,15 +24,16 @@ not a gradient-descent approximation. How (decisions documented once, here):
   diag(rho s^2 + lambda) in the SVD basis (s^2 the outer product of the s_i^2): CG runs
   preconditioned by its inverse, which is exact for uniformly dense samples.
 - **Choosing lambda** (``ridge="auto"``): 10% of the points (a fixed seed) are held out; the fit
-  on the other 90% is solved for lambda = rho * max(s^2) * 10^-k, k = 1..8 (warm-started from the
-  largest lambda down, at tolerance max(tol, 1e-4)); the value with the smallest held-out error
-  is refined by one parabolic step in log lambda; the final fit uses all points. With fewer than
-  40 points, lambda = 1e-6 * rho * max(s^2).
+  on the other 90% is solved for lambda = rho * max(s^2) * 10^-k, k = 1, 2, ... 8 (largest first,
+  each solve warm-started from the previous one, at tolerance max(tol, 1e-4)), stopping once the
+  held-out error has risen twice in a row; the value with the smallest held-out error is refined
+  by one parabolic step in log lambda; the final fit uses all points. With fewer than 40 points,
+  lambda = 1e-6 * rho * max(s^2).
 - **Choosing embedders** (``embedders=None``, MATH.md 3.5): with P points filling their bounding
   box, the mean spacing per axis is h = (prod of extents / P)^(1/D) (times the extent ratio);
   each axis gets a Gaussian with sigma = h, K = ceil(1.5 / h) centres and a covering margin of
-  ceil(3 sigma K) centres beyond each end. The default grid then has K + 1 nodes per axis
-  (``linspace(0, 1, K + 1)``); with embedders given, it has K_base + 1 nodes per axis.
+  ceil(2 sigma K) centres (two sigmas) beyond each end. The default grid then has K + 1 nodes
+  per axis (``linspace(0, 1, K + 1)``); with embedders given, it has K_base + 1 nodes per axis.
 - **Predictions** go through the same blended model that was fitted: ``predict(points)`` blends
   the virtual-grid values V, ``predict_grid(coords)`` blends them separably along each axis.
 """
@@ -50,6 +51,7 @@ import numpy as np
 from . import _validate
 from . import _arrays
 from ._arrays import to_numpy
+from .ops import multi_mode_product
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
 
 __all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
@@ -67,14 +69,7 @@ class ConvergenceWarning(UserWarning):
 
 
 def _chain(T: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
-    """T x_0 mats[0] x_1 ... (leading modes; trailing axes are carried along)."""
-    try:
-        from .ops import multi_mode_product
-    except ImportError:  # pragma: no cover - until the ops module lands on this branch
-        out = T
-        for k, A in enumerate(mats):
-            out = np.moveaxis(np.tensordot(A, out, axes=(1, k)), 0, k)
-        return np.ascontiguousarray(out)
+    """T x_0 mats[0] x_1 mats[1] ... over the leading modes (trailing axes carried along)."""
     return multi_mode_product(T, list(mats))
 
 
@@ -191,7 +186,7 @@ def auto_embedders(points: np.ndarray) -> List[Any]:
         h = min(max(h_mean * ext[i] / float(np.prod(ext)) ** (1.0 / D), 1e-4), 0.5)
         K = int(math.ceil(1.5 / h))
         sigma = h
-        margin = int(math.ceil(3 * sigma * K))
+        margin = int(math.ceil(2 * sigma * K))
         out.append(Gaussian(K, sigma, margin=margin))
     return out
 
@@ -309,13 +304,16 @@ def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: i
         pred = Bho.matvec(_chain(x, prob.US).reshape(Bho.grid_size, -1))
         return float(np.mean((pred - s_ho) ** 2))
 
-    lams = [scale * 10.0 ** (-k) for k in AUTO_EXPONENTS]
-    errs, sols = [], []
+    lams, errs, sols = [], [], []
     x = None
-    for lam in lams:  # largest first: each solve starts from the previous solution
+    for k in AUTO_EXPONENTS:  # largest first, each solve warm-started from the previous one
+        lam = scale * 10.0 ** (-k)
         x, _, _ = _pcg(prob, rhs, lam, x, ctol, maxiter)
+        lams.append(lam)
         errs.append(holdout_error(x))
         sols.append(x)
+        if len(errs) >= 3 and errs[-1] > errs[-2] > errs[-3]:
+            break  # the held-out error has risen twice: the minimum is behind
     k = int(np.argmin(errs))
     best = lams[k]
     if 0 < k < len(lams) - 1:  # one parabolic step in log lambda through the three best
@@ -362,7 +360,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     tol : float
         Relative residual of the normal equations at which CG stops (every channel).
     maxiter : int, optional
-        CG iteration limit (default 10 * sum of the axes' ranks, at least 200); a
+        CG iteration limit (default 10 * sum of the axes' ranks, at least 500); a
         ConvergenceWarning is issued when it is reached first.
     normalize, outside, threads
         As in BlendingMatrix.
@@ -399,7 +397,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     prob = _problem(B, embs)
     s_sorted = np.ascontiguousarray(s[order])
     if maxiter is None:
-        maxiter = max(200, 10 * sum(u.shape[1] for u in prob.US))
+        maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
     scale = prob.rho * float(prob.s2.max())
     info: Dict[str, Any] = {}
     if lam_arg is None:

@@ -1,0 +1,178 @@
+"""fit_points: exact ridge fits at scattered points against a dense least-squares oracle."""
+import warnings
+
+import numpy as np
+import pytest
+
+import kronpe
+from kronpe import reference
+from kronpe.blending import BlendingMatrix
+from kronpe.embedders import Gaussian, Triangle
+from kronpe.points import ConvergenceWarning, PointModel, fit_points
+
+SHAPES = {1: [9], 2: [6, 5], 3: [4, 4, 3]}
+
+
+def _embs(D, K=4):
+    return [Gaussian(K, 0.18 + 0.03 * i, margin=1) for i in range(D)]
+
+
+def _dense(pts, vals, embs, nodes, ridge, normalize=True):
+    return reference.fit_points(pts, vals, embs, nodes, ridge, normalize)
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("channels", [(), (2,)])
+def test_matches_dense_ridge_lstsq(rng, D, channels):
+    P = 80
+    pts = rng.random((P, D))
+    vals = rng.standard_normal((P,) + channels)
+    embs = _embs(D)
+    m = fit_points(pts, vals, embs, grid=SHAPES[D], ridge=1e-3, tol=1e-12)
+    W = _dense(pts, vals, embs, list(m.grid_coords), 1e-3)
+    assert isinstance(m, PointModel)
+    assert m.weights.shape == tuple(e.K for e in embs) + channels
+    np.testing.assert_allclose(m.weights, W, rtol=1e-8, atol=1e-8 * np.abs(W).max())
+    assert m.info["converged"] and m.info["residual"] <= 1e-12 and m.info["iterations"] > 0
+    assert m.ridge == 1e-3
+
+
+def test_float32_values(rng):
+    pts = rng.random((60, 2))
+    vals = rng.standard_normal((60, 3)).astype(np.float32)
+    embs = _embs(2)
+    m = fit_points(pts, vals, embs, grid=(6, 5), ridge=1e-2, tol=1e-10)
+    assert m.weights.dtype == np.float32
+    W = _dense(pts, vals.astype(np.float64), embs, list(m.grid_coords), 1e-2)
+    np.testing.assert_allclose(m.weights, W, rtol=1e-5, atol=1e-5 * np.abs(W).max())
+    assert m.predict(pts).dtype == np.float32
+
+
+def test_unnormalised_and_nonuniform_grid(rng):
+    pts = rng.random((70, 2))
+    vals = rng.standard_normal(70)
+    embs = [Triangle(5, width=0.3, margin=1), Gaussian(4, 0.2)]
+    grid = [np.array([0.0, 0.2, 0.45, 0.5, 0.8, 1.0]), 5]
+    m = fit_points(pts, vals, embs, grid=grid, ridge=1e-2, tol=1e-12, normalize=False)
+    W = _dense(pts, vals, embs, list(m.grid_coords), 1e-2, normalize=False)
+    np.testing.assert_allclose(m.weights, W, rtol=1e-8, atol=1e-9)
+
+
+def test_points_on_nodes_boundary_and_repeated(rng):
+    nodes = [np.linspace(0, 1, 5), np.linspace(0, 1, 4)]
+    on_nodes = np.stack(np.meshgrid(*nodes, indexing="ij"), -1).reshape(-1, 2)  # includes (1, 1)
+    pts = np.concatenate([on_nodes, on_nodes[:5], rng.random((10, 2)), [[1.0, 1.0]] * 3])
+    vals = rng.standard_normal((pts.shape[0], 2))
+    embs = _embs(2)
+    m = fit_points(pts, vals, embs, grid=nodes, ridge=1e-4, tol=1e-13)
+    W = _dense(pts, vals, embs, nodes, 1e-4)
+    np.testing.assert_allclose(m.weights, W, rtol=1e-7, atol=1e-8 * np.abs(W).max())
+
+
+def test_ridge_zero_is_least_squares(rng):
+    # many points, few well-conditioned features: the unregularised solution is unique
+    pts = rng.random((200, 2))
+    vals = rng.standard_normal(200)
+    embs = [Gaussian(3, 0.15, margin=0)] * 2
+    m = fit_points(pts, vals, embs, grid=(5, 5), ridge=0.0, tol=1e-13)
+    W = _dense(pts, vals, embs, list(m.grid_coords), 0.0)
+    np.testing.assert_allclose(m.weights, W, rtol=1e-7, atol=1e-9)
+    assert m.ridge == 0.0
+
+
+def test_predictions_go_through_the_fitted_blend(rng):
+    pts = rng.random((100, 2))
+    vals = np.sin(4 * pts[:, 0]) + pts[:, 1] ** 2
+    m = fit_points(pts, vals, _embs(2, K=6), grid=(8, 7), ridge=1e-4, tol=1e-10)
+    B = BlendingMatrix(pts, list(m.grid_coords), list(m.embedders))
+    np.testing.assert_allclose(m.predict(pts), B @ m.grid_values.reshape(-1), rtol=1e-12, atol=1e-12)
+    # the grid values are W x_i Psi(g_i)
+    Phi = [e(g) for e, g in zip(m.embedders, m.grid_coords)]
+    np.testing.assert_allclose(m.grid_values, Phi[0] @ m.weights @ Phi[1].T, rtol=1e-10, atol=1e-12)
+    # predict_grid on the nodes is the grid values; elsewhere it equals predict on the mesh
+    np.testing.assert_allclose(m.predict_grid(list(m.grid_coords)), m.grid_values, rtol=1e-12, atol=1e-13)
+    cx, cy = np.array([0.0, 0.33, 0.71, 1.0]), np.array([0.1, 0.5, 0.95])
+    mesh = np.stack(np.meshgrid(cx, cy, indexing="ij"), -1).reshape(-1, 2)
+    np.testing.assert_allclose(m.predict_grid([cx, cy]).reshape(-1), m.predict(mesh), rtol=1e-12, atol=1e-13)
+
+
+def test_fit_generalises_on_a_smooth_signal(rng):
+    f = lambda p: np.sin(3 * p[:, 0]) * np.cos(2 * p[:, 1]) + 0.5 * p[:, 0]  # noqa: E731
+    pts = rng.random((1500, 2))
+    test = rng.random((500, 2))
+    m = fit_points(pts, f(pts), None)  # automatic embedders, grid and ridge
+    err = np.sqrt(np.mean((m.predict(test) - f(test)) ** 2))
+    assert err < 0.01, err
+    assert all(e.margin > 0 for e in m.embedders)
+    assert m.ridge > 0 and "holdout_errors" in m.info
+    # the chosen lambda is the candidate with the smallest held-out error
+    k = int(np.argmin(m.info["holdout_errors"]))
+    assert m.ridge == m.info["ridge_candidates"][k]
+
+
+@pytest.mark.parametrize("D", [1, 3])
+def test_automatic_embedders_any_dimension(rng, D):
+    pts = rng.random((120 if D == 1 else 300, D))
+    vals = np.cos(2 * pts.sum(1))
+    m = fit_points(pts, vals, None, ridge=1e-3)
+    assert len(m.embedders) == D and m.weights.ndim == D
+    assert np.sqrt(np.mean((m.predict(pts) - vals) ** 2)) < 0.05
+
+
+def test_not_converged_warns(rng):
+    pts = rng.random((100, 2))
+    vals = rng.standard_normal(100)
+    with pytest.warns(ConvergenceWarning, match="maxiter=1"):
+        m = fit_points(pts, vals, _embs(2, K=6), grid=(8, 8), ridge=1e-8, tol=1e-12, maxiter=1)
+    assert not m.info["converged"] and m.info["iterations"] == 1
+    assert kronpe.ConvergenceWarning is ConvergenceWarning
+
+
+def test_tol_is_honoured(rng):
+    pts = rng.random((300, 2))
+    vals = rng.standard_normal(300)
+    loose = fit_points(pts, vals, _embs(2, K=8), grid=(10, 10), ridge=1e-6, tol=1e-2)
+    tight = fit_points(pts, vals, _embs(2, K=8), grid=(10, 10), ridge=1e-6, tol=1e-10)
+    assert loose.info["residual"] <= 1e-2 * 1.0001 and tight.info["residual"] <= 1e-10 * 1.0001
+    assert loose.info["iterations"] < tight.info["iterations"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(points=np.array([[0.5, np.nan]] * 3)), "points must be finite"),
+        (dict(points=np.array([[0.5, 1.2]] * 3)), r"points must lie in \[0, 1\]"),
+        (dict(points=np.zeros(3)), r"points must have shape \(P, D\)"),
+        (dict(points=np.zeros((0, 2)), values=np.zeros(0)), "at least one point"),
+        (dict(values=np.zeros(4)), r"values must have one row per point \(3\)"),
+        (dict(values=np.array([0.0, np.inf, 1.0])), "values must be finite"),
+        (dict(ridge=-1.0), "ridge must be a non-negative"),
+        (dict(ridge="gcv"), "ridge must be a non-negative number or"),
+        (dict(tol=0.0), "tol must be a positive"),
+        (dict(maxiter=0), "maxiter must be a positive integer"),
+        (dict(embedders=[Gaussian(4, 0.1)] * 3), "embedders must have one entry per axis"),
+        (dict(grid=(4,)), "grid must have one entry per axis"),
+        (dict(outside="nope"), "outside must be"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    args = dict(points=np.array([[0.1, 0.2], [0.5, 0.5], [0.9, 0.3]]), values=np.zeros(3),
+                embedders=[Gaussian(4, 0.1)] * 2, grid=(4, 4), ridge=1e-3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        fit_points(**args)
+
+
+def test_outside_clamp(rng):
+    pts = np.array([[0.1, 0.2], [0.5, 0.5], [0.9, 0.3], [0.95, 0.7]])
+    grid = [np.linspace(0.2, 0.8, 4), np.linspace(0, 1, 4)]
+    with pytest.raises(ValueError, match="grid range"):
+        fit_points(pts, np.ones(4), [Gaussian(4, 0.1)] * 2, grid=grid, ridge=1e-3)
+    m = fit_points(pts, np.ones(4), [Gaussian(4, 0.1)] * 2, grid=grid, ridge=1e-3, outside="clamp")
+    clamped = np.clip(pts, [0.2, 0.0], [0.8, 1.0])
+    m2 = fit_points(clamped, np.ones(4), [Gaussian(4, 0.1)] * 2, grid=grid, ridge=1e-3)
+    np.testing.assert_allclose(m.weights, m2.weights, rtol=1e-10, atol=1e-12)
+
+
+def test_exported_at_top_level():
+    assert kronpe.fit_points is fit_points and kronpe.PointModel is PointModel
