@@ -1,3 +1,5 @@
+#include <pybind11/numpy.h>
+
 #include <vector>
 
 #include "args.h"
@@ -26,21 +28,78 @@ void run_chain(std::uintptr_t src, const std::vector<index_t>& shape,
                         any_layout ? order.data() : nullptr);
 }
 
+// Strides of a NumPy array in elements (refusing strides that are not multiples of the item).
+std::vector<index_t> element_strides(const py::array& a, const std::string& name) {
+  const index_t item = a.itemsize();
+  std::vector<index_t> out(a.ndim());
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+    if (a.strides(i) % item != 0)
+      throw ArgumentError(name + " has strides that are not multiples of its item size");
+    out[i] = a.strides(i) / item;
+  }
+  return out;
+}
+
+// The NumPy fast path: arrays in, a new array out (C order, or any dense order as a view).
+template <typename T>
+py::array chain_arrays(const py::array& t, const std::vector<py::array>& mats,
+                       const std::vector<int>& modes, bool any_layout) {
+  const int nd = int(t.ndim());
+  const size_t k = modes.size();
+  if (mats.size() != k) throw ArgumentError("multi_mode_product: one matrix per mode");
+  std::vector<index_t> shape(t.shape(), t.shape() + nd);
+  const std::vector<index_t> strides = element_strides(t, "T");
+  std::vector<MatrixRef<T>> refs(k);
+  std::vector<index_t> rows(k), cols(k);
+  std::vector<std::vector<index_t>> keep(k);
+  for (size_t j = 0; j < k; ++j) {
+    const std::string name = "matrices[" + std::to_string(j) + "]";
+    if (mats[j].ndim() != 2) throw ArgumentError(name + " must be 2-D (m, n)");
+    if (!mats[j].dtype().is(t.dtype())) throw ArgumentError(name + " must have T's dtype");
+    keep[j] = element_strides(mats[j], name);
+    rows[j] = mats[j].shape(0);
+    cols[j] = mats[j].shape(1);
+    refs[j] = {static_cast<const T*>(mats[j].data()), rows[j], cols[j], keep[j][0], keep[j][1]};
+  }
+  const std::vector<index_t> out_shape =
+      mode_chain_shape(nd, shape.data(), int(k), modes.data(), rows.data(), cols.data());
+  py::array_t<T> out(std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()));
+  std::vector<int> order(nd);
+  {
+    py::gil_scoped_release release;
+    multi_mode_product<T>(nd, shape.data(), static_cast<const T*>(t.data()), strides.data(), int(k),
+                          modes.data(), refs.data(), out.mutable_data(),
+                          any_layout ? order.data() : nullptr);
+  }
+  bool identity = true;
+  for (int i = 0; i < nd && any_layout; ++i) identity = identity && order[i] == i;
+  if (!any_layout || identity) return std::move(out);
+  // the buffer holds the axes in `order` (outermost first): view it with the logical axes
+  std::vector<py::ssize_t> view_strides(nd);
+  py::ssize_t s = sizeof(T);
+  for (int i = nd - 1; i >= 0; --i) {
+    view_strides[order[i]] = s;
+    s *= py::ssize_t(out_shape[order[i]]);
+  }
+  return py::array(out.dtype(), std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()),
+                   view_strides, out.data(), out);
+}
+
 }  // namespace
 
 void register_mode_product(py::module_& m) {
-  // The data address of any object with the buffer protocol (NumPy arrays, any strides): a
-  // cheaper route than arr.ctypes.data or arr.__array_interface__ on small calls.
   m.def(
-      "address",
-      [](py::handle obj) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_STRIDES) != 0) throw py::error_already_set();
-        const auto address = reinterpret_cast<std::uintptr_t>(view.buf);
-        PyBuffer_Release(&view);
-        return address;
+      "multi_mode_product_arrays",
+      [](const py::array& t, const std::vector<py::array>& mats, const std::vector<int>& modes,
+         bool any_layout) -> py::array {
+        const char c = t.dtype().char_();
+        if (c == 'f') return chain_arrays<float>(t, mats, modes, any_layout);
+        if (c == 'd') return chain_arrays<double>(t, mats, modes, any_layout);
+        throw ArgumentError("T must be float32 or float64");
       },
-      py::arg("array"), "Address of an array's first element (internal).");
+      py::arg("T"), py::arg("matrices"), py::arg("modes"), py::arg("any_layout") = true,
+      "NumPy fast path of kronpe.ops.multi_mode_product: float32/float64 arrays of one dtype, "
+      "modes already checked (internal).");
   m.def(
       "multi_mode_product",
       [](const std::string& dtype, std::uintptr_t src, const std::vector<index_t>& shape,

@@ -199,10 +199,7 @@ struct Search {
       std::vector<size_t> idx(opts.size());
       std::iota(idx.begin(), idx.end(), size_t(0));
       std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return costs[a] < costs[b]; });
-      if (greedy) {
-        // keep the cheapest option, preferring one that keeps the logical order in sight
-        idx.resize(1);
-      }
+      if (greedy) idx.resize(1);  // many modes: the cheapest option of each step only
       done[j] = 1;
       for (size_t o : idx) {
         const Option& op = opts[o];
@@ -749,20 +746,32 @@ ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* s
 }
 
 // ---- executor --------------------------------------------------------------------------
+std::vector<index_t> mode_chain_shape(int ndim, const index_t* shape, int nmodes, const int* modes,
+                                      const index_t* rows, const index_t* cols) {
+  check_chain(ndim, shape, nmodes, modes);
+  std::vector<index_t> out(shape, shape + ndim);
+  for (int j = 0; j < nmodes; ++j) {
+    if (cols[j] != shape[modes[j]])
+      fail("matrices[" + std::to_string(j) + "] has " + std::to_string(cols[j]) +
+           " columns but T has " + std::to_string(shape[modes[j]]) + " along mode " +
+           std::to_string(modes[j]) + ": it must have shape (m, " +
+           std::to_string(shape[modes[j]]) + ")");
+    if (rows[j] < 0) fail("matrices[" + std::to_string(j) + "] has a negative extent");
+    out[modes[j]] = rows[j];
+  }
+  return out;
+}
+
 template <typename T>
 void multi_mode_product(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
                         int nmodes, const int* modes, const MatrixRef<T>* mats, T* dst,
                         int* out_order) {
-  check_chain(ndim, shape, nmodes, modes);
-  std::vector<index_t> rows(nmodes);
+  std::vector<index_t> rows(nmodes), cols(nmodes);
   for (int j = 0; j < nmodes; ++j) {
-    if (mats[j].cols != shape[modes[j]])
-      fail("mode product: matrix " + std::to_string(j) + " has " + std::to_string(mats[j].cols) +
-           " columns, the tensor has " + std::to_string(shape[modes[j]]) + " along mode " +
-           std::to_string(modes[j]));
-    if (mats[j].rows < 0) fail("mode product: negative matrix extent");
     rows[j] = mats[j].rows;
+    cols[j] = mats[j].cols;
   }
+  mode_chain_shape(ndim, shape, nmodes, modes, rows.data(), cols.data());  // checks
   const ChainProgram prog =
       mode_chain_program(ndim, shape, src_strides, nmodes, modes, rows.data(), int(sizeof(T)),
                          out_order != nullptr, cpu_model());

@@ -193,22 +193,16 @@ template <typename T>
 void multi_mode_product(const Context& ctx, int ndim, const index_t* shape, const T* src,
                         const index_t* src_strides, int nmodes, const int* modes,
                         const MatrixRef<T>* mats, T* dst, int* out_order) {
-  require(ndim >= 1, "mode product: the tensor must have at least one axis");
-  require(nmodes >= 0 && nmodes <= ndim, "mode product: more modes than tensor axes");
+  require(nmodes >= 0, "mode product: negative number of modes");
   std::vector<index_t> rows(static_cast<size_t>(nmodes)), cols(static_cast<size_t>(nmodes)),
       mstrides(2 * static_cast<size_t>(nmodes));
   for (int j = 0; j < nmodes; ++j) {
-    require(modes[j] >= 0 && modes[j] < ndim, "mode product: mode out of range");
-    require(mats[j].cols == shape[modes[j]],
-            "mode product: matrix " + std::to_string(j) + " has " + std::to_string(mats[j].cols) +
-                " columns, the tensor has " + std::to_string(shape[modes[j]]) + " along mode " +
-                std::to_string(modes[j]));
-    require(mats[j].rows >= 0, "mode product: negative matrix extent");
     rows[size_t(j)] = mats[j].rows;
     cols[size_t(j)] = mats[j].cols;
     mstrides[2 * size_t(j)] = mats[j].row_stride;
     mstrides[2 * size_t(j) + 1] = mats[j].col_stride;
   }
+  mode_chain_shape(ndim, shape, nmodes, modes, rows.data(), cols.data());  // checks
   const ChainProgram prog = program(ndim, shape, src_strides, nmodes, modes, rows.data(),
                                     int(sizeof(T)), out_order != nullptr);
   if (out_order)

@@ -14,6 +14,7 @@ _init_blas(_core)
 from .ops import mode_product, multi_mode_product  # noqa: E402
 from .blending import BlendingMatrix  # noqa: E402
 from .points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
+from .fit import GridModel, GridPlan, fit_grid  # noqa: E402
 
 __version__ = _core.build_info()["version"]
 
@@ -78,9 +79,12 @@ def build_info() -> dict:
 __all__ = [
     "build_info",
     "__version__",
-    # mode-n products
+    # mode-n products and grid fits
     "mode_product",
     "multi_mode_product",
+    "fit_grid",
+    "GridPlan",
+    "GridModel",
     # scattered points
     "BlendingMatrix",
     "fit_points",

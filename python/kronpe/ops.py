@@ -97,42 +97,24 @@ def multi_mode_product(
     template = T
     t = _as_float("T", T)
     mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
-    mode_tuple = _check_chain(t.shape, [a.shape for a in mats], modes)
-    all32 = t.dtype.char == "f" and all(a.dtype.char == "f" for a in mats)
-    dt = _F32 if all32 else _F64
-    if t.dtype != dt:
-        t = t.astype(dt)
-    mats = [a if a.dtype == dt else a.astype(dt) for a in mats]
-    out_shape = list(t.shape)
-    for a, k in zip(mats, mode_tuple):
-        out_shape[k] = a.shape[0]
-    out = np.empty(out_shape, dt)
-    item = dt.itemsize
-    strides = [n for a in mats for n in a.strides]
-    strides += t.strides
-    if any(n % item for n in strides):  # possible only through np.lib.stride_tricks
-        raise ValueError(f"T and matrices must have strides that are multiples of {item} bytes")
-    address = _core.address
-    axes = _core.multi_mode_product(
-        "float32" if all32 else "float64",
-        address(t),
-        t.shape,
-        [n // item for n in t.strides],
-        mode_tuple,
-        [address(a) for a in mats],
-        [n for a in mats for n in a.shape],
-        [n // item for n in strides[: 2 * len(mats)]],
-        address(out),
-        order == "K",
-    )
-    if order == "K" and axes != sorted(axes):
-        # written in the axis order `axes`: view that buffer with the logical axis order
-        out = out.reshape([out_shape[a] for a in axes]).transpose(np.argsort(axes))
-    return _arrays.like(out, template)
+    if t.ndim < 1:
+        raise ValueError(f"T must have at least one axis, got a {t.ndim}-D array")
+    mode_tuple = _mode_list(modes, len(mats), t.ndim)
+    dt = t.dtype
+    if dt.char not in "fd" or any(a.dtype != dt for a in mats):
+        # float32 only when everything is float32; any other mix computes in float64
+        all32 = dt.char == "f" and all(a.dtype.char == "f" for a in mats)
+        dt = _F32 if all32 else _F64
+        t = t.astype(dt, copy=False)
+        mats = [a.astype(dt, copy=False) for a in mats]
+    # shapes, strides and the matrices' columns are checked in C++ (errors name the argument)
+    out = _core.multi_mode_product_arrays(t, mats, mode_tuple, order == "K")
+    return out if template is t else _arrays.like(out, template)
 
 
 def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
-    """The mode tuple of a valid chain (ValueError naming the argument otherwise)."""
+    """The mode tuple of a valid chain (ValueError naming the argument otherwise); the device
+    path checks in Python before allocating on the GPU."""
     shape = tuple(int(n) for n in shape)
     if len(shape) < 1:
         raise ValueError(f"T must have at least one axis, got a {len(shape)}-D array")

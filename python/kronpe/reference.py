@@ -155,6 +155,56 @@ def multi_mode_product(T: np.ndarray, matrices, modes=None, optimize: bool = Fal
     return np.einsum(spec, *mats, T, optimize=optimize)
 
 
+def kron_matrix(phis) -> np.ndarray:
+    """Phi_1 (x) ... (x) Phi_D: (prod N_i, prod K_i), rows and columns in C order (tests only)."""
+    out = np.ones((1, 1))
+    for phi in phis:
+        out = np.kron(out, np.asarray(phi, dtype=np.float64))
+    return out
+
+
+def embed_padded(embedder, coords, pad: int = 0) -> np.ndarray:
+    """Phi at coords mirrored by `pad` samples about each end (psi(x - t_k) beyond [0, 1]).
+
+    The matching signal is np.pad(S, pad, mode="reflect", reflect_type="odd") on the grid axes.
+    """
+    c = np.asarray(coords, dtype=np.float64)
+    if pad:
+        c = np.concatenate([2 * c[0] - c[pad:0:-1], c, 2 * c[-1] - c[-2 : -2 - pad : -1]])
+    return np.asarray(embedder.psi(c[:, None] - embedder.centres[None, :]), dtype=np.float64)
+
+
+def grid_ridge_fit(signal, phis, ridge: float) -> np.ndarray:
+    """W (K_1..K_D, *channels) minimising ||S - W x_i Phi_i||^2 + ridge ||W||^2, densely.
+
+    ridge = 0 is the minimum-norm solution by scipy.linalg.pinv (default cutoff).
+    """
+    from scipy.linalg import pinv
+
+    D = len(phis)
+    S = np.asarray(signal, dtype=np.float64)
+    A = kron_matrix(phis)
+    rhs = S.reshape(A.shape[0], -1)
+    if ridge > 0:
+        w = np.linalg.solve(A.T @ A + ridge * np.eye(A.shape[1]), A.T @ rhs)
+    else:
+        w = pinv(A) @ rhs
+    return w.reshape(tuple(p.shape[1] for p in phis) + S.shape[D:])
+
+
+def grid_gcv(signal, phis, ridge: float) -> float:
+    """Explicit hat-matrix GCV: n ||(I - H) s||^2 / (n - tr H)^2, H = A (A^T A + ridge I)^-1 A^T,
+    residuals summed over the channels (one shared ridge)."""
+    D = len(phis)
+    S = np.asarray(signal, dtype=np.float64)
+    A = kron_matrix(phis)
+    rhs = S.reshape(A.shape[0], -1)
+    H = A @ np.linalg.solve(A.T @ A + ridge * np.eye(A.shape[1]), A.T)
+    n = A.shape[0]
+    r = rhs - H @ rhs
+    return float(n * np.sum(r * r) / (n - np.trace(H)) ** 2)
+
+
 # ---- blending matrix and scattered fits ----------------------------------------------------
 
 

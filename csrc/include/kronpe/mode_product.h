@@ -124,6 +124,11 @@ struct OperandLayout {
 };
 OperandLayout operand_layout(index_t rows, index_t cols, index_t row_stride, index_t col_stride);
 
+// The result's shape: `shape` with shape[modes[j]] replaced by rows[j]. Checks that the modes are
+// distinct axes and that cols[j] == shape[modes[j]] (ArgumentError naming matrices[j] if not).
+std::vector<index_t> mode_chain_shape(int ndim, const index_t* shape, int nmodes, const int* modes,
+                                      const index_t* rows, const index_t* cols);
+
 // dst = src x_{modes[0]} mats[0] ... x_{modes[nmodes-1]} mats[nmodes-1], the output shape being
 // `shape` with shape[modes[j]] replaced by mats[j].rows. mats[j].cols must equal
 // shape[modes[j]]. dst (out_size elements) must not overlap src or the matrices.
