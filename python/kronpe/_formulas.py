@@ -126,10 +126,17 @@ def sigma_for_spacing(spacing: float, k: float = 1.6) -> float:
 
 
 def rff_sigma_for_gaussian(sigma_gaussian: float) -> float:
-    """RFF sigma with the stable rank of a Gaussian embedder of width sigma_g: 1 / (2 sqrt(2 pi) sigma_g)."""
-    return 1.0 / (2.0 * SQRT_2PI * sigma_gaussian)
+    """RFF sigma with the stable rank and distance of a Gaussian embedder of width sigma_g.
+
+    Equating 1 / (2 sqrt(pi) sigma_g) (Prop. 2) with sqrt(2 pi) sigma_f (Prop. 3) gives
+    sigma_g sigma_f = 1 / (2 sqrt(2) pi). Seed 000 (and MATH.md after it) write 1 / (2 sqrt(2 pi)),
+    which does not follow from the two propositions; with 1 / (2 sqrt(2) pi) the normalised
+    distances exp(-delta^2 / (4 sigma_g^2)) and exp(-2 pi^2 sigma_f^2 delta^2) coincide as well,
+    which is the equivalence the seed claims.
+    """
+    return 1.0 / (2.0 * math.sqrt(2.0) * math.pi * sigma_gaussian)
 
 
 def gaussian_sigma_for_rff(sigma_rff: float) -> float:
-    """Gaussian sigma with the stable rank of RFF of scale sigma_f: 1 / (2 sqrt(2 pi) sigma_f)."""
-    return rff_sigma_for_gaussian(sigma_rff)  # the relation sigma_g sigma_f = const is symmetric
+    """Gaussian sigma equivalent to RFF of scale sigma_f: 1 / (2 sqrt(2) pi sigma_f) (see above)."""
+    return rff_sigma_for_gaussian(sigma_rff)  # sigma_g sigma_f = const is symmetric

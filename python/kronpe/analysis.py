@@ -187,8 +187,8 @@ def embedded_distance(embedder: Embedder, x1, x2) -> np.ndarray:
     except ValueError:
         raise ValueError(f"x1 and x2 must have broadcastable shapes, got {a.shape} and {b.shape}") from None
     shape = a.shape
-    e1 = np.asarray(embedder(np.ascontiguousarray(a).reshape(-1)), dtype=np.float64)
-    e2 = np.asarray(embedder(np.ascontiguousarray(b).reshape(-1)), dtype=np.float64)
+    e1 = embedder(_validate.coords_1d("x1", np.ascontiguousarray(a).reshape(-1)))
+    e2 = embedder(_validate.coords_1d("x2", np.ascontiguousarray(b).reshape(-1)))
     return np.einsum("nk,nk->n", e1, e2).reshape(shape)
 
 
@@ -419,7 +419,9 @@ def _print_distance_table(title: str, embedders: Mapping[str, Embedder], deltas,
 def _figure(nrows: int, ncols: int, size):
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=size, layout="constrained")
+    fig = Figure(figsize=size)  # fixed margins: a layout engine would draw the figure repeatedly
+    fig.subplots_adjust(left=0.09 / ncols + 0.02, right=0.98, bottom=0.1 / nrows + 0.02, top=1 - 0.06 / nrows,
+                        wspace=0.22, hspace=0.28)
     return fig, fig.subplots(nrows, ncols, squeeze=False)
 
 
@@ -479,7 +481,7 @@ def run_analyze(out: str, progress: bool = True) -> int:
     rff = {label(e): e for e in (RandomFourier(2048, rff_sigma_for_gaussian(s)) for s in sig_g)}
     deltas4 = np.linspace(-0.25, 0.25, 401)
     fig, axes = _figure(2, 2, (12, 9))
-    rows = ((f"Gaussian (K={K3})", gau), ("RFF (K=2048), σ_f = 1/(2√(2π) σ_g)", rff))
+    rows = ((f"Gaussian (K={K3})", gau), ("RFF (K=2048), σ_f = 1/(2√2 π σ_g)", rff))
     for row, (title, embs) in enumerate(rows):
         ranks = stable_rank_vs_n(embs, Ns, progress)
         curves = distance_curves(embs, deltas4)

@@ -163,7 +163,10 @@ class Embedder:
             from . import _cuda
 
             return _cuda.embed(self, x, out)
-        xn = _validate.coords_1d("x", _arrays.to_numpy(x, "x"))
+        xn = _arrays.to_numpy(x, "x")
+        if not xn.dtype.isnative:  # byte-swapped input: to native order first
+            xn = xn.astype(xn.dtype.newbyteorder("="))
+        xn = _validate.coords_1d("x", xn)
         result = self._embed(xn, out)
         return result if out is not None else _arrays.like(result, x)
 

@@ -116,7 +116,7 @@ def embed_fourier(
     if layout == "blocks":
         feats = np.concatenate([c, s], axis=1)
     elif layout == "interleaved":
-        feats = np.stack([s, c], axis=2).reshape(xd.size, -1)
+        feats = np.stack([s, c], axis=2).reshape(xd.size, 2 * a.shape[1])
     else:
         raise ValueError(f"unknown layout {layout!r}")
     if include_input:
