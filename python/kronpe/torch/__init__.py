@@ -1,0 +1,41 @@
+"""kronpe for PyTorch: custom ops with autograd and ``nn.Module`` encoders.
+
+Importing this subpackage registers ``torch.ops.kronpe.multi_mode_product``, ``blend`` and
+``blend_transpose`` (CPU kernels from kronpe's compiled core; they work under ``torch.compile``).
+``import kronpe`` itself never imports torch.
+
+Modules: :class:`ComplexEncoding` (the Kronecker encoding with a trainable linear head, on
+points or grids), :class:`SimpleEncoding`, :class:`LearnableFourierFeatures` (seed 002,
+Algorithm 1), :class:`SinusoidalEmbedding` (seed 004) and :class:`EmbedderModule` (any kronpe
+embedder, differentiable in torch). Training: :mod:`kronpe.torch.train`.
+"""
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError("kronpe.torch needs PyTorch (pip install torch)") from exc
+
+from ._ops import KERNELS, blend, blend_transpose, multi_mode_product, register_kernels
+from .modules import (
+    BlendPlan,
+    ComplexEncoding,
+    EmbedderModule,
+    LearnableFourierFeatures,
+    SimpleEncoding,
+    SinusoidalEmbedding,
+)
+
+__all__ = [
+    "BlendPlan",
+    "ComplexEncoding",
+    "EmbedderModule",
+    "KERNELS",
+    "LearnableFourierFeatures",
+    "SimpleEncoding",
+    "SinusoidalEmbedding",
+    "blend",
+    "blend_transpose",
+    "multi_mode_product",
+    "register_kernels",
+]

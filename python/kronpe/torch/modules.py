@@ -1,0 +1,559 @@
+"""``nn.Module`` encoders: kronpe's complex encoding and the seeds' encoders, in torch.
+
+- :class:`EmbedderModule`: any kronpe 1-D embedder as a module (fixed buffers), differentiable
+  wrt the coordinates, with the NumPy embedder's values.
+- :class:`ComplexEncoding`: the Kronecker (complex) encoding of D-dimensional coordinates with a
+  trainable linear head W of shape (K_1, ..., K_D, *out) (seed 000 sec. 5, MATH.md 3). On a grid
+  it is W x_1 Psi(x_1) ... x_D Psi(x_D); at scattered points it blends the model's values on a
+  virtual grid (MATH.md 3.3). Can start from a closed-form fit (:meth:`ComplexEncoding.from_fit`).
+- :class:`SimpleEncoding`: the concatenation of the per-axis embeddings (seed 000 sec. 5), with
+  the extra sampling directions of seeds 001/003 as an option.
+- :class:`LearnableFourierFeatures`: seed 002, Algorithm 1.
+- :class:`SinusoidalEmbedding`: seed 004 (transformer and NeRF styles, amplitude and frequency
+  modulation).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import _embed
+from ._ops import blend, multi_mode_product
+
+__all__ = [
+    "BlendPlan",
+    "ComplexEncoding",
+    "EmbedderModule",
+    "LearnableFourierFeatures",
+    "prune_basis",
+    "sort_plan",
+    "SimpleEncoding",
+    "SinusoidalEmbedding",
+]
+
+OutShape = Union[None, int, Sequence[int]]
+
+
+def _out_shape(out_features: OutShape) -> Tuple[int, ...]:
+    if out_features is None:
+        return ()
+    shape = (out_features,) if isinstance(out_features, (int, np.integer)) else tuple(out_features)
+    if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s <= 0 for s in shape):
+        raise ValueError(f"out_features must be a positive int or a tuple of them, got {out_features!r}")
+    return tuple(int(s) for s in shape)
+
+
+def _check_coords(name: str, x: torch.Tensor) -> None:
+    """1-D, finite, in [0, 1] (skipped while torch.compile traces: it reads the data)."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch tensor, got {type(x).__name__}")
+    if x.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D tensor of coordinates, got shape {tuple(x.shape)}")
+    if torch.compiler.is_compiling() or x.numel() == 0:
+        return
+    x = x.detach()
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite, found NaN or Inf")
+    lo, hi = float(x.min()), float(x.max())
+    if lo < 0 or hi > 1:
+        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:g}, {hi:g}]")
+
+
+def prune_basis(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the entries below eps^2 * max|t| set to 0 (eps of t's dtype).
+
+    Gaussian bases hold entries that decay to 1e-38 and below far from a centre. Their products
+    with ordinary values are subnormal floats, on which the CPU runs many times slower (measured
+    here: one forward + backward of a 256 x 256 float32 model 6-10x slower, for torch.matmul
+    and for kronpe alike). An entry below eps^2 of the largest one changes every product by
+    less than eps^2 of its size, far below rounding. Every basis matrix that ComplexEncoding
+    multiplies goes through this.
+    """
+    if t.numel() == 0:
+        return t
+    eps = torch.finfo(t.dtype).eps
+    cut = t.detach().abs().amax() * (eps * eps)
+    return torch.where(t.abs() < cut, torch.zeros((), dtype=t.dtype, device=t.device), t)
+
+
+# ---- kronpe embedders as modules ------------------------------------------------------------
+
+
+class EmbedderModule(nn.Module):
+    """A kronpe 1-D embedder as a module: (N,) coordinates in [0, 1] -> (N, K).
+
+    The embedder's constants (centres, frequencies) are non-persistent buffers, so the module
+    moves with ``.to(device)``; the embedding is computed in torch with the formulas of the
+    compiled kernels (float64, rounded once to x's dtype), differentiable wrt x, for every family
+    but ``Random`` (a hash of the bits of x: it falls back on the NumPy embedder, with no
+    gradient wrt x and a CPU round trip).
+
+    Parameters
+    ----------
+    embedder : kronpe.embedders.Embedder
+        The embedder (its parameters are copied at construction).
+    check : bool
+        Validate coordinates (1-D, finite, in [0, 1]) outside ``torch.compile``.
+    """
+
+    def __init__(self, embedder, check: bool = True):
+        super().__init__()
+        self.embedder = embedder
+        self.K = int(embedder.K)
+        self.check = bool(check)
+        self._names: Tuple[str, ...] = ()
+        self._forward = None
+        if _embed.has_torch_version(embedder):
+            buffers, self._forward = _embed.build(embedder)
+            self._names = tuple(buffers)
+            for n, b in buffers.items():
+                self.register_buffer(n, torch.as_tensor(np.asarray(b)), persistent=False)
+
+    @property
+    def differentiable(self) -> bool:
+        """True when the embedding is computed in torch (gradients wrt x flow)."""
+        return self._forward is not None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N,) -> (N, K)
+        if self.check:
+            _check_coords("x", x)
+        if not x.is_floating_point():
+            x = x.to(torch.float64)
+        if self._forward is not None:
+            return self._forward(x, {n: getattr(self, n) for n in self._names})
+        if x.requires_grad:
+            raise ValueError(
+                f"{type(self.embedder).__name__} has no torch version: its embedding is not "
+                "differentiable wrt x (detach x, or add the family to kronpe.torch._embed)"
+            )
+        out = self.embedder(x.detach().cpu().numpy())
+        return torch.from_numpy(np.ascontiguousarray(out)).to(device=x.device, dtype=x.dtype)
+
+    def extra_repr(self) -> str:
+        return repr(self.embedder)
+
+
+def _as_module(e) -> nn.Module:
+    return e if isinstance(e, nn.Module) else EmbedderModule(e)
+
+
+# ---- the complex (Kronecker) encoding ---------------------------------------------------------
+
+
+class BlendPlan(NamedTuple):
+    """The blending matrix of a set of points: row p has weights[p] at flat nodes indices[p]."""
+
+    indices: torch.Tensor  # (P, 2^D) int64, row-major flat indices into the virtual grid
+    weights: torch.Tensor  # (P, 2^D)
+
+
+def sort_plan(plan: BlendPlan) -> Tuple[BlendPlan, torch.Tensor]:
+    """The plan's rows ordered by their smallest grid index, and that order (a permutation).
+
+    The loss of a fit does not depend on the order of the points; in grid order, the transpose
+    (the backward of the blend) reads and writes memory nearly in sequence: several times faster
+    for random points (measured: 65536 points on a 257^2 grid, 7 ms -> 2 ms). Reorder the targets
+    with the returned order: ``targets[order]``.
+    """
+    from ._cpu import _row_range
+
+    lo, _ = _row_range(plan.indices)
+    order = torch.argsort(lo, stable=True)
+    return BlendPlan(plan.indices[order].contiguous(), plan.weights[order].contiguous()), order
+
+
+class ComplexEncoding(nn.Module):
+    """Kronecker encoding of D-dimensional coordinates with a trainable linear head.
+
+    The model is f(q) = W x_1 Psi_1(q_1) ... x_D Psi_D(q_D), W of shape (K_1, ..., K_D, *out).
+    On separable coordinates (a grid) :meth:`forward_grid` evaluates it with one mode-product
+    chain and never blends. At scattered points (:meth:`forward`) it computes the model's values
+    on a virtual grid, V = W x_i Psi_i(g_i) (the mode-product op), then blends V at the points
+    (MATH.md 3.3): f(q_p) ~ sum of the 2^D corner values of q_p's cell, weighted as
+    :class:`kronpe.BlendingMatrix` weights them.
+
+    Parameters
+    ----------
+    embedders : sequence of D kronpe embedders
+        One per axis (Psi_i).
+    out_features : int, tuple of ints or None
+        Trailing shape of the output (channels); None gives a scalar per point.
+    grid : shape or list of per-axis node coordinates, optional
+        The virtual grid of the point path, as :class:`kronpe.BlendingMatrix` takes it (an int
+        M_i gives ``linspace(0, 1, M_i)``). Default: as :func:`kronpe.fit_points`, K_base + 1 nodes
+        per axis (one per centre spacing of a shifted basis).
+    normalize : bool
+        Normalise the blending weights to sum to 1 (the official code's choice).
+    dtype : torch.dtype
+        dtype of W.
+    """
+
+    def __init__(
+        self,
+        embedders: Sequence,
+        out_features: OutShape = None,
+        grid=None,
+        normalize: bool = True,
+        dtype: torch.dtype = torch.float32,
+    ):
+        super().__init__()
+        embedders = list(embedders)
+        if not embedders:
+            raise ValueError("embedders must name at least one embedder (one per axis)")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.embedders = embedders
+        self.ndim = len(embedders)
+        self.out_shape = _out_shape(out_features)
+        self.embed = nn.ModuleList(EmbedderModule(e) for e in embedders)
+        K = tuple(int(e.K) for e in embedders)
+        self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
+        self.normalize = bool(normalize)
+        from ..blending import _grid_nodes
+        from ..points import _default_grid
+
+        #: the virtual grid's node coordinates per axis (default: fit_points' grid, K_base + 1
+        #: nodes per axis over [0, 1], i.e. one node per centre spacing)
+        if grid is None:
+            grid = _default_grid(embedders)
+        elif isinstance(grid, tuple):
+            grid = list(grid)
+        self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, self.ndim))
+        for i, (e, g) in enumerate(zip(embedders, self.grid_coords)):
+            # Psi_i(g_i) (M_i, K_i) in W's dtype, pruned once (not at every step)
+            basis = torch.as_tensor(np.asarray(e(g), dtype=np.float64)).to(dtype)
+            self.register_buffer(f"node_basis_{i}", prune_basis(basis), persistent=False)
+        self._plan_cache: Optional[tuple] = None
+
+    @property
+    def K(self) -> Tuple[int, ...]:
+        return tuple(self.weight.shape[: self.ndim])
+
+    # -- grid path --
+
+    def forward_grid(self, coords: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The model on the grid coords[0] x ... x coords[D-1]: (N_1, ..., N_D, *out).
+
+        ``coords`` are D 1-D tensors in [0, 1]; gradients flow to W (and to the coordinates for
+        embedders with a torch version).
+        """
+        coords = list(coords)
+        if len(coords) != self.ndim:
+            raise ValueError(f"coords must hold {self.ndim} 1-D tensors (one per axis), got {len(coords)}")
+        W = self.weight
+        return multi_mode_product(W, self.bases(coords))
+
+    def bases(self, coords: Sequence[torch.Tensor]) -> list:
+        """The per-axis basis matrices Psi_i(coords[i]) (N_i, K_i) in W's dtype, tiny entries pruned (prune_basis)."""
+        W = self.weight
+        return [prune_basis(emb(c.to(W.device)).to(W.dtype)) for emb, c in zip(self.embed, coords)]
+
+    # -- point path --
+
+    def grid_values(self) -> torch.Tensor:
+        """The model's values on the virtual grid, V = W x_i Psi_i(g_i): (M_1, ..., M_D, *out)."""
+        W = self.weight
+        bases = [getattr(self, f"node_basis_{i}") for i in range(self.ndim)]
+        bases = [b if b.dtype == W.dtype else prune_basis(b.to(W.dtype)) for b in bases]
+        return multi_mode_product(W, bases)
+
+    def plan(self, points: torch.Tensor) -> BlendPlan:
+        """The blending matrix of ``points`` (P, D) in [0, 1] (computed by kronpe, in NumPy)."""
+        from ..blending import BlendingMatrix
+
+        B = BlendingMatrix(_points_numpy(points, self.ndim), list(self.grid_coords), self.embedders,
+                           normalize=self.normalize)
+        dev = self.weight.device
+        # weights stay float64: the kernels read them so, whatever the dtype of W
+        return BlendPlan(torch.from_numpy(B.indices).to(dev), torch.from_numpy(B.weights).to(dev))
+
+    def forward_plan(self, plan: BlendPlan) -> torch.Tensor:
+        """The model at the points of ``plan``: (P, *out). Pure torch + kronpe ops (compilable)."""
+        V = self.grid_values()
+        G = math.prod(V.shape[: self.ndim])
+        C = math.prod(self.out_shape)
+        out = blend(V.reshape(G, C), plan.indices, plan.weights)
+        return out.reshape((plan.indices.shape[0],) + self.out_shape)
+
+    def forward(self, points: torch.Tensor) -> torch.Tensor:
+        """The model at scattered points (P, D) in [0, 1]: (P, *out).
+
+        The blending plan of the last ``points`` tensor is cached (training on fixed points
+        computes it once). Gradients flow to W, not to the points.
+        """
+        cache = self._plan_cache
+        key = (id(points), points._version, points.device, self.weight.device, self.weight.dtype)
+        if cache is None or cache[0] is not points or cache[1] != key:
+            self._plan_cache = (points, key, self.plan(points))
+        return self.forward_plan(self._plan_cache[2])
+
+    # -- from a closed-form fit --
+
+    @classmethod
+    def from_fit(cls, model, dtype: Optional[torch.dtype] = None) -> "ComplexEncoding":
+        """A ComplexEncoding that starts from a closed-form fit (to fine-tune it, e.g. with Adam).
+
+        ``model`` is a kronpe GridModel (``fit_grid``) or PointModel (``fit_points``): its
+        weights (K_1, ..., K_D, *channels) and embedders are copied. For a GridModel,
+        ``forward_grid(coords)`` equals ``model.predict_grid(coords)``. For a PointModel the
+        virtual grid and the blending normalisation are the model's, so ``forward(points)``
+        equals ``model.predict(points)`` (``forward_grid`` evaluates the encoding exactly at the
+        coordinates, where the PointModel's own ``predict_grid`` blends).
+        """
+        W = getattr(model, "weights", None)
+        embs = getattr(model, "embedders", None)
+        if W is None or embs is None:
+            raise ValueError(
+                f"model must be a kronpe GridModel or PointModel (with weights and embedders), "
+                f"got {type(model).__name__}"
+            )
+        W = np.asarray(W)
+        D = len(embs)
+        if dtype is None:
+            dtype = torch.float32 if W.dtype == np.float32 else torch.float64
+        enc = cls(list(embs), W.shape[D:] or None, grid=getattr(model, "grid_coords", None),
+                  normalize=bool(getattr(model, "normalize", True)), dtype=dtype)
+        if tuple(W.shape) != tuple(enc.weight.shape):
+            raise ValueError(f"model.weights has shape {W.shape}, its embedders give {tuple(enc.weight.shape)}")
+        with torch.no_grad():
+            enc.weight.copy_(torch.from_numpy(np.ascontiguousarray(W)))
+        return enc
+
+    def extra_repr(self) -> str:
+        return f"K={self.K}, out_shape={self.out_shape}, normalize={self.normalize}"
+
+
+def _points_numpy(points, ndim: int) -> np.ndarray:
+    if not isinstance(points, torch.Tensor):
+        raise ValueError(f"points must be a torch tensor, got {type(points).__name__}")
+    if points.dim() != 2 or points.shape[1] != ndim:
+        raise ValueError(f"points must have shape (P, {ndim}), got {tuple(points.shape)}")
+    pts = points.detach().cpu().numpy()
+    if not pts.dtype.kind == "f":
+        pts = pts.astype(np.float64)
+    return pts
+
+
+# ---- the simple encoding -------------------------------------------------------------------
+
+
+class SimpleEncoding(nn.Module):
+    """Concatenation of 1-D embeddings of the coordinates (seed 000 sec. 5, "simple").
+
+    With ``directions="axes"`` each of the D coordinates is embedded by its own embedder (length
+    K_1 + ... + K_D). With ``directions="four"`` (2-D only, seeds 001/003) the embedder is also
+    sampled along the diagonals: x, y, (x + y) / 2 and (x - y + 1) / 2 (all in [0, 1]).
+
+    Parameters
+    ----------
+    embedders : a kronpe embedder (or module), or a sequence of them
+        One per direction; a single one is used for every direction.
+    ndim : int, optional
+        D, needed when a single embedder is given with ``directions="axes"``.
+    directions : {"axes", "four"}
+    out_features : int, optional
+        Adds a linear head (``nn.Linear``) on the concatenated encoding.
+    """
+
+    def __init__(self, embedders, ndim: Optional[int] = None, directions: str = "axes",
+                 out_features: Optional[int] = None):
+        super().__init__()
+        if directions not in ("axes", "four"):
+            raise ValueError(f"directions must be 'axes' or 'four', got {directions!r}")
+        single = not isinstance(embedders, (list, tuple))
+        if directions == "four":
+            if ndim not in (None, 2):
+                raise ValueError(f"directions='four' samples 2-D coordinates, got ndim={ndim}")
+            ndim, n_dir = 2, 4
+        else:
+            if single and ndim is None:
+                raise ValueError("ndim is needed when a single embedder is given")
+            ndim = len(embedders) if not single else int(ndim)
+            n_dir = ndim
+        embs = [embedders] * n_dir if single else list(embedders)
+        if len(embs) != n_dir:
+            raise ValueError(f"embedders must hold {n_dir} embedders (one per direction), got {len(embs)}")
+        self.ndim = ndim
+        self.directions = directions
+        self.embed = nn.ModuleList(_as_module(e) for e in embs)
+        self.encoding_size = sum(int(m.K) for m in self.embed)
+        self.head = None if out_features is None else nn.Linear(self.encoding_size, int(out_features))
+
+    def directional_coords(self, points: torch.Tensor) -> list:
+        """The 1-D coordinates embedded: the D axes, or x, y, (x+y)/2, (x-y+1)/2."""
+        if points.dim() != 2 or points.shape[1] != self.ndim:
+            raise ValueError(f"points must have shape (P, {self.ndim}), got {tuple(points.shape)}")
+        cols = list(points.unbind(1))
+        if self.directions == "four":
+            x, y = cols
+            cols = [x, y, (x + y) / 2, (x - y + 1) / 2]
+        return cols
+
+    def forward(self, points: torch.Tensor) -> torch.Tensor:  # (P, D) -> (P, sum K) or (P, out)
+        enc = torch.cat([m(c) for m, c in zip(self.embed, self.directional_coords(points))], dim=1)
+        return enc if self.head is None else self.head(enc.to(self.head.weight.dtype))
+
+
+# ---- seed 002: learnable Fourier features ------------------------------------------------------
+
+
+class LearnableFourierFeatures(nn.Module):
+    """Learnable Fourier features + MLP (seed 002, Algorithm 1): [N, G, M] -> [N, D].
+
+    r_x = [cos(x W_r^T) || sin(x W_r^T)] / sqrt(F), W_r in R^{F/2 x M} drawn from
+    Normal(0, gamma^-2) (std 1/gamma, eq. 3), then Y = act(r W_1 + B_1) W_2 + B_2 with W_1 of
+    shape F x H and W_2 of shape H x D/G, shared by the G groups; Y is reshaped to [N, D].
+
+    At initialisation r_x . r_y = (1/F) sum_j cos((x - y) . w_j) has expectation
+    exp(-|x - y|^2 / (2 gamma^2)) / 2 (and r_x . r_x = 1/2 exactly); the paper's eq. 4 writes
+    the kernel as exp(-|x - y|^2 / gamma^2), without the two factors of 2.
+
+    Parameters
+    ----------
+    pos_dim : int
+        M, the coordinates per group.
+    f_dim : int
+        |F|, the Fourier feature dimension (even).
+    h_dim : int
+        |H|, the hidden layer of the MLP.
+    d_dim : int
+        D, the output dimension (a multiple of ``groups``).
+    groups : int
+        G, the positional groups.
+    gamma : float
+        W_r ~ Normal(0, gamma^-2).
+    activation : {"relu", "gelu"}
+        The MLP's non-linearity (Algorithm 1 writes ReLU, Maximum(0, .)).
+    dropout : float
+        Dropout after the activation (the paper's Reformer/UI runs used 0.1/0.2; default 0).
+    """
+
+    def __init__(self, pos_dim: int, f_dim: int, h_dim: int, d_dim: int, groups: int = 1,
+                 gamma: float = 1.0, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        for n, v in (("pos_dim", pos_dim), ("f_dim", f_dim), ("h_dim", h_dim), ("d_dim", d_dim), ("groups", groups)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+        if f_dim % 2:
+            raise ValueError(f"f_dim must be even (cos and sin halves), got {f_dim}")
+        if d_dim % groups:
+            raise ValueError(f"d_dim must be a multiple of groups ({groups}), got {d_dim}")
+        if not (isinstance(gamma, (int, float)) and math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"gamma must be a positive finite number, got {gamma!r}")
+        acts = {"relu": nn.ReLU, "gelu": nn.GELU}
+        if activation not in acts:
+            raise ValueError(f"activation must be one of {sorted(acts)}, got {activation!r}")
+        self.pos_dim, self.f_dim, self.h_dim, self.d_dim, self.groups = pos_dim, f_dim, h_dim, d_dim, groups
+        self.gamma = float(gamma)
+        self.Wr = nn.Linear(pos_dim, f_dim // 2, bias=False)
+        layers = [nn.Linear(f_dim, h_dim), acts[activation]()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+        layers.append(nn.Linear(h_dim, d_dim // groups))
+        self.mlp = nn.Sequential(*layers)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.Wr.weight, mean=0.0, std=1.0 / self.gamma)
+
+    def fourier_features(self, x: torch.Tensor) -> torch.Tensor:  # (..., G, M) -> (..., G, F)
+        proj = self.Wr(x)
+        return torch.cat([torch.cos(proj), torch.sin(proj)], dim=-1) / math.sqrt(self.f_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, G, M) -> (N, D)
+        if x.dim() < 2 or tuple(x.shape[-2:]) != (self.groups, self.pos_dim):
+            raise ValueError(
+                f"x must have shape (N, {self.groups}, {self.pos_dim}) (positions, groups, "
+                f"coordinates per group), got {tuple(x.shape)}"
+            )
+        y = self.mlp(self.fourier_features(x))
+        return y.reshape(*x.shape[:-2], self.d_dim)
+
+
+# ---- seed 004: sinusoidal embeddings ------------------------------------------------------------
+
+
+class SinusoidalEmbedding(nn.Module):
+    """Sinusoidal embedding of each input channel (seed 004): (..., N, C) -> (..., N, 2 L C).
+
+    For 0 <= k < L each channel value p gives g(p)_{2k} = sin(w_k p), g(p)_{2k+1} = cos(w_k p):
+
+    - ``"transformer"``: w_k = max_positions^(-k / L)
+    - ``"nerf"``: w_k = 2^k pi
+
+    (These are the tutorial's formulas. The neuralop class it demonstrates computes the
+    transformer exponent as k / in_channels, which equals k / L only when L = C; kronpe follows
+    the formula, as kronpe.Transformer does: ``SinusoidalEmbedding(1, L, "transformer", P)`` on
+    2 pi x equals ``kronpe.Transformer(L, P)`` on x.)
+
+    Inputs are (batch, N, C) or (N, C); the output stacks the channels' embeddings one after the
+    other (channel c occupies columns 2Lc .. 2L(c+1)-1, sin and cos interleaved), the layout of
+    the tutorial's h(X) = concat(g(x_1), ..., g(x_C)). ``include_input`` puts the C raw inputs
+    first (the tutorial's concat(x, g(x))).
+
+    Modulation by a constant m (the tutorial's "encoding constant parameters"):
+    ``forward(x, amplitude=m)`` gives m g(x); ``forward(x, frequency=m)`` gives g(m x). m is a
+    number or a tensor broadcastable to x's shape (e.g. (batch, 1, 1): one m per sample).
+    """
+
+    def __init__(self, in_channels: int, num_frequencies: Optional[int] = None,
+                 embedding_type: str = "transformer", max_positions: float = 10000,
+                 include_input: bool = False):
+        super().__init__()
+        if isinstance(in_channels, bool) or not isinstance(in_channels, (int, np.integer)) or in_channels <= 0:
+            raise ValueError(f"in_channels must be a positive integer, got {in_channels!r}")
+        L = in_channels if num_frequencies is None else num_frequencies
+        if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L <= 0:
+            raise ValueError(f"num_frequencies must be a positive integer, got {num_frequencies!r}")
+        if embedding_type not in ("transformer", "nerf"):
+            raise ValueError(f"embedding_type must be 'transformer' or 'nerf', got {embedding_type!r}")
+        if embedding_type == "transformer" and not (max_positions is not None and max_positions > 0):
+            raise ValueError(f"max_positions must be a positive number, got {max_positions!r}")
+        self.in_channels, self.num_frequencies = int(in_channels), int(L)
+        self.embedding_type = embedding_type
+        self.max_positions = max_positions
+        self.include_input = bool(include_input)
+        k = torch.arange(L, dtype=torch.float64)
+        if embedding_type == "nerf":
+            freqs = 2.0**k * math.pi
+        else:
+            freqs = float(max_positions) ** (-k / L)
+        self.register_buffer("freqs", freqs, persistent=False)
+
+    @property
+    def out_channels(self) -> int:
+        return 2 * self.num_frequencies * self.in_channels + (self.in_channels if self.include_input else 0)
+
+    def highest_frequency(self, modulation: float = 1.0) -> float:
+        """The largest frequency as the tutorial counts it: NeRF 2^(L-1), transformer 1, times m."""
+        top = 2.0 ** (self.num_frequencies - 1) if self.embedding_type == "nerf" else 1.0
+        return top * float(modulation)
+
+    def satisfies_nyquist(self, n_points: int, modulation: float = 1.0) -> bool:
+        """The tutorial's criterion: highest frequency < N / 2 (N samples of [0, 2 pi))."""
+        return self.highest_frequency(modulation) < n_points / 2
+
+    def forward(self, x: torch.Tensor, amplitude=None, frequency=None) -> torch.Tensor:
+        if x.dim() not in (2, 3) or x.shape[-1] != self.in_channels:
+            raise ValueError(
+                f"x must have shape (batch, N, {self.in_channels}) or (N, {self.in_channels}), "
+                f"got {tuple(x.shape)}"
+            )
+        if not x.is_floating_point():
+            x = x.to(torch.get_default_dtype())
+        arg = x if frequency is None else x * frequency
+        ang = arg.unsqueeze(-1) * self.freqs.to(x.dtype)  # (..., N, C, L)
+        g = torch.stack((torch.sin(ang), torch.cos(ang)), dim=-1)  # (..., N, C, L, 2)
+        if amplitude is not None:
+            amp = torch.as_tensor(amplitude, dtype=g.dtype, device=g.device)
+            g = g * torch.broadcast_to(amp, x.shape)[..., None, None]
+        out = g.flatten(-3)
+        return torch.cat([x, out], dim=-1) if self.include_input else out
+
+    def extra_repr(self) -> str:
+        return (f"in_channels={self.in_channels}, num_frequencies={self.num_frequencies}, "
+                f"embedding_type={self.embedding_type!r}, max_positions={self.max_positions}")

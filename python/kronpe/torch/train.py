@@ -1,0 +1,313 @@
+"""Fit a signal with Adam: the papers' gradient-descent rows (seed 000, Tables 1-4).
+
+:func:`train` runs full-batch Adam on the mean squared error of any model (one step = forward,
+backward, Adam) with a tqdm progress bar and PSNR reporting; :func:`fit_grid_adam` and
+:func:`fit_points_adam` build a :class:`~kronpe.torch.ComplexEncoding` and train it on a grid
+(the mode-product path, no blending) or at scattered points (the blending path).
+:func:`adam_rows` gives these rows to ``kronpe demo`` (python/kronpe/app.py).
+
+The papers' settings (seed 000; MATH.md 4): 2000 epochs (500 for video) of full-batch Adam,
+lr 0.1, betas (0.9, 0.999), weight decay 1e-8; gradient descent on a grid uses Gau sigma = 0.004
+and Tri d = 2/256 with K = 256; the official random-points script uses Gau sigma = 0.005 and
+Tri d = 2.5/256.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .modules import ComplexEncoding, sort_plan
+
+__all__ = [
+    "History",
+    "adam_grid_run",
+    "adam_random_run",
+    "adam_rows",
+    "fit_grid_adam",
+    "fit_points_adam",
+    "psnr",
+    "train",
+]
+
+#: the official scripts' Adam settings (lr, weight decay) for complex encodings
+PAPER_LR = 0.1
+PAPER_WEIGHT_DECAY = 1e-8
+
+
+def psnr(pred, target, peak: float = 1.0) -> float:
+    """Peak signal-to-noise ratio in dB (inf for a perfect fit)."""
+    diff = torch.as_tensor(pred).detach().double() - torch.as_tensor(target).detach().double()
+    mse = float(torch.mean(diff**2))
+    return math.inf if mse == 0 else 10.0 * math.log10(peak * peak / mse)
+
+
+def _psnr_of_mse(mse: float, peak: float) -> float:
+    return math.inf if mse <= 0 else 10.0 * math.log10(peak * peak / mse)
+
+
+@dataclass
+class History:
+    """What :func:`train` recorded, every ``log_every`` steps and at the last step."""
+
+    step: List[int] = field(default_factory=list)
+    loss: List[float] = field(default_factory=list)  # mean squared error on the training data
+    psnr: List[float] = field(default_factory=list)  # training PSNR (dB)
+    seconds: List[float] = field(default_factory=list)  # time since the start of training
+    eval_psnr: List[float] = field(default_factory=list)  # from ``evaluate``, when given
+
+    @property
+    def total_seconds(self) -> float:
+        return self.seconds[-1] if self.seconds else 0.0
+
+
+def train(
+    model: torch.nn.Module,
+    forward: Callable[[], torch.Tensor],
+    target: torch.Tensor,
+    steps: int = 2000,
+    lr: float = PAPER_LR,
+    weight_decay: float = PAPER_WEIGHT_DECAY,
+    peak: float = 1.0,
+    log_every: int = 50,
+    evaluate: Optional[Callable[[], float]] = None,
+    progress: bool = True,
+    desc: str = "adam",
+) -> History:
+    """Full-batch Adam on mean((forward() - target)^2) over ``model.parameters()``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Whose parameters are trained.
+    forward : callable
+        Returns the prediction to compare with ``target`` (same shape).
+    target : Tensor
+    steps, lr, weight_decay
+        Adam's settings (betas (0.9, 0.999)); defaults: the official scripts'.
+    peak : float
+        Peak value for PSNR.
+    log_every : int
+        Record loss/PSNR (and call ``evaluate``) every this many steps; reading the loss waits
+        for the device, so it is not done every step.
+    evaluate : callable, optional
+        Returns a PSNR (e.g. on held-out samples), called under ``torch.no_grad()``.
+    progress : bool
+        Show a tqdm progress bar (on stderr).
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every <= 0:
+        raise ValueError(f"log_every must be a positive integer, got {log_every!r}")
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
+    opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+    hist = History()
+    t0 = time.perf_counter()
+    with tqdm(total=steps, disable=not progress, file=sys.stderr, desc=desc, leave=False) as bar:
+        for step in range(1, steps + 1):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.mean((forward() - target) ** 2)
+            loss.backward()
+            opt.step()
+            if step % log_every == 0 or step == steps:
+                mse = float(loss.detach())  # the loss before this step's update
+                hist.step.append(step)
+                hist.loss.append(mse)
+                hist.psnr.append(_psnr_of_mse(mse, peak))
+                if evaluate is not None:
+                    with torch.no_grad():
+                        hist.eval_psnr.append(float(evaluate()))
+                hist.seconds.append(time.perf_counter() - t0)
+                post = {"loss": f"{mse:.3g}", "psnr": f"{hist.psnr[-1]:.2f}"}
+                if hist.eval_psnr:
+                    post["eval"] = f"{hist.eval_psnr[-1]:.2f}"
+                bar.set_postfix(post, refresh=False)
+            bar.update(1)
+    if not hist.seconds:
+        hist.seconds.append(time.perf_counter() - t0)
+    return hist
+
+
+def _tensor(x, dtype, device) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    return t.to(device=device, dtype=dtype)
+
+
+def fit_grid_adam(
+    signal,  # (N_1, ..., N_D, *channels)
+    embedders: Sequence,
+    coords: Optional[Sequence] = None,
+    steps: int = 2000,
+    lr: float = PAPER_LR,
+    weight_decay: float = PAPER_WEIGHT_DECAY,
+    init: Optional[ComplexEncoding] = None,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    progress: bool = True,
+    **train_kwargs,
+) -> Tuple[ComplexEncoding, History]:
+    """Train a ComplexEncoding on a grid signal with Adam (the grid path: no blending).
+
+    ``coords`` are the D per-axis coordinate arrays in [0, 1] (default linspace(0, 1, N_i + 1)[:-1],
+    the papers'). ``init`` continues from a given model (e.g. ``ComplexEncoding.from_fit``).
+    Returns (model, history).
+    """
+    embedders = list(embedders)
+    D = len(embedders)
+    sig = _tensor(signal, dtype, device)
+    if sig.dim() < D:
+        raise ValueError(f"signal must have at least {D} axes (one per embedder), got shape {tuple(sig.shape)}")
+    if coords is None:
+        coords = [np.arange(n, dtype=np.float64) / n for n in sig.shape[:D]]
+    coords = [_tensor(c, torch.float64, sig.device) for c in coords]
+    for i, c in enumerate(coords):
+        if c.dim() != 1 or c.shape[0] != sig.shape[i]:
+            raise ValueError(f"coords[{i}] must have shape ({sig.shape[i]},), got {tuple(c.shape)}")
+    model = init if init is not None else ComplexEncoding(embedders, tuple(sig.shape[D:]) or None, dtype=dtype)
+    model = model.to(sig.device)
+    bases = model.bases(coords)  # fixed: computed once
+    from ._ops import multi_mode_product
+
+    hist = train(model, lambda: multi_mode_product(model.weight, bases), sig, steps=steps, lr=lr,
+                 weight_decay=weight_decay, progress=progress, desc="adam (grid)", **train_kwargs)
+    return model, hist
+
+
+def fit_points_adam(
+    points,  # (P, D) in [0, 1]
+    values,  # (P, *channels)
+    embedders: Sequence,
+    grid=None,
+    steps: int = 2000,
+    lr: float = PAPER_LR,
+    weight_decay: float = PAPER_WEIGHT_DECAY,
+    init: Optional[ComplexEncoding] = None,
+    normalize: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    progress: bool = True,
+    **train_kwargs,
+) -> Tuple[ComplexEncoding, History]:
+    """Train a ComplexEncoding at scattered points with Adam (the blending path).
+
+    The blending matrix of the points is computed once; each step evaluates the model on the
+    virtual grid (``grid``, default K_i nodes per axis) and blends it at the points.
+    Returns (model, history).
+    """
+    embedders = list(embedders)
+    pts = _tensor(points, torch.float64, device)
+    vals = _tensor(values, dtype, pts.device)
+    if pts.dim() != 2 or pts.shape[1] != len(embedders):
+        raise ValueError(f"points must have shape (P, {len(embedders)}), got {tuple(pts.shape)}")
+    if vals.dim() < 1 or vals.shape[0] != pts.shape[0]:
+        raise ValueError(f"values must have shape ({pts.shape[0]}, *channels), got {tuple(vals.shape)}")
+    model = init if init is not None else ComplexEncoding(
+        embedders, tuple(vals.shape[1:]) or None, grid=grid, normalize=normalize, dtype=dtype
+    )
+    model = model.to(vals.device)
+    # the blending matrix once, its rows in grid order (faster transposes), targets alike
+    plan, order = sort_plan(model.plan(pts))
+    vals = vals[order.to(vals.device)]
+    hist = train(model, lambda: model.forward_plan(plan), vals, steps=steps, lr=lr,
+                 weight_decay=weight_decay, progress=progress, desc="adam (points)", **train_kwargs)
+    return model, hist
+
+
+# ---- rows of ``kronpe demo`` ----------------------------------------------------------------------
+
+#: the papers' gradient-descent embedder widths at K = 256 (2-D): MATH.md 4 for the grid rows,
+#: the official 2D_random_points.py for the scattered rows.
+GD_GRID = {"Gau": 0.004, "Tri": 2 / 256}
+GD_POINTS = {"Gau": 0.005, "Tri": 2.5 / 256}
+
+
+def _gd_embedder(family: str, K: int, width_at_256: float):
+    from ..embedders import Gaussian, Triangle
+
+    w = width_at_256 * 256 / K  # widths scale with the centre spacing 1/K
+    return Gaussian(K, w) if family == "Gau" else Triangle(K, w)
+
+
+def _steps_for(case, steps: Optional[int]) -> int:
+    return steps if steps is not None else (2000 if case.ndim <= 2 else 500)
+
+
+def adam_grid_run(case, family: str, steps: Optional[int] = None, progress: bool = False) -> dict:
+    """One demo row: ComplexEncoding trained by Adam on ``case``'s regular training grid.
+
+    ``case`` is a ``kronpe.app.Case`` (``train``, ``train_coords``, ``coords``, ``full``, ``ndim``,
+    ``K``). K = training samples per axis, the papers' gradient-descent width for ``family``.
+    Returns dict(pred (the full grid), fit_s, total_s, note).
+    """
+    emb = _gd_embedder(family, case.K, GD_GRID[family])
+    t0 = time.perf_counter()
+    model, hist = fit_grid_adam(case.train, [emb] * case.ndim, coords=case.train_coords,
+                                steps=_steps_for(case, steps), progress=progress)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        pred = model.forward_grid([torch.as_tensor(c) for c in case.coords]).numpy()
+    t2 = time.perf_counter()
+    return dict(pred=pred.reshape(case.full.shape).astype(case.full.dtype), fit_s=t1 - t0, total_s=t2 - t0,
+                note=f"{hist.step[-1] if hist.step else 0} Adam steps")
+
+
+def adam_random_run(case, family: str, steps: Optional[int] = None, progress: bool = False,
+                    seed: int = 0) -> dict:
+    """One demo row: ComplexEncoding trained by Adam at a random subset of ``case``'s full grid
+    holding as many samples as its training grid (the blending path), evaluated everywhere.
+
+    Returns dict(pred, fit_s, total_s, note); the note gives the PSNR on the unseen samples.
+    """
+    shape = case.full.shape[: case.ndim]
+    n_all = int(np.prod(shape))
+    n_train = int(np.prod(case.train.shape[: case.ndim]))
+    pick = np.zeros(n_all, dtype=bool)
+    pick[np.random.default_rng(seed).choice(n_all, size=n_train, replace=False)] = True
+    mesh = np.stack(np.meshgrid(*case.coords, indexing="ij"), axis=-1).reshape(n_all, case.ndim)
+    vals = case.full.reshape((n_all,) + case.full.shape[case.ndim:])
+    emb = _gd_embedder(family, case.K, GD_POINTS[family])
+    t0 = time.perf_counter()
+    model, hist = fit_points_adam(mesh[pick], vals[pick], [emb] * case.ndim,
+                                  steps=_steps_for(case, steps), progress=progress)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        pred = model(torch.as_tensor(mesh)).numpy()
+    t2 = time.perf_counter()
+    unseen = psnr(torch.as_tensor(pred[~pick]), torch.as_tensor(vals[~pick]), getattr(case, "peak", 1.0))
+    return dict(pred=pred.reshape(case.full.shape).astype(case.full.dtype), fit_s=t1 - t0, total_s=t2 - t0,
+                note=f"random {n_train / n_all:.1%}; PSNR on unseen samples {unseen:.2f} dB")
+
+
+def adam_rows(steps: Optional[int] = None, families: Sequence[str] = ("Gau", "Tri"),
+              scattered: bool = True, progress: bool = False) -> list:
+    """``kronpe demo`` rows (``kronpe.app.DemoRow``) for the papers' gradient-descent complex
+    encodings: "<fam>, paper (Adam, grid)" (:func:`adam_grid_run`) and, with ``scattered``,
+    "<fam>, paper (Adam, random)" (:func:`adam_random_run`: the demo's held-out column then
+    counts some of its training samples; its note gives the PSNR on the samples it never saw).
+
+    ``steps`` defaults to the papers' epochs: 2000 in 2-D, 500 in 3-D.
+    """
+    from ..app import DemoRow, RowResult
+
+    def row(run_fn, family: str):
+        def run(case):
+            return RowResult(**run_fn(case, family, steps=steps, progress=progress))
+
+        run.__name__ = f"{run_fn.__name__}_{family}"
+        return run
+
+    rows = [DemoRow(f"{f}, paper (Adam, grid)", row(adam_grid_run, f)) for f in families]
+    if scattered:
+        rows += [DemoRow(f"{f}, paper (Adam, random)", row(adam_random_run, f)) for f in families]
+    return rows

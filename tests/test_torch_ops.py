@@ -1,0 +1,324 @@
+"""torch.ops.kronpe.*: values against NumPy, gradients (gradcheck, gradgradcheck), opcheck.
+
+One generator, ``sample_inputs(device, requires_grad, dtype)``, feeds the correctness, gradient
+and opcheck tests: shapes with carried axes, modes out of order, non-contiguous inputs, empty
+inputs.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+kt = pytest.importorskip("kronpe.torch")
+
+OPS = {
+    "multi_mode_product": torch.ops.kronpe.multi_mode_product.default,
+    "blend": torch.ops.kronpe.blend.default,
+    "blend_transpose": torch.ops.kronpe.blend_transpose.default,
+}
+TOL = {torch.float32: dict(rtol=2e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12)}
+DTYPES = [torch.float32, torch.float64]
+
+
+def _leaf(t, requires_grad):
+    """A leaf tensor with t's values and strides (non-contiguous stays non-contiguous)."""
+    return t.detach().requires_grad_(requires_grad)
+
+
+def sample_inputs(device, requires_grad, dtype=torch.float64):
+    """Yield (id, op name, args) covering every op."""
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype).to(device)
+
+    def leaf(t):
+        return _leaf(t, requires_grad)
+
+    # -- multi_mode_product(T, matrices, modes) --
+    yield "mmp-3d-two-modes", "multi_mode_product", (leaf(rand(4, 5, 6)), [leaf(rand(3, 4)), leaf(rand(2, 6))], [0, 2])
+    yield "mmp-carried-channels-out-of-order", "multi_mode_product", (
+        leaf(rand(4, 5, 3)), [leaf(rand(6, 5)), leaf(rand(7, 4))], [1, 0])
+    yield "mmp-all-modes-growing", "multi_mode_product", (
+        leaf(rand(3, 2, 4)), [leaf(rand(5, 3)), leaf(rand(6, 2)), leaf(rand(2, 4))], [0, 1, 2])
+    yield "mmp-noncontiguous", "multi_mode_product", (
+        leaf(rand(6, 4, 5).permute(2, 0, 1)), [leaf(rand(5, 3).mT), leaf(rand(4, 8)[:, ::2])], [0, 2])
+    yield "mmp-strided-slice", "multi_mode_product", (leaf(rand(8, 6)[::2, 1:]), [leaf(rand(3, 10)[:, ::2])], [1])
+    yield "mmp-matrix", "multi_mode_product", (leaf(rand(4, 5)), [leaf(rand(3, 4))], [0])
+    yield "mmp-no-matrices", "multi_mode_product", (leaf(rand(2, 3)), [], [])
+    yield "mmp-empty-contraction", "multi_mode_product", (leaf(rand(0, 5)), [leaf(rand(3, 0))], [0])
+    yield "mmp-empty-output-rows", "multi_mode_product", (leaf(rand(4, 5)), [leaf(rand(0, 4))], [0])
+    yield "mmp-empty-carried", "multi_mode_product", (leaf(rand(4, 0, 2)), [leaf(rand(3, 4)), leaf(rand(5, 2))], [0, 2])
+
+    # -- blend(values (G, C), indices (P, S), weights (P, S)) --
+    def plan(P, S, G):
+        idx = torch.randint(0, max(G, 1), (P, S), generator=g).to(device)
+        return idx, leaf(torch.rand(P, S, generator=g, dtype=dtype).to(device))
+
+    idx, w = plan(7, 4, 10)
+    yield "blend-basic", "blend", (leaf(rand(10, 3)), idx, w)
+    idx, w = plan(9, 8, 12)
+    yield "blend-noncontiguous-values", "blend", (leaf(rand(2, 12).mT), idx, w)
+    idx, w = plan(9, 2, 5)
+    yield "blend-noncontiguous-plan", "blend", (leaf(rand(5, 1)), idx.mT.contiguous().mT, leaf(w.detach().mT.contiguous().mT))
+    idx, w = plan(0, 4, 6)
+    yield "blend-no-points", "blend", (leaf(rand(6, 2)), idx, w)
+    idx, w = plan(5, 4, 6)
+    yield "blend-no-channels", "blend", (leaf(rand(6, 0)), idx, w)
+
+    # -- blend_transpose(rows (P, C), indices, weights, num_nodes) --
+    idx, w = plan(7, 4, 10)
+    yield "blendT-basic", "blend_transpose", (leaf(rand(7, 3)), idx, w, 10)
+    idx, w = plan(11, 8, 9)
+    yield "blendT-noncontiguous-rows", "blend_transpose", (leaf(rand(2, 11).mT), idx, w, 9)
+    idx, w = plan(0, 4, 6)
+    yield "blendT-no-points", "blend_transpose", (leaf(rand(0, 2)), idx, w, 6)
+    idx, w = plan(0, 4, 0)
+    yield "blendT-empty-grid", "blend_transpose", (leaf(rand(0, 2)), idx, w, 0)
+
+
+SAMPLE_IDS = [s[0] for s in sample_inputs("cpu", False)]
+
+
+def _sample(sample_id, requires_grad=False, dtype=torch.float64):
+    for sid, name, args in sample_inputs("cpu", requires_grad, dtype):
+        if sid == sample_id:
+            return name, args
+    raise KeyError(sample_id)
+
+
+# ---- NumPy references --------------------------------------------------------------------------
+
+
+def _np(t):
+    return t.detach().cpu().double().numpy()
+
+
+def ref_mmp(T, matrices, modes):
+    out = _np(T)
+    for A, m in zip(matrices, modes):
+        out = np.moveaxis(np.tensordot(_np(A), out, axes=([1], [m])), 0, m)
+    return out
+
+
+def dense_blend(indices, weights, G):
+    """The dense P x G matrix of (indices, weights)."""
+    idx, w = indices.cpu().numpy(), _np(weights)
+    B = np.zeros((idx.shape[0], G))
+    np.add.at(B, (np.repeat(np.arange(idx.shape[0]), idx.shape[1]), idx.reshape(-1)), w.reshape(-1))
+    return B
+
+
+def reference_of(name, args):
+    if name == "multi_mode_product":
+        return ref_mmp(*args)
+    if name == "blend":
+        V, idx, w = args
+        return dense_blend(idx, w, V.shape[0]) @ _np(V)
+    R, idx, w, G = args
+    return dense_blend(idx, w, G).T @ _np(R)
+
+
+# ---- tests ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("sample_id", SAMPLE_IDS)
+def test_values_match_numpy(sample_id, dtype):
+    name, args = _sample(sample_id, dtype=dtype)
+    out = OPS[name](*args)
+    ref = reference_of(name, args)
+    assert out.dtype == dtype and out.device.type == "cpu"
+    assert tuple(out.shape) == ref.shape
+    assert out.is_contiguous()
+    np.testing.assert_allclose(_np(out), ref, **TOL[dtype])
+
+
+def _flat(name, args):
+    """(function of a flat tuple of tensors, that tuple): gradcheck does not look into lists."""
+    if name != "multi_mode_product":
+        return (lambda *a: OPS[name](*a)), args
+    T, mats, modes = args
+    return (lambda T, *m: OPS[name](T, list(m), modes)), (T, *mats)
+
+
+@pytest.mark.parametrize("sample_id", SAMPLE_IDS)
+def test_gradcheck(sample_id):
+    fn, inputs = _flat(*_sample(sample_id, requires_grad=True))
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-8, fast_mode=True)
+
+
+@pytest.mark.parametrize("sample_id", SAMPLE_IDS)
+def test_gradgradcheck(sample_id):
+    fn, inputs = _flat(*_sample(sample_id, requires_grad=True))
+    assert torch.autograd.gradgradcheck(fn, inputs, eps=1e-6, atol=1e-8, fast_mode=True)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["nograd", "grad"])
+@pytest.mark.parametrize("sample_id", SAMPLE_IDS)
+def test_opcheck(sample_id, requires_grad):
+    name, args = _sample(sample_id, requires_grad=requires_grad, dtype=torch.float64)
+    torch.library.opcheck(OPS[name], args)
+
+
+@pytest.mark.parametrize("sample_id", ["mmp-noncontiguous", "blend-basic", "blendT-basic"])
+def test_opcheck_float32(sample_id):
+    name, args = _sample(sample_id, requires_grad=True, dtype=torch.float32)
+    torch.library.opcheck(OPS[name], args)
+
+
+def test_backward_is_made_of_kronpe_ops():
+    """The mode-product adjoint wrt T is the chain with transposed matrices (a kronpe op)."""
+    T = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(3, 4, dtype=torch.float64)
+    y = kt.multi_mode_product(T, [A])
+    G = torch.ones_like(y, requires_grad=True)
+    (g,) = torch.autograd.grad(y, T, G, create_graph=True)
+    assert "kronpe" in g.grad_fn.name().lower() or "multi_mode_product" in g.grad_fn.name().lower()
+    np.testing.assert_allclose(_np(g), _np(A.T @ torch.ones(3, 5, dtype=torch.float64)), rtol=1e-12)
+
+
+def test_matrix_gradient_paths_agree():
+    """dA_j is computed through U = T x_{i!=j} A_i or H = G x_{i!=j} A_i^T, whichever is
+    smaller: both shapes of problem give the einsum gradient."""
+    for shapes in [((6, 7, 2), (30, 6), (2, 7)), ((6, 7, 2), (2, 6), (30, 7))]:
+        T = torch.randn(*shapes[0], dtype=torch.float64)
+        A = torch.randn(*shapes[1], dtype=torch.float64, requires_grad=True)
+        B = torch.randn(*shapes[2], dtype=torch.float64, requires_grad=True)
+        Gr = torch.randn(shapes[1][0], shapes[2][0], 2, dtype=torch.float64)
+        gA, gB = torch.autograd.grad(kt.multi_mode_product(T, [A, B]), (A, B), Gr)
+        eA, eB = torch.autograd.grad(torch.einsum("ijc,ai,bj->abc", T, A, B), (A, B), Gr)
+        np.testing.assert_allclose(_np(gA), _np(eA), rtol=1e-10)
+        np.testing.assert_allclose(_np(gB), _np(eB), rtol=1e-10)
+
+
+def test_broadcast_inputs():
+    """Stride-0 (expanded) inputs: the kernels read any strides."""
+    T = torch.randn(1, 5, dtype=torch.float64).expand(4, 5)
+    A = torch.randn(3, 1, dtype=torch.float64).expand(3, 4)
+    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [A])), ref_mmp(T, [A], [0]), rtol=1e-12)
+    V = torch.randn(10, 1, dtype=torch.float64).expand(10, 3)
+    idx = torch.randint(0, 10, (5, 4))
+    w = torch.rand(5, 4, dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.blend(V, idx, w)), dense_blend(idx, w, 10) @ _np(V), rtol=1e-12)
+    R = torch.randn(5, 1, dtype=torch.float64).expand(5, 3)
+    np.testing.assert_allclose(_np(kt.blend_transpose(R, idx, w, 10)), dense_blend(idx, w, 10).T @ _np(R), rtol=1e-12)
+
+
+def test_negative_and_default_modes():
+    T = torch.randn(3, 4, 5)
+    A, B = torch.randn(2, 3), torch.randn(6, 5)
+    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [A, B], [0, -1])), ref_mmp(T, [A, B], [0, 2]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [A])), ref_mmp(T, [A], [0]), rtol=1e-5, atol=1e-5)
+
+
+def test_blend_weights_may_be_float64_for_float32_values():
+    V = torch.randn(10, 2)
+    idx = torch.randint(0, 10, (6, 4))
+    w = torch.rand(6, 4, dtype=torch.float64, requires_grad=True)
+    out = kt.blend(V, idx, w)
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(_np(out), dense_blend(idx, w, 10) @ _np(V), rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert w.grad.dtype == torch.float64
+
+
+def test_blend_is_adjoint_of_transpose():
+    g = torch.Generator().manual_seed(3)
+    V = torch.randn(20, 3, generator=g, dtype=torch.float64)
+    R = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    idx = torch.randint(0, 20, (9, 4), generator=g)
+    w = torch.rand(9, 4, generator=g, dtype=torch.float64)
+    lhs = (kt.blend(V, idx, w) * R).sum()
+    rhs = (V * kt.blend_transpose(R, idx, w, 20)).sum()
+    assert abs(float(lhs - rhs)) < 1e-12 * float(abs(lhs))
+
+
+def test_transpose_schedule_follows_in_place_changes():
+    """blend_transpose caches a schedule per indices tensor; an in-place change must refresh it."""
+    R = torch.ones(3, 1, dtype=torch.float64)
+    idx = torch.tensor([[0, 1], [1, 2], [2, 3]])
+    w = torch.ones(3, 2, dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.blend_transpose(R, idx, w, 40)).ravel()[:4], [1, 2, 2, 1])
+    idx[2] = torch.tensor([30, 39])  # a wider span and other nodes
+    out = _np(kt.blend_transpose(R, idx, w, 40)).ravel()
+    np.testing.assert_allclose(out, dense_blend(idx, w, 40).T @ np.ones(3), rtol=1e-12)
+    idx[0, 0] = 40
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 40\)"):
+        kt.blend_transpose(R, idx, w, 40)
+
+
+def test_plain_api_gives_torch_back():
+    import kronpe
+
+    T = torch.randn(4, 5, 3, dtype=torch.float64, requires_grad=True)
+    A, B = torch.randn(2, 4, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    out = kronpe.multi_mode_product(T, [A, B])
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 6, 3) and not out.requires_grad
+    np.testing.assert_allclose(_np(out), _np(kt.multi_mode_product(T, [A, B])), rtol=1e-12)
+    e = kronpe.Gaussian(8, 0.1)
+    assert isinstance(e(torch.rand(5)), torch.Tensor)
+
+
+def test_plain_fit_grid_gives_torch_back():
+    import kronpe
+
+    sig = torch.rand(16, 12, 2, dtype=torch.float64)
+    model = kronpe.fit_grid(sig, [kronpe.Gaussian(8, 0.1)] * 2, ridge=1e-6)
+    ref = kronpe.fit_grid(sig.numpy(), [kronpe.Gaussian(8, 0.1)] * 2, ridge=1e-6)
+    coords = [torch.arange(16, dtype=torch.float64) / 16, torch.arange(12, dtype=torch.float64) / 12]
+    pred = model.predict_grid(coords)
+    assert isinstance(pred, torch.Tensor) and pred.shape == (16, 12, 2)
+    np.testing.assert_allclose(_np(pred), ref.predict_grid([c.numpy() for c in coords]), rtol=1e-12)
+    pts = torch.rand(5, 2, dtype=torch.float64)
+    assert isinstance(model.predict(pts), torch.Tensor)
+    assert isinstance(model.predict_grid([c.numpy() for c in coords]), np.ndarray)  # NumPy in, NumPy out
+
+
+def test_one_d_wrappers():
+    V = torch.randn(5, dtype=torch.float64)
+    idx = torch.tensor([[0, 1], [3, 4]])
+    w = torch.tensor([[0.25, 0.75], [1.0, 0.0]], dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.blend(V, idx, w)), [0.25 * V[0] + 0.75 * V[1], V[3]], rtol=1e-12)
+    R = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.blend_transpose(R, idx, w, 5)), [0.25, 0.75, 0, 2.0, 0], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: kt.multi_mode_product(torch.randn(3, 4), [torch.randn(2, 5)]), r"matrices\[0\] must have shape \(m, 3\)"),
+        (lambda: kt.multi_mode_product(torch.randn(3, 4), [torch.randn(2, 3)], [5]), r"modes\[0\] = 5 is out of range"),
+        (lambda: kt.multi_mode_product(torch.randn(3, 4), [torch.randn(2, 3), torch.randn(2, 3)], [0, 0]), "modes must be distinct"),
+        (lambda: kt.multi_mode_product(torch.randn(3, 4), [torch.randn(2, 3)], [0, 1]), "one mode per matrix"),
+        (lambda: kt.multi_mode_product(torch.randn(3, 4), [torch.randn(2, 3, dtype=torch.float64)]), r"matrices\[0\] has dtype"),
+        (lambda: kt.multi_mode_product(torch.randn(3, 4).int(), [torch.randn(2, 3)]), "T must be float32 or float64"),
+        (lambda: kt.multi_mode_product(torch.randn(3, 4), [torch.randn(3)]), r"matrices\[0\] must be 2-D"),
+        (lambda: kt.blend(torch.randn(5, 2), torch.tensor([[0, 5]]), torch.ones(1, 2)), "outside the grid"),
+        (lambda: kt.blend(torch.randn(5, 2), torch.tensor([[0, -1]]), torch.ones(1, 2)), "outside the grid"),
+        (lambda: kt.blend(torch.randn(5, 2), torch.tensor([[0, 1]]).int(), torch.ones(1, 2)), "indices must be int64"),
+        (lambda: kt.blend(torch.randn(5, 2), torch.tensor([[0, 1]]), torch.ones(1, 3)), "weights must have the shape of indices"),
+        (lambda: kt.blend(torch.randn(5, 2, 2), torch.tensor([[0, 1]]), torch.ones(1, 2)), "values must be 2-D"),
+        (lambda: kt.blend_transpose(torch.randn(2, 2), torch.tensor([[0, 1]]), torch.ones(1, 2), 5), "one row per point"),
+        (lambda: kt.blend_transpose(torch.randn(1, 2), torch.tensor([[0, 7]]), torch.ones(1, 2), 5), r"indices must lie in \[0, 5\)"),
+        (lambda: kt.blend_transpose(torch.randn(1, 2), torch.tensor([[0, 1]]), torch.ones(1, 2), -1), "num_nodes must be >= 0"),
+    ],
+)
+def test_bad_input_raises_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_fake_shapes_under_compile():
+    """The fake implementations give the real shapes (no graph break with fullgraph=True)."""
+
+    def f(T, A, B, V, idx, w):
+        y = kt.multi_mode_product(T, [A, B], [0, 1])
+        z = kt.blend(y.reshape(-1, 2), idx, w)
+        return kt.blend_transpose(z, idx, w, 12)
+
+    args = (torch.randn(3, 4, 2), torch.randn(3, 3), torch.randn(4, 4), None,
+            torch.randint(0, 12, (5, 4)), torch.rand(5, 4))
+    eager = f(*args)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    np.testing.assert_allclose(_np(compiled), _np(eager), rtol=1e-6)
+
