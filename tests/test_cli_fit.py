@@ -83,7 +83,8 @@ def test_demo_quick(tmp_path, capsys):
         (["fit", "--sample", "nope"], "name must be one of"),
         (["fit", "--sample", "camera", "--stride", "0"], "stride must be a positive integer"),
         (["fit", "--sample", "camera", "--size", "8", "--crop", "--stride", "8"], "stride must leave at least 2"),
-        (["fit", "--sample", "camera", "--size", "16", "--crop", "--random", "0.25"], "--random"),
+        (["fit", "--sample", "camera", "--size", "16", "--crop", "--random", "1.5"], "fraction"),
+        (["fit", "--sample", "camera", "--size", "16", "--crop", "--random", "-0.1"], "fraction"),
         (["fit", "--sample", "camera", "--size", "16", "--crop", "--peak", "-1"], "peak"),
     ],
 )
@@ -130,3 +131,26 @@ def test_spline_row_reproduces_smooth_signal():
     train, held = case.score(res.pred)
     assert train > 100  # an interpolant: exact at the training samples
     assert held > 35
+
+
+def test_fit_random_fraction_fits_points(tmp_path, capsys):
+    """--random trains fit_points on a random subset and scores the held-out samples."""
+    rc = main(["fit", "--sample", "astronaut", "--size", "48", "--crop", "--random", "0.3",
+               "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "random 0.3 of the samples" in text
+    assert "solver:" in text
+    ho = float(text.split("held-out PSNR:")[1].split("dB")[0])
+    assert 15.0 < ho < 60.0  # a real fit of a photograph crop, not noise and not a copy
+    assert (tmp_path / "astronaut_fit.png").exists()
+
+
+def test_demo_quick_has_scattered_rows(tmp_path, capsys):
+    rc = main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    line = next(l for l in text.splitlines() if "25% random" in l and "fit_points" in l)
+    psnr = float(line.split("|")[3])
+    assert psnr > 15.0
+    assert any("griddata cubic" in l and "25% random" in l for l in text.splitlines())

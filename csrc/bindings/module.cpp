@@ -11,6 +11,9 @@
 #ifndef KRONPE_CUDA_COMPILER
 #define KRONPE_CUDA_COMPILER ""
 #endif
+#ifndef KRONPE_CUDA_ARCHITECTURES
+#define KRONPE_CUDA_ARCHITECTURES ""
+#endif
 #ifndef KRONPE_BUILD_TYPE
 #define KRONPE_BUILD_TYPE ""
 #endif
@@ -26,6 +29,7 @@ PYBIND11_MODULE(_core, m) {
     d["build_type"] = KRONPE_BUILD_TYPE;
     d["cuda"] = kronpe::cuda::built();
     d["cuda_compiler"] = KRONPE_CUDA_COMPILER;
+    d["cuda_architectures"] = KRONPE_CUDA_ARCHITECTURES;
 #ifdef KRONPE_OPENMP
     d["openmp"] = true;
 #else
@@ -38,4 +42,5 @@ PYBIND11_MODULE(_core, m) {
   register_embed(m);
   register_mode_product(m);
   register_blend(m);
+  register_cuda(m);
 }

@@ -1,66 +1,21 @@
 // Bindings of the blending-matrix kernels (internal: kronpe/blending.py validates and owns the
 // arrays). A matrix crosses as (address, rows, cols, row stride, col stride), strides in elements;
 // an axis as (nodes address, M, kind, param).
-#include <tuple>
 #include <vector>
 
-#include "common.h"
+#include "args.h"
 #include "kronpe/blend.h"
 
 namespace py = pybind11;
 using namespace kronpe;
 using kronpe::bindings::ptr;
 
-namespace {
-
-using Mat = std::tuple<std::uintptr_t, index_t, index_t, index_t, index_t>;
-using AxisTuple = std::tuple<std::uintptr_t, index_t, int, double>;
-
-template <typename T>
-blend::MatrixView<T> view(const Mat& m) {
-  blend::MatrixView<T> v;
-  v.data = ptr<T>(std::get<0>(m));
-  v.rows = std::get<1>(m);
-  v.cols = std::get<2>(m);
-  v.stride_r = std::get<3>(m);
-  v.stride_c = std::get<4>(m);
-  require(v.rows >= 0 && v.cols >= 0, "blend: negative matrix size");
-  require(v.data != nullptr || v.rows == 0 || v.cols == 0, "blend: null array address");
-  return v;
-}
-
-blend::WeightFunction weight_function(const std::vector<AxisTuple>& axes, bool normalize) {
-  std::vector<blend::AxisSpec> specs;
-  for (const auto& a : axes) {
-    blend::AxisSpec s;
-    s.nodes = ptr<const double>(std::get<0>(a));
-    s.M = std::get<1>(a);
-    require(std::get<2>(a) >= 0 && std::get<2>(a) <= 4, "blend: unknown weight kind");
-    s.kind = static_cast<blend::Kernel>(std::get<2>(a));
-    s.param = std::get<3>(a);
-    require(s.nodes != nullptr, "blend: null node array");
-    specs.push_back(s);
-  }
-  return blend::WeightFunction(specs, normalize);
-}
-
-// Calls f(T{}, Q{}) with the value type T and the point type Q named by the dtype strings.
-template <typename F>
-void dispatch2(const std::string& dtype, const std::string& qdtype, F&& f) {
-  const DType dt = bindings::parse_dtype(dtype), qt = bindings::parse_dtype(qdtype);
-  if (dt == DType::f32 && qt == DType::f32) f(float{}, float{});
-  else if (dt == DType::f32) f(float{}, double{});
-  else if (qt == DType::f32) f(double{}, float{});
-  else f(double{}, double{});
-}
-
-template <typename F>
-void dispatch1(const std::string& dtype, F&& f) {
-  if (bindings::parse_dtype(dtype) == DType::f32) f(float{});
-  else f(double{});
-}
-
-}  // namespace
+using bindings::AxisTuple;
+using bindings::dispatch1;
+using bindings::dispatch2;
+using bindings::Mat;
+using bindings::view;
+using bindings::weight_function;
 
 void register_blend(py::module_& m) {
   m.def(

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "common.h"
+#include "args.h"
 #include "kronpe/mode_product.h"
 
 namespace py = pybind11;
@@ -18,14 +18,9 @@ void run_chain(std::uintptr_t src, const std::vector<index_t>& shape,
                const std::vector<index_t>& mat_strides, std::uintptr_t dst, bool any_layout,
                std::vector<int>& order) {
   const size_t k = modes.size();
-  if (mats.size() != k || mat_shapes.size() != 2 * k || mat_strides.size() != 2 * k)
-    throw ArgumentError("multi_mode_product: one matrix (address, shape, strides) per mode");
   if (strides.size() != shape.size())
     throw ArgumentError("multi_mode_product: shape and strides differ in length");
-  std::vector<MatrixRef<T>> refs(k);
-  for (size_t j = 0; j < k; ++j)
-    refs[j] = {ptr<const T>(mats[j]), mat_shapes[2 * j], mat_shapes[2 * j + 1], mat_strides[2 * j],
-               mat_strides[2 * j + 1]};
+  const std::vector<MatrixRef<T>> refs = bindings::matrix_refs<T>(k, mats, mat_shapes, mat_strides);
   order.assign(shape.size(), 0);
   py::gil_scoped_release release;
   multi_mode_product<T>(int(shape.size()), shape.data(), ptr<const T>(src), strides.data(), int(k),

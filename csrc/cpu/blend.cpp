@@ -38,13 +38,6 @@ inline bool bad_index(index_t idx, index_t size) {
   return static_cast<std::uint64_t>(idx) >= static_cast<std::uint64_t>(size);
 }
 
-void check_matrix(index_t rows, index_t cols, const char* what, index_t want_rows,
-                  index_t want_cols) {
-  require(rows == want_rows && cols == want_cols,
-          std::string(what) + ": expected shape (" + std::to_string(want_rows) + ", " +
-              std::to_string(want_cols) + "), got (" + std::to_string(rows) + ", " +
-              std::to_string(cols) + ")");
-}
 
 // Stable bucketing of P items by slab: perm lists the items slab by slab, each slab in item
 // order, whatever the number of threads (only the chunking of the work depends on it).
@@ -178,80 +171,23 @@ WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize
 }
 
 index_t WeightFunction::Axis::cell(double q) const {
-  const index_t last = index_t(nodes.size()) - 2;  // last cell
-  if (!(q > lo)) return 0;                          // below, on the first node, or NaN
-  if (q >= hi) return last;
-  index_t j;
-  if (uniform) {
-    j = std::min(last, std::max<index_t>(0, index_t((q - lo) * inv_h)));
-    while (j > 0 && q < nodes[size_t(j)]) --j;
-    while (j < last && q >= nodes[size_t(j + 1)]) ++j;
-  } else {
-    j = index_t(std::upper_bound(nodes.begin(), nodes.end(), q) - nodes.begin()) - 1;
-    j = std::min(last, std::max<index_t>(0, j));
-  }
-  return j;
+  return math::cell(nodes.data(), index_t(nodes.size()), lo, hi, inv_h, uniform, q);
 }
 
-namespace {
-// exp(x) for x <= 0 to about 1 ulp, branch-free so that the weight loop vectorises: x = n ln2 + r
-// with |r| <= ln2 / 2, a degree-12 Taylor polynomial in r, and 2^n assembled in the exponent
-// bits. Arguments below -708 give 0 (the distances are then negligible anyway).
-inline double exp_nonpositive(double x) {
-  const double xc = x < -708.0 ? -708.0 : x;
-  const double magic = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
-  const double t = xc * 1.4426950408889634 + magic;
-  const double n = t - magic;
-  const double r = (xc - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
-  double p = 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  std::uint64_t bits;
-  std::memcpy(&bits, &t, sizeof bits);
-  bits = (bits + 1023u) << 52;  // the low bits of t hold n; the constant's bits shift out
-  double scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -708.0 ? 0.0 : p * scale;
+WeightFunction::AxisTable WeightFunction::axis_table(int i) const {
+  const Axis& a = axes_[size_t(i)];
+  return {a.nodes.data(), a.Dh.data(), a.det.data(), a.singular.data(), index_t(a.nodes.size()),
+          a.kind, a.param, a.lo, a.hi, a.inv_h, a.D0, a.uniform};
 }
 
-template <Kernel K>
-inline double dist_k(double param, double d) {
-  if constexpr (K == Kernel::gaussian) {
-    return exp_nonpositive(-param * d * d);
-  } else if constexpr (K == Kernel::bspline3) {
-    const double u = std::fabs(d) * param;
-    const double t = std::max(2.0 - u, 0.0);
-    return u <= 1.0 ? 2.0 / 3.0 - u * u + 0.5 * u * u * u : t * t * t * (1.0 / 6.0);
-  } else if constexpr (K == Kernel::tri) {
-    return std::max(1.0 - std::fabs(d) * param, 0.0);
-  } else if constexpr (K == Kernel::tri_sq) {
-    const double u = std::max(1.0 - std::fabs(d) * param, 0.0);
-    return u * u;
-  } else {
-    return 0.0;
-  }
-}
-}  // namespace
+double distance(Kernel kind, double param, double d) { return math::dist(kind, param, d); }
 
-double distance(Kernel kind, double param, double d) {
-  switch (kind) {
-    case Kernel::gaussian: return dist_k<Kernel::gaussian>(param, d);
-    case Kernel::bspline3: return dist_k<Kernel::bspline3>(param, d);
-    case Kernel::tri: return dist_k<Kernel::tri>(param, d);
-    case Kernel::tri_sq: return dist_k<Kernel::tri_sq>(param, d);
-    case Kernel::linear:
-    default: return 0.0;
-  }
+void require_shape(index_t rows, index_t cols, const char* what, index_t want_rows,
+                   index_t want_cols) {
+  require(rows == want_rows && cols == want_cols,
+          std::string(what) + ": expected shape (" + std::to_string(want_rows) + ", " +
+              std::to_string(want_cols) + "), got (" + std::to_string(rows) + ", " +
+              std::to_string(cols) + ")");
 }
 
 template <Kernel K, bool Normalize, typename Q>
@@ -261,45 +197,17 @@ void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* ro
   // pass 1 (branchy): clamp, cell, beta and the cell's 2x2 entries
   double beta[kBlock], h[kBlock], dh[kBlock], dt[kBlock];
   for (index_t b = 0; b < n; ++b) {
-    double x = double(q[(rows ? rows[b] : start + b) * stride]);
-    if (!(x >= lo)) x = lo;  // clamp; NaN goes to the first node
-    if (x > hi) x = hi;
-    const index_t jj = cell(x);
-    const double g0 = nodes[size_t(jj)];
-    h[b] = nodes[size_t(jj + 1)] - g0;
-    beta[b] = (x - g0) / h[b];
+    index_t jj;
+    math::locate(nodes.data(), index_t(nodes.size()), lo, hi, inv_h, uniform,
+                 double(q[(rows ? rows[b] : start + b) * stride]), jj, beta[b], h[b]);
     j[b] = jj;
     dh[b] = Dh[size_t(jj)];
     dt[b] = singular[size_t(jj)] ? 0.0 : det[size_t(jj)];  // 0 marks a singular cell
   }
   // pass 2 (branch-free, vectorisable): projections, weights, fallbacks
 #pragma omp simd
-  for (index_t b = 0; b < n; ++b) {
-    const double be = beta[b];
-    if constexpr (K == Kernel::linear) {
-      w0[b] = 1.0 - be;
-      w1[b] = be;
-    } else {
-      const double r0 = dist_k<K>(param, be * h[b]);
-      const double r1 = dist_k<K>(param, (1.0 - be) * h[b]);
-      // numerators first: a point on a node gets exactly (1, 0) or (0, 1)
-      const double n0 = D0 * r0 - dh[b] * r1;
-      const double n1 = D0 * r1 - dh[b] * r0;
-      double a0, a1;
-      bool linear = dt[b] == 0.0;
-      if (Normalize) {  // det cancels: alpha / sum(alpha) = n / sum(n)
-        const double sum = n0 + n1;
-        linear = linear | !(std::fabs(sum) > kTinySum * dt[b]);
-        a0 = n0 / sum;
-        a1 = n1 / sum;
-      } else {
-        a0 = n0 / dt[b];
-        a1 = n1 / dt[b];
-      }
-      w0[b] = linear ? 1.0 - be : a0;
-      w1[b] = linear ? be : a1;
-    }
-  }
+  for (index_t b = 0; b < n; ++b)
+    math::pair<K, Normalize>(param, D0, dh[b], dt[b], beta[b], h[b], w0[b], w1[b]);
 }
 
 template <typename Q>
@@ -428,8 +336,8 @@ void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
                      MatrixView<index_t> indices, MatrixView<double> weights, int threads) {
   const index_t P = points.rows, nc = wf.corners();
   threads = pick_threads(threads, P * nc * wf.dims());
-  check_matrix(indices.rows, indices.cols, "blend: indices", P, nc);
-  check_matrix(weights.rows, weights.cols, "blend: weights", P, nc);
+  require_shape(indices.rows, indices.cols, "blend: indices", P, nc);
+  require_shape(weights.rows, weights.cols, "blend: weights", P, nc);
   const index_t* off = wf.corner_offsets().data();
   for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
     for (index_t b = 0; b < n; ++b)
@@ -445,8 +353,8 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
                MatrixView<T> out, int threads) {
   const index_t P = points.rows, C = grid.cols, nc = wf.corners();
   threads = pick_threads(threads, P * nc * (C + wf.dims()));
-  check_matrix(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
-  check_matrix(out.rows, out.cols, "blend: output", P, C);
+  require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
+  require_shape(out.rows, out.cols, "blend: output", P, C);
   const index_t* off = wf.corner_offsets().data();
   for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
     for (index_t b = 0; b < n; ++b)  // the block's corner rows are fetched ahead of their use
@@ -469,8 +377,8 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   const index_t P = points.rows, C = values.cols, nc = wf.corners();
   threads = pick_threads(threads, P * nc * (C + wf.dims()));
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
-  check_matrix(values.rows, values.cols, "blend_transpose: values", P, C);
-  check_matrix(out.rows, out.cols, "blend_transpose: output", wf.grid_size(), C);
+  require_shape(values.rows, values.cols, "blend_transpose: values", P, C);
+  require_shape(out.rows, out.cols, "blend_transpose: output", wf.grid_size(), C);
   const TransposeLayout lay = transpose_layout(wf.grid_size(), wf.span());
   std::vector<index_t> own_perm, own_ptr;
   if (perm == nullptr || ptr == nullptr) {
@@ -508,8 +416,8 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
                   MatrixView<const T> grid, MatrixView<T> out, int threads) {
   const index_t P = indices.rows, nnz = indices.cols, C = grid.cols, G = grid.rows;
   threads = pick_threads(threads, P * nnz * C);
-  check_matrix(weights.rows, weights.cols, "blend: weights", P, nnz);
-  check_matrix(out.rows, out.cols, "blend: output", P, C);
+  require_shape(weights.rows, weights.cols, "blend: weights", P, nnz);
+  require_shape(out.rows, out.cols, "blend: output", P, C);
   const int nt = resolve_threads(threads);
   int bad = 0;
 #pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
@@ -531,8 +439,8 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
                             int threads, const index_t* perm, const index_t* ptr) {
   const index_t P = indices.rows, nnz = indices.cols, C = values.cols, G = out.rows;
   threads = pick_threads(threads, P * nnz * C);
-  check_matrix(weights.rows, weights.cols, "blend_transpose: weights", P, nnz);
-  check_matrix(values.rows, values.cols, "blend_transpose: values", P, C);
+  require_shape(weights.rows, weights.cols, "blend_transpose: weights", P, nnz);
+  require_shape(values.rows, values.cols, "blend_transpose: values", P, C);
   require(out.cols == C, "blend_transpose: output must have as many channels as values");
   const TransposeLayout lay = transpose_layout(G, span);
   std::vector<index_t> own_perm, own_ptr;

@@ -3,72 +3,46 @@
 #include "kronpe/mode_product.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
 #include <numeric>
 #include <sstream>
 
 #include "kronpe/blas.h"
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-#if defined(_WIN32)
-#include <malloc.h>
-#endif
-
 namespace kronpe {
 namespace {
 
-// ---- cost model ------------------------------------------------------------------------
-// Seconds-like units, calibrated on a 2-core AVX2 machine with OpenBLAS (only ratios matter).
-// A GEMM (M, N, K) runs at `rate` flop/s scaled by e(M) e(N) e(K), e(x) = x / (x + half), plus
-// a fixed cost per call; a permuting copy costs `copy_*` per element. The four ways to lay the
-// operands out are not equally fast: with OpenBLAS, X A^T (BackKeep) is the fastest, and the
-// others lose up to about 45% when the contracted extent n is small (measured: n = 64 runs at
-// 0.55 (A X), 0.7 (X^T A^T), 0.75 (A X^T) of X A^T; n = 512 at 0.9-1.0): time is multiplied by
-// 1 + penalty * 64 / n.
-struct CostModel {
-  double rate_f32 = 150e9;
-  double half = 12.0;
-  double call = 1.5e-6;
-  double copy_f32 = 1.5e-9;
-};
-
-CostModel& cost_model() {
-  static CostModel cm;
+// ---- cost model (kronpe::ModeCostModel) ------------------------------------------------
+ModeCostModel& cpu_model() {
+  static ModeCostModel cm;
   return cm;
 }
+std::atomic<long long> g_cpu_model_version{0};
 
-double eff(index_t x) {
-  const double h = cost_model().half;
-  return double(x) / (double(x) + h);
-}
+double eff(const ModeCostModel& cm, index_t x) { return double(x) / (double(x) + cm.half); }
 
-double layout_penalty(StepKind kind) {
-  switch (kind) {
-    case StepKind::FrontKeep: return 0.85;
-    case StepKind::Batched: return 0.85;
-    case StepKind::FrontRotate: return 0.45;
-    case StepKind::BackRotate: return 0.3;
-    default: return 0.0;
-  }
-}
-
-// One GEMM of kind `kind`: (m x k) times (k x n) in the row-major sense, k the contracted extent.
-double gemm_cost(StepKind kind, index_t m, index_t n, index_t k, int elem_size) {
-  const CostModel& cm = cost_model();
+double gemm_flops_cost(const ModeCostModel& cm, index_t m, index_t n, index_t k, int elem_size) {
   const double rate = cm.rate_f32 * (elem_size == 4 ? 1.0 : 0.5);
-  const double slow = 1.0 + layout_penalty(kind) * 64.0 / double(k);
-  return 2.0 * double(m) * double(n) * double(k) * slow / (rate * eff(m) * eff(n) * eff(k)) + cm.call;
+  return 2.0 * double(m) * double(n) * double(k) / (rate * eff(cm, m) * eff(cm, n) * eff(cm, k));
 }
 
-double copy_cost(index_t size, int elem_size) {
-  return double(size) * cost_model().copy_f32 * (elem_size == 4 ? 1.0 : 1.6);
+double gemm_cost(const ModeCostModel& cm, index_t m, index_t n, index_t k, int elem_size) {
+  return gemm_flops_cost(cm, m, n, k, elem_size) + cm.call;
+}
+
+double batched_cost(const ModeCostModel& cm, index_t batch, index_t m, index_t n, index_t k,
+                    int elem_size) {
+  if (cm.batched_one_call) return double(batch) * gemm_flops_cost(cm, m, n, k, elem_size) + cm.call;
+  return double(batch) * gemm_cost(cm, m, n, k, elem_size);
+}
+
+double copy_cost(const ModeCostModel& cm, index_t size, int elem_size) {
+  return double(size) * cm.copy_f32 * (elem_size == 4 ? 1.0 : 1.6);
 }
 
 // ---- the physical layout of a dense buffer -----------------------------------------------
@@ -105,9 +79,10 @@ Layout moved(const Layout& l, int id, int move) {
   const int p = position(l, id);
   Layout out;
   out.reserve(l.size());
+  if (move == 1) out.push_back(l[p]);
   for (size_t i = 0; i < l.size(); ++i)
     if (int(i) != p) out.push_back(l[i]);
-  out.push_back(l[p]);  // the only move: to the back (then X A^T, the fastest GEMM layout)
+  if (move == 2) out.push_back(l[p]);
   return out;
 }
 
@@ -155,8 +130,8 @@ struct Option {
 };
 
 // The ways to contract axis `id` of layout `l`, with their cost (excluding later steps).
-void options_for(const Layout& l, int id, index_t m, int elem, std::vector<Option>& opts,
-                 std::vector<double>& costs) {
+void options_for(const ModeCostModel& cm, const Layout& l, int id, index_t m, int elem,
+                 std::vector<Option>& opts, std::vector<double>& costs) {
   opts.clear();
   costs.clear();
   index_t pre, n, post;
@@ -166,25 +141,30 @@ void options_for(const Layout& l, int id, index_t m, int elem, std::vector<Optio
     opts.push_back({move, kind});
     costs.push_back(c);
   };
-  using K = StepKind;
   if (pre == 1) {
-    add(0, K::FrontKeep, gemm_cost(K::FrontKeep, m, post, n, elem));
-    add(0, K::FrontRotate, gemm_cost(K::FrontRotate, post, m, n, elem));
+    const double g = gemm_cost(cm, m, post, n, elem);
+    add(0, StepKind::FrontKeep, g);
+    add(0, StepKind::FrontRotate, g);
   }
   if (post == 1) {
-    add(0, K::BackKeep, gemm_cost(K::BackKeep, pre, m, n, elem));
-    add(0, K::BackRotate, gemm_cost(K::BackRotate, m, pre, n, elem));
+    const double g = gemm_cost(cm, pre, m, n, elem);
+    add(0, StepKind::BackKeep, g);
+    add(0, StepKind::BackRotate, g);
   }
   if (pre != 1 && post != 1) {
-    add(0, K::Batched, double(pre) * gemm_cost(K::Batched, m, post, n, elem));
-    const double c = copy_cost(size, elem);
+    add(0, StepKind::Batched, batched_cost(cm, pre, m, post, n, elem));
+    const double c = copy_cost(cm, size, elem);
     const index_t rest = pre * post;
-    // a permuting copy first; to the back only, since X A^T is the fastest of the four GEMMs
-    for (K kind : {K::BackKeep, K::BackRotate}) add(1, kind, c + gemm_cost(kind, m, rest, n, elem));
+    const double g = gemm_cost(cm, m, rest, n, elem);
+    add(1, StepKind::FrontKeep, c + g);
+    add(1, StepKind::FrontRotate, c + g);
+    add(2, StepKind::BackKeep, c + g);
+    add(2, StepKind::BackRotate, c + g);
   }
 }
 
 struct Search {
+  const ModeCostModel* cm;
   int elem;
   std::vector<int> modes;          // in the order to try first
   std::vector<index_t> rows_of;    // per logical axis: m (when contracted)
@@ -201,7 +181,7 @@ struct Search {
     if (cost >= best) return;
     if (cur.size() == modes.size()) {
       const bool copy_out = !any_layout && signature(l) != final_sig;
-      const double total = cost + (copy_out ? copy_cost(final_size, elem) : 0.0);
+      const double total = cost + (copy_out ? copy_cost(*cm, final_size, elem) : 0.0);
       if (total < best) {
         best = total;
         best_steps = cur;
@@ -215,7 +195,7 @@ struct Search {
       if (done[j]) continue;
       const int id = modes[j];
       const index_t m = rows_of[id];
-      options_for(l, id, m, elem, opts, costs);
+      options_for(*cm, l, id, m, elem, opts, costs);
       std::vector<size_t> idx(opts.size());
       std::iota(idx.begin(), idx.end(), size_t(0));
       std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return costs[a] < costs[b]; });
@@ -261,122 +241,35 @@ Layout initial_layout(int ndim, const index_t* shape, const std::vector<char>& i
 }
 
 // ---- workspace -------------------------------------------------------------------------
-// Scratch memory per thread, kept between calls up to kKeepWorkspace. Large blocks are aligned
-// to 2 MiB and offered to transparent huge pages: a fresh 100 MB buffer otherwise costs tens of
-// thousands of page faults, about 15% of a 256^3 chain.
+// Two ping-pong buffers per thread, kept between calls (released when very large).
 struct Workspace {
-  void* data = nullptr;
+  std::unique_ptr<unsigned char[]> data;
   size_t bytes = 0;
   unsigned char* get(size_t need) {
     if (need > bytes) {
-      release();
-      const size_t align = need >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
-      const size_t rounded = (need + align - 1) / align * align;
-#if defined(_WIN32)
-      data = _aligned_malloc(rounded, align);
-      if (!data) throw std::bad_alloc();
-#else
-      if (posix_memalign(&data, align, rounded) != 0) {
-        data = nullptr;
-        throw std::bad_alloc();
-      }
-#endif
-#ifdef MADV_HUGEPAGE
-      if (align > 64) madvise(data, rounded, MADV_HUGEPAGE);
-#endif
-      bytes = rounded;
+      data.reset();
+      data.reset(new unsigned char[need]);
+      bytes = need;
     }
-    return static_cast<unsigned char*>(data);
-  }
-  void release() {
-#if defined(_WIN32)
-    _aligned_free(data);
-#else
-    std::free(data);
-#endif
-    data = nullptr;
-    bytes = 0;
+    return data.get();
   }
   void trim(size_t keep) {
-    if (bytes > keep) release();
+    if (bytes > keep) {
+      data.reset();
+      bytes = 0;
+    }
   }
-  ~Workspace() { release(); }
 };
 
 thread_local Workspace t_workspace;
-constexpr size_t kKeepWorkspace = size_t(256) << 20;
+constexpr size_t kKeepWorkspace = size_t(64) << 20;
 
-// ---- execution -------------------------------------------------------------------------
-template <typename T>
-struct Operand {
-  const T* data;
-  index_t ld;
-  bool stored_transposed;  // the buffer holds A^T (n x m), row-major with row stride ld
-};
-
-template <typename T>
-Operand<T> operand(const MatrixRef<T>& a, std::vector<std::vector<T>>& keep) {
-  const index_t m = a.rows, n = a.cols;
-  if (a.col_stride == 1 && (m == 1 || a.row_stride >= std::max<index_t>(n, 1)))
-    return {a.data, m == 1 ? std::max<index_t>(n, 1) : a.row_stride, false};
-  if (a.row_stride == 1 && (n == 1 || a.col_stride >= std::max<index_t>(m, 1)))
-    return {a.data, n == 1 ? std::max<index_t>(m, 1) : a.col_stride, true};
-  keep.emplace_back(size_t(m * n));
-  T* c = keep.back().data();
-  for (index_t i = 0; i < m; ++i)
-    for (index_t j = 0; j < n; ++j) c[i * n + j] = a.data[i * a.row_stride + j * a.col_stride];
-  return {c, std::max<index_t>(n, 1), false};
-}
-
-template <typename T>
 void dense_strides(const Layout& l, std::vector<index_t>& by_id, int ndim) {
   by_id.assign(ndim, 0);
   index_t s = 1;
   for (int i = int(l.size()) - 1; i >= 0; --i) {
     by_id[l[i].id] = s;
     s *= l[i].size;
-  }
-}
-
-// Permuting copy between two dense buffers holding the same axes in different orders.
-template <typename T>
-void relayout(const Layout& from, const Layout& to, const T* src, T* dst, int ndim) {
-  std::vector<index_t> sfrom, sto;
-  dense_strides<T>(from, sfrom, ndim);
-  dense_strides<T>(to, sto, ndim);
-  std::vector<index_t> shape, ss, ds;
-  for (const Ax& a : to) {
-    shape.push_back(a.size);
-    ss.push_back(sfrom[a.id]);
-    ds.push_back(sto[a.id]);
-  }
-  strided_copy<T>(int(shape.size()), shape.data(), src, ss.data(), dst, ds.data());
-}
-
-template <typename T>
-void run_step(const Layout& l, const ModeStep& st, index_t m, const Operand<T>& A, const T* x,
-              T* y) {
-  index_t pre, n, post;
-  split(l, st.mode, pre, n, post);
-  const bool t = A.stored_transposed;
-  switch (st.kind) {
-    case StepKind::FrontKeep:  // Y (m x post) = A X
-      gemm<T>(t, false, m, post, n, T(1), A.data, A.ld, x, post, T(0), y, post);
-      break;
-    case StepKind::FrontRotate:  // Y (post x m) = X^T A^T
-      gemm<T>(true, !t, post, m, n, T(1), x, post, A.data, A.ld, T(0), y, m);
-      break;
-    case StepKind::BackKeep:  // Y (pre x m) = X A^T
-      gemm<T>(false, !t, pre, m, n, T(1), x, n, A.data, A.ld, T(0), y, m);
-      break;
-    case StepKind::BackRotate:  // Y (m x pre) = A X^T
-      gemm<T>(t, true, m, pre, n, T(1), A.data, A.ld, x, n, T(0), y, pre);
-      break;
-    case StepKind::Batched:  // Y_i (m x post) = A X_i
-      for (index_t i = 0; i < pre; ++i)
-        gemm<T>(t, false, m, post, n, T(1), A.data, A.ld, x + i * n * post, post, T(0),
-                y + i * m * post, post);
-      break;
   }
 }
 
@@ -397,34 +290,38 @@ void check_chain(int ndim, const index_t* shape, int nmodes, const int* modes) {
     if (shape[i] < 0) fail("mode product: negative extent");
 }
 
-// Plans depend on sizes, the input's layout and the modes only: keep the last few per thread.
-struct PlanCache {
-  static constexpr size_t kSlots = 16;
-  std::vector<std::vector<index_t>> keys;
-  std::vector<ModePlan> plans;
-  size_t next = 0;
-  const ModePlan* find(const std::vector<index_t>& key) const {
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (keys[i] == key) return &plans[i];
-    return nullptr;
-  }
-  void put(const std::vector<index_t>& key, const ModePlan& plan) {
-    if (keys.size() < kSlots) {
-      keys.push_back(key);
-      plans.push_back(plan);
-      return;
-    }
-    keys[next] = key;
-    plans[next] = plan;
-    next = (next + 1) % kSlots;
-  }
-};
-
-thread_local PlanCache t_plans;
-
 }  // namespace
 
 // ---- strided copy ----------------------------------------------------------------------
+bool copy_dims(int ndim, const index_t* shape, const index_t* src_strides,
+               const index_t* dst_strides, std::vector<CopyDim>& dims) {
+  dims.clear();
+  for (int i = 0; i < ndim; ++i) {
+    if (shape[i] == 0) {
+      dims.clear();
+      return false;
+    }
+    if (shape[i] != 1) dims.push_back({shape[i], src_strides[i], dst_strides[i]});
+  }
+  // destination order (outermost first), then merge axes contiguous in both arrays
+  std::stable_sort(dims.begin(), dims.end(), [](const CopyDim& a, const CopyDim& b) {
+    return std::llabs(a.d) > std::llabs(b.d);
+  });
+  std::vector<CopyDim> merged;
+  for (const CopyDim& d : dims) {
+    if (!merged.empty()) {
+      CopyDim& p = merged.back();
+      if (p.s == d.s * d.n && p.d == d.d * d.n) {
+        p = {p.n * d.n, d.s, d.d};
+        continue;
+      }
+    }
+    merged.push_back(d);
+  }
+  dims.swap(merged);
+  return true;
+}
+
 namespace {
 
 // Copy `len` contiguous elements (len is small and often 1 or the number of channels).
@@ -444,29 +341,9 @@ inline void copy_run(const T* s, T* d, index_t len) {
 template <typename T>
 void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
                   T* dst, const index_t* dst_strides) {
-  struct Dim {
-    index_t n, s, d;
-  };
+  using Dim = CopyDim;
   std::vector<Dim> dims;
-  for (int i = 0; i < ndim; ++i) {
-    if (shape[i] == 0) return;
-    if (shape[i] != 1) dims.push_back({shape[i], src_strides[i], dst_strides[i]});
-  }
-  // destination order (outermost first), then merge axes contiguous in both arrays
-  std::stable_sort(dims.begin(), dims.end(),
-                   [](const Dim& a, const Dim& b) { return std::llabs(a.d) > std::llabs(b.d); });
-  std::vector<Dim> merged;
-  for (const Dim& d : dims) {
-    if (!merged.empty()) {
-      Dim& p = merged.back();
-      if (p.s == d.s * d.n && p.d == d.d * d.n) {
-        p = {p.n * d.n, d.s, d.d};
-        continue;
-      }
-    }
-    merged.push_back(d);
-  }
-  dims.swap(merged);
+  if (!copy_dims(ndim, shape, src_strides, dst_strides, dims)) return;
   // A trailing axis contiguous in both arrays is copied as runs of `run` elements.
   index_t run = 1;
   if (!dims.empty() && dims.back().s == 1 && dims.back().d == 1) {
@@ -533,17 +410,23 @@ void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* s
 void set_mode_cost_model(double rate_f32, double half, double call, double copy_f32) {
   if (!(rate_f32 > 0 && half >= 0 && call >= 0 && copy_f32 >= 0))
     throw ArgumentError("set_mode_cost_model: rates and costs must be positive");
-  CostModel& cm = cost_model();
-  cm = CostModel{rate_f32, half, call, copy_f32};
-  t_plans = PlanCache();
+  ModeCostModel& cm = cpu_model();
+  cm.rate_f32 = rate_f32;
+  cm.half = half;
+  cm.call = call;
+  cm.copy_f32 = copy_f32;
+  g_cpu_model_version.fetch_add(1);  // every thread's cached programs are stale now
 }
+
+const ModeCostModel& cpu_cost_model() { return cpu_model(); }
 
 std::string ModePlan::describe() const {
   std::ostringstream o;
   if (copy_input) o << "copy_input; ";
   for (const ModeStep& s : steps) {
     o << s.mode << ":";
-    if (s.move) o << "move_back+";
+    if (s.move == 1) o << "move_front+";
+    if (s.move == 2) o << "move_back+";
     o << kind_name(s.kind) << "; ";
   }
   if (copy_output) o << "copy_output; ";
@@ -554,8 +437,9 @@ std::string ModePlan::describe() const {
 
 ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides, int nmodes,
                          const int* modes, const index_t* out_rows, int elem_size,
-                         bool any_layout) {
+                         bool any_layout, const ModeCostModel* model) {
   check_chain(ndim, shape, nmodes, modes);
+  const ModeCostModel& cm = model ? *model : cpu_model();
   std::vector<char> is_mode(ndim, 0);
   std::vector<index_t> rows_of(ndim, 0), out_shape(shape, shape + ndim);
   for (int j = 0; j < nmodes; ++j) {
@@ -598,6 +482,7 @@ ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides,
     return plan;
   }
   Search s;
+  s.cm = &cm;
   s.elem = elem_size;
   s.rows_of = rows_of;
   s.final_size = out_size;
@@ -616,7 +501,7 @@ ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides,
   s.any_layout = any_layout;
   plan.cost = std::numeric_limits<double>::infinity();
   for (const Start& st : starts) {
-    const double c0 = st.copy ? copy_cost(in_size, elem_size) : 0.0;
+    const double c0 = st.copy ? copy_cost(cm, in_size, elem_size) : 0.0;
     s.best = plan.cost - c0;  // only plans that beat the best so far
     s.best_steps.clear();
     std::vector<char> done(nmodes, 0);
@@ -630,6 +515,234 @@ ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides,
     }
   }
   return plan;
+}
+
+// ---- lowering ----------------------------------------------------------------------------
+OperandLayout operand_layout(index_t rows, index_t cols, index_t row_stride, index_t col_stride) {
+  const index_t m = rows, n = cols;
+  if (col_stride == 1 && (m == 1 || row_stride >= std::max<index_t>(n, 1)))
+    return {true, false, m == 1 ? std::max<index_t>(n, 1) : row_stride};
+  if (row_stride == 1 && (n == 1 || col_stride >= std::max<index_t>(m, 1)))
+    return {true, true, n == 1 ? std::max<index_t>(m, 1) : col_stride};
+  return {false, false, std::max<index_t>(n, 1)};  // after a dense row-major copy
+}
+
+namespace {
+
+ChainOp copy_op(ChainBuffer src, ChainBuffer dst, std::vector<index_t> shape,
+                std::vector<index_t> src_strides, std::vector<index_t> dst_strides) {
+  ChainOp op;
+  op.kind = ChainOp::copy;
+  op.src = src;
+  op.dst = dst;
+  op.shape = std::move(shape);
+  op.src_strides = std::move(src_strides);
+  op.dst_strides = std::move(dst_strides);
+  return op;
+}
+
+// The permuting copy between two dense layouts holding the same axes.
+ChainOp relayout_op(const Layout& from, const Layout& to, ChainBuffer src, ChainBuffer dst,
+                    int ndim) {
+  std::vector<index_t> sfrom, sto;
+  dense_strides(from, sfrom, ndim);
+  dense_strides(to, sto, ndim);
+  std::vector<index_t> shape, ss, ds;
+  for (const Ax& a : to) {
+    shape.push_back(a.size);
+    ss.push_back(sfrom[a.id]);
+    ds.push_back(sto[a.id]);
+  }
+  return copy_op(src, dst, shape, ss, ds);
+}
+
+// The GEMM(s) of one step on layout l (after any move).
+ChainOp step_op(const Layout& l, const ModeStep& st, int matrix, index_t m, ChainBuffer src,
+                ChainBuffer dst) {
+  index_t pre, n, post;
+  split(l, st.mode, pre, n, post);
+  ChainOp op;
+  op.kind = ChainOp::gemm;
+  op.src = src;
+  op.dst = dst;
+  op.matrix = matrix;
+  op.K = n;
+  switch (st.kind) {
+    case StepKind::FrontKeep:  // Y (m x post) = A X
+      op.matrix_left = true, op.matrix_trans = false, op.buffer_trans = false;
+      op.M = m, op.N = post, op.ld_buffer = post, op.ldc = post;
+      break;
+    case StepKind::FrontRotate:  // Y (post x m) = X^T A^T
+      op.matrix_left = false, op.matrix_trans = true, op.buffer_trans = true;
+      op.M = post, op.N = m, op.ld_buffer = post, op.ldc = m;
+      break;
+    case StepKind::BackKeep:  // Y (pre x m) = X A^T
+      op.matrix_left = false, op.matrix_trans = true, op.buffer_trans = false;
+      op.M = pre, op.N = m, op.ld_buffer = n, op.ldc = m;
+      break;
+    case StepKind::BackRotate:  // Y (m x pre) = A X^T
+      op.matrix_left = true, op.matrix_trans = false, op.buffer_trans = true;
+      op.M = m, op.N = pre, op.ld_buffer = n, op.ldc = pre;
+      break;
+    case StepKind::Batched:  // Y_i (m x post) = A X_i
+      op.matrix_left = true, op.matrix_trans = false, op.buffer_trans = false;
+      op.M = m, op.N = post, op.ld_buffer = post, op.ldc = post;
+      op.batch = pre, op.stride_buffer = n * post, op.stride_c = m * post;
+      break;
+  }
+  return op;
+}
+
+ChainProgram lower(const ModePlan& plan, int ndim, const index_t* shape, const index_t* strides,
+                   int nmodes, const int* modes, const index_t* rows,
+                   const std::vector<index_t>& out_shape, index_t in_size, index_t out_size) {
+  ChainProgram prog;
+  prog.in_size = in_size;
+  prog.out_size = out_size;
+  prog.out_order.resize(size_t(ndim));
+  std::iota(prog.out_order.begin(), prog.out_order.end(), 0);
+  if (out_size == 0 || in_size == 0) return prog;
+  std::vector<index_t> c_strides(ndim);
+  {
+    index_t st = 1;
+    for (int i = ndim - 1; i >= 0; --i) {
+      c_strides[i] = st;
+      st *= out_shape[i];
+    }
+  }
+  if (nmodes == 0) {
+    prog.ops.push_back(copy_op(ChainBuffer::input, ChainBuffer::output,
+                               std::vector<index_t>(shape, shape + ndim),
+                               std::vector<index_t>(strides, strides + ndim), c_strides));
+    return prog;
+  }
+  std::vector<char> is_mode(ndim, 0);
+  std::vector<index_t> rows_of(ndim, 0);
+  std::vector<int> matrix_of(ndim, -1);
+  for (int j = 0; j < nmodes; ++j) {
+    is_mode[modes[j]] = 1;
+    rows_of[modes[j]] = rows[j];
+    matrix_of[modes[j]] = j;
+  }
+  Layout l = initial_layout(ndim, shape, is_mode, plan.input_order);
+  auto next_work = [](ChainBuffer b) {
+    return b == ChainBuffer::work0 ? ChainBuffer::work1 : ChainBuffer::work0;
+  };
+  ChainBuffer cur = ChainBuffer::input, free_buf = ChainBuffer::work0;
+  index_t ws = 0;
+  if (plan.copy_input) {
+    std::vector<index_t> ds;
+    dense_strides(l, ds, ndim);
+    prog.ops.push_back(copy_op(ChainBuffer::input, free_buf,
+                               std::vector<index_t>(shape, shape + ndim),
+                               std::vector<index_t>(strides, strides + ndim), ds));
+    ws = in_size;
+    cur = free_buf;
+    free_buf = next_work(free_buf);
+  }
+  // else: the input is one dense block in the order `l` with positive strides, so its base is
+  // the element with all indices 0 and the GEMMs read it in place.
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const ModeStep& st = plan.steps[i];
+    if (st.move) {
+      Layout to = moved(l, st.mode, st.move);
+      prog.ops.push_back(relayout_op(l, to, cur, free_buf, ndim));
+      ws = std::max(ws, layout_size(l));
+      cur = free_buf;
+      free_buf = next_work(free_buf);
+      l = to;
+    }
+    const bool last = i + 1 == plan.steps.size();
+    const ChainBuffer out = last && !plan.copy_output ? ChainBuffer::output : free_buf;
+    prog.ops.push_back(step_op(l, st, matrix_of[st.mode], rows_of[st.mode], cur, out));
+    l = contracted(l, st.mode, rows_of[st.mode], st.kind);
+    if (out != ChainBuffer::output) ws = std::max(ws, layout_size(l));
+    cur = out;
+    free_buf = next_work(cur == ChainBuffer::output ? free_buf : cur);
+  }
+  if (plan.copy_output) {
+    Layout to;
+    for (int i = 0; i < ndim; ++i)
+      if (out_shape[i] != 1) to.push_back({i, out_shape[i]});
+    prog.ops.push_back(relayout_op(l, to, cur, ChainBuffer::output, ndim));
+  } else {
+    // the physical order of the result; axes not in the layout have extent 1
+    std::vector<char> placed(ndim, 0);
+    int k = 0;
+    for (const Ax& a : l) {
+      prog.out_order[k++] = a.id;
+      placed[a.id] = 1;
+    }
+    for (int i = 0; i < ndim; ++i)
+      if (!placed[i]) prog.out_order[k++] = i;
+  }
+  prog.workspace = ws;
+  return prog;
+}
+
+// Programs depend on sizes, the input's layout, the modes and the model only: keep the last few
+// per thread.
+struct ProgramCache {
+  static constexpr size_t kSlots = 16;
+  std::vector<std::vector<index_t>> keys;
+  std::vector<ChainProgram> programs;
+  size_t next = 0;
+  const ChainProgram* find(const std::vector<index_t>& key) const {
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return &programs[i];
+    return nullptr;
+  }
+  void put(const std::vector<index_t>& key, ChainProgram prog) {
+    if (keys.size() < kSlots) {
+      keys.push_back(key);
+      programs.push_back(std::move(prog));
+      return;
+    }
+    keys[next] = key;
+    programs[next] = std::move(prog);
+    next = (next + 1) % kSlots;
+  }
+};
+
+thread_local ProgramCache t_programs;
+
+}  // namespace
+
+ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* strides,
+                                int nmodes, const int* modes, const index_t* out_rows,
+                                int elem_size, bool any_layout, const ModeCostModel& model) {
+  check_chain(ndim, shape, nmodes, modes);
+  std::vector<index_t> out_shape(shape, shape + ndim);
+  for (int j = 0; j < nmodes; ++j) {
+    if (out_rows[j] < 0) fail("mode product: negative matrix extent");
+    out_shape[modes[j]] = out_rows[j];
+  }
+  index_t in_size = 1, out_size = 1;
+  for (int i = 0; i < ndim; ++i) {
+    in_size = checked_mul(in_size, shape[i], "mode product input");
+    out_size = checked_mul(out_size, out_shape[i], "mode product output");
+  }
+  // cache key: model, element size, layout freedom, shape, strides, modes and their row counts
+  std::vector<index_t> key;
+  key.reserve(5 + 2 * size_t(ndim) + 2 * size_t(nmodes));
+  key.push_back(model.id);
+  key.push_back(model.id == 0 ? index_t(g_cpu_model_version.load()) : 0);
+  key.push_back(index_t(elem_size));
+  key.push_back(any_layout);
+  key.push_back(ndim);
+  key.insert(key.end(), shape, shape + ndim);
+  key.insert(key.end(), strides, strides + ndim);
+  for (int j = 0; j < nmodes; ++j) {
+    key.push_back(modes[j]);
+    key.push_back(out_rows[j]);
+  }
+  if (const ChainProgram* cached = t_programs.find(key)) return *cached;
+  const ModePlan plan = plan_mode_chain(ndim, shape, strides, nmodes, modes, out_rows, elem_size,
+                                        any_layout, &model);
+  ChainProgram prog =
+      lower(plan, ndim, shape, strides, nmodes, modes, out_rows, out_shape, in_size, out_size);
+  t_programs.put(key, prog);
+  return prog;
 }
 
 // ---- executor --------------------------------------------------------------------------
@@ -653,140 +766,74 @@ template <typename T>
 void multi_mode_product(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
                         int nmodes, const int* modes, const MatrixRef<T>* mats, T* dst,
                         int* out_order) {
-  if (out_order)
-    for (int i = 0; i < ndim; ++i) out_order[i] = i;
   std::vector<index_t> rows(nmodes), cols(nmodes);
   for (int j = 0; j < nmodes; ++j) {
     rows[j] = mats[j].rows;
     cols[j] = mats[j].cols;
   }
-  const std::vector<index_t> out_shape =
-      mode_chain_shape(ndim, shape, nmodes, modes, rows.data(), cols.data());
-  index_t in_size = 1, out_size = 1;
-  for (int i = 0; i < ndim; ++i) {
-    in_size = checked_mul(in_size, shape[i], "mode product input");
-    out_size = checked_mul(out_size, out_shape[i], "mode product output");
-  }
-  if (out_size == 0) return;
-  if (in_size == 0) {  // sums over empty axes
-    std::fill(dst, dst + out_size, T(0));
+  mode_chain_shape(ndim, shape, nmodes, modes, rows.data(), cols.data());  // checks
+  const ChainProgram prog =
+      mode_chain_program(ndim, shape, src_strides, nmodes, modes, rows.data(), int(sizeof(T)),
+                         out_order != nullptr, cpu_model());
+  if (out_order)
+    for (int i = 0; i < ndim; ++i) out_order[i] = prog.out_order[size_t(i)];
+  if (prog.out_size == 0) return;
+  if (prog.in_size == 0) {  // sums over empty axes
+    std::fill(dst, dst + prog.out_size, T(0));
     return;
   }
-  std::vector<index_t> dst_strides(ndim);
-  {
-    index_t s = 1;
-    for (int i = ndim - 1; i >= 0; --i) {
-      dst_strides[i] = s;
-      s *= out_shape[i];
-    }
-  }
-  if (nmodes == 0) {
-    strided_copy<T>(ndim, shape, src, src_strides, dst, dst_strides.data());
-    return;
-  }
-  // cache key: element size, layout freedom, shape, strides, modes and their row counts
-  const bool any_layout = out_order != nullptr;
-  std::vector<index_t> key;
-  key.reserve(3 + 2 * size_t(ndim) + 2 * size_t(nmodes));
-  key.push_back(index_t(sizeof(T)));
-  key.push_back(any_layout);
-  key.push_back(ndim);
-  key.insert(key.end(), shape, shape + ndim);
-  key.insert(key.end(), src_strides, src_strides + ndim);
-  for (int j = 0; j < nmodes; ++j) {
-    key.push_back(modes[j]);
-    key.push_back(rows[j]);
-  }
-  const ModePlan* cached = t_plans.find(key);
-  if (!cached) {
-    t_plans.put(key, plan_mode_chain(ndim, shape, src_strides, nmodes, modes, rows.data(),
-                                     int(sizeof(T)), any_layout));
-    cached = t_plans.find(key);
-  }
-  const ModePlan& plan = *cached;
+  // matrices: read in place when a GEMM can, else a dense copy
   std::vector<std::vector<T>> keep;
-  std::vector<Operand<T>> ops(ndim, Operand<T>{nullptr, 0, false});
-  std::vector<index_t> rows_of(ndim, 0);
+  std::vector<OperandLayout> lay(static_cast<size_t>(nmodes));
+  std::vector<const T*> mdata(static_cast<size_t>(nmodes));
   for (int j = 0; j < nmodes; ++j) {
-    ops[modes[j]] = operand(mats[j], keep);
-    rows_of[modes[j]] = rows[j];
+    const MatrixRef<T>& a = mats[j];
+    lay[j] = operand_layout(a.rows, a.cols, a.row_stride, a.col_stride);
+    mdata[j] = a.data;
+    if (!lay[j].in_place) {
+      keep.emplace_back(size_t(a.rows * a.cols));
+      T* c = keep.back().data();
+      for (index_t i = 0; i < a.rows; ++i)
+        for (index_t k = 0; k < a.cols; ++k) c[i * a.cols + k] = a.data[i * a.row_stride + k * a.col_stride];
+      mdata[j] = c;
+    }
   }
-  std::vector<char> is_mode(ndim, 0);
-  for (int j = 0; j < nmodes; ++j) is_mode[modes[j]] = 1;
-
-  // The chain as a list of writes, each reading the previous one's result (the first reads
-  // src): an input copy, moves, GEMM steps, an output copy. The last write goes to dst.
-  struct Write {
-    int step;  // -1: input copy, -2: output copy, else the step index
-    bool move;  // the permuting copy before step `step`
-    index_t size;
+  T* buf[2] = {nullptr, nullptr};
+  if (prog.workspace > 0) {
+    const size_t bytes = size_t(prog.workspace) * sizeof(T);
+    unsigned char* base = t_workspace.get(2 * bytes + 64);
+    buf[0] = reinterpret_cast<T*>(base);
+    buf[1] = reinterpret_cast<T*>(base + ((bytes + 63) / 64) * 64);
+  }
+  auto pointer = [&](ChainBuffer b) -> T* {
+    switch (b) {
+      case ChainBuffer::input: return const_cast<T*>(src);  // only ever read
+      case ChainBuffer::work0: return buf[0];
+      case ChainBuffer::work1: return buf[1];
+      default: return dst;
+    }
   };
-  std::vector<Write> writes;
-  Layout l = initial_layout(ndim, shape, is_mode, plan.input_order);
-  if (plan.copy_input) writes.push_back({-1, false, in_size});
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const ModeStep& st = plan.steps[i];
-    if (st.move) writes.push_back({int(i), true, layout_size(l)});
-    l = contracted(moved(l, st.mode, st.move), st.mode, rows_of[st.mode], st.kind);
-    writes.push_back({int(i), false, layout_size(l)});
-  }
-  if (plan.copy_output) writes.push_back({-2, false, out_size});
-  // Targets, from the last write backwards: dst (0) whenever the result fits there and the
-  // next write does not read it, else scratch A (1) or B (2). Using dst halves the scratch.
-  const size_t nw = writes.size();
-  std::vector<int> target(nw, 0);
-  index_t need[3] = {0, 0, 0};
-  for (size_t j = nw - 1; j-- > 0;) {
-    const int after = target[j + 1];
-    int t = (after != 0 && writes[j].size <= out_size) ? 0 : (after == 1 ? 2 : 1);
-    target[j] = t;
-    need[t] = std::max(need[t], writes[j].size);
-  }
-  T* bufs[3] = {dst, nullptr, nullptr};
-  if (need[1] + need[2] > 0) {
-    const size_t a = (size_t(need[1]) * sizeof(T) + 63) / 64 * 64;
-    unsigned char* base = t_workspace.get(a + size_t(need[2]) * sizeof(T) + 64);
-    bufs[1] = reinterpret_cast<T*>(base);
-    bufs[2] = reinterpret_cast<T*>(base + a);
-  }
-  // Run them.
-  const T* cur = src;  // src is one dense block in the order `l` (positive strides) unless copied
-  l = initial_layout(ndim, shape, is_mode, plan.input_order);
-  for (size_t j = 0; j < nw; ++j) {
-    const Write& w = writes[j];
-    T* out = bufs[target[j]];
-    if (w.step == -1) {
-      std::vector<index_t> ds;
-      dense_strides<T>(l, ds, ndim);
-      strided_copy<T>(ndim, shape, src, src_strides, out, ds.data());
-    } else if (w.step == -2) {
-      Layout to;
-      for (int i = 0; i < ndim; ++i)
-        if (out_shape[i] != 1) to.push_back({i, out_shape[i]});
-      relayout<T>(l, to, cur, out, ndim);
-    } else {
-      const ModeStep& st = plan.steps[w.step];
-      if (w.move) {
-        Layout to = moved(l, st.mode, st.move);
-        relayout<T>(l, to, cur, out, ndim);
-        l = to;
-      } else {
-        run_step<T>(l, st, rows_of[st.mode], ops[st.mode], cur, out);
-        l = contracted(l, st.mode, rows_of[st.mode], st.kind);
-      }
+  for (const ChainOp& op : prog.ops) {
+    const T* x = pointer(op.src);
+    T* y = pointer(op.dst);
+    if (op.kind == ChainOp::copy) {
+      strided_copy<T>(int(op.shape.size()), op.shape.data(), x, op.src_strides.data(), y,
+                      op.dst_strides.data());
+      continue;
     }
-    cur = out;
-  }
-  if (out_order && !plan.copy_output) {
-    // the physical order of the result; axes not in the layout have extent 1
-    std::vector<char> placed(ndim, 0);
-    int k = 0;
-    for (const Ax& a : l) {
-      out_order[k++] = a.id;
-      placed[a.id] = 1;
+    const OperandLayout& A = lay[size_t(op.matrix)];
+    const bool ta = op.matrix_trans != A.stored_transposed;
+    const T* a = mdata[size_t(op.matrix)];
+    for (index_t b = 0; b < op.batch; ++b) {
+      const T* xb = x + b * op.stride_buffer;
+      T* yb = y + b * op.stride_c;
+      if (op.matrix_left)
+        gemm<T>(ta, op.buffer_trans, op.M, op.N, op.K, T(1), a, A.ld, xb, op.ld_buffer, T(0), yb,
+                op.ldc);
+      else
+        gemm<T>(op.buffer_trans, ta, op.M, op.N, op.K, T(1), xb, op.ld_buffer, a, A.ld, T(0), yb,
+                op.ldc);
     }
-    for (int i = 0; i < ndim; ++i)
-      if (!placed[i]) out_order[k++] = i;
   }
   t_workspace.trim(kKeepWorkspace);
 }

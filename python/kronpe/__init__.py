@@ -6,7 +6,7 @@ embedders of the papers with their analysis, and torch ops for other people's mo
 """
 from __future__ import annotations
 
-from . import _core
+from . import _core, cuda
 from ._blas import blas_name as _blas_name, init as _init_blas
 
 _init_blas(_core)
@@ -56,12 +56,23 @@ def build_info() -> dict:
     -------
     dict
         ``version``, ``compiler``, ``build_type``, ``blas`` (the library the CPU kernels call),
-        ``openmp`` (bool), ``cuda`` (bool: CUDA kernels compiled in), ``cuda_compiler`` and
-        ``cuda_devices`` (devices visible now).
+        ``openmp`` (bool), ``cuda`` (bool: CUDA kernels compiled in), ``cuda_compiler``,
+        ``cuda_architectures``, ``cuda_devices`` (devices visible now), ``cublas`` (version
+        string of the cuBLAS found at run time, or None) and ``cublas_path`` (where it was found,
+        or why not). Without CUDA the last three are 0, None and "".
     """
     info = dict(_core.build_info())
     info["blas"] = _blas_name()
-    info["cuda_devices"] = int(_core.cuda_device_count()) if info["cuda"] else 0
+    info["cuda_devices"] = cuda.device_count()
+    info["cublas"], info["cublas_path"] = None, ""
+    if info["cuda"]:
+        c = cuda.info(load_cublas=True)
+        if c["cublas_loaded"]:
+            v = int(c["cublas_version"])
+            info["cublas"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+            info["cublas_path"] = c["cublas_path"]
+        else:
+            info["cublas_path"] = c["cublas_error"]
     return info
 
 
@@ -71,14 +82,14 @@ __all__ = [
     # mode-n products and grid fits
     "mode_product",
     "multi_mode_product",
+    "fit_grid",
+    "GridPlan",
+    "GridModel",
     # scattered points
     "BlendingMatrix",
     "fit_points",
     "PointModel",
     "ConvergenceWarning",
-    "fit_grid",
-    "GridPlan",
-    "GridModel",
     # embedders
     "Embedder",
     "ShiftedBasis",

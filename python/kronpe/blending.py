@@ -31,6 +31,13 @@ embedder's distance function D. Decisions (documented once, here):
   grid's range along some axis; ``"clamp"`` moves it onto the nearest boundary of that range.
 - **Determinism**: ``rmatvec`` (a scatter-add) bucketing points by output slab, with no atomics:
   the result is bitwise the same for any number of threads (kronpe/blend.h).
+- **GPU**: points given as a CuPy array or a CUDA torch tensor are copied to the host once (for
+  validation and the host-side structures) and kept on their device; ``matvec``/``rmatvec`` of
+  device values run the CUDA kernels on the values' device and current stream and return the
+  same kind there (the points, and stored weights, are uploaded to that device once and cached).
+  ``rmatvec`` on the GPU is deterministic by default (a plan sorts the nonzeros by grid node
+  once, then every node sums its contributions in a fixed order); with
+  ``gpu_deterministic = False`` it scatters with atomicAdd (no plan, last bits vary run to run).
 """
 from __future__ import annotations
 
@@ -41,7 +48,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core, _validate
+from . import _arrays, _core, _validate
 from ._arrays import like, to_numpy
 
 # Weight kinds of the compiled kernels (csrc/include/kronpe/blend.h, enum Kernel).
@@ -326,9 +333,13 @@ class BlendingMatrix:
     (G,) or (G, C) (flat, row-major over the grid; ``.grid_shape`` reshapes it).
     """
 
+    #: GPU rmatvec: deterministic (planned) when True, atomicAdd scatter when False
+    gpu_deterministic: bool = True
+
     def __init__(self, points, grid: GridSpec, embedders=None, normalize: bool = True,
                  outside: str = "error", threads: Optional[int] = None):
-        pts_in = to_numpy(points, "points")
+        on_device = _arrays.is_device(points)
+        pts_in = _arrays.to_host(points, "points") if on_device else to_numpy(points, "points")
         D = pts_in.shape[1] if pts_in.ndim == 2 else None
         if D == 0:
             raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
@@ -356,6 +367,10 @@ class BlendingMatrix:
         self._indices: Optional[np.ndarray] = None
         self._weights: Optional[np.ndarray] = None
         self._plan: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        # per (array kind, CUDA device): device copies of the points / stored weights, the plan
+        self._device: dict = {}
+        if on_device and self.points is pts_in:  # validated as they were: keep the device array
+            self._device[(_arrays.kind(points), _arrays.device_index(points))] = {"points": points}
         if not self.on_the_fly:
             self._indices, self._weights = self._compute_stored()
 
@@ -430,6 +445,7 @@ class BlendingMatrix:
         new._indices = np.ascontiguousarray(self.indices[rows])
         new._weights = np.ascontiguousarray(self.weights[rows])
         new._plan = None
+        new._device = {}
         new.on_the_fly = False
         return new
 
@@ -462,6 +478,8 @@ class BlendingMatrix:
         out : array (P,) or (P, C), optional
             Written in place (same dtype as v).
         """
+        if _arrays.is_device(v):
+            return self._matvec_device(v, out)
         arr = to_numpy(v, "v")
         if arr.shape[: len(self.grid_shape)] == self.grid_shape and arr.ndim in (len(self.grid_shape), len(self.grid_shape) + 1) and len(self.grid_shape) > 1:
             arr = arr.reshape((self.grid_size,) + arr.shape[len(self.grid_shape):])
@@ -489,6 +507,8 @@ class BlendingMatrix:
         out : array (G,) or (G, C), optional
             Written in place (same dtype as r).
         """
+        if _arrays.is_device(r):
+            return self._rmatvec_device(r, out)
         P = self.points.shape[0]
         arr = to_numpy(r, "r")
         if arr.ndim > 2:
@@ -509,6 +529,86 @@ class BlendingMatrix:
                                          _mat(r2), _mat(g2), span, self.threads, perm.ctypes.data,
                                          ptr.ctypes.data)
         return like(res, r) if out is None else res
+
+    # -- GPU products -------------------------------------------------------------------------
+    def _device_state(self, like) -> dict:
+        """Device copies for the device of ``like`` (uploaded once): points, or stored weights."""
+        key = (_arrays.kind(like), _arrays.device_index(like))
+        st = self._device.setdefault(key, {})
+        if self.on_the_fly and "points" not in st:
+            st["points"] = _arrays.device_from_host(self.points, like)
+        if not self.on_the_fly and "indices" not in st:
+            st["indices"] = _arrays.device_from_host(self.indices, like)
+            st["weights"] = _arrays.device_from_host(self.weights, like)
+        return st
+
+    def _device_operands(self, st: dict) -> dict:
+        if self.on_the_fly:
+            return dict(axes=self._axes, normalize=self.normalize, points=st["points"])
+        return dict(indices=st["indices"], weights=st["weights"])
+
+    def _device_values(self, name: str, x, rows: int, what: str, grid_shaped: bool):
+        """(rows, C) view of a device vector/matrix (grid-shaped input flattened), its trailing
+        shape and dtype."""
+        from . import _cuda
+
+        gs = self.grid_shape
+        if grid_shaped and len(gs) > 1 and tuple(x.shape[: len(gs)]) == gs and x.ndim in (len(gs), len(gs) + 1):
+            x = x.reshape((self.grid_size,) + tuple(x.shape[len(gs):]))
+        if x.ndim == 0 or x.ndim > 2 or x.shape[0] != rows:
+            raise ValueError(f"{name} must have {rows} rows ({what}), got shape {tuple(x.shape)}")
+        dt = _cuda.float_dtype(name, x)
+        x = _arrays.device_cast(x, dt)
+        trailing = tuple(int(n) for n in x.shape[1:])
+        return x.reshape(rows, trailing[0] if trailing else 1), trailing, dt
+
+    def _device_out(self, name: str, out, like, shape: tuple, dtype: str):
+        from . import _cuda
+
+        if out is None:
+            return _arrays.device_empty(like, shape, dtype)
+        _cuda.check_same_device(like, out, name)
+        if tuple(out.shape) != shape or _arrays.dtype_name(out) != dtype:
+            raise ValueError(f"{name} must have shape {shape} and dtype {dtype}, got "
+                             f"{tuple(out.shape)} {_arrays.dtype_name(out)}")
+        if _arrays.device_contiguous(out) is not out:
+            raise ValueError(f"{name} must be C-contiguous")
+        return out
+
+    def _matvec_device(self, v, out):
+        from . import _cuda
+
+        v2, trailing, dt = self._device_values("v", v, self.grid_size, "one per grid node", True)
+        P = self.points.shape[0]
+        res = self._device_out("out", out, v2, (P,) + trailing, dt)
+        r2 = res.reshape(P, v2.shape[1])
+        if P and v2.shape[1]:
+            _cuda.blend(v2, r2, **self._device_operands(self._device_state(v2)))
+        return res
+
+    def _rmatvec_device(self, r, out):
+        from . import _cuda
+
+        P = self.points.shape[0]
+        r2, trailing, dt = self._device_values("r", r, P, "one per point", False)
+        res = self._device_out("out", out, r2, (self.grid_size,) + trailing, dt)
+        g2 = res.reshape(self.grid_size, r2.shape[1])
+        if r2.shape[1] == 0:
+            return res
+        st = self._device_state(r2)
+        ops = self._device_operands(st)
+        plan = None
+        if self.gpu_deterministic and P:
+            if "plan" not in st:
+                if self.on_the_fly:
+                    st["plan"] = _cuda.blend_plan(r2, P, self.nnz_per_row, self.grid_size,
+                                                  axes=self._axes, points=st["points"])
+                else:
+                    st["plan"] = _cuda.blend_plan(r2, P, self.nnz_per_row, self.grid_size,
+                                                  indices=st["indices"])
+            plan = st["plan"]
+        _cuda.blend_transpose(r2, g2, plan=plan, **ops)
+        return res
 
     @staticmethod
     def _out(name: str, out, shape: tuple, dtype) -> np.ndarray:

@@ -150,14 +150,19 @@ class Embedder:
         Parameters
         ----------
         x : array of shape (N,)
-            Coordinates in [0, 1] (NumPy or torch CPU).
-        out : np.ndarray of shape (N, K), optional
-            Where to write the result (any strides, the dtype of x).
+            Coordinates in [0, 1] (NumPy, torch, or CuPy).
+        out : array of shape (N, K), optional
+            Where to write the result (any strides, the dtype of x; on x's device for device x).
 
         Returns
         -------
-        (N, K) array of x's dtype (float64 for integer input); a torch tensor for torch input.
+        (N, K) array of x's dtype (float64 for integer input) and kind: a torch tensor for torch
+        input, a CuPy array for CuPy input; CuPy arrays and CUDA tensors are embedded on their GPU.
         """
+        if _arrays.is_device(x):
+            from . import _cuda
+
+            return _cuda.embed(self, x, out)
         xn = _arrays.to_numpy(x, "x")
         if not xn.dtype.isnative:  # byte-swapped input: to native order first
             xn = xn.astype(xn.dtype.newbyteorder("="))

@@ -5,7 +5,10 @@ chains such products over several modes. The chain is planned in C++ (the order 
 fewest flops, and for each step one large GEMM or a strided batch of GEMMs on the buffer as it
 lies, with a permuting copy only where it is cheaper than many small GEMMs), runs on the BLAS
 that SciPy loaded, and releases the GIL. NumPy arrays in give NumPy out; CPU torch tensors in
-give torch out (no autograd here: see ``kronpe.torch``).
+give torch out (no autograd here: see ``kronpe.torch``). A CuPy array or a CUDA torch tensor
+(T or any matrix) runs the same plan on its GPU, GEMMs in cuBLAS, on the caller's current stream,
+and gives the same kind on the same device (host operands are uploaded there; see
+:mod:`kronpe.cuda` for TF32).
 
 dtypes: float32 when the tensor and every matrix are float32, float64 otherwise (float64,
 integers, bools and mixed float32/float64 all compute in float64). Complex input is refused.
@@ -17,7 +20,7 @@ order that cost least (``order="K"``, the default, as ``numpy.einsum`` does). Va
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -85,13 +88,17 @@ def multi_mode_product(
     """
     if order not in ("K", "C"):
         raise ValueError(f'order must be "K" or "C", got {order!r}')
-    template = T
-    t = _as_float("T", T)
-    if t.ndim < 1:
-        raise ValueError(f"T must have at least one axis, got a {t.ndim}-D array")
     if isinstance(matrices, np.ndarray) and matrices.ndim == 2:
         raise ValueError("matrices must be a sequence of 2-D arrays (use mode_product for one)")
+    matrices = list(matrices)
+    on_device = [x for x in [T, *matrices] if _arrays.is_device(x)]
+    if on_device:
+        return _device_chain(T, matrices, modes, order, on_device[0])
+    template = T
+    t = _as_float("T", T)
     mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
+    if t.ndim < 1:
+        raise ValueError(f"T must have at least one axis, got a {t.ndim}-D array")
     mode_tuple = _mode_list(modes, len(mats), t.ndim)
     dt = t.dtype
     if dt.char not in "fd" or any(a.dtype != dt for a in mats):
@@ -103,6 +110,36 @@ def multi_mode_product(
     # shapes, strides and the matrices' columns are checked in C++ (errors name the argument)
     out = _core.multi_mode_product_arrays(t, mats, mode_tuple, order == "K")
     return out if template is t else _arrays.like(out, template)
+
+
+def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
+    """The mode tuple of a valid chain (ValueError naming the argument otherwise); the device
+    path checks in Python before allocating on the GPU."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) < 1:
+        raise ValueError(f"T must have at least one axis, got a {len(shape)}-D array")
+    mode_tuple = _mode_list(modes, len(mat_shapes), len(shape))
+    for j, (ms, k) in enumerate(zip(mat_shapes, mode_tuple)):
+        ms = tuple(int(n) for n in ms)
+        if len(ms) != 2:
+            raise ValueError(f"matrices[{j}] must be 2-D (m, n), got shape {ms}")
+        if ms[1] != shape[k]:
+            raise ValueError(
+                f"matrices[{j}] must have shape (m, {shape[k]}) to multiply mode {k} of T "
+                f"with shape {shape}, got {ms}"
+            )
+    return mode_tuple
+
+
+def _device_chain(T: Any, matrices: List[Any], modes, order: str, template: Any):
+    """The chain on the GPU holding ``template`` (host operands are uploaded there)."""
+    from . import _cuda
+
+    if not _arrays.is_device(T):
+        T = _arrays.device_from_host(_as_float("T", T), template)
+    _cuda.check_same_device(template, T, "T")
+    mode_tuple = _check_chain(tuple(T.shape), [tuple(a.shape) for a in matrices], modes)
+    return _cuda.multi_mode_product(T, matrices, mode_tuple, order)
 
 
 def mode_product(T: Any, A: Any, mode: int, order: str = "K"):

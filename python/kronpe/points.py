@@ -53,6 +53,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _validate
+from . import _arrays
 from ._arrays import to_numpy
 from .ops import multi_mode_product
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
@@ -132,9 +133,11 @@ class PointModel:
         """
         B = BlendingMatrix(points, list(self.grid_coords), list(self.embedders), normalize=self.normalize,
                            outside=outside)
-        V = self.grid_values
+        V = self.grid_values.reshape((B.grid_size, -1))
+        if _arrays.is_device(points):  # blend on the points' GPU, return the same kind there
+            V = _arrays.device_from_host(V, points)
         P = B.shape[0]
-        out = B.matvec(V.reshape((B.grid_size, -1)))
+        out = B.matvec(V)
         return out.reshape((P,) + self.channels)
 
     def predict_grid(self, coords: Sequence) -> np.ndarray:
@@ -157,7 +160,7 @@ class PointModel:
 
 
 def _values(values, P: int) -> Tuple[np.ndarray, Tuple[int, ...]]:
-    arr = to_numpy(values, "values")
+    arr = _arrays.to_host(values, "values")
     if arr.ndim == 0 or arr.shape[0] != P:
         raise ValueError(f"values must have one row per point ({P}), got shape {arr.shape}")
     dt = _validate.float_dtype("values", arr)
@@ -354,7 +357,9 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     Parameters
     ----------
     points : array (P, D)
-        Sample coordinates in [0, 1].
+        Sample coordinates in [0, 1]. CuPy arrays and CUDA torch tensors are accepted but the
+        solver runs on the host (they are copied there once); ``PointModel.predict`` of device
+        points runs on their GPU.
     values : array (P,) or (P, *channels)
     embedders : embedder, list of D embedders, or None
         None chooses Gaussians from the sampling density (module docstring).
@@ -376,7 +381,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     PointModel
     """
     t0 = time.perf_counter()
-    pts_in = to_numpy(points, "points")
+    pts_in = _arrays.to_host(points, "points")
     D = pts_in.shape[1] if pts_in.ndim == 2 else None
     if D == 0:
         raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")

@@ -27,27 +27,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "kronpe/blend_math.h"
 #include "kronpe/common.h"
 
 namespace kronpe::blend {
 
-// Closed-form distance functions known to the kernels (the scale of D does not matter: alpha is
-// homogeneous of degree 0 in D). `param` is given per kind.
-enum class Kernel : int {
-  linear = 0,    // no distance: alpha = (1 - beta, beta), plain multilinear interpolation
-  gaussian = 1,  // exp(-param d^2): Gaussian (param = 1 / (4 sigma^2)), RFF (2 pi^2 sigma^2)
-  bspline3 = 2,  // B3(|d| param), cubic B-spline kernel: exact Triangle (param = 1 / half-width)
-  tri = 3,       // max(1 - |d| param, 0): Rectangle (param = 1 / width)
-  tri_sq = 4,    // max(1 - |d| param, 0)^2: the papers' Triangle (param = 1 / full width)
-};
-
-// A cell whose 2x2 system has det <= kSingularRcond * D(0)^2 is singular: its weights fall back
-// to linear interpolation (the limit of alpha when D is flat over the cell).
-constexpr double kSingularRcond = 1e-8;
-// With normalisation, a pair of weights whose sum has |sum| <= kTinySum falls back to linear.
-constexpr double kTinySum = 1e-12;
-// Largest D accepted (2^D corners per point).
-constexpr int kMaxDims = 20;
 // The slab count the transpose aims at (the actual count depends on the grid size and row span).
 constexpr index_t kTargetSlabs = 256;
 // Points per block in the kernels (weights of a block are computed, then used).
@@ -69,7 +53,7 @@ struct MatrixView {
   index_t cols = 0;
   index_t stride_r = 0;  // elements between rows
   index_t stride_c = 0;  // elements between columns
-  T& operator()(index_t r, index_t c) const { return data[r * stride_r + c * stride_c]; }
+  KRONPE_HD T& operator()(index_t r, index_t c) const { return data[r * stride_r + c * stride_c]; }
 };
 
 // The per-point weight function: per-axis cell search, 2x2 inverse per cell (precomputed), and
@@ -87,6 +71,21 @@ class WeightFunction {
   const std::vector<index_t>& corner_offsets() const { return corner_offsets_; }
   // largest index difference within a row: sum of the strides
   index_t span() const { return span_; }
+  bool normalize() const { return normalize_; }
+
+  // The precomputed tables of axis i (for other backends, e.g. the CUDA kernels). Pointers stay
+  // valid as long as this object.
+  struct AxisTable {
+    const double* nodes;  // (M,)
+    const double* Dh;     // (M - 1,) D(h) per cell
+    const double* det;    // (M - 1,) D(0)^2 - D(h)^2 per cell
+    const char* singular; // (M - 1,) 1 where the cell falls back to linear weights
+    index_t M;
+    Kernel kind;
+    double param, lo, hi, inv_h, D0;
+    bool uniform;
+  };
+  AxisTable axis_table(int i) const;
 
   // Cells j (0 <= j <= M-2) and weight pairs (w0, w1) of n contiguous coordinates q along axis
   // i. q is clamped onto [nodes[0], nodes[M-1]] (NaN goes to nodes[0]); the Python layer
@@ -133,6 +132,10 @@ class WeightFunction {
 
 // D(d) of a closed-form kind (d may be negative).
 double distance(Kernel kind, double param, double d);
+
+// ArgumentError "<what>: expected shape (want_rows, want_cols), got (rows, cols)" on a mismatch.
+void require_shape(index_t rows, index_t cols, const char* what, index_t want_rows,
+                   index_t want_cols);
 
 // The stable bucketing of points by output slab used by blend_transpose (see the top comment).
 struct TransposeLayout {

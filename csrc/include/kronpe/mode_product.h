@@ -55,12 +55,74 @@ struct ModePlan {
   std::string describe() const;
 };
 
+// The planner's cost model, in seconds-like units (only ratios matter). A GEMM (M, N, K) runs at
+// `rate_f32` flop/s (half of it for float64) scaled by e(M) e(N) e(K), e(x) = x / (x + half),
+// plus `call` per call; a permuting copy costs `copy_f32` per element (1.6x for float64). With
+// `batched_one_call` a strided batch of GEMMs is one call (cuBLAS), else one call per matrix.
+struct ModeCostModel {
+  double rate_f32 = 150e9;
+  double half = 12.0;
+  double call = 1.5e-6;
+  double copy_f32 = 1.5e-9;
+  bool batched_one_call = false;
+  int id = 0;  // distinguishes models in the plan caches (0: the CPU model)
+};
+
+// The CPU model in use (calibrated on a 2-core AVX2 machine with OpenBLAS).
+const ModeCostModel& cpu_cost_model();
+
 // Plan a chain. shape/strides: the input tensor (strides in elements, any sign); modes: the
 // logical axes contracted, distinct; out_rows: m for each mode; elem_size: 4 or 8;
-// any_layout: the result may be left in any dense axis order (no final permuting copy).
+// any_layout: the result may be left in any dense axis order (no final permuting copy);
+// model: the cost model (default: the CPU one).
 ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides, int nmodes,
                          const int* modes, const index_t* out_rows, int elem_size,
-                         bool any_layout = false);
+                         bool any_layout = false, const ModeCostModel* model = nullptr);
+
+// ---- lowering: a plan as buffer operations, shared by the CPU and CUDA executors -----------
+// Buffers: the input tensor, two work buffers of `ChainProgram::workspace` elements each, and
+// the destination.
+enum class ChainBuffer : int { input = 0, work0 = 1, work1 = 2, output = 3 };
+
+struct ChainOp {
+  enum Kind { copy, gemm } kind = copy;
+  ChainBuffer src = ChainBuffer::input, dst = ChainBuffer::output;
+  // copy: dst[i] = src[i] over a strided box (strides in elements)
+  std::vector<index_t> shape, src_strides, dst_strides;
+  // gemm, row-major and batched: for b < batch,
+  //   C_b (M x N) = op(L) (M x K) op(R) (K x N),   C_b at dst + b * stride_c (row stride ldc),
+  // where one of L, R is matrix `matrix` of the chain and the other the buffer at
+  // src + b * stride_buffer (row stride ld_buffer).
+  int matrix = -1;
+  bool matrix_left = true;    // L is the matrix (else R is)
+  bool matrix_trans = false;  // the matrix enters as A^T (to be combined with how it is stored)
+  bool buffer_trans = false;  // the buffer enters transposed
+  index_t M = 0, N = 0, K = 0, ld_buffer = 0, ldc = 0, batch = 1, stride_buffer = 0, stride_c = 0;
+};
+
+struct ChainProgram {
+  std::vector<ChainOp> ops;
+  index_t workspace = 0;       // elements of each work buffer
+  std::vector<int> out_order;  // physical order of the result's axes, outermost first
+  index_t in_size = 0, out_size = 0;
+};
+
+// The program of a chain: planned with `model` (cached per thread: plans depend on sizes,
+// strides, modes and the model only), then lowered. in_size == 0 or out_size == 0 give no ops
+// (the executor zero-fills a non-empty output); no modes give one copy into the destination.
+// any_layout as in plan_mode_chain (out_order then tells the layout written).
+ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* strides,
+                                int nmodes, const int* modes, const index_t* out_rows,
+                                int elem_size, bool any_layout, const ModeCostModel& model);
+
+// How a matrix operand (rows x cols, element strides) can be read by a row-major GEMM without a
+// copy: as stored (ld = row stride), as the transposed matrix (ld = column stride), or not.
+struct OperandLayout {
+  bool in_place;
+  bool stored_transposed;  // the memory holds A^T (cols x rows), row-major with row stride ld
+  index_t ld;
+};
+OperandLayout operand_layout(index_t rows, index_t cols, index_t row_stride, index_t col_stride);
 
 // The result's shape: `shape` with shape[modes[j]] replaced by rows[j]. Checks that the modes are
 // distinct axes and that cols[j] == shape[modes[j]] (ArgumentError naming matrices[j] if not).
@@ -78,9 +140,19 @@ void multi_mode_product(int ndim, const index_t* shape, const T* src, const inde
                         int nmodes, const int* modes, const MatrixRef<T>* mats, T* dst,
                         int* out_order = nullptr);
 
-// Planner cost model (for tuning): GEMM flop rate (float32), the half-efficiency extent, the
-// fixed cost of one GEMM call (seconds) and of copying one float32 element (seconds).
+// Replace the CPU planner's cost model (for tuning): GEMM flop rate (float32), the
+// half-efficiency extent, the fixed cost of one GEMM call (seconds) and of copying one float32
+// element (seconds).
 void set_mode_cost_model(double rate_f32, double half, double call, double copy_f32);
+
+// The axes of a strided copy, for copy kernels: extents > 1 with their source and destination
+// strides, sorted by |destination stride| (outermost first), neighbours contiguous in both arrays
+// merged. False (and no axes) when the box is empty; no axes for a single element.
+struct CopyDim {
+  index_t n, s, d;
+};
+bool copy_dims(int ndim, const index_t* shape, const index_t* src_strides,
+               const index_t* dst_strides, std::vector<CopyDim>& dims);
 
 // dst[i] = src[i] over a strided box (strides in elements, any sign); cache-blocked when the
 // two arrays' unit-stride axes differ. Single-threaded on purpose: OpenMP worker threads that

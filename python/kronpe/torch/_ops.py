@@ -17,9 +17,9 @@ not flow back to the point coordinates themselves: callers treat points as data.
 
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
 call kronpe's compiled core with ``data_ptr()`` and strides (the extension never links libtorch);
-a CUDA backend is one more entry, ``KERNELS["cuda"] = {...}``, registered by
-:func:`register_kernels`: functions with the CPU ones' signatures that hand the CUDA bindings
-the same addresses plus ``torch.cuda.current_stream(device).cuda_stream``.
+the CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and
+raise RuntimeError when kronpe was built without CUDA. Both are registered by
+:func:`register_kernels`.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from . import _cpu
+from . import _cuda
 from ._checks import check_blend, check_mmp
 
 __all__ = ["multi_mode_product", "blend", "blend_transpose", "KERNELS", "register_kernels"]
@@ -176,6 +177,7 @@ KERNELS: Dict[str, Dict[str, Callable]] = {
         "blend": _cpu.blend,
         "blend_transpose": _cpu.blend_transpose,
     },
+    "cuda": dict(_cuda.KERNELS),
 }
 
 _OPS = {"multi_mode_product": _mmp_op, "blend": _blend_op, "blend_transpose": _blend_t_op}

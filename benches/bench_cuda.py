@@ -1,0 +1,306 @@
+"""GPU benchmark harness: kronpe's CUDA kernels beside what a user would otherwise run, in one run.
+
+    python benches/bench_cuda.py [--quick] [--tf32] [--json OUT.json]
+
+Skips (exit 0, one line) without kronpe's CUDA kernels, a CUDA device, or CUDA torch. Every
+timing is the median of repeated runs between CUDA events on one stream, after a warm-up; every
+kronpe result is checked against its baseline before it is reported.
+
+Sections:
+1. mode-n chains: kronpe.multi_mode_product vs torch.einsum, a torch.tensordot chain and
+   cupy.einsum (when CuPy is installed), with cuBLAS's plain GEMM rate (torch.matmul, square
+   float32) measured in the same run as the ceiling;
+2. blend / blend_transpose (2-D, on the fly, deterministic and atomic transpose) vs the
+   device-to-device copy bandwidth;
+3. fits: the 2-D 512x512 closed form from a 256x256 grid (K = 256; plan cached, a batch of 64
+   images, time per image), the 3-D 128^3 closed form (K = 128), and a scattered 2-D fit (25% of
+   a 256x256 image), each against the papers' formulation in torch on the same GPU (per-axis
+   pseudo-inverses for the grid fits, SGD on the blended complex encoding for scattered points).
+
+TF32 is OFF by default for kronpe (kronpe.cuda.allow_tf32() is False: float32 GEMMs in full
+float32) and this harness turns it off in torch too (torch.backends.cuda.matmul.allow_tf32 =
+False), so that both sides compute the same thing; --tf32 turns it on for both.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+
+def _skip(reason: str) -> None:
+    print(f"bench_cuda: skipped ({reason})")
+    sys.exit(0)
+
+
+def _setup():
+    try:
+        import torch
+    except ImportError:
+        _skip("needs torch with CUDA")
+    import kronpe
+
+    if not kronpe.cuda.is_available():
+        _skip("kronpe was built without CUDA or no CUDA device is visible")
+    if not torch.cuda.is_available():
+        _skip("torch has no CUDA device")
+    try:
+        import cupy  # noqa: F401
+    except Exception:
+        cupy = None
+    return torch, kronpe, cupy
+
+
+def timeit(torch, fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> float:
+    """Median seconds of fn() between CUDA events on the current stream."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times)
+
+
+def row(results: List[Dict], section: str, name: str, seconds: float, **extra) -> None:
+    results.append(dict(section=section, name=name, ms=seconds * 1e3, **extra))
+    tail = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items())
+    print(f"  {name:<44s} {seconds * 1e3:10.3f} ms  {tail}")
+
+
+def check(got, ref, rtol: float, what: str) -> None:
+    g = got.detach().double().cpu().numpy() if hasattr(got, "detach") else np.asarray(got.get() if hasattr(got, "get") else got)
+    r = ref.detach().double().cpu().numpy() if hasattr(ref, "detach") else np.asarray(ref.get() if hasattr(ref, "get") else ref)
+    err = float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), 1e-30))
+    if not err <= rtol:
+        raise AssertionError(f"{what}: relative error {err:.3g} > {rtol:g}")
+
+
+def psnr(a, b) -> float:
+    mse = float(((a - b) ** 2).mean())
+    return 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")
+
+
+# ---- 1. mode-n chains ------------------------------------------------------------------------
+
+
+def bench_chains(torch, kronpe, cupy, results, quick: bool) -> None:
+    print("mode-n chains (float32)")
+    n = 2048 if quick else 8192
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    t = timeit(torch, lambda: torch.matmul(a, b), repeat=5)
+    row(results, "chains", f"cuBLAS GEMM {n}^2 (torch.matmul)", t, tflops=2 * n**3 / t / 1e12)
+    cases = [((256, 256, 256), [(256, 256)] * 3, "256^3 x 3 modes"),
+             ((512, 512, 64), [(256, 512), (256, 512)], "512x512x64 -> 256x256x64"),
+             ((64, 64, 64, 64), [(32, 64)] * 4, "64^4 x 4 modes")]
+    if quick:
+        cases = cases[:1]
+    letters = "abcdefgh"
+    for shape, mshapes, label in cases:
+        T = torch.randn(shape, device="cuda")
+        mats = [torch.randn(s, device="cuda") for s in mshapes]
+        modes = list(range(len(mats)))
+        flops = 0.0
+        size = float(np.prod(shape))
+        for (m, k) in mshapes:  # in the given order (kronpe may find a cheaper one)
+            flops += 2 * size * m
+            size = size / k * m
+        ref = kronpe.multi_mode_product(T, mats, order="C")
+        t_k = timeit(torch, lambda: kronpe.multi_mode_product(T, mats))
+        row(results, "chains", f"kronpe {label}", t_k, tflops=flops / t_k / 1e12)
+        src = letters[: len(shape)]
+        dst = "".join(chr(ord("A") + i) if i < len(mats) else src[i] for i in range(len(shape)))
+        spec = src + "," + ",".join(f"{chr(ord('A') + i)}{src[i]}" for i in range(len(mats))) + "->" + dst
+        out = torch.einsum(spec, T, *mats)
+        check(out, ref, 1e-4, f"torch.einsum {label}")
+        row(results, "chains", f"torch.einsum {label}", timeit(torch, lambda: torch.einsum(spec, T, *mats)))
+
+        def tensordot_chain():
+            out = T
+            for k, A in zip(modes, mats):
+                out = torch.movedim(torch.tensordot(A, out, dims=([1], [k])), 0, k)
+            return out.contiguous()
+
+        check(tensordot_chain(), ref, 1e-4, f"tensordot {label}")
+        row(results, "chains", f"torch.tensordot chain {label}", timeit(torch, tensordot_chain))
+        if cupy is not None:
+            Tc = cupy.asarray(T)
+            mc = [cupy.asarray(A) for A in mats]
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                check(cupy.einsum(spec, Tc, *mc), ref, 1e-4, f"cupy.einsum {label}")
+                row(results, "chains", f"cupy.einsum {label}", timeit(torch, lambda: cupy.einsum(spec, Tc, *mc)))
+
+
+# ---- 2. blend ------------------------------------------------------------------------------------
+
+
+def bench_blend(torch, kronpe, results, quick: bool) -> None:
+    print("blend (2-D, Gaussian, on the fly, float32 values, float32 points)")
+    P = 1 << (20 if quick else 23)
+    M = 513
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pts = torch.rand(P, 2, device="cuda", generator=gen)
+    emb = kronpe.Gaussian(M - 1, 0.64 / (M - 1))
+    B = kronpe.BlendingMatrix(pts, (M, M), emb)
+    v = torch.randn(M * M, device="cuda", generator=gen)
+    r = torch.randn(P, device="cuda", generator=gen)
+    nbytes = 1 << 30
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = timeit(torch, lambda: dst.copy_(src), repeat=10)
+    bw = 2 * nbytes / t / 1e9
+    row(results, "blend", "device-to-device copy 1 GiB", t, GBps=bw)
+    moved = P * (2 * 4 + 4) + P * 4 * 4  # points + result, 4 corner reads (cached in part)
+    t = timeit(torch, lambda: B.matvec(v))
+    row(results, "blend", f"blend P={P}", t, GBps=moved / t / 1e9, of_copy=moved / t / 1e9 / bw)
+    B.gpu_deterministic = False
+    t = timeit(torch, lambda: B.rmatvec(r))
+    row(results, "blend", f"blend_transpose atomic P={P}", t, GBps=moved / t / 1e9, of_copy=moved / t / 1e9 / bw)
+    B.gpu_deterministic = True
+    B.rmatvec(r)  # builds the plan once
+    t = timeit(torch, lambda: B.rmatvec(r))
+    row(results, "blend", f"blend_transpose deterministic P={P}", t, GBps=moved / t / 1e9, of_copy=moved / t / 1e9 / bw)
+
+
+# ---- 3. fits ----------------------------------------------------------------------------------
+
+
+def _image(torch, N: int, batch: int = 1):
+    """Smooth test images on [0, 1]^2 (no data download): sums of random sinusoids."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.linspace(0, 1, N + 1, device="cuda")[:-1]
+    f = torch.rand(batch, 6, 2, device="cuda", generator=g) * 12
+    ph = torch.rand(batch, 6, device="cuda", generator=g) * 6.28
+    img = torch.sin(f[..., 0, None, None] * x[:, None] * 6.28 + f[..., 1, None, None] * x[None, :] * 6.28
+                    + ph[..., None, None]).mean(1)
+    return (0.5 + 0.4 * img).permute(1, 2, 0).contiguous()  # (N, N, batch)
+
+
+def bench_fits(torch, kronpe, results, quick: bool) -> None:
+    print("fits (float32 data, factors in float64 then float32)")
+    K = 256
+    emb = kronpe.Gaussian(K, 0.0025)  # the papers' closed-form width (MATH.md section 4)
+    batch = 8 if quick else 64
+    full = _image(torch, 512, batch)  # ground truth (512, 512, batch)
+    S = full[::2, ::2].contiguous()  # the 256x256 training grid
+    x_train = np.arange(256) / 256
+    x_test = np.arange(512) / 512
+    Phi = np.asarray(emb(x_train), dtype=np.float64)  # (256, K)
+    U, s, Vt = np.linalg.svd(Phi, full_matrices=False)
+    keep = s > 1e-10 * s[0]
+    pinv = (Vt[keep].T / s[keep]) @ U[:, keep].T  # (K, 256)
+    pinv_d = torch.from_numpy(pinv.astype(np.float32)).cuda()
+    Psi_test = torch.from_numpy(np.asarray(emb(x_test), dtype=np.float32)).cuda()  # (512, K)
+
+    def kronpe_fit():  # cached plan: W = S x_0 Phi^+ x_1 Phi^+ (pseudo-inverse, as the papers)
+        return kronpe.multi_mode_product(S, [pinv_d, pinv_d])
+
+    Phi_d = torch.from_numpy(Phi.astype(np.float32)).cuda()
+
+    def paper_fit():  # the papers' formulation: pinv per fit, then two matmuls per image
+        P1 = torch.linalg.pinv(Phi_d)
+        return torch.einsum("ki,ijb,lj->klb", P1, S, P1)
+
+    W = kronpe_fit()
+    check(W, paper_fit(), 5e-3, "2-D closed form")
+    pred = kronpe.multi_mode_product(W, [Psi_test, Psi_test], order="C")
+    t = timeit(torch, kronpe_fit)
+    row(results, "fits", f"kronpe 2-D 512^2 fit, batch {batch} (per image)", t / batch,
+        psnr=psnr(pred.double(), full.double()))
+    t = timeit(torch, paper_fit, repeat=5)
+    row(results, "fits", f"papers (torch pinv + einsum) 2-D (per image)", t / batch)
+
+    # 3-D 128^3 from a 64^3 grid, K = 128
+    N3, K3 = 64, 128
+    emb3 = kronpe.Gaussian(K3, 0.64 / K3)
+    vol = _image(torch, 128, 128)[::2, ::2, ::2].contiguous()  # (64, 64, 64)
+    Phi3 = np.asarray(emb3(np.arange(N3) / N3), dtype=np.float64)
+    p3 = torch.from_numpy(np.linalg.pinv(Phi3).astype(np.float32)).cuda()  # (K3, N3)
+    Phi3_d = torch.from_numpy(Phi3.astype(np.float32)).cuda()
+    k3 = lambda: kronpe.multi_mode_product(vol, [p3, p3, p3])  # noqa: E731
+
+    def paper3():
+        P1 = torch.linalg.pinv(Phi3_d)
+        return torch.einsum("ai,bj,ck,ijk->abc", P1, P1, P1, vol)
+
+    check(k3(), paper3(), 5e-3, "3-D closed form")
+    row(results, "fits", "kronpe 3-D 64^3 -> K=128^3 fit", timeit(torch, k3))
+    row(results, "fits", "papers (torch pinv + einsum) 3-D", timeit(torch, paper3, repeat=5))
+
+    # scattered: 25% of a 256x256 image
+    img = _image(torch, 256, 1)[..., 0]  # pixel (i, j) sits at (i / 256, j / 256)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    P = 256 * 256 // 4
+    flat = torch.randperm(256 * 256, device="cuda", generator=g)[:P]
+    ij = torch.stack([flat // 256, flat % 256], 1)
+    pts = ij.double() / 256
+    vals = img[ij[:, 0], ij[:, 1]]
+    K2 = 64
+    embs = kronpe.Gaussian(K2, 0.004 * 256 / K2)
+    t0 = time.perf_counter()
+    model = kronpe.fit_points(pts, vals, embs, ridge=1e-6, tol=1e-5)
+    t_k = time.perf_counter() - t0
+    axis = torch.arange(256, device="cuda", dtype=torch.float64) / 256
+    grid_pts = torch.stack(torch.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
+    pred = model.predict(grid_pts).reshape(256, 256)
+    row(results, "fits", f"kronpe fit_points P={P} (exact, host solver)", t_k, psnr=psnr(pred.double(), img.double()))
+    # papers: SGD (Adam) on W with the blended encoding, in torch
+    B = kronpe.BlendingMatrix(pts, (K2 + 1, K2 + 1), embs).store()
+    idx = torch.from_numpy(B.indices).cuda()
+    wts = torch.from_numpy(B.weights).float().cuda()
+    Phi_g = torch.from_numpy(np.asarray(embs(np.linspace(0, 1, K2 + 1)), dtype=np.float32)).cuda()
+    Wp = torch.zeros(K2, K2, device="cuda", requires_grad=True)
+    opt = torch.optim.Adam([Wp], lr=1e-2)
+    steps = 200 if quick else 2000
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        V = (Phi_g @ Wp @ Phi_g.T).reshape(-1)
+        loss = ((V[idx] * wts).sum(1) - vals).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+    t_p = time.perf_counter() - t0
+    with torch.no_grad():
+        Vg = (Phi_g @ Wp @ Phi_g.T).reshape(-1, 1)
+        pred_p = kronpe.BlendingMatrix(grid_pts, (K2 + 1, K2 + 1), embs).matvec(Vg).reshape(256, 256)
+    row(results, "fits", f"papers (torch Adam, {steps} steps) scattered", t_p, psnr=psnr(pred_p.double(), img.double()))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 in kronpe and torch")
+    ap.add_argument("--json", help="write the rows to this file")
+    args = ap.parse_args(argv)
+    torch, kronpe, cupy = _setup()
+    kronpe.cuda.set_allow_tf32(args.tf32)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    print(f"device: {torch.cuda.get_device_name()}  kronpe {kronpe.__version__}  torch {torch.__version__}  "
+          f"TF32: kronpe={kronpe.cuda.allow_tf32()} torch={torch.backends.cuda.matmul.allow_tf32}")
+    results: List[Dict] = []
+    bench_chains(torch, kronpe, cupy, results, args.quick)
+    bench_blend(torch, kronpe, results, args.quick)
+    bench_fits(torch, kronpe, results, args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), tf32=args.tf32, rows=results), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

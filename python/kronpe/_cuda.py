@@ -1,0 +1,267 @@
+"""The CUDA backend from Python (internal): cuBLAS discovery and calls into ``_core.cuda_*``.
+
+Used only when a CuPy array or a CUDA torch tensor reaches kronpe (CuPy and torch themselves are
+imported by :mod:`kronpe._arrays` when such an array arrives). Every function here takes device
+arrays, checks them, allocates results and scratch memory with the caller's library on the
+caller's device, and enqueues the kernels on the caller's current stream (no synchronisation,
+except the one transfer of (min, max) that validates coordinates).
+
+cuBLAS is loaded by the compiled module on first use (dlopen). The candidates handed to it are
+the files where torch and CuPy find theirs: the nvidia-cublas wheel (``site-packages/nvidia/
+cu13/lib/libcublas.so.13``), then ``$CUDA_HOME/lib64``; failing those, the soname on the system's
+search path (or the copy already loaded by torch/CuPy).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _arrays, _core
+
+_NOT_BUILT = (
+    "kronpe was built without CUDA: {what} got a GPU array. Reinstall kronpe where nvcc and the "
+    "cuBLAS headers are available (pip install nvidia-cublas; KRONPE_CUDA=ON pip install .), or "
+    "pass host arrays."
+)
+_paths_set = False
+
+
+def built() -> bool:
+    """Whether the compiled module has the CUDA kernels."""
+    return bool(_core.cuda_built())
+
+
+def require(what: str) -> None:
+    """RuntimeError naming ``what`` when the module was built without CUDA."""
+    if not built():
+        raise RuntimeError(_NOT_BUILT.format(what=what))
+    init()
+
+
+def cublas_candidates() -> List[str]:
+    """Files that may hold the cuBLAS kronpe was compiled against, most likely first."""
+    major = int(_core.cuda_info(False)["cublas_header_version"]) // 10000 or 13
+    name = f"libcublas.so.{major}"
+    out: List[str] = []
+    for pkg in (f"nvidia.cu{major}", "nvidia.cublas"):
+        try:
+            roots = list(__import__(pkg, fromlist=["_"]).__path__)
+        except Exception:
+            continue
+        out += [os.path.join(r, "lib", name) for r in roots]
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            out.append(os.path.join(os.environ[env], "lib64", name))
+    return [p for p in out if os.path.isfile(p)]
+
+
+def init() -> None:
+    """Hand the cuBLAS candidates to the compiled module (once)."""
+    global _paths_set
+    if not _paths_set and built():
+        _core.cuda_set_cublas_paths(cublas_candidates())
+        _paths_set = True
+
+
+def context(buf: _arrays.DeviceBuffer, ws: Tuple[Any, int, int] = (None, 0, 0)) -> tuple:
+    """(device, stream, workspace address, workspace bytes) for a kernel call."""
+    return (buf.device_index, buf.stream, ws[1], ws[2])
+
+
+def mat(buf: _arrays.DeviceBuffer) -> tuple:
+    """(address, rows, cols, row stride, col stride) of a 2-D device buffer."""
+    return (buf.address, buf.shape[0], buf.shape[1], buf.strides[0], buf.strides[1])
+
+
+def check_same_device(template: Any, x: Any, name: str) -> None:
+    if not _arrays.is_device(x) or not _arrays.same_device(template, x):
+        where = f"{_arrays.kind(x)} array" + (f" on cuda:{_arrays.device_index(x)}" if _arrays.is_device(x) else " on the host")
+        raise ValueError(
+            f"{name} must be a {_arrays.kind(template)} array on cuda:{_arrays.device_index(template)} "
+            f"(like the other operands), got a {where}"
+        )
+
+
+def float_dtype(name: str, x: Any) -> str:
+    """float32 stays float32, float64 stays float64, integers/bools become float64."""
+    dt = np.dtype(_arrays.dtype_name(x))
+    if dt in (np.float32, np.float64):
+        return dt.name
+    if dt.kind in "biu":
+        return "float64"
+    raise ValueError(f"{name} must hold real numbers (float32 or float64), got dtype {dt}")
+
+
+def coords(name: str, x: Any, dtype: Optional[str] = None):
+    """A 1-D device array of finite coordinates in [0, 1] (one device-to-host transfer)."""
+    if len(x.shape) != 1:
+        raise ValueError(f"{name} must be a 1-D array of coordinates, got shape {tuple(x.shape)}")
+    x = _arrays.device_cast(x, dtype or float_dtype(name, x))
+    if x.shape[0]:
+        lo, hi = _arrays.device_minmax(x)
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"{name} must be finite, found NaN or Inf")
+        if lo < 0 or hi > 1:
+            raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:g}, {hi:g}]")
+    return x
+
+
+# ---- mode-n products -----------------------------------------------------------------------
+
+
+def multi_mode_product(T: Any, matrices: Sequence[Any], modes: Tuple[int, ...], order: str):
+    """kronpe.ops.multi_mode_product for a device tensor (host matrices are uploaded)."""
+    require("multi_mode_product")
+    mats = []
+    for j, a in enumerate(matrices):
+        if not _arrays.is_device(a):
+            a = _arrays.device_from_host(_arrays.to_numpy(a, f"matrices[{j}]"), T)
+        check_same_device(T, a, f"matrices[{j}]")
+        mats.append(a)
+    dts = [float_dtype("T", T)] + [float_dtype(f"matrices[{j}]", a) for j, a in enumerate(mats)]
+    dt = "float32" if all(d == "float32" for d in dts) else "float64"
+    T = _arrays.device_cast(T, dt)
+    mats = [_arrays.device_cast(a, dt) for a in mats]
+    tb = _arrays.device_buffer(T, "T")
+    mbs = [_arrays.device_buffer(a, f"matrices[{j}]") for j, a in enumerate(mats)]
+    out_shape = list(tb.shape)
+    for b, k in zip(mbs, modes):
+        out_shape[k] = b.shape[0]
+    out = _arrays.device_empty(T, out_shape, dt)
+    ob = _arrays.device_buffer(out, "out")
+    mat_shapes = [n for b in mbs for n in b.shape]
+    mat_strides = [n for b in mbs for n in b.strides]
+    any_layout = order == "K"
+    nbytes = _core.cuda_multi_mode_workspace(dt, tb.shape, tb.strides, list(modes), mat_shapes,
+                                             mat_strides, any_layout)
+    ws = _arrays.device_workspace(T, nbytes)
+    axes = _core.cuda_multi_mode_product(context(tb, ws), dt, tb.address, tb.shape, tb.strides,
+                                         list(modes), [b.address for b in mbs], mat_shapes,
+                                         mat_strides, ob.address, any_layout)
+    if any_layout and list(axes) != sorted(axes):
+        phys = out.reshape([out_shape[a] for a in axes])
+        perm = [int(i) for i in np.argsort(axes)]
+        out = phys.transpose(perm) if _arrays.kind(out) == "cupy" else phys.permute(perm)
+    return out
+
+
+def strided_copy(src: Any, dst: Any) -> None:
+    """dst[...] = src[...] for two device arrays of one shape and dtype (any strides)."""
+    require("strided_copy")
+    sb, db = _arrays.device_buffer(src, "src"), _arrays.device_buffer(dst, "dst")
+    if sb.shape != db.shape or sb.dtype != db.dtype:
+        raise ValueError(f"strided_copy: src {sb.shape} {sb.dtype} and dst {db.shape} {db.dtype} differ")
+    _core.cuda_strided_copy(context(db), db.dtype, sb.address, sb.shape, sb.strides, db.address, db.strides)
+
+
+# ---- embedders --------------------------------------------------------------------------------
+
+
+def embed(embedder, x: Any, out: Any = None):
+    """embedder(x) for a device x: (N, K) of x's kind, dtype and device."""
+    require(f"{type(embedder).__name__}(x)")
+    x = coords("x", x)
+    if any(s < 0 for s in _arrays.device_buffer(x, "x").strides):
+        x = _arrays.device_contiguous(x)
+    xb = _arrays.device_buffer(x, "x")
+    width = embedder.K
+    if out is None:
+        out = _arrays.device_empty(x, (xb.shape[0], width), xb.dtype)
+    else:
+        check_same_device(x, out, "out")
+        if tuple(out.shape) != (xb.shape[0], width) or _arrays.dtype_name(out) != xb.dtype:
+            raise ValueError(
+                f"out must have shape {(xb.shape[0], width)} and dtype {xb.dtype}, got "
+                f"{tuple(out.shape)} {_arrays.dtype_name(out)}"
+            )
+    ob = _arrays.device_buffer(out, "out")
+    if any(s < 0 for s in ob.strides):
+        raise ValueError("out must have non-negative strides")
+    kind, args = embedder._kernel_args()
+    common = (xb.shape[0], xb.address, xb.strides[0], ob.address, ob.strides[0], ob.strides[1])
+    if kind == "basis":
+        _core.cuda_embed_basis(context(xb), xb.dtype, args["kind"], *common, width,
+                               args["first_index"], args["K_base"], args["param"], args["degree"],
+                               args["seed"])
+    else:
+        omega = np.ascontiguousarray(args["omega"], dtype=np.float64)
+        ws = _arrays.device_workspace(x, _core.cuda_embed_fourier_workspace(omega.shape[0]))
+        _core.cuda_embed_fourier(context(xb, ws), xb.dtype, *common, omega.ctypes.data,
+                                 omega.shape[0], args["layout"], args["include_input"],
+                                 args["amplitude"])
+    return out
+
+
+# ---- blending matrix ------------------------------------------------------------------------
+
+
+def blend_weights(axes, normalize: bool, points: Any, nnz: int):
+    """Stored (indices int64, weights float64) of device points, each (P, nnz)."""
+    require("BlendingMatrix")
+    pb = _arrays.device_buffer(points, "points")
+    idx = _arrays.device_empty(points, (pb.shape[0], nnz), "int64")
+    w = _arrays.device_empty(points, (pb.shape[0], nnz), "float64")
+    ws = _arrays.device_workspace(points, _core.cuda_blend_fly_workspace(axes))
+    _core.cuda_blend_weights(context(pb, ws), axes, normalize, pb.dtype, mat(pb),
+                             mat(_arrays.device_buffer(idx)), mat(_arrays.device_buffer(w)))
+    return idx, w
+
+
+def blend_plan(template: Any, P: int, nnz: int, grid_size: int, axes=None, points: Any = None,
+               indices: Any = None):
+    """(perm, offsets) of the deterministic transpose, from device points (with the kernels'
+    axes) or from stored device indices."""
+    require("blend_transpose")
+    perm = _arrays.device_empty(template, (P * nnz,), "int64")
+    offsets = _arrays.device_empty(template, (grid_size + 1,), "int64")
+    nbytes = _core.cuda_blend_plan_workspace(P, nnz, grid_size)
+    if points is not None:
+        nbytes += _core.cuda_blend_fly_workspace(axes)
+    ws = _arrays.device_workspace(template, nbytes)
+    tb = _arrays.device_buffer(template)
+    pa, oa = _arrays.device_buffer(perm).address, _arrays.device_buffer(offsets).address
+    if points is not None:
+        pb = _arrays.device_buffer(points, "points")
+        _core.cuda_blend_plan_fly(context(tb, ws), axes, pb.dtype, mat(pb), pa, oa)
+    else:
+        _core.cuda_blend_plan_stored(context(tb, ws), mat(_arrays.device_buffer(indices, "indices")),
+                                     grid_size, pa, oa)
+    return perm, offsets
+
+
+def blend(values2: Any, out2: Any, *, axes=None, normalize: bool = True, points: Any = None,
+          indices: Any = None, weights: Any = None) -> None:
+    """out2 (P, C) = B values2 (G, C) on the device: on the fly from points (with the kernels'
+    axes) or from stored (indices, weights)."""
+    require("blend")
+    vb, ob = _arrays.device_buffer(values2, "values"), _arrays.device_buffer(out2, "out")
+    if points is not None:
+        pb = _arrays.device_buffer(points, "points")
+        ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
+        _core.cuda_blend_fly(context(vb, ws), axes, normalize, vb.dtype, pb.dtype, mat(pb), mat(vb), mat(ob))
+    else:
+        _core.cuda_blend_stored(context(vb), vb.dtype, mat(_arrays.device_buffer(indices, "indices")),
+                                mat(_arrays.device_buffer(weights, "weights")), mat(vb), mat(ob))
+
+
+def blend_transpose(values2: Any, out2: Any, *, plan=None, axes=None, normalize: bool = True,
+                    points: Any = None, indices: Any = None, weights: Any = None) -> None:
+    """out2 (G, C) = B^T values2 (P, C) on the device; deterministic with a plan (perm,
+    offsets), atomic without."""
+    require("blend_transpose")
+    vb, ob = _arrays.device_buffer(values2, "values"), _arrays.device_buffer(out2, "out")
+    pa = oa = 0
+    if plan is not None:
+        pa, oa = _arrays.device_buffer(plan[0]).address, _arrays.device_buffer(plan[1]).address
+    if points is not None:
+        pb = _arrays.device_buffer(points, "points")
+        ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
+        _core.cuda_blend_transpose_fly(context(vb, ws), axes, normalize, vb.dtype, pb.dtype, mat(pb),
+                                       mat(vb), mat(ob), pa, oa)
+    else:
+        _core.cuda_blend_transpose_stored(context(vb), vb.dtype,
+                                          mat(_arrays.device_buffer(indices, "indices")),
+                                          mat(_arrays.device_buffer(weights, "weights")), mat(vb),
+                                          mat(ob), pa, oa)

@@ -1,0 +1,88 @@
+"""CUDA implementations of the ops: kronpe's CUDA kernels on CUDA torch tensors.
+
+Registered for the "cuda" device by :mod:`kronpe.torch._ops` (one registration per op). Each
+function validates its arguments (the same checks as the fake implementations), allocates the
+output with torch on the tensors' device and enqueues the kernel on torch's current stream
+(``torch.cuda.current_stream().cuda_stream``). Without kronpe's CUDA kernels they raise
+RuntimeError ("kronpe was built without CUDA").
+
+- ``multi_mode_product``: cuBLAS GEMM chain (float32 in full float32 unless
+  ``kronpe.cuda.set_allow_tf32(True)``).
+- ``blend``: one thread per point, float64 accumulation.
+- ``blend_transpose``: atomicAdd scatter; deterministic (a plan sorting the nonzeros by grid
+  node, built per call) when ``torch.are_deterministic_algorithms_enabled()``.
+
+Indices are checked against the number of grid nodes (one device-to-host transfer of their
+min and max per call): an out-of-range index raises ValueError, as on the CPU.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from .. import _arrays, _cuda
+from ._checks import check_blend, check_mmp
+
+
+def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
+    check_mmp(T, matrices, modes)
+    _cuda.require("kronpe.multi_mode_product")
+    if not matrices:
+        return T.clone(memory_format=torch.contiguous_format)
+    return _cuda.multi_mode_product(T, list(matrices), tuple(int(m) for m in modes), "C")
+
+
+def _check_indices(indices: torch.Tensor, num_nodes: int) -> None:
+    if indices.numel() == 0:
+        return
+    lo, hi = _arrays.device_minmax(indices)
+    if lo < 0 or hi >= num_nodes:
+        raise ValueError(
+            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{int(lo)}, {int(hi)}]"
+        )
+
+
+def _weights64(weights: torch.Tensor) -> torch.Tensor:
+    """The kernels read blending weights in float64 (they are computed in float64)."""
+    return weights if weights.dtype == torch.float64 else weights.to(torch.float64)
+
+
+def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    check_blend(values, indices, weights, "values")
+    _cuda.require("kronpe.blend")
+    P, C = indices.shape[0], values.shape[1]
+    out = values.new_empty((P, C))
+    if P == 0 or C == 0:
+        return out
+    if indices.shape[1] == 0:
+        return out.zero_()
+    _check_indices(indices, values.shape[0])
+    _cuda.blend(values, out, indices=indices, weights=_weights64(weights))
+    return out
+
+
+def blend_transpose(rows: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    check_blend(rows, indices, weights, "rows")
+    if rows.shape[0] != indices.shape[0]:
+        raise ValueError(f"rows must have one row per point ({indices.shape[0]}), got shape {tuple(rows.shape)}")
+    if num_nodes < 0:
+        raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    _cuda.require("kronpe.blend_transpose")
+    P, S, C = indices.shape[0], indices.shape[1], rows.shape[1]
+    if P == 0 or C == 0 or S == 0 or num_nodes == 0:
+        return rows.new_zeros((num_nodes, C))
+    _check_indices(indices, num_nodes)
+    out = rows.new_empty((num_nodes, C))
+    plan = None
+    if torch.are_deterministic_algorithms_enabled():
+        plan = _cuda.blend_plan(rows, P, S, num_nodes, indices=indices)
+    _cuda.blend_transpose(rows, out, plan=plan, indices=indices, weights=_weights64(weights))
+    return out
+
+
+KERNELS = {
+    "multi_mode_product": multi_mode_product,
+    "blend": blend,
+    "blend_transpose": blend_transpose,
+}
