@@ -15,6 +15,7 @@ from .ops import mode_product, multi_mode_product  # noqa: E402
 from .blending import BlendingMatrix  # noqa: E402
 from .points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
 from .fit import GridModel, GridPlan, fit_grid  # noqa: E402
+from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 
 __version__ = _core.build_info()["version"]
 
