@@ -31,14 +31,21 @@ double gemm_flops_cost(const ModeCostModel& cm, index_t m, index_t n, index_t k,
   return 2.0 * double(m) * double(n) * double(k) / (rate * eff(cm, m) * eff(cm, n) * eff(cm, k));
 }
 
-double gemm_cost(const ModeCostModel& cm, index_t m, index_t n, index_t k, int elem_size) {
-  return gemm_flops_cost(cm, m, n, k, elem_size) + cm.call;
+double slowdown(const ModeCostModel& cm, StepKind kind, index_t k) {
+  return 1.0 + cm.layout_penalty[int(kind)] * 64.0 / double(std::max<index_t>(k, 1));
+}
+
+// One GEMM of layout `kind`: (m x k) times (k x n) in the row-major sense, k contracted.
+double gemm_cost(const ModeCostModel& cm, StepKind kind, index_t m, index_t n, index_t k,
+                 int elem_size) {
+  return gemm_flops_cost(cm, m, n, k, elem_size) * slowdown(cm, kind, k) + cm.call;
 }
 
 double batched_cost(const ModeCostModel& cm, index_t batch, index_t m, index_t n, index_t k,
                     int elem_size) {
-  if (cm.batched_one_call) return double(batch) * gemm_flops_cost(cm, m, n, k, elem_size) + cm.call;
-  return double(batch) * gemm_cost(cm, m, n, k, elem_size);
+  const double f = gemm_flops_cost(cm, m, n, k, elem_size) * slowdown(cm, StepKind::Batched, k);
+  if (cm.batched_one_call) return double(batch) * f + cm.call;
+  return double(batch) * (f + cm.call);
 }
 
 double copy_cost(const ModeCostModel& cm, index_t size, int elem_size) {
@@ -141,25 +148,23 @@ void options_for(const ModeCostModel& cm, const Layout& l, int id, index_t m, in
     opts.push_back({move, kind});
     costs.push_back(c);
   };
+  using K = StepKind;
   if (pre == 1) {
-    const double g = gemm_cost(cm, m, post, n, elem);
-    add(0, StepKind::FrontKeep, g);
-    add(0, StepKind::FrontRotate, g);
+    add(0, K::FrontKeep, gemm_cost(cm, K::FrontKeep, m, post, n, elem));
+    add(0, K::FrontRotate, gemm_cost(cm, K::FrontRotate, post, m, n, elem));
   }
   if (post == 1) {
-    const double g = gemm_cost(cm, pre, m, n, elem);
-    add(0, StepKind::BackKeep, g);
-    add(0, StepKind::BackRotate, g);
+    add(0, K::BackKeep, gemm_cost(cm, K::BackKeep, pre, m, n, elem));
+    add(0, K::BackRotate, gemm_cost(cm, K::BackRotate, m, pre, n, elem));
   }
   if (pre != 1 && post != 1) {
     add(0, StepKind::Batched, batched_cost(cm, pre, m, post, n, elem));
     const double c = copy_cost(cm, size, elem);
     const index_t rest = pre * post;
-    const double g = gemm_cost(cm, m, rest, n, elem);
-    add(1, StepKind::FrontKeep, c + g);
-    add(1, StepKind::FrontRotate, c + g);
-    add(2, StepKind::BackKeep, c + g);
-    add(2, StepKind::BackRotate, c + g);
+    add(1, K::FrontKeep, c + gemm_cost(cm, K::FrontKeep, m, rest, n, elem));
+    add(1, K::FrontRotate, c + gemm_cost(cm, K::FrontRotate, rest, m, n, elem));
+    add(2, K::BackKeep, c + gemm_cost(cm, K::BackKeep, rest, m, n, elem));
+    add(2, K::BackRotate, c + gemm_cost(cm, K::BackRotate, m, rest, n, elem));
   }
 }
 

@@ -165,7 +165,8 @@ const ModeCostModel& cuda_cost_model() {
   // Rough figures for an A100/H100-class GPU (float32 without TF32 ~ 20-50 Tflop/s, a GEMM
   // launch ~ 5 us, a permuting copy at ~ 1 TB/s effective); only ratios matter.
   static const ModeCostModel cm{/*rate_f32=*/30e12, /*half=*/96.0, /*call=*/5e-6,
-                                /*copy_f32=*/8e-12, /*batched_one_call=*/true, /*id=*/1};
+                                /*copy_f32=*/8e-12, /*batched_one_call=*/true, /*id=*/1,
+                                /*layout_penalty=*/{0.0, 0.0, 0.0, 0.0, 0.0}};
   return cm;
 }
 
