@@ -19,25 +19,8 @@ from . import data  # noqa: E402  (sample loaders; scikit-image is imported on f
 
 __version__ = _core.build_info()["version"]
 
-from .embedders import (  # noqa: E402  (after the BLAS is wired)
-    BSpline,
-    Embedder,
-    FourierFeatures,
-    Gaussian,
-    Impulse,
-    LinearFourier,
-    LogFourier,
-    NeRF,
-    NyquistWarning,
-    Random,
-    RandomFourier,
-    Rectangle,
-    ShiftedBasis,
-    Sine,
-    Square,
-    Transformer,
-    Triangle,
-)
+from . import embedders as _embedders  # noqa: E402  (after the BLAS is wired)
+from .embedders import *  # noqa: E402,F401,F403  (the names in embedders.__all__)
 from .analysis import (  # noqa: E402
     embedded_distance,
     gaussian_sigma_for_rff,
@@ -91,24 +74,6 @@ __all__ = [
     "fit_points",
     "PointModel",
     "ConvergenceWarning",
-    # embedders
-    "Embedder",
-    "ShiftedBasis",
-    "FourierFeatures",
-    "NyquistWarning",
-    "Gaussian",
-    "Triangle",
-    "Rectangle",
-    "Impulse",
-    "Sine",
-    "Square",
-    "Random",
-    "BSpline",
-    "LinearFourier",
-    "LogFourier",
-    "RandomFourier",
-    "NeRF",
-    "Transformer",
     # analysis
     "stable_rank",
     "embedded_distance",
@@ -118,4 +83,4 @@ __all__ = [
     "plot_stable_rank_vs_sigma",
     "plot_stable_rank_vs_n",
     "plot_distance",
-]
+] + list(_embedders.__all__)

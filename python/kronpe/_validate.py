@@ -18,22 +18,26 @@ def nonnegative_int(name: str, value) -> int:
     return int(value)
 
 
-def positive_float(name: str, value) -> float:
+def _real(name: str, value, ok, kind: str) -> float:
+    """float(value) when it is a real number (not a bool), finite, and ``ok(v)``; else ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        raise ValueError(f"{name} must be a {kind} number, got {value!r}")
     v = float(value)
-    if not np.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not np.isfinite(v) or not ok(v):
+        raise ValueError(f"{name} must be a {kind} finite number, got {value!r}")
     return v
+
+
+def positive_float(name: str, value) -> float:
+    return _real(name, value, lambda v: v > 0, "positive")
 
 
 def nonnegative_float(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
-    v = float(value)
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
-    return v
+    return _real(name, value, lambda v: v >= 0, "non-negative")
+
+
+def finite_nonzero(name: str, value) -> float:
+    return _real(name, value, lambda v: v != 0, "non-zero")
 
 
 def float_dtype(name: str, arr: np.ndarray, default=np.float64) -> np.dtype:

@@ -81,15 +81,6 @@ def _even_positive_int(name: str, value) -> int:
     return v
 
 
-def _finite_nonzero(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a finite non-zero number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v == 0.0:
-        raise ValueError(f"{name} must be a finite non-zero number, got {value!r}")
-    return v
-
-
 def _finite_array(name: str, value) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind not in "biuf":
@@ -620,7 +611,7 @@ class FourierFeatures(_Nyquist, Embedder):
     _include_input: ClassVar[bool] = False
 
     def _init_modulation(self, amplitude_mod: float, frequency_mod: float) -> None:
-        _set(self, amplitude_mod=_finite_nonzero("amplitude_mod", amplitude_mod),
+        _set(self, amplitude_mod=_validate.finite_nonzero("amplitude_mod", amplitude_mod),
              frequency_mod=_validate.positive_float("frequency_mod", frequency_mod))
 
     def _set_frequencies(self, f: np.ndarray) -> None:

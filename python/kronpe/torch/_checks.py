@@ -64,3 +64,14 @@ def check_blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tens
     )
     for t, n in ((indices, "indices"), (weights, "weights")):
         torch._check_value(t.device == values.device, lambda: f"{n} is on {t.device}, {name} on {values.device}")
+
+
+def blend_output(values: torch.Tensor, indices: torch.Tensor) -> "tuple[torch.Tensor, bool]":
+    """blend's (P, C) output and whether it is already final (no points, channels or corners)."""
+    P, C = indices.shape[0], values.shape[1]
+    out = values.new_empty((P, C))
+    if P == 0 or C == 0:
+        return out, True
+    if indices.shape[1] == 0:
+        return out.zero_(), True
+    return out, False

@@ -11,7 +11,7 @@ from typing import Dict, List
 import torch
 
 from .. import _core
-from ._checks import check_blend, check_mmp
+from ._checks import blend_output, check_blend, check_mmp
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
@@ -91,12 +91,9 @@ def _schedule(indices: torch.Tensor, num_nodes: int) -> _Schedule:
 
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     check_blend(values, indices, weights, "values")
-    P, C = indices.shape[0], values.shape[1]
-    out = values.new_empty((P, C))
-    if P == 0 or C == 0:
+    out, done = blend_output(values, indices)
+    if done:
         return out
-    if indices.shape[1] == 0:
-        return out.zero_()
     w64 = _weights64(weights)  # a local: it must outlive the call
     # the kernel checks every index against the grid (ValueError) before writing
     _core.blend_stored(_dtype(values), _mat(indices), _mat(w64), _mat(values), _mat(out), 0)

@@ -22,7 +22,7 @@ from typing import List
 import torch
 
 from .. import _arrays, _cuda
-from ._checks import check_blend, check_mmp
+from ._checks import blend_output, check_blend, check_mmp
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
@@ -51,12 +51,9 @@ def _weights64(weights: torch.Tensor) -> torch.Tensor:
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     check_blend(values, indices, weights, "values")
     _cuda.require("kronpe.blend")
-    P, C = indices.shape[0], values.shape[1]
-    out = values.new_empty((P, C))
-    if P == 0 or C == 0:
+    out, done = blend_output(values, indices)
+    if done:
         return out
-    if indices.shape[1] == 0:
-        return out.zero_()
     _check_indices(indices, values.shape[0])
     _cuda.blend(values, out, indices=indices, weights=_weights64(weights))
     return out
