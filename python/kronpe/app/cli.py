@@ -1,4 +1,4 @@
-"""The ``kronpe`` command: fit | demo | analyze | bench."""
+"""The ``kronpe`` command: fit | demo | analyze."""
 from __future__ import annotations
 
 import argparse
