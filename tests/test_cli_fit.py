@@ -1,4 +1,4 @@
-"""`kronpe fit` and `kronpe demo` (called through kronpe.cli.main) and the protocol helpers."""
+"""`kronpe fit` and `kronpe demo` (called through kronpe.app.cli.main) and the protocol helpers."""
 import re
 
 import numpy as np
