@@ -134,7 +134,7 @@ def test_user_files_bad_input(tmp_path):
     with pytest.raises(ValueError, match="finite"):
         data.load_array(tmp_path / "nan.npy")
     np.save(tmp_path / "c.npy", np.ones(3, dtype=complex))
-    with pytest.raises(ValueError, match="real numbers"):
+    with pytest.raises(TypeError, match="real numbers"):  # a wrong type (issue 10)
         data.load_array(tmp_path / "c.npy")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="folder holds no images"):

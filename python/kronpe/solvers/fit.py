@@ -119,6 +119,7 @@ class GridModel:
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} arrays (one per grid axis), got {len(coords)}")
         dt = self.weights.dtype
+        template = coords[0] if coords else None
         coords = [_validate.coords_1d(f"coords[{i}]", c, np.float64) for i, c in enumerate(coords)]
         _validate.check_array_budget("coords", [c.size for c in coords] + list(self.channels), 2 * dt.itemsize,
                                      "the predicted grid: pass fewer coordinates per axis")
@@ -126,7 +127,7 @@ class GridModel:
         for i, (c, e) in enumerate(zip(coords, self.embedders)):
             phis.append(np.asarray(e(c), dtype=np.float64).astype(dt, copy=False))
         # torch coordinates give a torch tensor back (NumPy in, NumPy out)
-        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), coords[0] if coords else None)
+        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), template)
 
     def predict(self, points, chunk: int = 1 << 22) -> np.ndarray:
         """Values at scattered points, without any Kronecker product.
