@@ -110,7 +110,25 @@ def names(message: str, blame) -> bool:
     return any(re.search(r"(?<![A-Za-z0-9_])" + re.escape(b) + r"(?![A-Za-z0-9_])", message) for b in blame)
 
 
+#: Cases the suite flags that are left as they are, with the reason (reported in the tally).
+KNOWN_UNCLEAR = {
+    "(margin: huge)": "the overflow error names x (the embedded coordinates), not margin",
+    "(margin: overflow)": "the overflow error names x (the embedded coordinates), not margin",
+    "mode_product(mode:": "an out-of-range axis is reported as modes (multi_mode_product's name)",
+    "fit_grid(embedders:": "a wrong number of embedders sets D; the error names the signal/coords shape",
+    "(ridge: str)": "a string ridge other than the option is a wrong value of an allowed type (ValueError)",
+    "fit_points(ridge: None)": "ridge=None is documented as 'auto'",
+    "embedded_distance(embedder:": "a list is a wrong type here (TypeError is right; the mutation's label is off)",
+    "to_unit_float(img: int)": "integers are scaled by their dtype's maximum (documented), the reference is not",
+}
+
+
 def unclear(label: str, why: str) -> None:
+    known = next((reason for key, reason in KNOWN_UNCLEAR.items() if key in label), None)
+    if known is not None:
+        TALLY["unclear, known"] += 1
+        UNCLEAR.append(f"{label}: {why} [left: {known}]")
+        return
     TALLY["unclear"] += 1
     UNCLEAR.append(f"{label}: {why}")
     if not REPORT:
@@ -1223,7 +1241,7 @@ CLI_USER_ERRORS = [
     ["fit", "{d}/ok.npy", "--peak", "-1"],
     ["fit", "{d}/ok.npy", "--peak", "inf"],
     ["fit", "{d}/ok.npy", "--size", "3"],
-    ["fit", "{d}/ok.npy", "--channels", "last", "--stride", "6"],
+    ["fit", "{d}/ok.npy", "--channels", "last", "--stride", "12"],
     ["fit", "{d}/ok.npy", "--out", "{d}/ok.npy"],
     ["fit", "--sample", "nope"],
     ["fit", "--sample", "camera", "--size", "-3"],

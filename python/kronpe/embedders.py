@@ -286,6 +286,7 @@ class Embedder:
 
     def stable_rank_bound(self, N: int) -> float:
         """Theoretical stable rank of the (N, K) embedding matrix of N coordinates."""
+        _validate.positive_int("N", N)
         raise NotImplementedError(f"{type(self).__name__} has no theoretical stable-rank bound")
 
 

@@ -135,8 +135,10 @@ def multi_mode_product(
         # float32 only when everything is float32; any other mix computes in float64
         all32 = dt.char == "f" and all(a.dtype.char == "f" for a in mats)
         dt = _F32 if all32 else _F64
-    _check_sizes(t.shape, [a.shape for a in mats], mode_tuple, dt.itemsize)
     t, mats, final = _unbroadcast(t, mats, mode_tuple)
+    _check_sizes(t.shape, [a.shape for a in mats], mode_tuple, dt.itemsize)
+    if final is not None:
+        _validate.check_array_budget("T x matrices", final, dt.itemsize, "the result is too large")
     t = t.astype(dt, copy=False)
     mats = [a.astype(dt, copy=False) for a in mats]
     # strides are checked in C++ (errors name the argument)

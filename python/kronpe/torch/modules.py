@@ -43,7 +43,8 @@ OutShape = Union[None, int, Sequence[int]]
 def _out_shape(out_features: OutShape) -> Tuple[int, ...]:
     if out_features is None:
         return ()
-    shape = (out_features,) if isinstance(out_features, (int, np.integer)) else tuple(out_features)
+    scalar = not hasattr(out_features, "__iter__") or isinstance(out_features, str)
+    shape = (out_features,) if scalar else tuple(out_features)
     for s in shape:
         _validate.positive_int("out_features", s)
     return tuple(int(s) for s in shape)
@@ -206,7 +207,7 @@ class ComplexEncoding(nn.Module):
         if not embedders:
             raise ValueError("embedders must name at least one embedder (one per axis)")
         if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.embedders = embedders
         self.ndim = len(embedders)
         self.out_shape = _out_shape(out_features)
@@ -288,6 +289,7 @@ class ComplexEncoding(nn.Module):
         The blending plan of the last ``points`` tensor is cached (training on fixed points
         computes it once). Gradients flow to W, not to the points.
         """
+        real_tensor("points", points)
         cache = self._plan_cache
         key = (id(points), points._version, points.device, self.weight.device, self.weight.dtype)
         if cache is None or cache[0] is not points or cache[1] != key:
