@@ -214,13 +214,17 @@ def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
         )
     if D is not None and len(grid) != D:
         raise ValueError(f"grid must have one entry per axis ({D}), got {len(grid)}")
+    def is_count(g) -> bool:
+        return isinstance(g, numbers.Number) or g is None or isinstance(g, (str, bytes))
+
+    counts = {i: _validate.integer(f"grid[{i}]", g, low=2) for i, g in enumerate(grid) if is_count(g)}
+    # every axis's node array, all of them, before the first is made
+    _validate.check_array_budget("grid", (sum(counts.values()),), 8, "use fewer grid nodes (by default a "
+                                 "fit's grid has K + 1 nodes per axis: a smaller embedder K gives fewer)")
     nodes = []
     for i, g in enumerate(grid):
-        if isinstance(g, numbers.Number) or g is None or isinstance(g, (str, bytes)):
-            n = _validate.integer(f"grid[{i}]", g, low=2)
-            _validate.check_array_budget(f"grid[{i}]", (n,), 8, "use fewer grid nodes (by default a fit's "
-                                         "grid has K + 1 nodes per axis: a smaller embedder K gives fewer)")
-            nodes.append(np.linspace(0.0, 1.0, n))
+        if i in counts:
+            nodes.append(np.linspace(0.0, 1.0, counts[i]))
             continue
         arr = _validate.coords_1d(f"grid[{i}]", g, dtype=np.float64)
         if arr.size < 2:

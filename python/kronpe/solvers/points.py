@@ -199,6 +199,15 @@ def _default_grid(embs: Sequence[Any]) -> List[int]:
     return [int(getattr(e, "K_base", e.K)) + 1 for e in embs]
 
 
+def _check_fit_budget(grid_sizes: Sequence[int], embs: Sequence[Any], channels: Tuple[int, ...]) -> None:
+    """The virtual grid's values and the per-axis embedding matrices of a fit, before any is formed."""
+    _validate.check_array_budget("grid", list(grid_sizes) + [max(1, math.prod(channels))], 8,
+                                 "the model's values on the virtual grid: use a coarser grid")
+    for i, (e, n) in enumerate(zip(embs, grid_sizes)):
+        _validate.check_array_budget("embedders", (n, int(e.K), 3), 8,
+                                     f"axis {i}: {n} grid nodes x K = {e.K}: use a smaller K or a coarser grid")
+
+
 # ---- the solver --------------------------------------------------------------------------------------
 
 
@@ -400,13 +409,10 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         embs = _embedders(embedders, D)
         if any(e is None for e in embs):
             raise ValueError("embedders must be embedders (or None as a whole), got None for an axis")
+    if grid is None:  # the default grid follows the embedders: check it before making its nodes
+        _check_fit_budget(_default_grid(embs), embs, channels)
     nodes = _grid_nodes(_default_grid(embs) if grid is None else grid, D)
-    # the virtual grid's values and the per-axis embedding matrices, before any is formed
-    _validate.check_array_budget("grid", [n.size for n in nodes] + [max(1, math.prod(channels))], 8,
-                                 "the model's values on the virtual grid: use a coarser grid")
-    for i, (e, n) in enumerate(zip(embs, nodes)):
-        _validate.check_array_budget("embedders", (n.size, int(e.K), 3), 8,
-                                     f"axis {i}: {n.size} grid nodes x K = {e.K}: use a smaller K or a coarser grid")
+    _check_fit_budget([n.size for n in nodes], embs, channels)
     pts = validate_points(pts, outside, nodes)
     s = vals.reshape(pts.shape[0], -1).astype(np.float64)
 
