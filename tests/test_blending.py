@@ -419,3 +419,12 @@ def test_torch_in_torch_out(rng):
     assert isinstance(out, torch.Tensor)
     np.testing.assert_allclose(out.numpy(), B.to_scipy() @ v.numpy(), rtol=1e-13)
     assert isinstance(B.T @ out, torch.Tensor)
+
+
+def test_threads_beyond_the_cap_are_refused(rng):
+    # issue 10: threads=100000 used to crash the OpenMP runtime; the kernels refuse it.
+    pts = rng.random((50, 2))
+    with pytest.raises(ValueError, match="threads must be between 1 and"):
+        B = BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1), threads=100000)
+        B.matvec(np.ones(64))
+        B.rmatvec(np.ones(50))
