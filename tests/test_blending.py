@@ -6,8 +6,9 @@ import pytest
 import scipy.sparse as sp
 
 import kronpe
-from kronpe import _core, blending, embedders, reference
-from kronpe.blending import BlendingMatrix
+from kronpe import _core, embedders, reference
+from kronpe.solvers import blending
+from kronpe import BlendingMatrix
 
 RTOL = {np.float32: 2e-6, np.float64: 1e-12}
 

@@ -1,11 +1,12 @@
-"""Grid fits (kronpe.fit) against dense Kronecker solutions (kronpe.reference)."""
+"""Grid fits (kronpe.solvers.fit) against dense Kronecker solutions (kronpe.reference)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kronpe
 from kronpe import BSpline, Gaussian, GridModel, GridPlan, Triangle, fit_grid, reference
-from kronpe.fit import _GCVCurve, default_embedders
+from kronpe.solvers.fit import default_embedders
+from kronpe.solvers.gcv import _GCVCurve
 
 FAMILIES = [
     lambda K, m: Gaussian(K, 0.8 / K, margin=m),

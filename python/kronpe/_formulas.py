@@ -43,6 +43,26 @@ def bspline(u, degree: int) -> np.ndarray:
 # ---- continuous embedded distances ---------------------------------------------------------
 
 
+def bspline_truncated_power(u, degree: int, where):
+    """Centred cardinal B-spline of degree p by its definition as a sum of truncated powers,
+
+    B_p(u) = 1/p! sum_{j=0}^{p+1} (-1)^j C(p+1, j) (u + (p+1)/2 - j)_+^p, zero outside its support.
+
+    Written once for NumPy arrays and torch tensors: ``where`` is ``np.where`` or ``torch.where``
+    and ``u`` a float64 array of that kind. Exact in exact arithmetic, but it cancels: for low
+    degrees only (the test oracle of the kernels' stable recursion, and differentiable in torch).
+    """
+    s = u + 0.5 * (degree + 1)
+    zero = s * 0
+    out = zero
+    for j in range(degree + 2):
+        v = s - j
+        term = where(v >= 0, v**0, zero) if degree == 0 else where(v > 0, v, zero) ** degree
+        out = out + (-1) ** j * math.comb(degree + 1, j) * term
+    out = out / math.factorial(degree)
+    return where((s > 0) & (s < degree + 1), out, zero)
+
+
 def gaussian_distance(delta, sigma: float) -> np.ndarray:
     """sqrt(pi) sigma exp(-delta^2 / (4 sigma^2)) (seed 000 Prop. 2, eq. 24)."""
     delta = np.asarray(delta, dtype=np.float64)

@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _validate
+from ._adapters import arrays as _arrays, validate as _validate
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -339,14 +339,14 @@ def psnr(a, b, peak: float = 1.0) -> float:
 
     Parameters
     ----------
-    a, b : array_like
+    a, b : arrays (NumPy, torch on any device, CuPy)
         Same shape, finite, not empty.
     peak : float
         The largest possible value (1 for images in [0, 1]).
     """
     peak = _validate.positive_float("peak", peak)
-    a = np.asarray(a)
-    b = np.asarray(b)
+    a = _arrays.to_host(a, "a")
+    b = _arrays.to_host(b, "b")
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
     if a.size == 0:
@@ -356,10 +356,21 @@ def psnr(a, b, peak: float = 1.0) -> float:
             raise ValueError(f"{nm} must hold real numbers, got dtype {arr.dtype}")
         _validate.finite(nm, arr)
     diff = a.astype(np.float64) - b.astype(np.float64)
-    mse = float(np.mean(diff * diff))
-    if mse == 0.0:
-        return float("inf")
-    return float(10.0 * np.log10(peak * peak / mse))
+    return psnr_of_mse(float(np.mean(diff * diff)), peak)
+
+
+def psnr_of_mse(mse: float, peak: float = 1.0) -> float:
+    """10 log10(peak^2 / mse) in dB (inf when mse is 0): the one PSNR formula of kronpe."""
+    return float("inf") if mse <= 0.0 else float(10.0 * np.log10(peak * peak / mse))
+
+
+# ---- coordinates ---------------------------------------------------------------------------------
+
+
+def grid_coords(shape: Sequence[int]) -> List[np.ndarray]:
+    """The papers' sample coordinates per axis, ``linspace(0, 1, N + 1)[:-1]`` (as i / N, float64):
+    the default coordinates of every grid fit and of the evaluation protocol."""
+    return [np.arange(int(n), dtype=np.float64) / int(n) for n in shape]
 
 
 __all__ = [
@@ -374,5 +385,7 @@ __all__ = [
     "load_frames",
     "load_file",
     "psnr",
+    "psnr_of_mse",
+    "grid_coords",
     "to_unit_float",
 ]

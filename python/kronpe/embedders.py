@@ -35,7 +35,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import _arrays, _core, _formulas, _validate
+from . import _core, _formulas
+from ._adapters import arrays as _arrays, validate as _validate
 
 __all__ = [
     "Embedder",
@@ -151,7 +152,7 @@ class Embedder:
         input, a CuPy array for CuPy input; CuPy arrays and CUDA tensors are embedded on their GPU.
         """
         if _arrays.is_device(x):
-            from . import _cuda
+            from ._adapters import cuda as _cuda
 
             return _cuda.embed(self, x, out)
         xn = _arrays.to_numpy(x, "x")

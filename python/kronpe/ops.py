@@ -24,7 +24,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _arrays, _core
+from . import _core
+from ._adapters import arrays as _arrays
 
 __all__ = ["mode_product", "multi_mode_product"]
 
@@ -133,7 +134,7 @@ def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], 
 
 def _device_chain(T: Any, matrices: List[Any], modes, order: str, template: Any):
     """The chain on the GPU holding ``template`` (host operands are uploaded there)."""
-    from . import _cuda
+    from ._adapters import cuda as _cuda
 
     if not _arrays.is_device(T):
         T = _arrays.device_from_host(_as_float("T", T), template)

@@ -213,8 +213,8 @@ class ComplexEncoding(nn.Module):
         K = tuple(int(e.K) for e in embedders)
         self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
         self.normalize = bool(normalize)
-        from ..blending import _grid_nodes
-        from ..points import _default_grid
+        from ..solvers.blending import _grid_nodes
+        from ..solvers.points import _default_grid
 
         #: the virtual grid's node coordinates per axis (default: fit_points' grid, K_base + 1
         #: nodes per axis over [0, 1], i.e. one node per centre spacing)
@@ -263,7 +263,7 @@ class ComplexEncoding(nn.Module):
 
     def plan(self, points: torch.Tensor) -> BlendPlan:
         """The blending matrix of ``points`` (P, D) in [0, 1] (computed by kronpe, in NumPy)."""
-        from ..blending import BlendingMatrix
+        from ..solvers.blending import BlendingMatrix
 
         B = BlendingMatrix(_points_numpy(points, self.ndim), list(self.grid_coords), self.embedders,
                            normalize=self.normalize)

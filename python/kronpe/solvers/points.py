@@ -52,10 +52,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _validate
-from . import _arrays
-from ._arrays import to_numpy
-from .ops import multi_mode_product
+from .._adapters import arrays as _arrays, validate as _validate
+from .._adapters.arrays import to_numpy
+from ..ops import multi_mode_product
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
 
 __all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
@@ -179,7 +178,7 @@ def _ridge_arg(ridge) -> Optional[float]:
 
 def auto_embedders(points: np.ndarray) -> List[Any]:
     """Gaussian embedders for points (P, D) by the rule in the module docstring."""
-    from .embedders import Gaussian
+    from ..embedders import Gaussian
 
     P, D = points.shape
     if P == 0:

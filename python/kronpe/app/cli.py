@@ -1,4 +1,4 @@
-"""The ``kronpe`` command: fit | demo | analyze | bench."""
+"""The ``kronpe`` command: fit | demo | analyze."""
 from __future__ import annotations
 
 import argparse
@@ -57,15 +57,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 1
     if args.command == "analyze":
-        from .analysis import run_analyze
+        from .analyze import run_analyze
 
         return run_analyze(out=args.out, progress=not args.no_progress)
     if args.command == "fit":
-        from .app import run_fit
+        from .fit_cmd import run_fit
 
         return run_fit(args)
     if args.command == "demo":
-        from .app import run_demo
+        from .demo import run_demo
 
         return run_demo(args)
     parser.error(f"unknown command {args.command}")

@@ -48,8 +48,9 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _arrays, _core, _validate
-from ._arrays import like, to_numpy
+from .. import _core
+from .._adapters import arrays as _arrays, validate as _validate
+from .._adapters.arrays import like, to_numpy
 
 # Weight kinds of the compiled kernels (csrc/include/kronpe/blend.h, enum Kernel).
 LINEAR, GAUSSIAN, BSPLINE3, TRI, TRI_SQ = 0, 1, 2, 3, 4
@@ -97,7 +98,7 @@ def _kernel_distance(kind: int, param: float, delta: np.ndarray) -> np.ndarray:
 
 
 def _has_own_distance(emb) -> bool:
-    from .embedders import Embedder
+    from ..embedders import Embedder
 
     own = getattr(type(emb), "distance", None)
     return own is not None and own is not getattr(Embedder, "distance", None)
@@ -550,7 +551,7 @@ class BlendingMatrix:
     def _device_values(self, name: str, x, rows: int, what: str, grid_shaped: bool):
         """(rows, C) view of a device vector/matrix (grid-shaped input flattened), its trailing
         shape and dtype."""
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         gs = self.grid_shape
         if grid_shaped and len(gs) > 1 and tuple(x.shape[: len(gs)]) == gs and x.ndim in (len(gs), len(gs) + 1):
@@ -563,7 +564,7 @@ class BlendingMatrix:
         return x.reshape(rows, trailing[0] if trailing else 1), trailing, dt
 
     def _device_out(self, name: str, out, like, shape: tuple, dtype: str):
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         if out is None:
             return _arrays.device_empty(like, shape, dtype)
@@ -576,7 +577,7 @@ class BlendingMatrix:
         return out
 
     def _matvec_device(self, v, out):
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         v2, trailing, dt = self._device_values("v", v, self.grid_size, "one per grid node", True)
         P = self.points.shape[0]
@@ -587,7 +588,7 @@ class BlendingMatrix:
         return res
 
     def _rmatvec_device(self, r, out):
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         P = self.points.shape[0]
         r2, trailing, dt = self._device_values("r", r, P, "one per point", False)
