@@ -98,9 +98,7 @@ def multi_mode_product(
     template = T
     t = _as_float("T", T)
     mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
-    if t.ndim < 1:
-        raise ValueError(f"T must have at least one axis, got a {t.ndim}-D array")
-    mode_tuple = _mode_list(modes, len(mats), t.ndim)
+    mode_tuple = _check_chain(t.shape, [a.shape for a in mats], modes)
     dt = t.dtype
     if dt.char not in "fd" or any(a.dtype != dt for a in mats):
         # float32 only when everything is float32; any other mix computes in float64
@@ -108,14 +106,20 @@ def multi_mode_product(
         dt = _F32 if all32 else _F64
         t = t.astype(dt, copy=False)
         mats = [a.astype(dt, copy=False) for a in mats]
-    # shapes, strides and the matrices' columns are checked in C++ (errors name the argument)
-    out = _core.multi_mode_product_arrays(t, mats, mode_tuple, order == "K")
+    out_shape = list(t.shape)
+    for a, k in zip(mats, mode_tuple):
+        out_shape[k] = a.shape[0]
+    buf = np.empty(out_shape, dt)
+    axes = _core.multi_mode_product(_arrays.describe(t, "T"),
+                                    [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)],
+                                    list(mode_tuple), _arrays.describe(buf, "out"), order == "K")
+    out = _arrays.logical_view(buf, out_shape, axes)
     return out if template is t else _arrays.like(out, template)
 
 
 def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
-    """The mode tuple of a valid chain (ValueError naming the argument otherwise); the device
-    path checks in Python before allocating on the GPU."""
+    """The mode tuple of a valid chain (ValueError naming the argument otherwise), checked
+    before the result is allocated."""
     shape = tuple(int(n) for n in shape)
     if len(shape) < 1:
         raise ValueError(f"T must have at least one axis, got a {len(shape)}-D array")
