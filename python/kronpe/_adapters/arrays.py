@@ -112,8 +112,9 @@ def describe(x: Any, name: str = "array") -> Array:
         strides = tuple(s // item for s in x.strides)
     if dt not in _KERNEL_DTYPES:
         raise ValueError(f"{name} must be float32 or float64, got {dt}")
-    device, stream = (device_index(x), current_stream(x)) if is_device(x) else (-1, 0)
-    return Array(int(address), tuple(x.shape), strides, dt, device, stream)
+    if k == "numpy" or (k == "torch" and x.device.type == "cpu"):
+        return Array(int(address), tuple(x.shape), strides, dt, -1, 0)
+    return Array(int(address), tuple(x.shape), strides, dt, device_index(x), current_stream(x))
 
 
 # ---- device arrays (CuPy, CUDA torch) ------------------------------------------------------------
