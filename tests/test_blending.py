@@ -370,19 +370,21 @@ def test_outside_rules(rng):
         (dict(points=np.zeros(5)), r"points must have shape \(P, D\)"),
         (dict(points=np.zeros((3, 3))), r"grid must have one entry per axis"),
         (dict(points=np.array([["a", "b"]])), "points must hold real numbers"),
-        (dict(grid=(1, 4)), r"grid\[0\] must be at least 2 nodes"),
+        (dict(grid=(1, 4)), r"grid\[0\] must be an integer >= 2"),
         (dict(grid=[np.array([0.0, 0.5, 0.4, 1.0]), 4]), r"grid\[0\] must be strictly increasing"),
         (dict(grid=[np.array([0.0, 1.5]), 4]), r"grid\[0\] must lie in \[0, 1\]"),
         (dict(grid="abc"), "grid must be a shape"),
         (dict(outside="wrap"), "outside must be"),
-        (dict(threads=0), "threads must be a positive integer"),
+        (dict(threads=0), r"threads must be an integer in \[1, 1024\]"),
         (dict(embedders=[None]), "embedders must have one entry per axis"),
     ],
 )
 def test_bad_arguments(kwargs, match):
     args = dict(points=np.array([[0.2, 0.3]]), grid=(4, 4), embedders=None)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
+    # a wrong type (strings here) is a TypeError, a wrong value a ValueError (issue 10)
+    kind = TypeError if "real numbers" in match or "grid must be a shape" in match else ValueError
+    with pytest.raises(kind, match=match):
         BlendingMatrix(**args)
 
 
@@ -392,7 +394,7 @@ def test_bad_products(rng):
         B @ np.ones(15)
     with pytest.raises(ValueError, match="r must have 10 rows"):
         B.T @ np.ones(11)
-    with pytest.raises(ValueError, match="v must hold real numbers"):
+    with pytest.raises(TypeError, match="v must hold real numbers"):  # a wrong type (issue 10)
         B @ np.array(["x"] * 16)
     with pytest.raises(ValueError, match="out must be"):
         B.matvec(np.ones(16), out=np.empty(10, np.float32))
@@ -426,12 +428,14 @@ def test_torch_in_torch_out(rng):
 
 
 def test_threads_beyond_the_cap_are_refused(rng):
-    # issue 10: threads=100000 used to crash the OpenMP runtime; the kernels refuse it.
+    # issue 10: threads=100000 used to crash the OpenMP runtime; Python and the kernels refuse it.
     pts = rng.random((50, 2))
-    with pytest.raises(ValueError, match="threads must be between 1 and"):
-        B = BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1), threads=100000)
-        B.matvec(np.ones(64))
-        B.rmatvec(np.ones(50))
+    with pytest.raises(ValueError, match="threads must be"):
+        BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1), threads=100000)
+    B = BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1))
+    with pytest.raises(ValueError, match="threads must be between 1 and 1024"):
+        _core.blend_fly(B._axes, True, _arrays.describe(B.points), _arrays.describe(np.ones((64, 1))),
+                        _arrays.describe(np.empty((50, 1))), 100000)
 
 
 def test_subclass_declares_its_kernel(rng):

@@ -89,17 +89,21 @@ def test_demo_quick(tmp_path, capsys):
         (["fit", "--sample", "camera", "--size", "16", "--crop", "--peak", "-1"], "peak"),
     ],
 )
-def test_fit_bad_input(argv, match, tmp_path):
-    with pytest.raises(ValueError, match=match):
-        main(argv + ["--out", str(tmp_path)])
+def test_fit_bad_input(argv, match, tmp_path, capsys):
+    # a user error: one line "kronpe: error: ..." and exit 2, no traceback (issue 10)
+    assert main(argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kronpe: error: ") and re.search(match, err), err
 
 
-def test_fit_bad_files(tmp_path):
-    with pytest.raises(ValueError, match="path does not exist"):
-        main(["fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)])
+def test_fit_bad_files(tmp_path, capsys):
+    assert main(["fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)]) == 2
+    assert "kronpe: error: path does not exist" in capsys.readouterr().err
     np.save(tmp_path / "a.npy", np.zeros((4, 4)))
-    with pytest.raises(ValueError, match="--size and --crop apply to --sample only"):
-        main(["fit", str(tmp_path / "a.npy"), "--size", "4", "--out", str(tmp_path)])
+    assert main(["fit", str(tmp_path / "a.npy"), "--size", "4", "--out", str(tmp_path)]) == 2
+    assert "--size and --crop apply to --sample only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="path does not exist"):  # --debug: the exception itself
+        main(["--debug", "fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)])
 
 
 def test_protocol_helpers():

@@ -153,11 +153,10 @@ def stable_rank(A) -> float:
     -------
     float, between 1 and min(N, K).
     """
-    A = np.asarray(A)
+    A = _validate.real_array("A", A)
     if A.ndim != 2:
         raise ValueError(f"A must be a 2-D array, got shape {A.shape}")
-    if A.dtype.kind not in "biuf":
-        raise ValueError(f"A must hold real numbers, got dtype {A.dtype}")
+    _validate.check_array_budget("A", A.shape, 16, "pass a smaller A")
     A = np.asarray(A, dtype=np.float64)
     _validate.finite("A", A)
     fro = float(np.sum(A * A))
@@ -176,8 +175,10 @@ def embedded_distance(embedder: Embedder, x1, x2) -> np.ndarray:
 
     ``x1`` and ``x2`` are coordinates in [0, 1] of broadcastable shapes (scalars or 1-D).
     """
-    a = np.asarray(x1, dtype=np.float64)
-    b = np.asarray(x2, dtype=np.float64)
+    if not isinstance(embedder, Embedder):
+        raise TypeError(f"embedder must be a kronpe Embedder, got {_validate.describe(embedder)}")
+    a = _validate.real_array("x1", x1).astype(np.float64, copy=False)
+    b = _validate.real_array("x2", x2).astype(np.float64, copy=False)
     if a.ndim > 1 or b.ndim > 1:
         raise ValueError(f"x1 and x2 must be scalars or 1-D arrays, got shapes {a.shape} and {b.shape}")
     try:

@@ -85,7 +85,7 @@ def to_unit_float(img: np.ndarray, name: str = "image") -> np.ndarray:
     Integer images are divided by the largest value of their type (uint8: 255, uint16: 65535),
     booleans become 0/1, float images must already lie in [0, 1].
     """
-    arr = np.asarray(img)
+    arr = _validate.real_array(name, img)
     if arr.ndim == 3 and arr.shape[2] in (1, 2, 4):
         arr = arr[..., 0] if arr.shape[2] in (1, 2) else arr[..., :3]  # gray(+alpha) / RGBA
     if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] != 3):
@@ -131,7 +131,9 @@ def _square(img: np.ndarray, size: int, crop: bool, name: str) -> np.ndarray:
 
 
 def _sample_name(name) -> str:
-    if not isinstance(name, str) or name not in _SAMPLES:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be one of {', '.join(SAMPLES)}; got {_validate.describe(name)}")
+    if name not in _SAMPLES:
         raise ValueError(f"name must be one of {', '.join(SAMPLES)}; got {name!r}")
     return name
 
@@ -159,6 +161,7 @@ def load_sample(name: str, size: Optional[int] = None, crop: bool = False) -> np
     name = _sample_name(name)
     if size is not None:
         size = _validate.positive_int("size", size)
+        _validate.check_array_budget("size", (size, size, 3, 4), 8, "a size x size image: use a smaller size")
     elif crop:
         raise ValueError("crop=True needs size (the side of the central window)")
     raw = getattr(skimage.data, _SAMPLES[name][0])()
@@ -213,6 +216,8 @@ def load_video(
     size = _validate.positive_int("size", size)
     pan = _validate.nonnegative_float("pan", pan)
     zoom = _validate.nonnegative_float("zoom", zoom)
+    _validate.check_array_budget("frames and size", (frames, size, size, 3, 2), 4,
+                                 "the video: use fewer frames or a smaller size")
     if zoom >= 0.7:
         raise ValueError(f"zoom must lie in [0, 0.7), got {zoom}")
     img = load_sample(name)
@@ -248,7 +253,7 @@ def load_video(
 
 def _existing(name: str, path) -> Path:
     if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"{name} must be a file path, got {type(path).__name__}")
+        raise TypeError(f"{name} must be a file path, got {_validate.describe(path)}")
     p = Path(path)
     if not p.exists():
         raise ValueError(f"{name} does not exist: {str(p)!r}")
@@ -345,15 +350,14 @@ def psnr(a, b, peak: float = 1.0) -> float:
         The largest possible value (1 for images in [0, 1]).
     """
     peak = _validate.positive_float("peak", peak)
-    a = _arrays.to_host(a, "a")
-    b = _arrays.to_host(b, "b")
+    a = _arrays.to_host(a, "a") if _arrays.is_device(a) else _validate.real_array("a", a)
+    b = _arrays.to_host(b, "b") if _arrays.is_device(b) else _validate.real_array("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
     if a.size == 0:
         raise ValueError("a and b must not be empty")
     for nm, arr in (("a", a), ("b", b)):
-        if arr.dtype.kind not in "biuf":
-            raise ValueError(f"{nm} must hold real numbers, got dtype {arr.dtype}")
+        _validate.real_dtype(nm, arr.dtype)
         _validate.finite(nm, arr)
     diff = a.astype(np.float64) - b.astype(np.float64)
     return psnr_of_mse(float(np.mean(diff * diff)), peak)

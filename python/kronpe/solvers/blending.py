@@ -57,7 +57,6 @@ LINEAR, GAUSSIAN, BSPLINE3, TRI, TRI_SQ = 0, 1, 2, 3, 4
 SINGULAR_RCOND = 1e-8  # kronpe::blend::kSingularRcond
 TINY_SUM = 1e-12  # kronpe::blend::kTinySum
 MAX_DIMS = 20  # kronpe::blend::kMaxDims
-MAX_THREADS = 1024  # kronpe::kMaxThreads
 _SAMPLED_CHUNK = 1 << 14  # points per chunk when the weights come from sampled encodings
 
 GridSpec = Union[int, Sequence[Union[int, Sequence[float], np.ndarray]]]
@@ -210,19 +209,20 @@ def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
     if isinstance(grid, np.ndarray) and grid.ndim == 1 and grid.dtype.kind in "iu":
         grid = [int(g) for g in grid]
     if not isinstance(grid, (list, tuple)):
-        raise ValueError(
+        raise TypeError(
             f"grid must be a shape (nodes per axis) or a list of per-axis node coordinates, got {type(grid).__name__}"
         )
     if D is not None and len(grid) != D:
         raise ValueError(f"grid must have one entry per axis ({D}), got {len(grid)}")
     nodes = []
     for i, g in enumerate(grid):
-        if isinstance(g, numbers.Integral) and not isinstance(g, bool):
-            if g < 2:
-                raise ValueError(f"grid[{i}] must be at least 2 nodes, got {g}")
-            nodes.append(np.linspace(0.0, 1.0, int(g)))
+        if isinstance(g, numbers.Number) or g is None or isinstance(g, (str, bytes)):
+            n = _validate.integer(f"grid[{i}]", g, low=2)
+            _validate.check_array_budget(f"grid[{i}]", (n,), 8, "use fewer grid nodes (by default a fit's "
+                                         "grid has K + 1 nodes per axis: a smaller embedder K gives fewer)")
+            nodes.append(np.linspace(0.0, 1.0, n))
             continue
-        arr = _validate.coords_1d(f"grid[{i}]", to_numpy(g, f"grid[{i}]"), dtype=np.float64)
+        arr = _validate.coords_1d(f"grid[{i}]", g, dtype=np.float64)
         if arr.size < 2:
             raise ValueError(f"grid[{i}] must hold at least 2 node coordinates, got {arr.size}")
         if np.any(np.diff(arr) <= 0):
@@ -230,7 +230,15 @@ def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
         nodes.append(np.ascontiguousarray(arr))
     if not nodes or len(nodes) > MAX_DIMS:
         raise ValueError(f"grid must have between 1 and {MAX_DIMS} axes, got {len(nodes)}")
+    _validate.size_product("grid", [n.size for n in nodes])
     return nodes
+
+
+def _embedder(name: str, e):
+    """An embedder (an object with ``K`` that embeds coordinates) or None."""
+    if e is not None and (isinstance(e, type) or not callable(e) or not hasattr(e, "K")):
+        raise TypeError(f"{name} must be a kronpe embedder (or None), got {_validate.describe(e)}")
+    return e
 
 
 def _embedders(embedders, D: int) -> List[Any]:
@@ -239,17 +247,16 @@ def _embedders(embedders, D: int) -> List[Any]:
     if isinstance(embedders, (list, tuple)):
         if len(embedders) != D:
             raise ValueError(f"embedders must have one entry per axis ({D}), got {len(embedders)}")
-        return list(embedders)
-    return [embedders] * D  # one embedder for every axis
+        return [_embedder(f"embedders[{i}]", e) for i, e in enumerate(embedders)]
+    return [_embedder("embedders", embedders)] * D  # one embedder for every axis
 
 
 def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = None,
                     name: str = "points") -> np.ndarray:
     """A (P, D) float32/float64 array of finite coordinates; inside the grid's range unless
     ``outside="clamp"`` (then clamped, as a copy). Strides are kept when possible."""
-    if outside not in ("error", "clamp"):
-        raise ValueError(f'outside must be "error" or "clamp", got {outside!r}')
-    pts = to_numpy(points, name)
+    _validate.choice("outside", outside, ("error", "clamp"))
+    pts = _validate.real_array(name, points)
     if pts.ndim != 2:
         raise ValueError(f"{name} must have shape (P, D), got {pts.shape}")
     dt = _validate.float_dtype(name, pts)
@@ -261,7 +268,8 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
         raise ValueError(f"{name} must have shape (P, {len(nodes)}) for a {len(nodes)}-D grid, got {pts.shape}")
     lo = np.array([n[0] for n in nodes])
     hi = np.array([n[-1] for n in nodes])
-    pmin, pmax = pts.min(axis=0).astype(np.float64), pts.max(axis=0).astype(np.float64)
+    small = _validate.compact(pts)
+    pmin, pmax = small.min(axis=0).astype(np.float64), small.max(axis=0).astype(np.float64)
     # float32 points may round a boundary node outwards by an ulp: that much is tolerated (the
     # kernels clamp it), anything further is outside
     slack = 4 * float(np.finfo(np.float32).eps) * np.maximum(np.abs(lo), np.abs(hi)) if dt == np.float32 else 0.0
@@ -276,14 +284,16 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
             )
         return pts
     if out.any():
+        _validate.check_array_budget(name, pts.shape, pts.itemsize, f"pass fewer {name}")
         pts = np.clip(pts, lo.astype(dt), hi.astype(dt))
     return pts
 
 
 def _values_2d(name: str, x, rows: int, what: str) -> Tuple[np.ndarray, tuple]:
     """(rows, C) float32/float64 view of a vector/matrix argument, and the trailing shape."""
-    arr = to_numpy(x, name)
+    arr = _validate.real_array(name, x)
     dt = _validate.float_dtype(name, arr)
+    _validate.check_array_budget(name, arr.shape, dt.itemsize, f"pass a smaller {name}")
     arr = arr.astype(dt, copy=False)
     if arr.ndim == 0 or arr.shape[0] != rows:
         raise ValueError(f"{name} must have {rows} rows ({what}), got shape {arr.shape}")
@@ -295,12 +305,7 @@ def _values_2d(name: str, x, rows: int, what: str) -> Tuple[np.ndarray, tuple]:
 
 
 def _threads(threads: Optional[int]) -> int:
-    if threads is None:
-        return 0
-    threads = _validate.positive_int("threads", threads)
-    if threads > MAX_THREADS:
-        raise ValueError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
-    return threads
+    return _validate.threads("threads", threads)
 
 
 # ---- the matrix ------------------------------------------------------------------------------------
@@ -338,12 +343,17 @@ class BlendingMatrix:
     def __init__(self, points, grid: GridSpec, embedders=None, normalize: bool = True,
                  outside: str = "error", threads: Optional[int] = None):
         on_device = _arrays.is_device(points)
-        pts_in = _arrays.to_host(points, "points") if on_device else to_numpy(points, "points")
+        pts_in = _arrays.to_host(points, "points") if on_device else _validate.real_array("points", points)
         D = pts_in.shape[1] if pts_in.ndim == 2 else None
         if D == 0:
             raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
         self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, D))
-        self.points = validate_points(pts_in, outside, list(self.grid_coords))
+        pts = validate_points(pts_in, outside, list(self.grid_coords))
+        unchanged = pts is pts_in
+        # a private read-only copy: later edits of the caller's array change nothing here
+        _validate.check_array_budget("points", pts.shape, pts.itemsize, "pass fewer points")
+        self.points = np.array(pts, order="C", copy=True)
+        self.points.flags.writeable = False
         self.normalize = bool(normalize)
         self.outside = outside
         self.threads = _threads(threads)
@@ -368,7 +378,7 @@ class BlendingMatrix:
         self._plan: Optional[Tuple[np.ndarray, np.ndarray]] = None
         # per (array kind, CUDA device): device copies of the points / stored weights, the plan
         self._device: dict = {}
-        if on_device and self.points is pts_in:  # validated as they were: keep the device array
+        if on_device and unchanged:  # validated as they were: keep the device array
             self._device[(_arrays.kind(points), _arrays.device_index(points))] = {"points": points}
         if not self.on_the_fly:
             self._indices, self._weights = self._compute_stored()
@@ -482,14 +492,15 @@ class BlendingMatrix:
         """
         if _arrays.is_device(v):
             return self._matvec_device(v, out)
-        arr = to_numpy(v, "v")
+        arr = _validate.real_array("v", v)
         if arr.shape[: len(self.grid_shape)] == self.grid_shape and arr.ndim in (len(self.grid_shape), len(self.grid_shape) + 1) and len(self.grid_shape) > 1:
             arr = arr.reshape((self.grid_size,) + arr.shape[len(self.grid_shape):])
         if arr.ndim > 2:
             raise ValueError(f"v must have shape (G,), (G, C) or the grid's shape {self.grid_shape} (+ channels), got {arr.shape}")
         v2, trailing = _values_2d("v", arr, self.grid_size, "one per grid node")
         P = self.points.shape[0]
-        res = self._out("out", out, (P,) + trailing, v2.dtype)
+        res = self._out("out", out, (P,) + trailing, v2.dtype, "points")
+        v2 = _validate.separate(res, v2)
         r2 = res.reshape(P, v2.shape[1])
         if P and v2.shape[1]:
             if self.on_the_fly:
@@ -512,11 +523,12 @@ class BlendingMatrix:
         if _arrays.is_device(r):
             return self._rmatvec_device(r, out)
         P = self.points.shape[0]
-        arr = to_numpy(r, "r")
+        arr = _validate.real_array("r", r)
         if arr.ndim > 2:
             raise ValueError(f"r must have shape (P,) or (P, C), got {arr.shape}")
         r2, trailing = _values_2d("r", arr, P, "one per point")
-        res = self._out("out", out, (self.grid_size,) + trailing, r2.dtype)
+        res = self._out("out", out, (self.grid_size,) + trailing, r2.dtype, "grid")
+        r2 = _validate.separate(res, r2)
         g2 = res.reshape(self.grid_size, r2.shape[1])
         if P == 0 or r2.shape[1] == 0:
             g2[...] = 0
@@ -611,10 +623,16 @@ class BlendingMatrix:
         return res
 
     @staticmethod
-    def _out(name: str, out, shape: tuple, dtype) -> np.ndarray:
+    def _out(name: str, out, shape: tuple, dtype, blame: str) -> np.ndarray:
+        """``out`` checked, or a new result array (``blame``: the argument that sets its size)."""
         if out is None:
+            _validate.check_array_budget(blame, shape, np.dtype(dtype).itemsize,
+                                         f"the result has shape {shape}: use a smaller {blame}")
             return np.empty(shape, dtype=dtype)
-        if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{name} must be a NumPy array of shape {shape} and dtype {np.dtype(dtype)}, "
+                            f"got {_validate.describe(out)}")
+        if out.shape != shape or out.dtype != dtype:
             got = (getattr(out, "shape", None), getattr(out, "dtype", None))
             raise ValueError(f"{name} must be a NumPy array of shape {shape} and dtype {np.dtype(dtype)}, got {got}")
         if not (out.flags.writeable and out.flags.c_contiguous):

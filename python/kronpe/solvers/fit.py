@@ -43,6 +43,8 @@ axes are channels of one signal (one shared ridge). ``fit_grid`` fits one signal
 """
 from __future__ import annotations
 
+import math
+
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -117,12 +119,15 @@ class GridModel:
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} arrays (one per grid axis), got {len(coords)}")
         dt = self.weights.dtype
+        template = coords[0] if coords else None
+        coords = [_validate.coords_1d(f"coords[{i}]", c, np.float64) for i, c in enumerate(coords)]
+        _validate.check_array_budget("coords", [c.size for c in coords] + list(self.channels), 2 * dt.itemsize,
+                                     "the predicted grid: pass fewer coordinates per axis")
         phis = []
         for i, (c, e) in enumerate(zip(coords, self.embedders)):
-            c = _validate.coords_1d(f"coords[{i}]", _arrays.to_numpy(c, f"coords[{i}]"), np.float64)
             phis.append(np.asarray(e(c), dtype=np.float64).astype(dt, copy=False))
         # torch coordinates give a torch tensor back (NumPy in, NumPy out)
-        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), coords[0] if coords else None)
+        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), template)
 
     def predict(self, points, chunk: int = 1 << 22) -> np.ndarray:
         """Values at scattered points, without any Kronecker product.
@@ -139,15 +144,15 @@ class GridModel:
         -------
         np.ndarray, shape (P, *channels)
         """
-        pts = np.asarray(_arrays.to_numpy(points, "points"))
+        pts = _validate.real_array("points", points)
         D = self.ndim
         if pts.ndim != 2 or pts.shape[1] != D:
             raise ValueError(f"points must have shape (P, {D}), got {pts.shape}")
-        if pts.dtype.kind not in "biuf":
-            raise ValueError(f"points must hold real numbers, got dtype {pts.dtype}")
+        _validate.check_array_budget("points", (pts.shape[0], D + max(1, math.prod(self.channels))), 8,
+                                     "predict fewer points at once")
         pts = pts.astype(np.float64)
         _validate.finite("points", pts)
-        if pts.size and (pts.min() < 0 or pts.max() > 1):
+        if pts.size and (pts.min() < 0 or pts.max() > 1):  # noqa: SIM102
             raise ValueError(f"points must lie in [0, 1], got values in [{pts.min():g}, {pts.max():g}]")
         W = self.weights
         dt = W.dtype
@@ -205,7 +210,7 @@ class GridPlan:
             raise ValueError("coords must hold at least one axis")
         shape = []
         for i, c in enumerate(coords):
-            a = np.asarray(_arrays.to_numpy(c, f"coords[{i}]"))
+            a = _validate.real_array(f"coords[{i}]", c)
             if a.ndim != 1:
                 raise ValueError(f"coords[{i}] must be a 1-D array, got shape {a.shape}")
             if a.shape[0] == 0:
@@ -431,9 +436,9 @@ def fit_grid(
     -------
     GridModel
     """
-    s = _arrays.to_numpy(signal, "signal")
-    if width not in (None, "gcv"):
-        raise ValueError(f'width must be None or "gcv", got {width!r}')
+    s = _validate.real_array("signal", signal)
+    if width is not None:
+        _validate.choice("width", width, ("gcv",))
     D = _grid_ndim(tuple(np.shape(s)), ndim, embedders, coords)
     if np.ndim(s) < D:
         raise ValueError(f"signal must have at least {D} axes, got shape {np.shape(s)}")

@@ -22,23 +22,14 @@ Ridge = Union[float, str]
 
 
 def _ridge_arg(ridge) -> Ridge:
-    if isinstance(ridge, str):
-        if ridge != "gcv":
-            raise ValueError(f'ridge must be a non-negative number or "gcv", got {ridge!r}')
-        return ridge
-    return _validate.nonnegative_float("ridge", ridge)
+    return _validate.nonnegative_or_choice("ridge", ridge, ("gcv",))
 
 
 def _coords_list(coords) -> list:
     """coords as a list of per-axis arrays (a single 1-D array is one axis)."""
-    if coords is None:
-        raise ValueError("coords must be a list of D 1-D arrays of coordinates in [0, 1], got None")
     if isinstance(coords, np.ndarray) and coords.ndim == 1:
         return [coords]
-    try:
-        return list(coords)
-    except TypeError:
-        raise ValueError(f"coords must be a list of 1-D arrays, got {type(coords).__name__}") from None
+    return _validate.sequence("coords", coords, "D 1-D arrays of coordinates in [0, 1]")
 
 
 def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
@@ -50,7 +41,7 @@ def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
         raise ValueError(f"coords must hold {len(shape)} arrays (one per grid axis), got {len(coords)}")
     out = []
     for i, (c, n) in enumerate(zip(coords, shape)):
-        c = _validate.coords_1d(f"coords[{i}]", _arrays.to_numpy(c, f"coords[{i}]"), np.float64)
+        c = _validate.coords_1d(f"coords[{i}]", c, np.float64)
         if c.shape[0] != n:
             raise ValueError(f"coords[{i}] must hold {n} coordinates (signal axis {i}), got {c.shape[0]}")
         out.append(c)
@@ -60,22 +51,17 @@ def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
 def _embedders_arg(embedders, ndim: int) -> List[Embedder]:
     if isinstance(embedders, Embedder):
         return [embedders] * ndim
-    try:
-        embs = list(embedders)
-    except TypeError:
-        raise ValueError(f"embedders must be a list of Embedder, got {type(embedders).__name__}") from None
-    if len(embs) != ndim:
-        raise ValueError(f"embedders must hold {ndim} embedders (one per grid axis), got {len(embs)}")
+    embs = _validate.sequence("embedders", embedders, "kronpe embedders")
     for i, e in enumerate(embs):
         if not isinstance(e, Embedder):
-            raise ValueError(f"embedders[{i}] must be a kronpe Embedder, got {type(e).__name__}")
+            raise TypeError(f"embedders[{i}] must be a kronpe Embedder, got {_validate.describe(e)}")
+    if len(embs) != ndim:
+        raise ValueError(f"embedders must hold {ndim} embedders (one per grid axis), got {len(embs)}")
     return embs
 
 
 def _signal_arg(signal, shape: Sequence[int]) -> np.ndarray:
-    s = _arrays.to_numpy(signal, "signal")
-    if s.dtype.kind not in "biuf":
-        raise ValueError(f"signal must hold real numbers, got dtype {s.dtype}")
+    s = _validate.real_array("signal", signal)
     D = len(shape)
     if s.ndim < D:
         raise ValueError(f"signal must have at least {D} axes (N_1..N_{D}, *channels), got shape {s.shape}")
@@ -87,6 +73,8 @@ def _signal_arg(signal, shape: Sequence[int]) -> np.ndarray:
     if s.size == 0:
         raise ValueError(f"signal is empty (shape {s.shape}): every axis needs at least one value")
     dt = np.float32 if s.dtype == np.float32 else np.float64
+    _validate.check_array_budget("signal", s.shape, 3 * np.dtype(dt).itemsize,
+                                 "the signal and the fit's work arrays: fit a smaller signal")
     s = s.astype(dt, copy=False)
     _validate.finite("signal", s)
     return s
@@ -135,6 +123,10 @@ class _Axis:
             hit = _FACTORS.get(key)
         if hit is not None:
             return hit
+        rows = coords.shape[0] + 2 * pad
+        _validate.check_array_budget("embedders", (rows, int(embedder.K), 3), 8,
+                                     f"{rows} samples x K = {embedder.K} (the embedding and its SVD): "
+                                     "use a smaller K")
         phi = _embed_anywhere(embedder, _reflect_coords(coords, pad))  # (N + 2 pad, K)
         if not np.isfinite(phi).all():
             raise ValueError(f"embedder {embedder!r} gave non-finite values at the coordinates")
@@ -171,10 +163,7 @@ def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
             raise ValueError(f"ndim={D} but the signal has only {len(signal_shape)} axes")
         return D
     if embedders is not None and not isinstance(embedders, Embedder):
-        try:
-            return len(list(embedders))
-        except TypeError:
-            raise ValueError(f"embedders must be a list of Embedder, got {type(embedders).__name__}") from None
+        return len(_validate.sequence("embedders", embedders, "kronpe embedders"))
     if coords is not None:
         return len(_coords_list(coords))
     return _guess_ndim(signal_shape)
