@@ -91,25 +91,33 @@ def like(result: np.ndarray, template: Any):
 _KERNEL_DTYPES = ("float32", "float64", "int64")
 
 
+_NUMPY_NAMES = {np.dtype(n): n for n in _KERNEL_DTYPES}  # dtype.name is slow on hot paths
+
+
+def _element_strides(name: str, strides, item: int) -> Tuple[int, ...]:
+    if any(s % item for s in strides):
+        raise ValueError(f"{name} has strides {strides} that are not a multiple of its item size")
+    return tuple(s // item for s in strides)
+
+
 def describe(x: Any, name: str = "array") -> Array:
     """The :class:`Array` of a NumPy array, a torch tensor (CPU or CUDA) or a CuPy array of
     float32, float64 or int64 (indices). The caller keeps ``x`` alive while the core uses it."""
+    if type(x) is np.ndarray:  # the hot path: host arrays of the solvers
+        dt = _NUMPY_NAMES.get(x.dtype)
+        if dt is None:
+            raise ValueError(f"{name} must be float32 or float64, got {x.dtype}")
+        return Array(x.ctypes.data, x.shape, _element_strides(name, x.strides, x.itemsize), dt, -1, 0)
     k = kind(x)
     if k == "torch":
         dt = str(x.dtype)[6:]  # "torch.float32" -> "float32"
         strides = tuple(x.stride())
         address = x.data_ptr()
     else:
-        if k == "numpy":
-            x = np.asarray(x)
-            address = x.ctypes.data
-        else:
-            address = x.data.ptr
-        dt = x.dtype.name
-        item = x.dtype.itemsize
-        if any(s % item for s in x.strides):
-            raise ValueError(f"{name} has strides {x.strides} that are not a multiple of its item size")
-        strides = tuple(s // item for s in x.strides)
+        x = np.asarray(x) if k == "numpy" else x
+        address = x.ctypes.data if k == "numpy" else x.data.ptr
+        dt = np.dtype(x.dtype).name
+        strides = _element_strides(name, x.strides, np.dtype(x.dtype).itemsize)
     if dt not in _KERNEL_DTYPES:
         raise ValueError(f"{name} must be float32 or float64, got {dt}")
     if k == "numpy" or (k == "torch" and x.device.type == "cpu"):
