@@ -6,6 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 import kronpe
+from kronpe._adapters import arrays as _arrays
 from kronpe import _core, embedders, reference
 from kronpe.solvers import blending
 from kronpe import BlendingMatrix
@@ -50,12 +51,11 @@ KINDS = {
 
 
 def kernel_weights(points, nodes, kinds, normalize=True):
-    axes = [(n.ctypes.data, n.size, *k) for n, k in zip(nodes, kinds)]
+    axes = [(_arrays.describe(n), *k) for n, k in zip(nodes, kinds)]
     P, nc = points.shape[0], 1 << len(nodes)
     idx = np.empty((P, nc), np.int64)
     w = np.empty((P, nc))
-    _core.blend_weights(axes, normalize, points.dtype.name, blending._mat(points), blending._mat(idx),
-                        blending._mat(w), 0)
+    _core.blend_weights(axes, normalize, _arrays.describe(points), _arrays.describe(idx), _arrays.describe(w), 0)
     return idx, w
 
 
@@ -276,7 +276,10 @@ def test_linear_when_no_embedder(rng):
 
 
 class _OwnDistance(embedders.Gaussian):
-    """A Gaussian the kernels do not recognise (other class name): the "distance" rule."""
+    """A Gaussian that declares no closed form to the kernels: the "distance" rule."""
+
+    def blend_kernel(self):
+        return None
 
     def replace(self, **changes):  # pragma: no cover - unused
         return self
@@ -422,3 +425,29 @@ def test_torch_in_torch_out(rng):
     assert isinstance(out, torch.Tensor)
     np.testing.assert_allclose(out.numpy(), B.to_scipy() @ v.numpy(), rtol=1e-13)
     assert isinstance(B.T @ out, torch.Tensor)
+
+
+def test_threads_beyond_the_cap_are_refused(rng):
+    # issue 10: threads=100000 used to crash the OpenMP runtime; Python and the kernels refuse it.
+    pts = rng.random((50, 2))
+    with pytest.raises(ValueError, match="threads must be"):
+        BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1), threads=100000)
+    B = BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1))
+    with pytest.raises(ValueError, match="threads must be between 1 and 1024"):
+        _core.blend_fly(B._axes, True, _arrays.describe(B.points), _arrays.describe(np.ones((64, 1))),
+                        _arrays.describe(np.empty((50, 1))), 100000)
+
+
+def test_subclass_declares_its_kernel(rng):
+    # issue 10: a user's subclass is recognised by what it declares (Embedder.blend_kernel), not
+    # by its class name; a declaration that disagrees with its distance is not used.
+    class MyGaussian(embedders.Gaussian):
+        pass
+
+    class Wrong(embedders.Gaussian):
+        def blend_kernel(self):
+            return "tri", 1.0
+
+    pts = rng.random((40, 2))
+    assert BlendingMatrix(pts, (6, 5), MyGaussian(8, 0.09)).rules == ("kernel", "kernel")
+    assert BlendingMatrix(pts, (6, 5), Wrong(8, 0.09)).rules == ("distance", "distance")

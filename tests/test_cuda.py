@@ -149,15 +149,21 @@ def test_build_info_reports_cuda_consistently():
         assert c["cublas_error"]  # says why
 
 
+def _dev(shape, dtype="float32"):
+    """A descriptor of device memory at a bogus address (never dereferenced by these tests)."""
+    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return _arrays.Array(8, tuple(shape), strides, dtype, 0, 0)
+
+
 def test_cuda_entry_points_without_cuda_raise_clearly():
     if kronpe.cuda.is_built():
         pytest.skip("this module has the CUDA kernels")
     with pytest.raises(RuntimeError, match="built without CUDA"):
-        _core.cuda_embed_basis((0, 0, 0, 0), "float32", "gaussian", 1, 8, 1, 8, 1, 1, 4, 0, 4.0, 0.1, 3, 0)
+        _core.cuda_embed_basis(_dev((8,)), _dev((8, 4)), "gaussian", 0, 4.0, 0.1, 3, 0)
     with pytest.raises(RuntimeError, match="built without CUDA"):
-        _core.cuda_multi_mode_product((0, 0, 0, 0), "float32", 8, [2, 2], [2, 1], [0], [8], [2, 2], [2, 1], 8, False)
+        _core.cuda_multi_mode_product(_dev((2, 2)), [_dev((2, 2))], [0], _dev((2, 2)), False)
     with pytest.raises(RuntimeError, match="built without CUDA"):
-        _core.cuda_blend_stored((0, 0, 0, 0), "float32", (8, 1, 1, 1, 1), (8, 1, 1, 1, 1), (8, 1, 1, 1, 1), (8, 1, 1, 1, 1))
+        _core.cuda_blend_stored(_dev((1, 1), "int64"), _dev((1, 1), "float64"), _dev((1, 1)), _dev((1, 1)))
     with pytest.raises(RuntimeError, match="built without CUDA"):
         _cuda.require("multi_mode_product")
     assert kronpe.cuda.info()["built"] is False
@@ -169,10 +175,12 @@ def test_cuda_entry_points_without_a_device_raise_cuda_errors():
     if not kronpe.cuda.is_built() or kronpe.cuda.device_count() > 0:
         pytest.skip("needs a CUDA build on a machine without a CUDA device")
     with pytest.raises(RuntimeError, match="kronpe CUDA: .*failed"):
-        _core.cuda_embed_basis((0, 0, 0, 0), "float32", "gaussian", 1, 8, 1, 8, 1, 1, 4, 0, 4.0, 0.1, 3, 0)
+        _core.cuda_embed_basis(_dev((8,)), _dev((8, 4)), "gaussian", 0, 4.0, 0.1, 3, 0)
     # argument errors are still ValueError, raised before touching the device
     with pytest.raises(ValueError, match="K must be positive"):
-        _core.cuda_embed_basis((0, 0, 0, 0), "float32", "gaussian", 1, 8, 1, 8, 1, 1, 0, 0, 4.0, 0.1, 3, 0)
+        _core.cuda_embed_basis(_dev((8,)), _dev((8, 0)), "gaussian", 0, 4.0, 0.1, 3, 0)
+    with pytest.raises(ValueError, match="host memory"):
+        _core.cuda_embed_basis(_dev((8,))._replace(device=-1), _dev((8, 4)), "gaussian", 0, 4.0, 0.1, 3, 0)
 
 
 def test_cublas_loads_without_a_device():

@@ -521,16 +521,26 @@ def test_bad_out_and_delta():
 
 def test_core_rejects_bad_arguments():
     from kronpe import _core
+    from kronpe._adapters.arrays import Array, describe
 
     x = np.zeros(1)
     out = np.zeros((1, 1))
+    xa, oa = describe(x), describe(out)
     with pytest.raises(ValueError, match="kind"):
-        _core.embed_basis("float64", "nope", 1, x.ctypes.data, 1, out.ctypes.data, 1, 1, 1, 0, 1.0, 1.0, 3, 0)
+        _core.embed_basis(xa, oa, "nope", 0, 1.0, 1.0, 3, 0)
     with pytest.raises(ValueError, match="positive"):
-        _core.embed_basis("float64", "gaussian", 1, x.ctypes.data, 1, out.ctypes.data, 1, 1, 1, 0, 1.0, -1.0, 3, 0)
+        _core.embed_basis(xa, oa, "gaussian", 0, 1.0, -1.0, 3, 0)
     with pytest.raises(ValueError, match="degree"):
-        _core.embed_basis("float64", "bspline", 1, x.ctypes.data, 1, out.ctypes.data, 1, 1, 1, 0, 1.0, 1.0, 9, 0)
-    with pytest.raises(ValueError, match="dtype"):
-        _core.embed_basis("int8", "gaussian", 1, x.ctypes.data, 1, out.ctypes.data, 1, 1, 1, 0, 1.0, 1.0, 3, 0)
+        _core.embed_basis(xa, oa, "bspline", 0, 1.0, 1.0, 9, 0)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _core.embed_basis(xa._replace(dtype="int8"), oa._replace(dtype="int8"), "gaussian", 0, 1.0, 1.0, 3, 0)
     with pytest.raises(ValueError, match="layout"):
-        _core.embed_fourier("float64", 1, x.ctypes.data, 1, out.ctypes.data, 1, 1, x.ctypes.data, 1, "x", False, 1.0)
+        _core.embed_fourier(xa, describe(np.zeros((1, 2))), xa, "x", False, 1.0)
+    # wrong Python types are TypeErrors, wrong values ValueErrors (issue 10)
+    with pytest.raises(TypeError):
+        _core.embed_basis("float64", oa, "gaussian", 0, 1.0, 1.0, 3, 0)
+    with pytest.raises(TypeError):
+        _core.embed_basis(xa, oa, "gaussian", "0", 1.0, 1.0, 3, 0)
+    with pytest.raises(ValueError, match="on cuda:0"):
+        _core.embed_basis(xa._replace(device=0), oa, "gaussian", 0, 1.0, 1.0, 3, 0)
+    assert isinstance(xa, Array) and xa.device == -1

@@ -217,3 +217,11 @@ def test_torch_in_torch_out():
 def test_bad_input(call, match, kind):
     with pytest.raises(kind, match=match):
         call()
+
+
+def test_planner_sizes_never_wrap():
+    # intermediates of 2^80 elements along one order: the planner takes the other order
+    plan = _core.mode_chain_plan([1, 2**40], [2**40, 1], [0, 1], [2**40, 1], 4, False)
+    assert plan.index("1:") < plan.index("0:")
+    with pytest.raises(ValueError, match="overflows 64-bit"):
+        _core.mode_chain_plan([2**32, 2**32], [2**32, 1], [0], [3], 4, False)

@@ -1,66 +1,61 @@
-// Argument conversions shared by the CPU and CUDA bindings of each kernel family: a matrix as
-// (address, rows, cols, row stride, col stride), a grid axis as (nodes address, M, kind, param),
-// embedder parameters, the matrices of a mode-product chain, and dtype dispatch.
+// Argument conversions shared by the CPU and CUDA bindings of each kernel family: a matrix view
+// of a 2-D descriptor, a grid axis as (nodes, kind, param), embedder parameters, the matrices of
+// a mode-product chain, and the CUDA context of a call.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "common.h"
 #include "kronpe/blend.h"
+#include "kronpe/cuda.h"
 #include "kronpe/embed.h"
 #include "kronpe/mode_product.h"
 
 namespace kronpe::bindings {
 
-using Mat = std::tuple<std::uintptr_t, index_t, index_t, index_t, index_t>;
-using AxisTuple = std::tuple<std::uintptr_t, index_t, int, double>;
+// A grid axis: (nodes, kind, param), nodes a 1-D float64 host array (blend::Kernel kinds).
+using Axis = std::tuple<Array, int, double>;
+using Axes = std::vector<Axis>;
+using OptArray = std::optional<Array>;
 
+// A (rows, cols) view of a 2-D array of T.
 template <typename T>
-blend::MatrixView<T> view(const Mat& m) {
+blend::MatrixView<T> view(const Array& a, const char* name) {
   blend::MatrixView<T> v;
-  v.data = ptr<T>(std::get<0>(m));
-  v.rows = std::get<1>(m);
-  v.cols = std::get<2>(m);
-  v.stride_r = std::get<3>(m);
-  v.stride_c = std::get<4>(m);
-  require(v.rows >= 0 && v.cols >= 0, "blend: negative matrix size");
-  require(v.data != nullptr || v.rows == 0 || v.cols == 0, "blend: null array address");
+  v.data = data<T>(a, name, 2);
+  v.rows = a.shape[0];
+  v.cols = a.shape[1];
+  v.stride_r = a.strides[0];
+  v.stride_c = a.strides[1];
+  require(v.rows >= 0 && v.cols >= 0, std::string(name) + ": negative size");
+  require(v.data != nullptr || v.rows == 0 || v.cols == 0, std::string(name) + ": null address");
   return v;
 }
 
-// The host-side weight function of a virtual grid (validates the axes; node arrays are host
-// memory).
-inline blend::WeightFunction weight_function(const std::vector<AxisTuple>& axes, bool normalize) {
+// The address of an optional 1-D int64 array (perm, offsets), or null.
+inline index_t* index_ptr(const OptArray& a, const char* name) {
+  return a ? data<index_t>(*a, name, 1) : nullptr;
+}
+
+// The host-side weight function of a virtual grid (validates the axes).
+inline blend::WeightFunction weight_function(const Axes& axes, bool normalize) {
   std::vector<blend::AxisSpec> specs;
-  for (const auto& a : axes) {
+  for (const auto& [nodes, kind, param] : axes) {
+    require_host(nodes, "blend: axis nodes");
     blend::AxisSpec s;
-    s.nodes = ptr<const double>(std::get<0>(a));
-    s.M = std::get<1>(a);
-    require(std::get<2>(a) >= 0 && std::get<2>(a) <= 4, "blend: unknown weight kind");
-    s.kind = static_cast<blend::Kernel>(std::get<2>(a));
-    s.param = std::get<3>(a);
+    s.nodes = data<const double>(nodes, "blend: axis nodes", 1);
+    s.M = nodes.shape[0];
+    require(nodes.strides[0] == 1 || s.M <= 1, "blend: axis nodes must be contiguous");
+    require(kind >= 0 && kind <= 4, "blend: unknown weight kind");
+    s.kind = static_cast<blend::Kernel>(kind);
+    s.param = param;
     require(s.nodes != nullptr, "blend: null node array");
     specs.push_back(s);
   }
   return blend::WeightFunction(specs, normalize);
-}
-
-// Calls f(T{}, Q{}) with the value type T and the point type Q named by the dtype strings.
-template <typename F>
-void dispatch2(const std::string& dtype, const std::string& qdtype, F&& f) {
-  const DType dt = parse_dtype(dtype), qt = parse_dtype(qdtype);
-  if (dt == DType::f32 && qt == DType::f32) f(float{}, float{});
-  else if (dt == DType::f32) f(float{}, double{});
-  else if (qt == DType::f32) f(double{}, float{});
-  else f(double{}, double{});
-}
-
-template <typename F>
-void dispatch1(const std::string& dtype, F&& f) {
-  if (parse_dtype(dtype) == DType::f32) f(float{});
-  else f(double{});
 }
 
 inline Basis parse_basis(const std::string& name) {
@@ -81,7 +76,7 @@ inline FourierLayout parse_layout(const std::string& name) {
   throw ArgumentError("embed_fourier: layout must be 'blocks' or 'interleaved', got " + name);
 }
 
-// Validated parameters of a shifted-basis / impulse / random embedder.
+// Validated parameters of a shifted-basis / impulse / random embedder with K columns.
 inline BasisParams basis_params(const std::string& kind, index_t K, index_t first_index,
                                 double K_base, double param, int degree, std::uint64_t seed) {
   BasisParams p;
@@ -96,12 +91,14 @@ inline BasisParams basis_params(const std::string& kind, index_t K, index_t firs
   return p;
 }
 
-// Validated parameters of a Fourier embedder; omega is a HOST address of F float64 values.
-inline FourierParams fourier_params(std::uintptr_t omega, index_t F, const std::string& layout,
+// Validated parameters of a Fourier embedder; omega: a contiguous 1-D float64 HOST array.
+inline FourierParams fourier_params(const Array& omega, const std::string& layout,
                                     bool include_input, double amplitude) {
+  require_host(omega, "omega");
   FourierParams p;
-  p.omega = ptr<const double>(omega);
-  p.F = F;
+  p.omega = data<const double>(omega, "omega", 1);
+  p.F = omega.shape[0];
+  require(omega.strides[0] == 1 || p.F <= 1, "omega must be contiguous");
   p.layout = parse_layout(layout);
   p.include_input = include_input;
   p.amplitude = amplitude;
@@ -109,18 +106,41 @@ inline FourierParams fourier_params(std::uintptr_t omega, index_t F, const std::
   return p;
 }
 
-// The matrices of a mode-product chain: k (address, shape, strides) triples, flattened.
+// The (x, out) pair of an embedder: x 1-D, out (n, width) of x's dtype. Returns width.
+inline index_t embed_width(const Array& x, const Array& out) {
+  require(x.ndim() == 1 && x.strides.size() == 1, "x must be 1-D");
+  require(out.dtype == x.dtype, "out must have x's dtype " + x.dtype + ", got " + out.dtype);
+  require(out.ndim() == 2 && out.strides.size() == 2 && out.shape[0] == x.shape[0],
+          "out must have shape (" + std::to_string(x.shape[0]) + ", K)");
+  return out.shape[1];
+}
+
+// The matrices of a mode-product chain, of src's dtype.
 template <typename T>
-std::vector<MatrixRef<T>> matrix_refs(size_t k, const std::vector<std::uintptr_t>& mats,
-                                      const std::vector<index_t>& mat_shapes,
-                                      const std::vector<index_t>& mat_strides) {
-  if (mats.size() != k || mat_shapes.size() != 2 * k || mat_strides.size() != 2 * k)
-    throw ArgumentError("multi_mode_product: one matrix (address, shape, strides) per mode");
-  std::vector<MatrixRef<T>> refs(k);
-  for (size_t j = 0; j < k; ++j)
-    refs[j] = {ptr<const T>(mats[j]), mat_shapes[2 * j], mat_shapes[2 * j + 1], mat_strides[2 * j],
-               mat_strides[2 * j + 1]};
+std::vector<MatrixRef<T>> matrix_refs(const std::vector<Array>& mats) {
+  std::vector<MatrixRef<T>> refs(mats.size());
+  for (size_t j = 0; j < mats.size(); ++j) {
+    const std::string name = "matrices[" + std::to_string(j) + "]";
+    const Array& a = mats[j];
+    refs[j] = {data<const T>(a, name.c_str(), 2), a.shape[0], a.shape[1], a.strides[0],
+               a.strides[1]};
+  }
   return refs;
+}
+
+// The CUDA context of a call: the device and stream of `ref` (a device array), scratch memory
+// from `workspace` (a uint8 device array, its address aligned by the adapters) when given.
+inline cuda::Context context(const Array& ref, const OptArray& workspace) {
+  require(ref.device >= 0, "this CUDA kernel takes device arrays, got host memory");
+  cuda::Context ctx;
+  ctx.device = ref.device;
+  ctx.stream = ref.stream;
+  if (workspace) {
+    require_device(*workspace, ref.device, "workspace");
+    ctx.workspace = data<unsigned char>(*workspace, "workspace", 1);
+    ctx.workspace_bytes = std::size_t(workspace->shape[0]);
+  }
+  return ctx;
 }
 
 }  // namespace kronpe::bindings

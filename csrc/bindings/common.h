@@ -1,16 +1,30 @@
-// Helpers shared by the binding files. Arrays cross the binding as (address, shape, strides):
-// the Python adapters (kronpe/_arrays.py) own the arrays and keep them alive during the call.
+// Helpers shared by the binding files. Every array crosses the binding as one descriptor,
+// kronpe._adapters.arrays.Array: a tuple (address, shape, strides, dtype, device, stream), strides
+// in elements, dtype a NumPy name, device -1 for host memory or the CUDA ordinal, stream the
+// cudaStream_t as an integer (0 on the host). The Python adapters own the arrays and keep them
+// alive during the call. A value of the wrong Python type is refused by pybind11 (TypeError); a
+// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError).
 #pragma once
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kronpe/common.h"
 
 namespace kronpe::bindings {
 namespace py = pybind11;
+
+struct Array {
+  std::uintptr_t address = 0;
+  std::vector<index_t> shape, strides;
+  std::string dtype;
+  int device = -1;  // -1: host memory
+  std::uintptr_t stream = 0;
+  int ndim() const { return int(shape.size()); }
+};
 
 inline DType parse_dtype(const std::string& name) {
   if (name == "float32") return DType::f32;
@@ -23,7 +37,90 @@ T* ptr(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
+template <typename T> constexpr const char* dtype_of = "";
+template <> constexpr const char* dtype_of<float> = "float32";
+template <> constexpr const char* dtype_of<double> = "float64";
+template <> constexpr const char* dtype_of<index_t> = "int64";
+template <> constexpr const char* dtype_of<unsigned char> = "uint8";
+
+// The array's address as T* after checking its dtype and rank (ndim < 0: any rank).
+template <typename T>
+T* data(const Array& a, const char* name, int ndim = -1) {
+  using U = std::remove_const_t<T>;
+  if (a.dtype != dtype_of<U>)
+    throw ArgumentError(std::string(name) + " must be " + dtype_of<U> + ", got " + a.dtype);
+  if (ndim >= 0 && a.ndim() != ndim)
+    throw ArgumentError(std::string(name) + " must be " + std::to_string(ndim) + "-D, got " +
+                        std::to_string(a.ndim()) + "-D");
+  if (a.strides.size() != a.shape.size())
+    throw ArgumentError(std::string(name) + ": shape and strides differ in length");
+  return ptr<T>(a.address);
+}
+
+// The array must be in host memory (for a CPU kernel) / on `device` (for a CUDA kernel).
+inline void require_host(const Array& a, const char* name) {
+  if (a.device != -1)
+    throw ArgumentError(std::string(name) + " is on cuda:" + std::to_string(a.device) +
+                        "; this kernel runs on the CPU");
+}
+inline void require_device(const Array& a, int device, const char* name) {
+  if (a.device != device)
+    throw ArgumentError(std::string(name) + " must be on cuda:" + std::to_string(device) +
+                        ", got " + (a.device < 0 ? std::string("host memory")
+                                                 : "cuda:" + std::to_string(a.device)));
+}
+
+// The array must live where the kernel runs: host memory (device < 0) or CUDA device `device`.
+inline void require_on(int device, const Array& a, const char* name) {
+  if (device < 0) require_host(a, name);
+  else require_device(a, device, name);
+}
+
+// Calls f(T{}) with the value type named by the dtype string.
+template <typename F>
+void dispatch1(const std::string& dtype, F&& f) {
+  if (parse_dtype(dtype) == DType::f32) f(float{});
+  else f(double{});
+}
+
+// Calls f(T{}, Q{}) with the value type T and the point type Q named by the dtype strings.
+template <typename F>
+void dispatch2(const std::string& dtype, const std::string& qdtype, F&& f) {
+  dispatch1(dtype, [&](auto t) { dispatch1(qdtype, [&](auto q) { f(t, q); }); });
+}
+
 }  // namespace kronpe::bindings
+
+// An Array from any Python tuple of six (kronpe._adapters.arrays.Array is a NamedTuple).
+namespace pybind11::detail {
+template <>
+struct type_caster<kronpe::bindings::Array> {
+  PYBIND11_TYPE_CASTER(kronpe::bindings::Array, const_name("kronpe._adapters.arrays.Array"));
+  bool load(handle src, bool convert) {
+    if (!isinstance<tuple>(src)) return false;
+    const auto t = reinterpret_borrow<tuple>(src);
+    if (t.size() != 6) return false;
+    make_caster<std::uintptr_t> address, stream;
+    make_caster<std::vector<kronpe::index_t>> shape, strides;
+    make_caster<std::string> dtype;
+    make_caster<int> device;
+    if (!address.load(t[0], convert) || !shape.load(t[1], convert) ||
+        !strides.load(t[2], convert) || !dtype.load(t[3], convert) ||
+        !device.load(t[4], convert) || !stream.load(t[5], convert))
+      return false;
+    value.address = cast_op<std::uintptr_t>(address);
+    value.shape = cast_op<std::vector<kronpe::index_t>&&>(std::move(shape));
+    value.strides = cast_op<std::vector<kronpe::index_t>&&>(std::move(strides));
+    value.dtype = cast_op<std::string&&>(std::move(dtype));
+    value.device = cast_op<int>(device);
+    value.stream = cast_op<std::uintptr_t>(stream);
+    return true;
+  }
+  static handle cast(const kronpe::bindings::Array&, return_value_policy, handle) {
+    return none().release();  // arrays only ever come in
+  }
+};
+}  // namespace pybind11::detail
 
 void register_blas(pybind11::module_& m);
 void register_embed(pybind11::module_& m);

@@ -1,9 +1,24 @@
+// Bindings of the CPU BLAS (kronpe/blas.h): the library's addresses in, a checked row-major GEMM
+// on descriptors out (internal, for tests).
 #include "common.h"
 #include "kronpe/blas.h"
 
 namespace py = pybind11;
 using namespace kronpe;
-using kronpe::bindings::ptr;
+using bindings::Array;
+
+namespace {
+
+// Row stride of a row-major 2-D host matrix whose rows are contiguous.
+index_t leading(const Array& a, const char* name) {
+  bindings::require_host(a, name);
+  require(a.ndim() == 2 && a.strides.size() == 2, std::string(name) + " must be 2-D");
+  require(a.strides[1] == 1 || a.shape[1] <= 1 || a.shape[0] == 0,
+          std::string(name) + " must have contiguous rows");
+  return std::max<index_t>(a.strides[0], std::max<index_t>(a.shape[1], 1));
+}
+
+}  // namespace
 
 void register_blas(py::module_& m) {
   m.def(
@@ -12,21 +27,30 @@ void register_blas(py::module_& m) {
         require(sgemm != 0 && dgemm != 0, "set_blas: null BLAS function address");
         set_blas(reinterpret_cast<sgemm_fn>(sgemm), reinterpret_cast<dgemm_fn>(dgemm));
       },
-      py::arg("sgemm"), py::arg("dgemm"));
-  m.def("blas_ready", &blas_ready);
+      py::arg("sgemm"), py::arg("dgemm"),
+      "Hand over the addresses of the Fortran BLAS sgemm and dgemm (internal).");
+  m.def("blas_ready", &blas_ready, "Whether set_blas was called.");
   m.def(
       "gemm",
-      [](const std::string& dtype, bool ta, bool tb, index_t mm, index_t n, index_t k,
-         double alpha, std::uintptr_t a, index_t lda, std::uintptr_t b, index_t ldb,
-         double beta, std::uintptr_t c, index_t ldc) {
-        const DType dt = bindings::parse_dtype(dtype);
-        py::gil_scoped_release release;
-        if (dt == DType::f32)
-          gemm<float>(ta, tb, mm, n, k, float(alpha), ptr<const float>(a), lda,
-                      ptr<const float>(b), ldb, float(beta), ptr<float>(c), ldc);
-        else
-          gemm<double>(ta, tb, mm, n, k, alpha, ptr<const double>(a), lda, ptr<const double>(b),
-                       ldb, beta, ptr<double>(c), ldc);
+      [](const Array& a, const Array& b, const Array& c, bool trans_a, bool trans_b,
+         double alpha, double beta) {
+        const index_t lda = leading(a, "a"), ldb = leading(b, "b"), ldc = leading(c, "c");
+        const index_t mm = c.shape[0], n = c.shape[1], k = trans_a ? a.shape[0] : a.shape[1];
+        require((trans_a ? a.shape[1] : a.shape[0]) == mm &&
+                    (trans_b ? b.shape[0] : b.shape[1]) == n &&
+                    (trans_b ? b.shape[1] : b.shape[0]) == k,
+                "gemm: the shapes of a, b and c do not match");
+        require(a.dtype == b.dtype && a.dtype == c.dtype, "gemm: a, b and c differ in dtype");
+        bindings::dispatch1(a.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* ap = bindings::data<const T>(a, "a");
+          const T* bp = bindings::data<const T>(b, "b");
+          T* cp = bindings::data<T>(c, "c");
+          py::gil_scoped_release release;
+          gemm<T>(trans_a, trans_b, mm, n, k, T(alpha), ap, lda, bp, ldb, T(beta), cp, ldc);
+        });
       },
-      "Row-major C = alpha op(A) op(B) + beta C on raw addresses (internal).");
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("trans_a") = false,
+      py::arg("trans_b") = false, py::arg("alpha") = 1.0, py::arg("beta") = 0.0,
+      "c = alpha op(a) op(b) + beta c, row-major host matrices (internal).");
 }

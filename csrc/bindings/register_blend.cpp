@@ -1,26 +1,175 @@
-// Bindings of the blending-matrix kernels (internal: kronpe/blending.py validates and owns the
-// arrays). A matrix crosses as (address, rows, cols, row stride, col stride), strides in elements;
-// an axis as (nodes address, M, kind, param).
+// Bindings of the blending-matrix kernels (kronpe/blend.h), CPU (`blend_*`, with a thread count)
+// and CUDA (`cuda_blend_*`, on the arrays' device and stream, with optional scratch) side by
+// side. Matrices are 2-D descriptors; an axis of the virtual grid is (nodes, kind, param).
+// kronpe.solvers.blending validates the arrays and owns them.
 #include <vector>
 
 #include "args.h"
 #include "kronpe/blend.h"
+#include "kronpe/cuda.h"
 
 namespace py = pybind11;
 using namespace kronpe;
-using kronpe::bindings::ptr;
-
-using bindings::AxisTuple;
+using bindings::Array;
+using bindings::Axes;
 using bindings::dispatch1;
 using bindings::dispatch2;
-using bindings::Mat;
+using bindings::index_ptr;
+using bindings::OptArray;
 using bindings::view;
 using bindings::weight_function;
 
+namespace {
+
+// Every array of a call lives where the first one does.
+void same_place(std::initializer_list<std::pair<const Array*, const char*>> arrays) {
+  const int device = arrays.begin()->first->device;
+  for (const auto& [a, name] : arrays) bindings::require_on(device, *a, name);
+}
+void same_place(std::initializer_list<std::pair<const Array*, const char*>> arrays,
+                const OptArray& perm, const OptArray& offsets) {
+  same_place(arrays);
+  const int device = arrays.begin()->first->device;
+  if (perm) bindings::require_on(device, *perm, "perm");
+  if (offsets) bindings::require_on(device, *offsets, "offsets");
+}
+
+// The kernels of one place: the CPU's with a thread count, CUDA's on a context. The products
+// below are bound once for each (blend_* and cuda_blend_*).
+struct Cpu {
+  int threads;
+  void place(const Array& first, const char* name) const { bindings::require_host(first, name); }
+  template <typename Q>
+  void weights(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
+               blend::MatrixView<index_t> i, blend::MatrixView<double> w) const {
+    blend::compute_weights<Q>(wf, p, i, w, threads);
+  }
+  template <typename T, typename Q>
+  void fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
+           blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
+    blend::blend_fly<T, Q>(wf, p, g, o, threads);
+  }
+  template <typename T, typename Q>
+  void transpose_fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
+                     blend::MatrixView<const T> v, blend::MatrixView<T> o, const index_t* perm,
+                     const index_t* ptr) const {
+    blend::blend_transpose_fly<T, Q>(wf, p, v, o, threads, perm, ptr);
+  }
+  template <typename T>
+  void stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
+              blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
+    blend::blend_stored<T>(i, w, g, o, threads);
+  }
+  template <typename T>
+  void transpose_stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
+                        blend::MatrixView<const T> v, blend::MatrixView<T> o, index_t span,
+                        const index_t* perm, const index_t* ptr) const {
+    blend::blend_transpose_stored<T>(i, w, v, o, span, threads, perm, ptr);
+  }
+};
+
+struct Gpu {
+  cuda::Context ctx;
+  void place(const Array&, const char*) const {}  // context() checked it
+  template <typename Q>
+  void weights(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
+               blend::MatrixView<index_t> i, blend::MatrixView<double> w) const {
+    cuda::blend_weights<Q>(ctx, wf, p, i, w);
+  }
+  template <typename T, typename Q>
+  void fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
+           blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
+    cuda::blend_fly<T, Q>(ctx, wf, p, g, o);
+  }
+  template <typename T, typename Q>
+  void transpose_fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
+                     blend::MatrixView<const T> v, blend::MatrixView<T> o, const index_t* perm,
+                     const index_t* offsets) const {
+    cuda::blend_transpose_fly<T, Q>(ctx, wf, p, v, o, perm, offsets);
+  }
+  template <typename T>
+  void stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
+              blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
+    cuda::blend_stored<T>(ctx, i, w, g, o);
+  }
+  template <typename T>
+  void transpose_stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
+                        blend::MatrixView<const T> v, blend::MatrixView<T> o, index_t,
+                        const index_t* perm, const index_t* offsets) const {
+    cuda::blend_transpose_stored<T>(ctx, i, w, v, o, perm, offsets);
+  }
+};
+
+template <typename B>
+void weights_call(const B& b, const Axes& axes, bool normalize, const Array& points,
+                  const Array& indices, const Array& weights) {
+  b.place(points, "points");
+  same_place({{&points, "points"}, {&indices, "indices"}, {&weights, "weights"}});
+  const auto wf = weight_function(axes, normalize);
+  dispatch1(points.dtype, [&](auto q) {
+    using Q = decltype(q);
+    const auto pv = view<const Q>(points, "points");
+    const auto iv = view<index_t>(indices, "indices");
+    const auto wv = view<double>(weights, "weights");
+    py::gil_scoped_release release;
+    b.template weights<Q>(wf, pv, iv, wv);
+  });
+}
+
+// out = B x (transpose: B^T x) with weights on the fly; x is the grid (values).
+template <typename B>
+void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, const Array& points,
+              const Array& x, const Array& out, const OptArray& perm, const OptArray& offsets) {
+  b.place(points, "points");
+  const char* xname = transpose ? "values" : "grid";
+  same_place({{&points, "points"}, {&x, xname}, {&out, "out"}}, perm, offsets);
+  const auto wf = weight_function(axes, normalize);
+  const index_t* pp = index_ptr(perm, "perm");
+  const index_t* op = index_ptr(offsets, "offsets");
+  dispatch2(x.dtype, points.dtype, [&](auto t, auto q) {
+    using T = decltype(t);
+    using Q = decltype(q);
+    const auto pv = view<const Q>(points, "points");
+    const auto xv = view<const T>(x, xname);
+    const auto ov = view<T>(out, "out");
+    py::gil_scoped_release release;
+    if (transpose) b.template transpose_fly<T, Q>(wf, pv, xv, ov, pp, op);
+    else b.template fly<T, Q>(wf, pv, xv, ov);
+  });
+}
+
+// The same from stored (indices, weights).
+template <typename B>
+void stored_call(const B& b, bool transpose, const Array& indices, const Array& weights,
+                 const Array& x, const Array& out, index_t span, const OptArray& perm,
+                 const OptArray& offsets) {
+  const char* xname = transpose ? "values" : "grid";
+  b.place(x, xname);
+  same_place({{&x, xname}, {&indices, "indices"}, {&weights, "weights"}, {&out, "out"}}, perm,
+             offsets);
+  const index_t* pp = index_ptr(perm, "perm");
+  const index_t* op = index_ptr(offsets, "offsets");
+  dispatch1(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const auto iv = view<const index_t>(indices, "indices");
+    const auto wv = view<const double>(weights, "weights");
+    const auto xv = view<const T>(x, xname);
+    const auto ov = view<T>(out, "out");
+    py::gil_scoped_release release;
+    if (transpose) b.template transpose_stored<T>(iv, wv, xv, ov, span, pp, op);
+    else b.template stored<T>(iv, wv, xv, ov);
+  });
+}
+
+Gpu gpu(const Array& ref, const OptArray& workspace) { return Gpu{bindings::context(ref, workspace)}; }
+
+}  // namespace
+
 void register_blend(py::module_& m) {
+  // ---- the grid (host) ----
   m.def(
       "blend_info",
-      [](const std::vector<AxisTuple>& axes) {
+      [](const Axes& axes) {
         const auto wf = weight_function(axes, true);
         const auto lay = blend::transpose_layout(wf.grid_size(), wf.span());
         py::dict d;
@@ -31,6 +180,7 @@ void register_blend(py::module_& m) {
         d["slabs"] = lay.slabs;
         return d;
       },
+      py::arg("axes"),
       "Grid size, strides, row span and transpose layout of a virtual grid (internal).");
   m.def(
       "blend_layout",
@@ -38,114 +188,213 @@ void register_blend(py::module_& m) {
         const auto lay = blend::transpose_layout(grid_size, span);
         return std::make_tuple(lay.slab, lay.slabs);
       },
+      py::arg("grid_size"), py::arg("span"),
       "(nodes per slab, slabs) of the deterministic transpose (internal).");
   m.def(
       "blend_axis_weights",
-      [](const std::vector<AxisTuple>& axes, bool normalize, int axis, std::uintptr_t q,
-         index_t n, std::uintptr_t cell, std::uintptr_t w0, std::uintptr_t w1) {
+      [](const Axes& axes, bool normalize, int axis, const Array& q, const Array& cell,
+         const Array& w0, const Array& w1) {
         const auto wf = weight_function(axes, normalize);
         require(axis >= 0 && axis < wf.dims(), "blend: axis out of range");
+        same_place({{&q, "q"}, {&cell, "cell"}, {&w0, "w0"}, {&w1, "w1"}});
+        bindings::require_host(q, "q");
+        const index_t n = q.ndim() == 1 ? q.shape[0] : -1;
+        for (const Array* a : {&q, &cell, &w0, &w1})
+          require(a->ndim() == 1 && a->shape[0] == n && a->strides[0] == 1,
+                  "blend_axis_weights: q, cell, w0 and w1 must be contiguous, of one length");
+        const double* qq = bindings::data<const double>(q, "q");
+        index_t* jj = bindings::data<index_t>(cell, "cell");
+        double* a0 = bindings::data<double>(w0, "w0");
+        double* a1 = bindings::data<double>(w1, "w1");
         py::gil_scoped_release release;
-        const double* qq = ptr<const double>(q);
-        index_t* jj = ptr<index_t>(cell);
-        double* a0 = ptr<double>(w0);
-        double* a1 = ptr<double>(w1);
         wf.axis(axis, qq, n, jj, a0, a1);
       },
+      py::arg("axes"), py::arg("normalize"), py::arg("axis"), py::arg("q"), py::arg("cell"),
+      py::arg("w0"), py::arg("w1"),
       "Per-axis cells and weight pairs of contiguous float64 coordinates (internal).");
+
+  // ---- stored weights ----
   m.def(
       "blend_weights",
-      [](const std::vector<AxisTuple>& axes, bool normalize, const std::string& qdtype,
-         const Mat& points, const Mat& indices, const Mat& weights, int threads) {
-        const auto wf = weight_function(axes, normalize);
-        dispatch2("float64", qdtype, [&](auto, auto q) {
-          using Q = decltype(q);
-          py::gil_scoped_release release;
-          blend::compute_weights<Q>(wf, view<const Q>(points), view<index_t>(indices),
-                                    view<double>(weights), threads);
-        });
+      [](const Axes& axes, bool normalize, const Array& points, const Array& indices,
+         const Array& weights, int threads) {
+        weights_call(Cpu{threads}, axes, normalize, points, indices, weights);
       },
-      "Stored (indices, weights) of the points (internal).");
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("indices"),
+      py::arg("weights"), py::arg("threads") = 0, "Stored (indices, weights) of the points (internal).");
+  m.def(
+      "cuda_blend_weights",
+      [](const Axes& axes, bool normalize, const Array& points, const Array& indices,
+         const Array& weights, const OptArray& workspace) {
+        weights_call(gpu(points, workspace), axes, normalize, points, indices, weights);
+      },
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("indices"),
+      py::arg("weights"), py::arg("workspace") = py::none(),
+      "Stored (indices, weights) of device points (internal).");
+
+  // ---- plans of the deterministic transpose ----
   m.def(
       "blend_plan_fly",
-      [](const std::vector<AxisTuple>& axes, const std::string& qdtype, const Mat& points,
-         std::uintptr_t perm, std::uintptr_t slab_ptr, int threads) {
+      [](const Axes& axes, const Array& points, const Array& perm, const Array& slab_ptr,
+         int threads) {
+        bindings::require_host(points, "points");
+        same_place({{&points, "points"}, {&perm, "perm"}, {&slab_ptr, "slab_ptr"}});
         const auto wf = weight_function(axes, true);
         const auto lay = blend::transpose_layout(wf.grid_size(), wf.span());
-        dispatch2("float64", qdtype, [&](auto, auto q) {
+        index_t* pp = bindings::data<index_t>(perm, "perm", 1);
+        index_t* sp = bindings::data<index_t>(slab_ptr, "slab_ptr", 1);
+        require(perm.shape[0] == points.shape[0] && slab_ptr.shape[0] == lay.slabs + 1,
+                "blend_plan_fly: perm must have P entries and slab_ptr slabs + 1");
+        dispatch1(points.dtype, [&](auto q) {
           using Q = decltype(q);
+          const auto pv = view<const Q>(points, "points");
           py::gil_scoped_release release;
-          blend::plan_transpose_fly<Q>(wf, view<const Q>(points), lay, ptr<index_t>(perm),
-                                       ptr<index_t>(slab_ptr), threads);
+          blend::plan_transpose_fly<Q>(wf, pv, lay, pp, sp, threads);
         });
       },
-      "Bucket the points by output slab for blend_transpose_fly (internal).");
+      py::arg("axes"), py::arg("points"), py::arg("perm"), py::arg("slab_ptr"),
+      py::arg("threads") = 0, "Bucket the points by output slab for blend_transpose_fly (internal).");
   m.def(
       "blend_plan_stored",
-      [](const Mat& indices, index_t grid_size, index_t span, std::uintptr_t perm,
-         std::uintptr_t slab_ptr, int threads) {
+      [](const Array& indices, index_t grid_size, index_t span, const Array& perm,
+         const Array& slab_ptr, int threads) {
+        bindings::require_host(indices, "indices");
+        same_place({{&indices, "indices"}, {&perm, "perm"}, {&slab_ptr, "slab_ptr"}});
         const auto lay = blend::transpose_layout(grid_size, span);
+        const auto iv = view<const index_t>(indices, "indices");
+        index_t* pp = bindings::data<index_t>(perm, "perm", 1);
+        index_t* sp = bindings::data<index_t>(slab_ptr, "slab_ptr", 1);
+        require(perm.shape[0] == iv.rows && slab_ptr.shape[0] == lay.slabs + 1,
+                "blend_plan_stored: perm must have P entries and slab_ptr slabs + 1");
         py::gil_scoped_release release;
-        blend::plan_transpose_stored(view<const index_t>(indices), lay, ptr<index_t>(perm),
-                                     ptr<index_t>(slab_ptr), threads);
+        blend::plan_transpose_stored(iv, lay, pp, sp, threads);
       },
+      py::arg("indices"), py::arg("grid_size"), py::arg("span"), py::arg("perm"),
+      py::arg("slab_ptr"), py::arg("threads") = 0,
       "Bucket stored rows by output slab for blend_transpose_stored (internal).");
+  m.def("cuda_blend_fly_workspace",
+        [](const Axes& axes) { return cuda::blend_fly_workspace(weight_function(axes, true)); },
+        py::arg("axes"), "Bytes of device workspace of an on-the-fly CUDA kernel (internal).");
+  m.def("cuda_blend_plan_workspace", &cuda::blend_plan_workspace, py::arg("points"),
+        py::arg("nnz"), py::arg("grid_size"),
+        "Bytes of device workspace of a CUDA transpose plan (internal).");
+  m.def(
+      "cuda_blend_plan_fly",
+      [](const Axes& axes, const Array& points, const Array& perm, const Array& offsets,
+         const OptArray& workspace) {
+        const cuda::Context ctx = bindings::context(points, workspace);
+        same_place({{&points, "points"}, {&perm, "perm"}, {&offsets, "offsets"}});
+        const auto wf = weight_function(axes, true);
+        index_t* pp = bindings::data<index_t>(perm, "perm", 1);
+        index_t* op = bindings::data<index_t>(offsets, "offsets", 1);
+        require(perm.shape[0] == points.shape[0] * wf.corners() &&
+                    offsets.shape[0] == wf.grid_size() + 1,
+                "cuda_blend_plan_fly: perm must have P * 2^D entries and offsets G + 1");
+        dispatch1(points.dtype, [&](auto q) {
+          using Q = decltype(q);
+          const auto pv = view<const Q>(points, "points");
+          py::gil_scoped_release release;
+          cuda::blend_plan_fly<Q>(ctx, wf, pv, pp, op);
+        });
+      },
+      py::arg("axes"), py::arg("points"), py::arg("perm"), py::arg("offsets"),
+      py::arg("workspace") = py::none(),
+      "Plan of the deterministic transpose from device points (internal).");
+  m.def(
+      "cuda_blend_plan_stored",
+      [](const Array& indices, index_t grid_size, const Array& perm, const Array& offsets,
+         const OptArray& workspace) {
+        const cuda::Context ctx = bindings::context(indices, workspace);
+        same_place({{&indices, "indices"}, {&perm, "perm"}, {&offsets, "offsets"}});
+        const auto iv = view<const index_t>(indices, "indices");
+        index_t* pp = bindings::data<index_t>(perm, "perm", 1);
+        index_t* op = bindings::data<index_t>(offsets, "offsets", 1);
+        require(perm.shape[0] == iv.rows * iv.cols && offsets.shape[0] == grid_size + 1,
+                "cuda_blend_plan_stored: perm must have P * nnz entries and offsets G + 1");
+        py::gil_scoped_release release;
+        cuda::blend_plan_stored(ctx, iv, grid_size, pp, op);
+      },
+      py::arg("indices"), py::arg("grid_size"), py::arg("perm"), py::arg("offsets"),
+      py::arg("workspace") = py::none(),
+      "Plan of the deterministic transpose from stored device indices (internal).");
+
+  // ---- products on the fly ----
   m.def(
       "blend_fly",
-      [](const std::vector<AxisTuple>& axes, bool normalize, const std::string& dtype,
-         const std::string& qdtype, const Mat& points, const Mat& grid, const Mat& out,
-         int threads) {
-        const auto wf = weight_function(axes, normalize);
-        dispatch2(dtype, qdtype, [&](auto t, auto q) {
-          using T = decltype(t);
-          using Q = decltype(q);
-          py::gil_scoped_release release;
-          blend::blend_fly<T, Q>(wf, view<const Q>(points), view<const T>(grid), view<T>(out),
-                                 threads);
-        });
+      [](const Axes& axes, bool normalize, const Array& points, const Array& grid,
+         const Array& out, int threads) {
+        fly_call(Cpu{threads}, false, axes, normalize, points, grid, out, {}, {});
       },
-      "out (P, C) = B grid (G, C), weights on the fly (internal).");
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("grid"), py::arg("out"),
+      py::arg("threads") = 0, "out (P, C) = B grid (G, C), weights on the fly (internal).");
+  m.def(
+      "cuda_blend_fly",
+      [](const Axes& axes, bool normalize, const Array& points, const Array& grid,
+         const Array& out, const OptArray& workspace) {
+        fly_call(gpu(points, workspace), false, axes, normalize, points, grid, out, {}, {});
+      },
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("grid"), py::arg("out"),
+      py::arg("workspace") = py::none(),
+      "out (P, C) = B grid (G, C) on the device, weights on the fly (internal).");
   m.def(
       "blend_transpose_fly",
-      [](const std::vector<AxisTuple>& axes, bool normalize, const std::string& dtype,
-         const std::string& qdtype, const Mat& points, const Mat& values, const Mat& out,
-         int threads, std::uintptr_t perm, std::uintptr_t slab_ptr) {
-        const auto wf = weight_function(axes, normalize);
-        dispatch2(dtype, qdtype, [&](auto t, auto q) {
-          using T = decltype(t);
-          using Q = decltype(q);
-          py::gil_scoped_release release;
-          blend::blend_transpose_fly<T, Q>(wf, view<const Q>(points), view<const T>(values),
-                                           view<T>(out), threads, ptr<const index_t>(perm),
-                                           ptr<const index_t>(slab_ptr));
-        });
+      [](const Axes& axes, bool normalize, const Array& points, const Array& values,
+         const Array& out, int threads, const OptArray& perm, const OptArray& slab_ptr) {
+        fly_call(Cpu{threads}, true, axes, normalize, points, values, out, perm, slab_ptr);
       },
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("values"),
+      py::arg("out"), py::arg("threads") = 0, py::arg("perm") = py::none(),
+      py::arg("slab_ptr") = py::none(),
       "out (G, C) = B^T values (P, C), weights on the fly, deterministic (internal).");
   m.def(
-      "blend_stored",
-      [](const std::string& dtype, const Mat& indices, const Mat& weights, const Mat& grid,
-         const Mat& out, int threads) {
-        dispatch1(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          blend::blend_stored<T>(view<const index_t>(indices), view<const double>(weights),
-                                 view<const T>(grid), view<T>(out), threads);
-        });
+      "cuda_blend_transpose_fly",
+      [](const Axes& axes, bool normalize, const Array& points, const Array& values,
+         const Array& out, const OptArray& perm, const OptArray& offsets,
+         const OptArray& workspace) {
+        fly_call(gpu(points, workspace), true, axes, normalize, points, values, out, perm, offsets);
       },
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("values"),
+      py::arg("out"), py::arg("perm") = py::none(), py::arg("offsets") = py::none(),
+      py::arg("workspace") = py::none(),
+      "out (G, C) = B^T values (P, C) on the device; with a plan (perm, offsets) deterministic, "
+      "else atomic (internal).");
+
+  // ---- products from stored (indices, weights) ----
+  m.def(
+      "blend_stored",
+      [](const Array& indices, const Array& weights, const Array& grid, const Array& out,
+         int threads) {
+        stored_call(Cpu{threads}, false, indices, weights, grid, out, 0, {}, {});
+      },
+      py::arg("indices"), py::arg("weights"), py::arg("grid"), py::arg("out"),
+      py::arg("threads") = 0,
       "out (P, C) = B grid (G, C) from stored (indices, weights) (internal).");
   m.def(
-      "blend_transpose_stored",
-      [](const std::string& dtype, const Mat& indices, const Mat& weights, const Mat& values,
-         const Mat& out, index_t span, int threads, std::uintptr_t perm,
-         std::uintptr_t slab_ptr) {
-        dispatch1(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          blend::blend_transpose_stored<T>(view<const index_t>(indices),
-                                           view<const double>(weights), view<const T>(values),
-                                           view<T>(out), span, threads, ptr<const index_t>(perm),
-                                           ptr<const index_t>(slab_ptr));
-        });
+      "cuda_blend_stored",
+      [](const Array& indices, const Array& weights, const Array& grid, const Array& out,
+         const OptArray& workspace) {
+        stored_call(gpu(grid, workspace), false, indices, weights, grid, out, 0, {}, {});
       },
+      py::arg("indices"), py::arg("weights"), py::arg("grid"), py::arg("out"),
+      py::arg("workspace") = py::none(),
+      "out (P, C) = B grid (G, C) from stored (indices, weights) on the device (internal).");
+  m.def(
+      "blend_transpose_stored",
+      [](const Array& indices, const Array& weights, const Array& values, const Array& out,
+         index_t span, int threads, const OptArray& perm, const OptArray& slab_ptr) {
+        stored_call(Cpu{threads}, true, indices, weights, values, out, span, perm, slab_ptr);
+      },
+      py::arg("indices"), py::arg("weights"), py::arg("values"), py::arg("out"), py::arg("span"),
+      py::arg("threads") = 0, py::arg("perm") = py::none(), py::arg("slab_ptr") = py::none(),
       "out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic (internal).");
+  m.def(
+      "cuda_blend_transpose_stored",
+      [](const Array& indices, const Array& weights, const Array& values, const Array& out,
+         const OptArray& perm, const OptArray& offsets, const OptArray& workspace) {
+        stored_call(gpu(values, workspace), true, indices, weights, values, out, 0, perm, offsets);
+      },
+      py::arg("indices"), py::arg("weights"), py::arg("values"), py::arg("out"),
+      py::arg("perm") = py::none(), py::arg("offsets") = py::none(),
+      py::arg("workspace") = py::none(),
+      "out (G, C) = B^T values (P, C) from stored (indices, weights) on the device (internal).");
 }

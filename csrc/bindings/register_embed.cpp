@@ -1,51 +1,99 @@
-// Bindings of the embedders (kronpe/embed.h). Arrays arrive as (address, strides in elements);
-// python/kronpe/embedders.py validates them and keeps them alive during the call.
+// Bindings of the embedders (kronpe/embed.h), CPU and CUDA side by side. x (n,) and out (n, K)
+// are descriptors of one dtype and place; kronpe.embedders validates them first.
 #include "args.h"
+#include "kronpe/cuda.h"
 #include "kronpe/embed.h"
 
 namespace py = pybind11;
 using namespace kronpe;
-using kronpe::bindings::ptr;
+using bindings::Array;
+using bindings::OptArray;
+
+namespace {
+
+// Calls run(x pointer, out pointer) with the value type of x, GIL released (x and out checked
+// by embed_width).
+template <typename Run>
+void embed_call(const Array& x, const Array& out, Run run) {
+  bindings::require_on(x.device, out, "out");
+  bindings::dispatch1(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* xp = bindings::data<const T>(x, "x");
+    T* op = bindings::data<T>(out, "out");
+    py::gil_scoped_release release;
+    run(xp, op);
+  });
+}
+
+}  // namespace
 
 void register_embed(py::module_& m) {
   m.def(
       "embed_basis",
-      [](const std::string& dtype, const std::string& kind, index_t n, std::uintptr_t x,
-         index_t x_stride, std::uintptr_t out, index_t out_row_stride, index_t out_col_stride,
-         index_t K, index_t first_index, double K_base, double param, int degree,
-         std::uint64_t seed) {
-        const DType dt = bindings::parse_dtype(dtype);
-        const BasisParams p = bindings::basis_params(kind, K, first_index, K_base, param, degree, seed);
-        py::gil_scoped_release release;
-        if (dt == DType::f32)
-          embed_basis<float>(p, n, ptr<const float>(x), x_stride, ptr<float>(out),
-                             out_row_stride, out_col_stride);
-        else
-          embed_basis<double>(p, n, ptr<const double>(x), x_stride, ptr<double>(out),
-                              out_row_stride, out_col_stride);
+      [](const Array& x, const Array& out, const std::string& kind, index_t first_index,
+         double K_base, double param, int degree, std::uint64_t seed) {
+        bindings::require_host(x, "x");
+        const BasisParams p = bindings::basis_params(kind, bindings::embed_width(x, out),
+                                                     first_index, K_base, param, degree, seed);
+        embed_call(x, out, [&](const auto* xp, auto* op) {
+          embed_basis(p, x.shape[0], xp, x.strides[0], op, out.strides[0], out.strides[1]);
+        });
       },
-      py::arg("dtype"), py::arg("kind"), py::arg("n"), py::arg("x"), py::arg("x_stride"),
-      py::arg("out"), py::arg("out_row_stride"), py::arg("out_col_stride"), py::arg("K"),
-      py::arg("first_index"), py::arg("K_base"), py::arg("param"), py::arg("degree"),
-      py::arg("seed"),
-      "Shifted-basis / impulse / random embedder on raw addresses (internal).");
+      py::arg("x"), py::arg("out"), py::arg("kind"), py::arg("first_index"), py::arg("K_base"),
+      py::arg("param"), py::arg("degree"), py::arg("seed"),
+      "out (n, K) = Psi(x) of a shifted-basis / impulse / random embedder (internal).");
+  m.def(
+      "cuda_embed_basis",
+      [](const Array& x, const Array& out, const std::string& kind, index_t first_index,
+         double K_base, double param, int degree, std::uint64_t seed) {
+        const cuda::Context ctx = bindings::context(x, std::nullopt);
+        const BasisParams p = bindings::basis_params(kind, bindings::embed_width(x, out),
+                                                     first_index, K_base, param, degree, seed);
+        embed_call(x, out, [&](const auto* xp, auto* op) {
+          cuda::embed_basis(ctx, p, x.shape[0], xp, x.strides[0], op, out.strides[0],
+                            out.strides[1]);
+        });
+      },
+      py::arg("x"), py::arg("out"), py::arg("kind"), py::arg("first_index"), py::arg("K_base"),
+      py::arg("param"), py::arg("degree"), py::arg("seed"),
+      "The same on the device, on x's stream (internal).");
   m.def(
       "embed_fourier",
-      [](const std::string& dtype, index_t n, std::uintptr_t x, index_t x_stride,
-         std::uintptr_t out, index_t out_row_stride, index_t out_col_stride, std::uintptr_t omega,
-         index_t F, const std::string& layout, bool include_input, double amplitude) {
-        const DType dt = bindings::parse_dtype(dtype);
-        const FourierParams p = bindings::fourier_params(omega, F, layout, include_input, amplitude);
-        py::gil_scoped_release release;
-        if (dt == DType::f32)
-          embed_fourier<float>(p, n, ptr<const float>(x), x_stride, ptr<float>(out),
-                               out_row_stride, out_col_stride);
-        else
-          embed_fourier<double>(p, n, ptr<const double>(x), x_stride, ptr<double>(out),
-                                out_row_stride, out_col_stride);
+      [](const Array& x, const Array& out, const Array& omega, const std::string& layout,
+         bool include_input, double amplitude) {
+        bindings::require_host(x, "x");
+        const FourierParams p = bindings::fourier_params(omega, layout, include_input, amplitude);
+        require(bindings::embed_width(x, out) == fourier_width(p),
+                "out must have " + std::to_string(fourier_width(p)) + " columns");
+        embed_call(x, out, [&](const auto* xp, auto* op) {
+          embed_fourier(p, x.shape[0], xp, x.strides[0], op, out.strides[0], out.strides[1]);
+        });
       },
-      py::arg("dtype"), py::arg("n"), py::arg("x"), py::arg("x_stride"), py::arg("out"),
-      py::arg("out_row_stride"), py::arg("out_col_stride"), py::arg("omega"), py::arg("F"),
-      py::arg("layout"), py::arg("include_input"), py::arg("amplitude"),
-      "Fourier-feature embedder on raw addresses; omega is a contiguous float64 array (internal).");
+      py::arg("x"), py::arg("out"), py::arg("omega"), py::arg("layout"), py::arg("include_input"),
+      py::arg("amplitude"),
+      "out (n, 2F [+1]) = Fourier features of x; omega: F float64 host values (internal).");
+  m.def(
+      "cuda_embed_fourier_workspace",
+      [](index_t F) {
+        FourierParams p;
+        p.F = F;
+        return cuda::embed_fourier_workspace(p);
+      },
+      py::arg("F"), "Bytes of device workspace cuda_embed_fourier needs (internal).");
+  m.def(
+      "cuda_embed_fourier",
+      [](const Array& x, const Array& out, const Array& omega, const std::string& layout,
+         bool include_input, double amplitude, const OptArray& workspace) {
+        const cuda::Context ctx = bindings::context(x, workspace);
+        const FourierParams p = bindings::fourier_params(omega, layout, include_input, amplitude);
+        require(bindings::embed_width(x, out) == fourier_width(p),
+                "out must have " + std::to_string(fourier_width(p)) + " columns");
+        embed_call(x, out, [&](const auto* xp, auto* op) {
+          cuda::embed_fourier(ctx, p, x.shape[0], xp, x.strides[0], op, out.strides[0],
+                              out.strides[1]);
+        });
+      },
+      py::arg("x"), py::arg("out"), py::arg("omega"), py::arg("layout"), py::arg("include_input"),
+      py::arg("amplitude"), py::arg("workspace") = py::none(),
+      "The same on the device; omega stays a HOST array (uploaded on x's stream) (internal).");
 }

@@ -1,146 +1,157 @@
-#include <pybind11/numpy.h>
-
+// Bindings of the mode-n products (kronpe/mode_product.h), CPU and CUDA side by side: the same
+// descriptors in, the kernel of the arrays' place. kronpe.ops allocates the result.
+#include <algorithm>
 #include <vector>
 
 #include "args.h"
+#include "kronpe/cuda.h"
 #include "kronpe/mode_product.h"
 
 namespace py = pybind11;
 using namespace kronpe;
-using kronpe::bindings::ptr;
+using bindings::Array;
+using bindings::OptArray;
 
 namespace {
 
-template <typename T>
-void run_chain(std::uintptr_t src, const std::vector<index_t>& shape,
-               const std::vector<index_t>& strides, const std::vector<int>& modes,
-               const std::vector<std::uintptr_t>& mats, const std::vector<index_t>& mat_shapes,
-               const std::vector<index_t>& mat_strides, std::uintptr_t dst, bool any_layout,
-               std::vector<int>& order) {
-  const size_t k = modes.size();
-  if (strides.size() != shape.size())
-    throw ArgumentError("multi_mode_product: shape and strides differ in length");
-  const std::vector<MatrixRef<T>> refs = bindings::matrix_refs<T>(k, mats, mat_shapes, mat_strides);
-  order.assign(shape.size(), 0);
-  py::gil_scoped_release release;
-  multi_mode_product<T>(int(shape.size()), shape.data(), ptr<const T>(src), strides.data(), int(k),
-                        modes.data(), refs.data(), ptr<T>(dst),
-                        any_layout ? order.data() : nullptr);
-}
-
-// Strides of a NumPy array in elements (refusing strides that are not multiples of the item).
-std::vector<index_t> element_strides(const py::array& a, const std::string& name) {
-  const index_t item = a.itemsize();
-  std::vector<index_t> out(a.ndim());
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
-    if (a.strides(i) % item != 0)
-      throw ArgumentError(name + " has strides that are not multiples of its item size");
-    out[i] = a.strides(i) / item;
+// Checks a chain dst = src x_modes matrices (dtype T everywhere, every array where src lives,
+// dst dense in C order with the result's shape), then calls run(pointers...) with the GIL
+// released. Returns the axis order in which dst was written (C order unless any_layout).
+template <typename T, typename Run>
+std::vector<int> chain(const Array& src, const std::vector<Array>& mats,
+                       const std::vector<int>& modes, const Array& dst, bool any_layout, Run run) {
+  const int nd = src.ndim();
+  const T* s = bindings::data<const T>(src, "T");
+  T* d = bindings::data<T>(dst, "out", nd);
+  require(mats.size() == modes.size(), "multi_mode_product: one matrix per mode");
+  const std::vector<MatrixRef<T>> refs = bindings::matrix_refs<T>(mats);
+  std::vector<index_t> rows(mats.size()), cols(mats.size());
+  for (size_t j = 0; j < mats.size(); ++j) {
+    bindings::require_on(src.device, mats[j], ("matrices[" + std::to_string(j) + "]").c_str());
+    rows[j] = refs[j].rows;
+    cols[j] = refs[j].cols;
   }
-  return out;
-}
-
-// The NumPy fast path: arrays in, a new array out (C order, or any dense order as a view).
-template <typename T>
-py::array chain_arrays(const py::array& t, const std::vector<py::array>& mats,
-                       const std::vector<int>& modes, bool any_layout) {
-  const int nd = int(t.ndim());
-  const size_t k = modes.size();
-  if (mats.size() != k) throw ArgumentError("multi_mode_product: one matrix per mode");
-  std::vector<index_t> shape(t.shape(), t.shape() + nd);
-  const std::vector<index_t> strides = element_strides(t, "T");
-  std::vector<MatrixRef<T>> refs(k);
-  std::vector<index_t> rows(k), cols(k);
-  std::vector<std::vector<index_t>> keep(k);
-  for (size_t j = 0; j < k; ++j) {
-    const std::string name = "matrices[" + std::to_string(j) + "]";
-    if (mats[j].ndim() != 2) throw ArgumentError(name + " must be 2-D (m, n)");
-    if (!mats[j].dtype().is(t.dtype())) throw ArgumentError(name + " must have T's dtype");
-    keep[j] = element_strides(mats[j], name);
-    rows[j] = mats[j].shape(0);
-    cols[j] = mats[j].shape(1);
-    refs[j] = {static_cast<const T*>(mats[j].data()), rows[j], cols[j], keep[j][0], keep[j][1]};
+  bindings::require_on(src.device, dst, "out");
+  const std::vector<index_t> shape = mode_chain_shape(nd, src.shape.data(), int(modes.size()),
+                                                      modes.data(), rows.data(), cols.data());
+  require(dst.shape == shape, "multi_mode_product: out has the wrong shape");
+  index_t expect = 1;  // dense in C order (strides of an empty array do not matter)
+  for (int i = nd - 1; i >= 0; --i) {
+    require(shape[i] <= 1 || dst.strides[i] == expect || std::count(shape.begin(), shape.end(), 0),
+            "multi_mode_product: out must be dense in C order");
+    expect = checked_mul(expect, shape[i], "mode product output");
   }
-  const std::vector<index_t> out_shape =
-      mode_chain_shape(nd, shape.data(), int(k), modes.data(), rows.data(), cols.data());
-  py::array_t<T> out(std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()));
-  std::vector<int> order(nd);
+  std::vector<int> order(static_cast<size_t>(nd));
+  for (int i = 0; i < nd; ++i) order[size_t(i)] = i;
   {
     py::gil_scoped_release release;
-    multi_mode_product<T>(nd, shape.data(), static_cast<const T*>(t.data()), strides.data(), int(k),
-                          modes.data(), refs.data(), out.mutable_data(),
-                          any_layout ? order.data() : nullptr);
+    run(s, refs.data(), d, any_layout ? order.data() : nullptr);
   }
-  bool identity = true;
-  for (int i = 0; i < nd && any_layout; ++i) identity = identity && order[i] == i;
-  if (!any_layout || identity) return std::move(out);
-  // the buffer holds the axes in `order` (outermost first): view it with the logical axes
-  std::vector<py::ssize_t> view_strides(nd);
-  py::ssize_t s = sizeof(T);
-  for (int i = nd - 1; i >= 0; --i) {
-    view_strides[order[i]] = s;
-    s *= py::ssize_t(out_shape[order[i]]);
-  }
-  return py::array(out.dtype(), std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()),
-                   view_strides, out.data(), out);
+  return order;
+}
+
+// Checks a strided copy (one shape and dtype, dst where src lives) and calls
+// run(ndim, shape, src pointer, src strides, dst pointer, dst strides) with the GIL released.
+template <typename Run>
+void copy_call(const Array& src, const Array& dst, Run run) {
+  require(src.shape == dst.shape && src.dtype == dst.dtype,
+          "strided_copy: src and dst differ in shape or dtype");
+  bindings::require_on(src.device, dst, "dst");
+  bindings::dispatch1(src.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* s = bindings::data<const T>(src, "src");
+    T* d = bindings::data<T>(dst, "dst");
+    py::gil_scoped_release release;
+    run(src.ndim(), src.shape.data(), s, src.strides.data(), d, dst.strides.data());
+  });
 }
 
 }  // namespace
 
 void register_mode_product(py::module_& m) {
   m.def(
-      "multi_mode_product_arrays",
-      [](const py::array& t, const std::vector<py::array>& mats, const std::vector<int>& modes,
-         bool any_layout) -> py::array {
-        const char c = t.dtype().char_();
-        if (c == 'f') return chain_arrays<float>(t, mats, modes, any_layout);
-        if (c == 'd') return chain_arrays<double>(t, mats, modes, any_layout);
-        throw ArgumentError("T must be float32 or float64");
-      },
-      py::arg("T"), py::arg("matrices"), py::arg("modes"), py::arg("any_layout") = true,
-      "NumPy fast path of kronpe.ops.multi_mode_product: float32/float64 arrays of one dtype, "
-      "modes already checked (internal).");
-  m.def(
       "multi_mode_product",
-      [](const std::string& dtype, std::uintptr_t src, const std::vector<index_t>& shape,
-         const std::vector<index_t>& strides, const std::vector<int>& modes,
-         const std::vector<std::uintptr_t>& mats, const std::vector<index_t>& mat_shapes,
-         const std::vector<index_t>& mat_strides, std::uintptr_t dst, bool any_layout) {
+      [](const Array& src, const std::vector<Array>& matrices, const std::vector<int>& modes,
+         const Array& out, bool any_layout) {
+        bindings::require_host(src, "T");
         std::vector<int> order;
-        if (bindings::parse_dtype(dtype) == DType::f32)
-          run_chain<float>(src, shape, strides, modes, mats, mat_shapes, mat_strides, dst,
-                           any_layout, order);
-        else
-          run_chain<double>(src, shape, strides, modes, mats, mat_shapes, mat_strides, dst,
-                            any_layout, order);
-        if (!any_layout)
-          for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+        bindings::dispatch1(src.dtype, [&](auto t) {
+          using T = decltype(t);
+          order = chain<T>(src, matrices, modes, out, any_layout,
+                           [&](const T* s, const MatrixRef<T>* refs, T* d, int* o) {
+                             multi_mode_product<T>(src.ndim(), src.shape.data(), s,
+                                                   src.strides.data(), int(modes.size()),
+                                                   modes.data(), refs, d, o);
+                           });
+        });
         return order;
       },
-      py::arg("dtype"), py::arg("src"), py::arg("shape"), py::arg("strides"), py::arg("modes"),
-      py::arg("mats"), py::arg("mat_shapes"), py::arg("mat_strides"), py::arg("dst"),
+      py::arg("src"), py::arg("matrices"), py::arg("modes"), py::arg("out"),
       py::arg("any_layout") = false,
-      "dst = src x_modes[0] mats[0] ... on raw addresses; strides in elements. Returns the axis "
-      "order in which dst was written (C order unless any_layout) (internal, see "
-      "kronpe.ops.multi_mode_product).");
+      "out = src x_modes[0] matrices[0] ... on the CPU. Returns the axis order in which out was "
+      "written (C order unless any_layout) (internal, see kronpe.ops.multi_mode_product).");
+  m.def(
+      "cuda_multi_mode_workspace",
+      [](const Array& src, const std::vector<Array>& matrices, const std::vector<int>& modes,
+         bool any_layout) {
+        const size_t k = modes.size();
+        require(matrices.size() == k, "multi_mode_product: one matrix per mode");
+        require(src.strides.size() == src.shape.size(), "T: shape and strides differ in length");
+        std::vector<index_t> rows(k), mat_strides(2 * k);
+        for (size_t j = 0; j < k; ++j) {
+          require(matrices[j].ndim() == 2 && matrices[j].strides.size() == 2,
+                  "multi_mode_product: matrices must be 2-D");
+          rows[j] = matrices[j].shape[0];
+          mat_strides[2 * j] = matrices[j].strides[0];
+          mat_strides[2 * j + 1] = matrices[j].strides[1];
+        }
+        const int elem = bindings::parse_dtype(src.dtype) == DType::f32 ? 4 : 8;
+        return cuda::multi_mode_workspace(src.ndim(), src.shape.data(), src.strides.data(),
+                                          int(k), modes.data(), rows.data(), mat_strides.data(),
+                                          elem, any_layout);
+      },
+      py::arg("src"), py::arg("matrices"), py::arg("modes"), py::arg("any_layout") = false,
+      "Bytes of device workspace cuda_multi_mode_product needs (internal).");
+  m.def(
+      "cuda_multi_mode_product",
+      [](const Array& src, const std::vector<Array>& matrices, const std::vector<int>& modes,
+         const Array& out, bool any_layout, const OptArray& workspace) {
+        const cuda::Context ctx = bindings::context(src, workspace);
+        std::vector<int> order;
+        bindings::dispatch1(src.dtype, [&](auto t) {
+          using T = decltype(t);
+          order = chain<T>(src, matrices, modes, out, any_layout,
+                           [&](const T* s, const MatrixRef<T>* refs, T* d, int* o) {
+                             cuda::multi_mode_product<T>(ctx, src.ndim(), src.shape.data(), s,
+                                                         src.strides.data(), int(modes.size()),
+                                                         modes.data(), refs, d, o);
+                           });
+        });
+        return order;
+      },
+      py::arg("src"), py::arg("matrices"), py::arg("modes"), py::arg("out"),
+      py::arg("any_layout") = false, py::arg("workspace") = py::none(),
+      "out = src x_modes[0] matrices[0] ... on the device, enqueued on src's stream; returns "
+      "the axis order written (internal).");
   m.def(
       "strided_copy",
-      [](const std::string& dtype, std::uintptr_t src, const std::vector<index_t>& shape,
-         const std::vector<index_t>& src_strides, std::uintptr_t dst,
-         const std::vector<index_t>& dst_strides) {
-        if (src_strides.size() != shape.size() || dst_strides.size() != shape.size())
-          throw ArgumentError("strided_copy: shape and strides differ in length");
-        const DType dt = bindings::parse_dtype(dtype);
-        py::gil_scoped_release release;
-        if (dt == DType::f32)
-          strided_copy<float>(int(shape.size()), shape.data(), ptr<const float>(src),
-                              src_strides.data(), ptr<float>(dst), dst_strides.data());
-        else
-          strided_copy<double>(int(shape.size()), shape.data(), ptr<const double>(src),
-                               src_strides.data(), ptr<double>(dst), dst_strides.data());
+      [](const Array& src, const Array& dst) {
+        bindings::require_host(src, "src");
+        copy_call(src, dst, [](int nd, const index_t* shape, const auto* s, const index_t* ss,
+                               auto* d, const index_t* ds) { strided_copy(nd, shape, s, ss, d, ds); });
       },
-      py::arg("dtype"), py::arg("src"), py::arg("shape"), py::arg("src_strides"), py::arg("dst"),
-      py::arg("dst_strides"), "dst[i] = src[i] over a strided box, strides in elements (internal).");
+      py::arg("src"), py::arg("dst"), "dst[...] = src[...] over a strided box (internal).");
+  m.def(
+      "cuda_strided_copy",
+      [](const Array& src, const Array& dst) {
+        const cuda::Context ctx = bindings::context(src, std::nullopt);
+        copy_call(src, dst, [&](int nd, const index_t* shape, const auto* s, const index_t* ss,
+                                auto* d, const index_t* ds) {
+          cuda::strided_copy(ctx, nd, shape, s, ss, d, ds);
+        });
+      },
+      py::arg("src"), py::arg("dst"),
+      "dst[...] = src[...] over a strided box on the device, on src's stream (internal).");
   m.def(
       "set_mode_cost_model",
       [](double rate_f32, double half, double call, double copy_f32) {
@@ -160,5 +171,6 @@ void register_mode_product(py::module_& m) {
             .describe();
       },
       py::arg("shape"), py::arg("strides"), py::arg("modes"), py::arg("out_rows"),
-      py::arg("elem_size") = 4, py::arg("any_layout") = false, "The planned steps of a mode-product chain, as text (internal).");
+      py::arg("elem_size") = 4, py::arg("any_layout") = false,
+      "The planned steps of a mode-product chain, as text (internal).");
 }

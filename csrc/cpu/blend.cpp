@@ -29,7 +29,7 @@ int resolve_threads(int threads) {
 // never depend on the count.
 constexpr index_t kMinWorkPerThread = index_t(1) << 20;
 int pick_threads(int threads, index_t work) {
-  if (threads > 0) return threads;
+  if (checked_threads(threads) > 0) return threads;
   const index_t by_work = std::max<index_t>(1, work / kMinWorkPerThread);
   return int(std::min<index_t>(resolve_threads(0), by_work));
 }
@@ -278,7 +278,7 @@ TransposeLayout transpose_layout(index_t grid_size, index_t span) {
 template <typename Q>
 void plan_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
                         index_t* perm, index_t* ptr, int threads) {
-  threads = pick_threads(threads, points.rows * wf.dims());
+  threads = pick_threads(threads, saturating_mul(points.rows, wf.dims()));
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
   const index_t L = lay.slab;
   bucket(
@@ -289,7 +289,7 @@ void plan_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points, Tr
 
 void plan_transpose_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
                            index_t* ptr, int threads) {
-  threads = pick_threads(threads, indices.rows * indices.cols);
+  threads = pick_threads(threads, saturating_mul(indices.rows, indices.cols));
   const index_t L = lay.slab;
   const index_t nnz = indices.cols;
   bucket(
@@ -335,7 +335,7 @@ template <typename Q>
 void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
                      MatrixView<index_t> indices, MatrixView<double> weights, int threads) {
   const index_t P = points.rows, nc = wf.corners();
-  threads = pick_threads(threads, P * nc * wf.dims());
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), wf.dims()));
   require_shape(indices.rows, indices.cols, "blend: indices", P, nc);
   require_shape(weights.rows, weights.cols, "blend: weights", P, nc);
   const index_t* off = wf.corner_offsets().data();
@@ -352,7 +352,7 @@ template <typename T, typename Q>
 void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
                MatrixView<T> out, int threads) {
   const index_t P = points.rows, C = grid.cols, nc = wf.corners();
-  threads = pick_threads(threads, P * nc * (C + wf.dims()));
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + wf.dims()));
   require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const index_t* off = wf.corner_offsets().data();
@@ -375,7 +375,7 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
                          MatrixView<const T> values, MatrixView<T> out, int threads,
                          const index_t* perm, const index_t* ptr) {
   const index_t P = points.rows, C = values.cols, nc = wf.corners();
-  threads = pick_threads(threads, P * nc * (C + wf.dims()));
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + wf.dims()));
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
   require_shape(values.rows, values.cols, "blend_transpose: values", P, C);
   require_shape(out.rows, out.cols, "blend_transpose: output", wf.grid_size(), C);
@@ -415,7 +415,7 @@ template <typename T>
 void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
                   MatrixView<const T> grid, MatrixView<T> out, int threads) {
   const index_t P = indices.rows, nnz = indices.cols, C = grid.cols, G = grid.rows;
-  threads = pick_threads(threads, P * nnz * C);
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nnz), C));
   require_shape(weights.rows, weights.cols, "blend: weights", P, nnz);
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const int nt = resolve_threads(threads);
@@ -438,7 +438,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
                             MatrixView<const T> values, MatrixView<T> out, index_t span,
                             int threads, const index_t* perm, const index_t* ptr) {
   const index_t P = indices.rows, nnz = indices.cols, C = values.cols, G = out.rows;
-  threads = pick_threads(threads, P * nnz * C);
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nnz), C));
   require_shape(weights.rows, weights.cols, "blend_transpose: weights", P, nnz);
   require_shape(values.rows, values.cols, "blend_transpose: values", P, C);
   require(out.cols == C, "blend_transpose: output must have as many channels as values");

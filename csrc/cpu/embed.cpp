@@ -1,4 +1,5 @@
-// CPU embedders: one row per coordinate, OpenMP over rows. See kronpe/embed.h.
+// CPU embedders: one row per coordinate, OpenMP over rows, the math of kronpe/embed_math.h.
+// See kronpe/embed.h.
 #include "kronpe/embed.h"
 
 #include <string>
@@ -94,20 +95,14 @@ void embed_fourier(const FourierParams& p, index_t n, const T* x, index_t x_stri
   if (n == 0 || width == 0) return;
   const index_t cs = out_col_stride;
   const index_t first = p.include_input ? 1 : 0;
-  const bool blocks = p.layout == FourierLayout::blocks;
   for_each_row(n, width, x, x_stride, out, out_row_stride, [&](double xi, T* row) {
     if (p.include_input) row[0] = T(xi);
     for (index_t j = 0; j < p.F; ++j) {
       const double a = p.omega[j] * xi;
       const double c = p.amplitude * std::cos(a);
       const double s = p.amplitude * std::sin(a);
-      if (blocks) {
-        row[(first + j) * cs] = T(c);
-        row[(first + p.F + j) * cs] = T(s);
-      } else {
-        row[(first + 2 * j) * cs] = T(s);
-        row[(first + 2 * j + 1) * cs] = T(c);
-      }
+      row[(first + embed_math::fourier_slot(p.layout, p.F, j, true)) * cs] = T(c);
+      row[(first + embed_math::fourier_slot(p.layout, p.F, j, false)) * cs] = T(s);
     }
   });
 }

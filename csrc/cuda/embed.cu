@@ -1,5 +1,5 @@
 // CUDA embedders: one thread per output element, the per-element math of kronpe/embed.h
-// (embed_math, KRONPE_HD) evaluated in double and rounded once, as on the CPU.
+// (kronpe/embed_math.h, KRONPE_HD) evaluated in double and rounded once, as on the CPU.
 #include "common.cuh"
 #include "kronpe/cuda.h"
 #include "kronpe/embed.h"
@@ -17,23 +17,15 @@ __global__ void basis_kernel(BasisParams p, I n, const T* __restrict__ x, I xs, 
   for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += I(gridDim.x) * blockDim.x) {
     const I i = e / K, k = e - i * K;
     const double xi = double(x[i * xs]);
-    double v;
-    if (p.kind == Basis::impulse) {
-      v = embed_math::impulse_column(p, xi) == index_t(k) ? 1.0 : 0.0;
-    } else if (p.kind == Basis::random) {
-      v = embed_math::random_value(p.seed, xi, index_t(k));
-    } else {
-      const double t = double(index_t(k) + p.first_index) / p.K_base;
-      v = embed_math::shifted_value(p.kind, p.param, p.degree, xi, t);
-    }
+    const double v = embed_math::basis_value(p, xi, index_t(k));
     out[i * rs + k * cs] = T(v);
   }
 }
 
 template <typename T, typename I>
-__global__ void fourier_kernel(const double* __restrict__ omega, I F, bool blocks, bool include_input,
-                               double amplitude, I width, I n, const T* __restrict__ x, I xs,
-                               T* __restrict__ out, I rs, I cs) {
+__global__ void fourier_kernel(const double* __restrict__ omega, I F, FourierLayout layout,
+                               bool include_input, double amplitude, I width, I n,
+                               const T* __restrict__ x, I xs, T* __restrict__ out, I rs, I cs) {
   const I total = n * width, first = include_input ? 1 : 0;
   for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += I(gridDim.x) * blockDim.x) {
     const I i = e / width, col = e - i * width;
@@ -42,16 +34,9 @@ __global__ void fourier_kernel(const double* __restrict__ omega, I F, bool block
     if (col < first) {
       v = xi;
     } else {
-      const I f = col - first;
       I j;
       bool cosine;
-      if (blocks) {  // [cos(w_0 x) .. cos(w_{F-1} x), sin(w_0 x) .. sin(w_{F-1} x)]
-        cosine = f < F;
-        j = cosine ? f : f - F;
-      } else {  // [sin(w_0 x), cos(w_0 x), sin(w_1 x), ...]
-        j = f / 2;
-        cosine = (f - 2 * j) == 1;
-      }
+      embed_math::fourier_column<I>(layout, F, col - first, j, cosine);
       const double a = omega[j] * xi;
       v = amplitude * (cosine ? cos(a) : sin(a));
     }
@@ -120,15 +105,14 @@ void embed_fourier(const Context& ctx, const FourierParams& p, index_t n, const 
   detail::Scratch scratch(ctx, embed_fourier_workspace(p));
   double* omega = p.F > 0 ? scratch.take<double>(size_t(p.F)) : nullptr;
   detail::upload(omega, p.omega, size_t(p.F), s);
-  const bool blocks = p.layout == FourierLayout::blocks;
   const unsigned grid = detail::blocks_for(total, kBlock);
   if (fits32(total, {{x_stride, n}, {out_row_stride, n}, {out_col_stride, width}}))
     fourier_kernel<T, std::int32_t><<<grid, kBlock, 0, s>>>(
-        omega, std::int32_t(p.F), blocks, p.include_input, p.amplitude, std::int32_t(width),
+        omega, std::int32_t(p.F), p.layout, p.include_input, p.amplitude, std::int32_t(width),
         std::int32_t(n), x, std::int32_t(x_stride), out, std::int32_t(out_row_stride),
         std::int32_t(out_col_stride));
   else
-    fourier_kernel<T, index_t><<<grid, kBlock, 0, s>>>(omega, p.F, blocks, p.include_input,
+    fourier_kernel<T, index_t><<<grid, kBlock, 0, s>>>(omega, p.F, p.layout, p.include_input,
                                                      p.amplitude, width, n, x, x_stride, out,
                                                      out_row_stride, out_col_stride);
   detail::check_launch("embed_fourier kernel");

@@ -1,12 +1,14 @@
-// CUDA mode-n products: the CPU planner's ChainProgram (kronpe/mode_product.h) executed with
-// cuBLAS strided-batched GEMMs and strided-copy kernels (a tiled transpose when the two arrays'
-// contiguous axes differ, a plain gather otherwise).
+// CUDA mode-n products: the shared executor (kronpe/mode_product_exec.h) with a cuBLAS backend:
+// strided-batched GEMMs and strided-copy kernels (a tiled transpose when the two arrays'
+// contiguous axes differ, a plain gather otherwise) on the caller's stream and scratch memory.
+#include <optional>
 #include <vector>
 
 #include "common.cuh"
 #include "cublas.cuh"
 #include "kronpe/cuda.h"
 #include "kronpe/mode_product.h"
+#include "kronpe/mode_product_exec.h"
 
 namespace kronpe::cuda {
 namespace {
@@ -142,22 +144,37 @@ void launch_copy(const Context& ctx, const std::vector<CopyDim>& dims, const T* 
   detail::check_launch("strided copy kernel");
 }
 
-// The program of a chain on the GPU (planned with the GPU cost model, cached per thread).
-ChainProgram program(int ndim, const index_t* shape, const index_t* strides, int nmodes,
-                     const int* modes, const index_t* out_rows, int elem_size, bool any_layout) {
-  return mode_chain_program(ndim, shape, strides, nmodes, modes, out_rows, elem_size, any_layout,
-                            cuda_cost_model());
-}
+template <typename T>
+class CudaBackend {
+ public:
+  explicit CudaBackend(const Context& ctx) : ctx_(ctx) {}
+  const ModeCostModel& model() const { return cuda_cost_model(); }
+  void start() { guard_.emplace(ctx_.device); }
+  void zero(T* dst, index_t n) {
+    detail::check(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(T), detail::stream_of(ctx_)),
+                  "cudaMemsetAsync (empty contraction)");
+  }
+  unsigned char* scratch(std::size_t bytes) {
+    scratch_.emplace(ctx_, bytes);
+    return bytes ? scratch_->template take<unsigned char>(bytes) : nullptr;
+  }
+  void copy(int ndim, const index_t* shape, const T* src, const index_t* src_strides, T* dst,
+            const index_t* dst_strides) {
+    std::vector<CopyDim> dims;
+    if (copy_dims(ndim, shape, src_strides, dst_strides, dims)) launch_copy<T>(ctx_, dims, src, dst);
+  }
+  void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, const T* a, index_t lda,
+            index_t stride_a, const T* b, index_t ldb, index_t stride_b, T* c, index_t ldc,
+            index_t stride_c, index_t batch) {
+    detail::gemm<T>(ctx_, ta, tb, M, N, K, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c,
+                    batch);
+  }
 
-std::size_t workspace_of(const ChainProgram& prog, int nmodes, const index_t* out_rows,
-                         const index_t* in_cols, const index_t* mat_strides, int elem_size) {
-  if (prog.ops.empty()) return 0;
-  std::size_t bytes = 2 * detail::aligned(std::size_t(prog.workspace) * std::size_t(elem_size));
-  for (int j = 0; j < nmodes; ++j)
-    if (!operand_layout(out_rows[j], in_cols[j], mat_strides[2 * j], mat_strides[2 * j + 1]).in_place)
-      bytes += detail::aligned(std::size_t(out_rows[j] * in_cols[j]) * std::size_t(elem_size));
-  return bytes;
-}
+ private:
+  const Context& ctx_;
+  std::optional<detail::DeviceGuard> guard_;
+  std::optional<detail::Scratch> scratch_;  // released (stream-ordered) after the chain
+};
 
 }  // namespace
 
@@ -174,11 +191,11 @@ std::size_t multi_mode_workspace(int ndim, const index_t* shape, const index_t* 
                                  int nmodes, const int* modes, const index_t* out_rows,
                                  const index_t* mat_strides, int elem_size, bool any_layout) {
   require(elem_size == 4 || elem_size == 8, "multi_mode_workspace: element size must be 4 or 8");
-  const ChainProgram prog =
-      program(ndim, shape, strides, nmodes, modes, out_rows, elem_size, any_layout);
+  const ChainProgram prog = mode_chain_program(ndim, shape, strides, nmodes, modes, out_rows,
+                                                elem_size, any_layout, cuda_cost_model());
   std::vector<index_t> cols(static_cast<size_t>(nmodes));
   for (int j = 0; j < nmodes; ++j) cols[size_t(j)] = shape[modes[j]];
-  return workspace_of(prog, nmodes, out_rows, cols.data(), mat_strides, elem_size);
+  return chain_workspace_bytes(prog, nmodes, out_rows, cols.data(), mat_strides, elem_size);
 }
 
 template <typename T>
@@ -194,79 +211,8 @@ template <typename T>
 void multi_mode_product(const Context& ctx, int ndim, const index_t* shape, const T* src,
                         const index_t* src_strides, int nmodes, const int* modes,
                         const MatrixRef<T>* mats, T* dst, int* out_order) {
-  require(nmodes >= 0, "mode product: negative number of modes");
-  std::vector<index_t> rows(static_cast<size_t>(nmodes)), cols(static_cast<size_t>(nmodes)),
-      mstrides(2 * static_cast<size_t>(nmodes));
-  for (int j = 0; j < nmodes; ++j) {
-    rows[size_t(j)] = mats[j].rows;
-    cols[size_t(j)] = mats[j].cols;
-    mstrides[2 * size_t(j)] = mats[j].row_stride;
-    mstrides[2 * size_t(j) + 1] = mats[j].col_stride;
-  }
-  mode_chain_shape(ndim, shape, nmodes, modes, rows.data(), cols.data());  // checks
-  const ChainProgram prog = program(ndim, shape, src_strides, nmodes, modes, rows.data(),
-                                    int(sizeof(T)), out_order != nullptr);
-  if (out_order)
-    for (int i = 0; i < ndim; ++i) out_order[i] = prog.out_order[size_t(i)];
-  if (prog.out_size == 0) return;
-  detail::DeviceGuard guard(ctx.device);
-  const cudaStream_t s = detail::stream_of(ctx);
-  if (prog.in_size == 0) {  // sums over empty axes
-    detail::check(cudaMemsetAsync(dst, 0, size_t(prog.out_size) * sizeof(T), s),
-                  "cudaMemsetAsync (empty contraction)");
-    return;
-  }
-  detail::Scratch scratch(ctx, workspace_of(prog, nmodes, rows.data(), cols.data(),
-                                            mstrides.data(), int(sizeof(T))));
-  T* work[2] = {nullptr, nullptr};
-  if (prog.workspace > 0) {
-    work[0] = scratch.take<T>(size_t(prog.workspace));
-    work[1] = scratch.take<T>(size_t(prog.workspace));
-  }
-  // matrices: read in place when cuBLAS can, else a dense row-major copy
-  std::vector<OperandLayout> lay(static_cast<size_t>(nmodes));
-  std::vector<const T*> mdata(static_cast<size_t>(nmodes));
-  for (int j = 0; j < nmodes; ++j) {
-    const MatrixRef<T>& a = mats[j];
-    lay[size_t(j)] = operand_layout(a.rows, a.cols, a.row_stride, a.col_stride);
-    mdata[size_t(j)] = a.data;
-    if (!lay[size_t(j)].in_place) {
-      T* c = scratch.take<T>(size_t(a.rows * a.cols));
-      const index_t shp[2] = {a.rows, a.cols}, ss[2] = {a.row_stride, a.col_stride},
-                    ds[2] = {a.cols, 1};
-      std::vector<CopyDim> dims;
-      if (copy_dims(2, shp, ss, ds, dims)) launch_copy<T>(ctx, dims, a.data, c);
-      mdata[size_t(j)] = c;
-    }
-  }
-  auto pointer = [&](ChainBuffer b) -> T* {
-    switch (b) {
-      case ChainBuffer::input: return const_cast<T*>(src);  // only ever read
-      case ChainBuffer::work0: return work[0];
-      case ChainBuffer::work1: return work[1];
-      default: return dst;
-    }
-  };
-  for (const ChainOp& op : prog.ops) {
-    const T* x = pointer(op.src);
-    T* y = pointer(op.dst);
-    if (op.kind == ChainOp::copy) {
-      std::vector<CopyDim> dims;
-      if (copy_dims(int(op.shape.size()), op.shape.data(), op.src_strides.data(),
-                    op.dst_strides.data(), dims))
-        launch_copy<T>(ctx, dims, x, y);
-      continue;
-    }
-    const OperandLayout& A = lay[size_t(op.matrix)];
-    const bool ta = op.matrix_trans != A.stored_transposed;
-    const T* a = mdata[size_t(op.matrix)];
-    if (op.matrix_left)
-      detail::gemm<T>(ctx, ta, op.buffer_trans, op.M, op.N, op.K, a, A.ld, 0, x, op.ld_buffer,
-                      op.stride_buffer, y, op.ldc, op.stride_c, op.batch);
-    else
-      detail::gemm<T>(ctx, op.buffer_trans, ta, op.M, op.N, op.K, x, op.ld_buffer, op.stride_buffer,
-                      a, A.ld, 0, y, op.ldc, op.stride_c, op.batch);
-  }
+  CudaBackend<T> backend(ctx);
+  run_mode_chain<T>(backend, ndim, shape, src, src_strides, nmodes, modes, mats, dst, out_order);
 }
 
 template void strided_copy<float>(const Context&, int, const index_t*, const float*, const index_t*,

@@ -172,7 +172,6 @@ class Embedder:
 
     def _embed(self, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
         """The compiled embedder on any finite float32/float64 x (no range check)."""
-        kind, args = self._kernel_args()
         width = self.K
         if out is None:
             _validate.check_array_budget("x", (x.shape[0], width), x.dtype.itemsize,
@@ -187,17 +186,24 @@ class Embedder:
                 raise ValueError(f"out must have dtype {x.dtype} (that of x), got {out.dtype}")
             if not out.flags.writeable:
                 raise ValueError("out must be writeable")
-        xb = _arrays.buffer(x, "x")
-        ob = _arrays.buffer(out, "out")
-        common = (xb.shape[0], xb.address, xb.strides[0], ob.address, ob.strides[0], ob.strides[1])
+        self._run_kernel(_arrays.describe(x, "x"), _arrays.describe(out, "out"))
+        return out
+
+    def _run_kernel(self, x: "_arrays.Array", out: "_arrays.Array", workspace=None) -> None:
+        """The compiled embedder (host or CUDA, by where x lives) from descriptors x (N,) and
+        out (N, K); ``workspace``: device scratch for the CUDA Fourier kernel."""
+        kind, args = self._kernel_args()
+        cuda = x.on_device
         if kind == "basis":
-            _core.embed_basis(xb.dtype, args["kind"], *common, width, args["first_index"],
-                              args["K_base"], args["param"], args["degree"], args["seed"])
+            fn = _core.cuda_embed_basis if cuda else _core.embed_basis
+            fn(x, out, args["kind"], args["first_index"], args["K_base"], args["param"],
+               args["degree"], args["seed"])
         else:
             omega = np.ascontiguousarray(args["omega"], dtype=np.float64)
-            _core.embed_fourier(xb.dtype, *common, omega.ctypes.data, omega.shape[0],
-                                args["layout"], args["include_input"], args["amplitude"])
-        return out
+            extra = (workspace,) if cuda else ()
+            fn = _core.cuda_embed_fourier if cuda else _core.embed_fourier
+            fn(x, out, _arrays.describe(omega, "omega"), args["layout"], args["include_input"],
+               args["amplitude"], *extra)
 
     def _kernel_args(self) -> Tuple[str, Dict[str, Any]]:  # pragma: no cover - every family overrides
         """("basis", kwargs of reference.embed_basis) or ("fourier", kwargs of reference.embed_fourier)."""
@@ -219,6 +225,15 @@ class Embedder:
     def _quadrature_weight(self) -> float:
         """Factor that turns the sampled distance into the continuous one of ``distance``."""
         return 1.0
+
+    def blend_kernel(self) -> Optional[Tuple[str, float]]:
+        """The closed-form distance the blending kernels can evaluate for this embedder:
+        ``(kind, param)`` with kind one of "gaussian" (exp(-param d^2)), "bspline3"
+        (B3(|d| param)), "tri" (max(1 - |d| param, 0)) or "tri_sq" (its square), up to scale;
+        None when there is none (the weights then come from :meth:`distance`). Families with a
+        closed form override this; :class:`kronpe.BlendingMatrix` uses it only after checking it
+        against :meth:`distance`, so a subclass that changes the distance stays correct."""
+        return None
 
     def distance(self, delta) -> np.ndarray:
         """Embedded distance D(delta) = <Psi(x1), Psi(x2)> as a function of delta = x1 - x2.
@@ -399,9 +414,8 @@ class ShiftedBasis(Embedder):
         u = _finite_array("u", u)
         flat = np.ascontiguousarray(u).ravel()
         out = np.empty((flat.shape[0], 1))
-        xb, ob = _arrays.buffer(flat, "u"), _arrays.buffer(out, "out")
-        _core.embed_basis("float64", self._basis, flat.shape[0], xb.address, xb.strides[0], ob.address,
-                          1, 1, 1, 0, 1.0, self._param, self._degree, 0)
+        _core.embed_basis(_arrays.describe(flat, "u"), _arrays.describe(out, "out"), self._basis, 0, 1.0,
+                          self._param, self._degree, 0)
         return out.reshape(u.shape)
 
     @property
@@ -434,6 +448,9 @@ class Gaussian(ShiftedBasis):
         self._init_shifted(K, margin)
         _set(self, sigma=_validate.positive_float("sigma", sigma))
 
+    def blend_kernel(self) -> Optional[Tuple[str, float]]:
+        return "gaussian", 1.0 / (4.0 * float(self.sigma) ** 2)
+
     def distance(self, delta) -> np.ndarray:
         return _formulas.gaussian_distance(_finite_array("delta", delta), self.sigma)
 
@@ -461,6 +478,11 @@ class Triangle(ShiftedBasis):
         w = 1.0 / self.K_base if width is None else _validate.positive_float("width", width)
         _set(self, width=w, paper_distance=bool(paper_distance))
 
+    def blend_kernel(self) -> Optional[Tuple[str, float]]:
+        if self.paper_distance:
+            return "tri_sq", 1.0 / (2.0 * float(self.width))
+        return "bspline3", 1.0 / float(self.width)
+
     def distance(self, delta) -> np.ndarray:
         delta = _finite_array("delta", delta)
         if self.paper_distance:
@@ -486,6 +508,9 @@ class Rectangle(ShiftedBasis):
     def __init__(self, K: int, width: float, margin: int = 0):
         self._init_shifted(K, margin)
         _set(self, width=_validate.positive_float("width", width))
+
+    def blend_kernel(self) -> Optional[Tuple[str, float]]:
+        return "tri", 1.0 / float(self.width)
 
     def distance(self, delta) -> np.ndarray:
         return _formulas.rectangle_distance(_finite_array("delta", delta), self.width)
@@ -741,6 +766,9 @@ class RandomFourier(FourierFeatures):
     @property
     def _quadrature_weight(self) -> float:
         return _formulas.SQRT_2PI * self._scale / (self.K // 2)
+
+    def blend_kernel(self) -> Optional[Tuple[str, float]]:
+        return "gaussian", 2.0 * math.pi**2 * float(self._scale) ** 2
 
     def distance(self, delta) -> np.ndarray:
         return self.amplitude_mod**2 * _formulas.rff_distance(_finite_array("delta", delta), self._scale)

@@ -141,16 +141,22 @@ def multi_mode_product(
         _validate.check_array_budget("T x matrices", final, dt.itemsize, "the result is too large")
     t = t.astype(dt, copy=False)
     mats = [a.astype(dt, copy=False) for a in mats]
-    # strides are checked in C++ (errors name the argument)
-    out = _core.multi_mode_product_arrays(t, mats, mode_tuple, order == "K")
+    out_shape = list(t.shape)
+    for a, k in zip(mats, mode_tuple):
+        out_shape[k] = a.shape[0]
+    buf = np.empty(out_shape, dt)
+    axes = _core.multi_mode_product(_arrays.describe(t, "T"),
+                                    [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)],
+                                    list(mode_tuple), _arrays.describe(buf, "out"), order == "K")
+    out = _arrays.logical_view(buf, out_shape, axes)
     if final is not None:
         out = np.array(np.broadcast_to(out, final), order="C" if order == "C" else "K")
     return out if template is t else _arrays.like(out, template)
 
 
 def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
-    """The mode tuple of a valid chain (ValueError naming the argument otherwise); the device
-    path checks in Python before allocating on the GPU."""
+    """The mode tuple of a valid chain (ValueError naming the argument otherwise), checked
+    before the result is allocated."""
     shape = tuple(int(n) for n in shape)
     if len(shape) < 1:
         raise ValueError(f"T must have at least one axis, got a {len(shape)}-D array")

@@ -44,4 +44,24 @@ inline index_t checked_mul(index_t a, index_t b, const char* what) {
   return a * b;
 }
 
+// a * b for non-negative a, b, or the largest index_t when it overflows: for estimates (work,
+// cost) that only compare sizes and must never wrap.
+inline index_t saturating_mul(index_t a, index_t b) {
+  if (a != 0 && b > std::numeric_limits<index_t>::max() / a)
+    return std::numeric_limits<index_t>::max();
+  return a * b;
+}
+
+// The most threads a kernel accepts (OpenMP runtimes fail, or crash, when asked for far more
+// threads than a machine has).
+constexpr int kMaxThreads = 1024;
+
+// A caller's thread count: 0 (the default: the backend chooses) or 1..kMaxThreads.
+inline int checked_threads(int threads) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw ArgumentError("threads must be between 1 and " + std::to_string(kMaxThreads) +
+                        " (or 0 for the default), got " + std::to_string(threads));
+  return threads;
+}
+
 }  // namespace kronpe

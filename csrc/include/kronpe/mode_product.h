@@ -20,119 +20,10 @@
 // order is not the logical one, one permuting copy writes the result; otherwise the last GEMM
 // writes straight into the destination.
 #pragma once
-#include <string>
-#include <vector>
-
 #include "kronpe/common.h"
+#include "kronpe/mode_product_plan.h"
 
 namespace kronpe {
-
-// A matrix operand: rows x cols, element strides (either may be 1; other strides are copied).
-template <typename T>
-struct MatrixRef {
-  const T* data;
-  index_t rows;
-  index_t cols;
-  index_t row_stride;
-  index_t col_stride;
-};
-
-enum class StepKind { FrontKeep, FrontRotate, BackKeep, BackRotate, Batched };
-
-struct ModeStep {
-  int mode;        // logical axis contracted
-  int move;        // 0: none, 1: a permuting copy first moves the axis to the back
-  StepKind kind;
-};
-
-struct ModePlan {
-  bool copy_input = false;       // first copy the input into the dense layout `input_order`
-  std::vector<int> input_order;  // physical order (outermost first) of the input axes used by
-                                 // step 0, axes of extent 1 left out
-  std::vector<ModeStep> steps;
-  bool copy_output = false;      // a final permuting copy writes the destination in C order
-  double cost = 0.0;             // model cost, seconds-like units
-  std::string describe() const;
-};
-
-// The planner's cost model, in seconds-like units (only ratios matter). A GEMM (M, N, K) runs at
-// `rate_f32` flop/s (half of it for float64) scaled by e(M) e(N) e(K), e(x) = x / (x + half),
-// plus `call` per call; a permuting copy costs `copy_f32` per element (1.6x for float64). With
-// `batched_one_call` a strided batch of GEMMs is one call (cuBLAS), else one call per matrix.
-struct ModeCostModel {
-  double rate_f32 = 150e9;
-  double half = 12.0;
-  double call = 1.5e-6;
-  double copy_f32 = 1.5e-9;
-  bool batched_one_call = false;
-  int id = 0;  // distinguishes models in the plan caches (0: the CPU model)
-  // Per StepKind (FrontKeep, FrontRotate, BackKeep, BackRotate, Batched): a GEMM of that layout
-  // takes 1 + penalty * 64 / k times as long, k the contracted extent. Measured with OpenBLAS on
-  // the 2-core AVX machine: X A^T (BackKeep) is the fastest layout; at k = 64 the others run at
-  // 0.55 (A X), 0.7 (X^T A^T) and 0.75 (A X^T) of its rate, at k = 512 at 0.9-1.0.
-  double layout_penalty[5] = {0.85, 0.45, 0.0, 0.3, 0.85};
-};
-
-// The CPU model in use (calibrated on a 2-core AVX2 machine with OpenBLAS).
-const ModeCostModel& cpu_cost_model();
-
-// Plan a chain. shape/strides: the input tensor (strides in elements, any sign); modes: the
-// logical axes contracted, distinct; out_rows: m for each mode; elem_size: 4 or 8;
-// any_layout: the result may be left in any dense axis order (no final permuting copy);
-// model: the cost model (default: the CPU one).
-ModePlan plan_mode_chain(int ndim, const index_t* shape, const index_t* strides, int nmodes,
-                         const int* modes, const index_t* out_rows, int elem_size,
-                         bool any_layout = false, const ModeCostModel* model = nullptr);
-
-// ---- lowering: a plan as buffer operations, shared by the CPU and CUDA executors -----------
-// Buffers: the input tensor, two work buffers of `ChainProgram::workspace` elements each, and
-// the destination.
-enum class ChainBuffer : int { input = 0, work0 = 1, work1 = 2, output = 3 };
-
-struct ChainOp {
-  enum Kind { copy, gemm } kind = copy;
-  ChainBuffer src = ChainBuffer::input, dst = ChainBuffer::output;
-  // copy: dst[i] = src[i] over a strided box (strides in elements)
-  std::vector<index_t> shape, src_strides, dst_strides;
-  // gemm, row-major and batched: for b < batch,
-  //   C_b (M x N) = op(L) (M x K) op(R) (K x N),   C_b at dst + b * stride_c (row stride ldc),
-  // where one of L, R is matrix `matrix` of the chain and the other the buffer at
-  // src + b * stride_buffer (row stride ld_buffer).
-  int matrix = -1;
-  bool matrix_left = true;    // L is the matrix (else R is)
-  bool matrix_trans = false;  // the matrix enters as A^T (to be combined with how it is stored)
-  bool buffer_trans = false;  // the buffer enters transposed
-  index_t M = 0, N = 0, K = 0, ld_buffer = 0, ldc = 0, batch = 1, stride_buffer = 0, stride_c = 0;
-};
-
-struct ChainProgram {
-  std::vector<ChainOp> ops;
-  index_t workspace = 0;       // elements of each work buffer
-  std::vector<int> out_order;  // physical order of the result's axes, outermost first
-  index_t in_size = 0, out_size = 0;
-};
-
-// The program of a chain: planned with `model` (cached per thread: plans depend on sizes,
-// strides, modes and the model only), then lowered. in_size == 0 or out_size == 0 give no ops
-// (the executor zero-fills a non-empty output); no modes give one copy into the destination.
-// any_layout as in plan_mode_chain (out_order then tells the layout written).
-ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* strides,
-                                int nmodes, const int* modes, const index_t* out_rows,
-                                int elem_size, bool any_layout, const ModeCostModel& model);
-
-// How a matrix operand (rows x cols, element strides) can be read by a row-major GEMM without a
-// copy: as stored (ld = row stride), as the transposed matrix (ld = column stride), or not.
-struct OperandLayout {
-  bool in_place;
-  bool stored_transposed;  // the memory holds A^T (cols x rows), row-major with row stride ld
-  index_t ld;
-};
-OperandLayout operand_layout(index_t rows, index_t cols, index_t row_stride, index_t col_stride);
-
-// The result's shape: `shape` with shape[modes[j]] replaced by rows[j]. Checks that the modes are
-// distinct axes and that cols[j] == shape[modes[j]] (ArgumentError naming matrices[j] if not).
-std::vector<index_t> mode_chain_shape(int ndim, const index_t* shape, int nmodes, const int* modes,
-                                      const index_t* rows, const index_t* cols);
 
 // dst = src x_{modes[0]} mats[0] ... x_{modes[nmodes-1]} mats[nmodes-1], the output shape being
 // `shape` with shape[modes[j]] replaced by mats[j].rows. mats[j].cols must equal
@@ -144,20 +35,6 @@ template <typename T>
 void multi_mode_product(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
                         int nmodes, const int* modes, const MatrixRef<T>* mats, T* dst,
                         int* out_order = nullptr);
-
-// Replace the CPU planner's cost model (for tuning): GEMM flop rate (float32), the
-// half-efficiency extent, the fixed cost of one GEMM call (seconds) and of copying one float32
-// element (seconds).
-void set_mode_cost_model(double rate_f32, double half, double call, double copy_f32);
-
-// The axes of a strided copy, for copy kernels: extents > 1 with their source and destination
-// strides, sorted by |destination stride| (outermost first), neighbours contiguous in both arrays
-// merged. False (and no axes) when the box is empty; no axes for a single element.
-struct CopyDim {
-  index_t n, s, d;
-};
-bool copy_dims(int ndim, const index_t* shape, const index_t* src_strides,
-               const index_t* dst_strides, std::vector<CopyDim>& dims);
 
 // dst[i] = src[i] over a strided box (strides in elements, any sign); cache-blocked when the
 // two arrays' unit-stride axes differ. Single-threaded on purpose: OpenMP worker threads that

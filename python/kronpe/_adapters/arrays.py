@@ -5,39 +5,37 @@ libraries are imported only when such an array arrives (torch and CuPy are optio
 Results go back as the caller's kind: NumPy in gives NumPy out, torch gives torch, and a
 CuPy array or a CUDA torch tensor gives the same kind on the same device.
 
-Device arrays (CuPy arrays, CUDA torch tensors) are described by :func:`device_buffer`: the
-address, shape and strides as for host arrays, plus the device ordinal and the caller's current
-stream on that device (``cupy.cuda.get_current_stream().ptr``,
+Every array crosses into the core as one :class:`Array` from :func:`describe`: the address, shape
+and strides in elements, the dtype, and for device arrays (CuPy arrays, CUDA torch tensors) the
+device ordinal and the caller's current stream on that device (``cupy.cuda.get_current_stream().ptr``,
 ``torch.cuda.current_stream(device).cuda_stream``), on which kronpe enqueues its kernels. New
 device arrays (results, scratch memory) come from the same library's allocator on the same
 device, so that they are ordered with the caller's work like any CuPy or torch operation.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Buffer:
-    """What a kernel needs of an array. ``strides`` are in elements, not bytes."""
+class Array(NamedTuple):
+    """The one description of an array that the compiled core takes (every ``kronpe._core``
+    function that reads or writes an array takes it as an ``Array``, see ``_core.pyi``).
+    ``strides`` are in elements, not bytes; ``device`` is -1 for host memory, else the CUDA
+    ordinal; ``stream`` is the caller's current cudaStream_t on that device as an integer (0 on
+    the host, and the legacy default stream on a device)."""
 
     address: int
     shape: Tuple[int, ...]
     strides: Tuple[int, ...]
-    dtype: str  # "float32" | "float64"
-    device: str  # "cpu" | "cuda:N"
+    dtype: str  # "float32" | "float64" | "int64" | "uint8" (workspace)
+    device: int
+    stream: int
 
-
-@dataclass(frozen=True)
-class DeviceBuffer(Buffer):
-    """A device array: ``device_index`` (CUDA ordinal) and ``stream`` (the current
-    cudaStream_t on that device, as an integer; 0 is the legacy default stream)."""
-
-    device_index: int = 0
-    stream: int = 0
+    @property
+    def on_device(self) -> bool:
+        return self.device >= 0
 
 
 def kind(x: Any) -> str:
@@ -90,20 +88,41 @@ def like(result: np.ndarray, template: Any):
     return result
 
 
-def buffer(arr: np.ndarray, name: str = "array") -> Buffer:
-    """Describe a NumPy float32/float64 array for the core (strides in elements)."""
-    if arr.dtype not in (np.float32, np.float64):
-        raise ValueError(f"{name} must be float32 or float64, got {arr.dtype}")
-    item = arr.itemsize
-    if any(s % item for s in arr.strides):
-        raise ValueError(f"{name} has strides {arr.strides} that are not a multiple of its item size")
-    return Buffer(
-        address=arr.ctypes.data,
-        shape=tuple(int(s) for s in arr.shape),
-        strides=tuple(int(s) // item for s in arr.strides),
-        dtype=arr.dtype.name,
-        device="cpu",
-    )
+_KERNEL_DTYPES = ("float32", "float64", "int64")
+
+
+_NUMPY_NAMES = {np.dtype(n): n for n in _KERNEL_DTYPES}  # dtype.name is slow on hot paths
+
+
+def _element_strides(name: str, strides, item: int) -> Tuple[int, ...]:
+    if any(s % item for s in strides):
+        raise ValueError(f"{name} has strides {strides} that are not a multiple of its item size")
+    return tuple(s // item for s in strides)
+
+
+def describe(x: Any, name: str = "array") -> Array:
+    """The :class:`Array` of a NumPy array, a torch tensor (CPU or CUDA) or a CuPy array of
+    float32, float64 or int64 (indices). The caller keeps ``x`` alive while the core uses it."""
+    if type(x) is np.ndarray:  # the hot path: host arrays of the solvers
+        dt = _NUMPY_NAMES.get(x.dtype)
+        if dt is None:
+            raise ValueError(f"{name} must be float32 or float64, got {x.dtype}")
+        return Array(x.ctypes.data, x.shape, _element_strides(name, x.strides, x.itemsize), dt, -1, 0)
+    k = kind(x)
+    if k == "torch":
+        dt = str(x.dtype)[6:]  # "torch.float32" -> "float32"
+        strides = tuple(x.stride())
+        address = x.data_ptr()
+    else:
+        x = np.asarray(x) if k == "numpy" else x
+        address = x.ctypes.data if k == "numpy" else x.data.ptr
+        dt = np.dtype(x.dtype).name
+        strides = _element_strides(name, x.strides, np.dtype(x.dtype).itemsize)
+    if dt not in _KERNEL_DTYPES:
+        raise ValueError(f"{name} must be float32 or float64, got {dt}")
+    if k == "numpy" or (k == "torch" and x.device.type == "cpu"):
+        return Array(int(address), tuple(x.shape), strides, dt, -1, 0)
+    return Array(int(address), tuple(x.shape), strides, dt, device_index(x), current_stream(x))
 
 
 # ---- device arrays (CuPy, CUDA torch) ------------------------------------------------------------
@@ -126,34 +145,6 @@ def current_stream(x: Any) -> int:
     return int(torch.cuda.current_stream(x.device).cuda_stream)
 
 
-def device_buffer(x: Any, name: str = "array") -> DeviceBuffer:
-    """Describe a float32/float64 (or int64, for indices) device array (strides in elements)."""
-    k = kind(x)
-    if k == "cupy":
-        dt = np.dtype(x.dtype)
-        item = dt.itemsize
-        if any(s % item for s in x.strides):
-            raise ValueError(f"{name} has strides {x.strides} that are not a multiple of its item size")
-        strides = tuple(int(s) // item for s in x.strides)
-        address = int(x.data.ptr)
-    else:
-        dt = np.dtype(str(x.dtype).replace("torch.", ""))
-        strides = tuple(int(s) for s in x.stride())
-        address = int(x.data_ptr())
-    if dt not in (np.float32, np.float64, np.int64):
-        raise ValueError(f"{name} must be float32 or float64, got {dt}")
-    dev = device_index(x)
-    return DeviceBuffer(
-        address=address,
-        shape=tuple(int(n) for n in x.shape),
-        strides=strides,
-        dtype=dt.name,
-        device=f"cuda:{dev}",
-        device_index=dev,
-        stream=current_stream(x),
-    )
-
-
 def dtype_name(x: Any) -> str:
     """NumPy name of any array's dtype ("float32", "int64", ...)."""
     if kind(x) == "torch":
@@ -174,26 +165,42 @@ def device_empty(template: Any, shape, dtype: str):
     return torch.empty(shape, dtype=getattr(torch, dtype), device=template.device)
 
 
-def device_workspace(template: Any, nbytes: int):
-    """Scratch memory on the template's device: (keep-alive array or None, address, bytes)."""
+def device_workspace(template: Any, nbytes: int) -> Tuple[Any, Optional[Array]]:
+    """Scratch memory on the template's device: (keep-alive array, its uint8 :class:`Array`
+    aligned to 256 bytes as the kernels want), or (None, None) for no bytes."""
     nbytes = int(nbytes)
     if nbytes <= 0:
-        return None, 0, 0
+        return None, None
     buf = device_empty(template, (nbytes + 255,), "uint8")
     address = int(buf.data.ptr) if kind(template) == "cupy" else int(buf.data_ptr())
-    pad = (-address) % 256  # the kernels want 256-byte aligned scratch
-    return buf, address + pad, nbytes
+    dev = device_index(template)
+    return buf, Array(address + (-address) % 256, (nbytes,), (1,), "uint8", dev, current_stream(template))
 
 
-def device_cast(x: Any, dtype: str):
-    """x with the given dtype (no copy when it already has it)."""
+def cast(x: Any, dtype: str):
+    """x with the given dtype, of the same kind and on the same device (no copy when it
+    already has it); e.g. blending weights, which the kernels read in float64."""
     if dtype_name(x) == dtype:
         return x
-    if kind(x) == "cupy":
+    k = kind(x)
+    if k == "numpy":
+        return np.asarray(x, dtype=dtype)
+    if k == "cupy":
         return x.astype(dtype)
     import torch
 
     return x.to(getattr(torch, dtype))
+
+
+def logical_view(buf: Any, shape, axes) -> Any:
+    """A dense buffer written with its axes in the physical order ``axes`` (outermost first, as
+    the mode-product kernels report it), viewed with the logical ``shape`` (no copy)."""
+    axes = [int(a) for a in axes]
+    if axes == sorted(axes):
+        return buf
+    phys = buf.reshape([int(shape[a]) for a in axes])
+    perm = [int(i) for i in np.argsort(axes)]
+    return phys.permute(perm) if kind(buf) == "torch" else phys.transpose(perm)
 
 
 def device_contiguous(x: Any):

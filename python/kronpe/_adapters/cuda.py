@@ -66,16 +66,6 @@ def init() -> None:
         _paths_set = True
 
 
-def context(buf: _arrays.DeviceBuffer, ws: Tuple[Any, int, int] = (None, 0, 0)) -> tuple:
-    """(device, stream, workspace address, workspace bytes) for a kernel call."""
-    return (buf.device_index, buf.stream, ws[1], ws[2])
-
-
-def mat(buf: _arrays.DeviceBuffer) -> tuple:
-    """(address, rows, cols, row stride, col stride) of a 2-D device buffer."""
-    return (buf.address, buf.shape[0], buf.shape[1], buf.strides[0], buf.strides[1])
-
-
 def check_same_device(template: Any, x: Any, name: str) -> None:
     if not _arrays.is_device(x) or not _arrays.same_device(template, x):
         where = f"{_arrays.kind(x)} array" + (f" on cuda:{_arrays.device_index(x)}" if _arrays.is_device(x) else " on the host")
@@ -99,7 +89,7 @@ def coords(name: str, x: Any, dtype: Optional[str] = None):
     """A 1-D device array of finite coordinates in [0, 1] (one device-to-host transfer)."""
     if len(x.shape) != 1:
         raise ValueError(f"{name} must be a 1-D array of coordinates, got shape {tuple(x.shape)}")
-    x = _arrays.device_cast(x, dtype or float_dtype(name, x))
+    x = _arrays.cast(x, dtype or float_dtype(name, x))
     if x.shape[0]:
         lo, hi = _arrays.device_minmax(x)
         if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -123,38 +113,24 @@ def multi_mode_product(T: Any, matrices: Sequence[Any], modes: Tuple[int, ...], 
         mats.append(a)
     dts = [float_dtype("T", T)] + [float_dtype(f"matrices[{j}]", a) for j, a in enumerate(mats)]
     dt = "float32" if all(d == "float32" for d in dts) else "float64"
-    T = _arrays.device_cast(T, dt)
-    mats = [_arrays.device_cast(a, dt) for a in mats]
-    tb = _arrays.device_buffer(T, "T")
-    mbs = [_arrays.device_buffer(a, f"matrices[{j}]") for j, a in enumerate(mats)]
+    T = _arrays.cast(T, dt)
+    mats = [_arrays.cast(a, dt) for a in mats]
+    tb = _arrays.describe(T, "T")
+    mbs = [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)]
     out_shape = list(tb.shape)
     for b, k in zip(mbs, modes):
         out_shape[k] = b.shape[0]
     out = _arrays.device_empty(T, out_shape, dt)
-    ob = _arrays.device_buffer(out, "out")
-    mat_shapes = [n for b in mbs for n in b.shape]
-    mat_strides = [n for b in mbs for n in b.strides]
     any_layout = order == "K"
-    nbytes = _core.cuda_multi_mode_workspace(dt, tb.shape, tb.strides, list(modes), mat_shapes,
-                                             mat_strides, any_layout)
-    ws = _arrays.device_workspace(T, nbytes)
-    axes = _core.cuda_multi_mode_product(context(tb, ws), dt, tb.address, tb.shape, tb.strides,
-                                         list(modes), [b.address for b in mbs], mat_shapes,
-                                         mat_strides, ob.address, any_layout)
-    if any_layout and list(axes) != sorted(axes):
-        phys = out.reshape([out_shape[a] for a in axes])
-        perm = [int(i) for i in np.argsort(axes)]
-        out = phys.transpose(perm) if _arrays.kind(out) == "cupy" else phys.permute(perm)
-    return out
+    _keep, ws = _arrays.device_workspace(T, _core.cuda_multi_mode_workspace(tb, mbs, list(modes), any_layout))
+    axes = _core.cuda_multi_mode_product(tb, mbs, list(modes), _arrays.describe(out, "out"), any_layout, ws)
+    return _arrays.logical_view(out, out_shape, axes)
 
 
 def strided_copy(src: Any, dst: Any) -> None:
     """dst[...] = src[...] for two device arrays of one shape and dtype (any strides)."""
     require("strided_copy")
-    sb, db = _arrays.device_buffer(src, "src"), _arrays.device_buffer(dst, "dst")
-    if sb.shape != db.shape or sb.dtype != db.dtype:
-        raise ValueError(f"strided_copy: src {sb.shape} {sb.dtype} and dst {db.shape} {db.dtype} differ")
-    _core.cuda_strided_copy(context(db), db.dtype, sb.address, sb.shape, sb.strides, db.address, db.strides)
+    _core.cuda_strided_copy(_arrays.describe(src, "src"), _arrays.describe(dst, "dst"))
 
 
 # ---- embedders --------------------------------------------------------------------------------
@@ -164,9 +140,9 @@ def embed(embedder, x: Any, out: Any = None):
     """embedder(x) for a device x: (N, K) of x's kind, dtype and device."""
     require(f"{type(embedder).__name__}(x)")
     x = coords("x", x)
-    if any(s < 0 for s in _arrays.device_buffer(x, "x").strides):
+    if any(s < 0 for s in _arrays.describe(x, "x").strides):
         x = _arrays.device_contiguous(x)
-    xb = _arrays.device_buffer(x, "x")
+    xb = _arrays.describe(x, "x")
     width = embedder.K
     if out is None:
         out = _arrays.device_empty(x, (xb.shape[0], width), xb.dtype)
@@ -177,21 +153,13 @@ def embed(embedder, x: Any, out: Any = None):
                 f"out must have shape {(xb.shape[0], width)} and dtype {xb.dtype}, got "
                 f"{tuple(out.shape)} {_arrays.dtype_name(out)}"
             )
-    ob = _arrays.device_buffer(out, "out")
+    ob = _arrays.describe(out, "out")
     if any(s < 0 for s in ob.strides):
         raise ValueError("out must have non-negative strides")
     kind, args = embedder._kernel_args()
-    common = (xb.shape[0], xb.address, xb.strides[0], ob.address, ob.strides[0], ob.strides[1])
-    if kind == "basis":
-        _core.cuda_embed_basis(context(xb), xb.dtype, args["kind"], *common, width,
-                               args["first_index"], args["K_base"], args["param"], args["degree"],
-                               args["seed"])
-    else:
-        omega = np.ascontiguousarray(args["omega"], dtype=np.float64)
-        ws = _arrays.device_workspace(x, _core.cuda_embed_fourier_workspace(omega.shape[0]))
-        _core.cuda_embed_fourier(context(xb, ws), xb.dtype, *common, omega.ctypes.data,
-                                 omega.shape[0], args["layout"], args["include_input"],
-                                 args["amplitude"])
+    nbytes = _core.cuda_embed_fourier_workspace(len(args["omega"])) if kind == "fourier" else 0
+    _keep, ws = _arrays.device_workspace(x, nbytes)
+    embedder._run_kernel(xb, ob, ws)
     return out
 
 
@@ -201,12 +169,12 @@ def embed(embedder, x: Any, out: Any = None):
 def blend_weights(axes, normalize: bool, points: Any, nnz: int):
     """Stored (indices int64, weights float64) of device points, each (P, nnz)."""
     require("BlendingMatrix")
-    pb = _arrays.device_buffer(points, "points")
-    idx = _arrays.device_empty(points, (pb.shape[0], nnz), "int64")
-    w = _arrays.device_empty(points, (pb.shape[0], nnz), "float64")
-    ws = _arrays.device_workspace(points, _core.cuda_blend_fly_workspace(axes))
-    _core.cuda_blend_weights(context(pb, ws), axes, normalize, pb.dtype, mat(pb),
-                             mat(_arrays.device_buffer(idx)), mat(_arrays.device_buffer(w)))
+    P = points.shape[0]
+    idx = _arrays.device_empty(points, (P, nnz), "int64")
+    w = _arrays.device_empty(points, (P, nnz), "float64")
+    _keep, ws = _arrays.device_workspace(points, _core.cuda_blend_fly_workspace(axes))
+    _core.cuda_blend_weights(axes, normalize, _arrays.describe(points, "points"), _arrays.describe(idx),
+                             _arrays.describe(w), ws)
     return idx, w
 
 
@@ -220,15 +188,12 @@ def blend_plan(template: Any, P: int, nnz: int, grid_size: int, axes=None, point
     nbytes = _core.cuda_blend_plan_workspace(P, nnz, grid_size)
     if points is not None:
         nbytes += _core.cuda_blend_fly_workspace(axes)
-    ws = _arrays.device_workspace(template, nbytes)
-    tb = _arrays.device_buffer(template)
-    pa, oa = _arrays.device_buffer(perm).address, _arrays.device_buffer(offsets).address
+    _keep, ws = _arrays.device_workspace(template, nbytes)
+    pa, oa = _arrays.describe(perm), _arrays.describe(offsets)
     if points is not None:
-        pb = _arrays.device_buffer(points, "points")
-        _core.cuda_blend_plan_fly(context(tb, ws), axes, pb.dtype, mat(pb), pa, oa)
+        _core.cuda_blend_plan_fly(axes, _arrays.describe(points, "points"), pa, oa, ws)
     else:
-        _core.cuda_blend_plan_stored(context(tb, ws), mat(_arrays.device_buffer(indices, "indices")),
-                                     grid_size, pa, oa)
+        _core.cuda_blend_plan_stored(_arrays.describe(indices, "indices"), grid_size, pa, oa, ws)
     return perm, offsets
 
 
@@ -237,14 +202,13 @@ def blend(values2: Any, out2: Any, *, axes=None, normalize: bool = True, points:
     """out2 (P, C) = B values2 (G, C) on the device: on the fly from points (with the kernels'
     axes) or from stored (indices, weights)."""
     require("blend")
-    vb, ob = _arrays.device_buffer(values2, "values"), _arrays.device_buffer(out2, "out")
+    vb, ob = _arrays.describe(values2, "values"), _arrays.describe(out2, "out")
     if points is not None:
-        pb = _arrays.device_buffer(points, "points")
-        ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
-        _core.cuda_blend_fly(context(vb, ws), axes, normalize, vb.dtype, pb.dtype, mat(pb), mat(vb), mat(ob))
+        _keep, ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
+        _core.cuda_blend_fly(axes, normalize, _arrays.describe(points, "points"), vb, ob, ws)
     else:
-        _core.cuda_blend_stored(context(vb), vb.dtype, mat(_arrays.device_buffer(indices, "indices")),
-                                mat(_arrays.device_buffer(weights, "weights")), mat(vb), mat(ob))
+        _core.cuda_blend_stored(_arrays.describe(indices, "indices"), _arrays.describe(weights, "weights"),
+                                vb, ob)
 
 
 def blend_transpose(values2: Any, out2: Any, *, plan=None, axes=None, normalize: bool = True,
@@ -252,17 +216,13 @@ def blend_transpose(values2: Any, out2: Any, *, plan=None, axes=None, normalize:
     """out2 (G, C) = B^T values2 (P, C) on the device; deterministic with a plan (perm,
     offsets), atomic without."""
     require("blend_transpose")
-    vb, ob = _arrays.device_buffer(values2, "values"), _arrays.device_buffer(out2, "out")
-    pa = oa = 0
+    vb, ob = _arrays.describe(values2, "values"), _arrays.describe(out2, "out")
+    pa = oa = None
     if plan is not None:
-        pa, oa = _arrays.device_buffer(plan[0]).address, _arrays.device_buffer(plan[1]).address
+        pa, oa = _arrays.describe(plan[0], "perm"), _arrays.describe(plan[1], "offsets")
     if points is not None:
-        pb = _arrays.device_buffer(points, "points")
-        ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
-        _core.cuda_blend_transpose_fly(context(vb, ws), axes, normalize, vb.dtype, pb.dtype, mat(pb),
-                                       mat(vb), mat(ob), pa, oa)
+        _keep, ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
+        _core.cuda_blend_transpose_fly(axes, normalize, _arrays.describe(points, "points"), vb, ob, pa, oa, ws)
     else:
-        _core.cuda_blend_transpose_stored(context(vb), vb.dtype,
-                                          mat(_arrays.device_buffer(indices, "indices")),
-                                          mat(_arrays.device_buffer(weights, "weights")), mat(vb),
-                                          mat(ob), pa, oa)
+        _core.cuda_blend_transpose_stored(_arrays.describe(indices, "indices"),
+                                          _arrays.describe(weights, "weights"), vb, ob, pa, oa)

@@ -65,21 +65,21 @@ GridSpec = Union[int, Sequence[Union[int, Sequence[float], np.ndarray]]]
 # ---- per-axis weight functions ---------------------------------------------------------------
 
 
+#: names of Embedder.blend_kernel() -> the kernels' weight kinds
+_KINDS = {"gaussian": GAUSSIAN, "bspline3": BSPLINE3, "tri": TRI, "tri_sq": TRI_SQ}
+
+
 def _closed_form_candidate(emb) -> Optional[Tuple[int, float]]:
-    """(kind, param) of a family the kernels know, read off the embedder's fields."""
-    name = type(emb).__name__
-    if name == "Gaussian" and hasattr(emb, "sigma"):
-        return GAUSSIAN, 1.0 / (4.0 * float(emb.sigma) ** 2)
-    if name == "Triangle" and hasattr(emb, "width"):
-        if getattr(emb, "paper_distance", False):
-            return TRI_SQ, 1.0 / (2.0 * float(emb.width))
-        return BSPLINE3, 1.0 / float(emb.width)
-    if name == "Rectangle" and hasattr(emb, "width"):
-        return TRI, 1.0 / float(emb.width)
-    if name == "RandomFourier" and hasattr(emb, "sigma"):
-        scale = float(getattr(emb, "_scale", emb.sigma))
-        return GAUSSIAN, 2.0 * math.pi**2 * scale**2
-    return None
+    """(kind, param) of the closed form the embedder declares (Embedder.blend_kernel), if any."""
+    declare = getattr(emb, "blend_kernel", None)
+    cand = declare() if callable(declare) else None
+    if cand is None:
+        return None
+    name, param = cand
+    if name not in _KINDS:
+        raise ValueError(f"{type(emb).__name__}.blend_kernel() returned an unknown kind {name!r} "
+                         f"(expected one of {sorted(_KINDS)})")
+    return _KINDS[name], float(param)
 
 
 def _kernel_distance(kind: int, param: float, delta: np.ndarray) -> np.ndarray:
@@ -293,12 +293,6 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
     return pts
 
 
-def _mat(arr: np.ndarray) -> tuple:
-    """(address, rows, cols, row stride, col stride) of a 2-D array (strides in elements)."""
-    item = arr.itemsize
-    return (arr.ctypes.data, arr.shape[0], arr.shape[1], arr.strides[0] // item, arr.strides[1] // item)
-
-
 def _values_2d(name: str, x, rows: int, what: str) -> Tuple[np.ndarray, tuple]:
     """(rows, C) float32/float64 view of a vector/matrix argument, and the trailing shape."""
     arr = _validate.real_array(name, x)
@@ -374,8 +368,8 @@ class BlendingMatrix:
         self._kinds = [k for _, k in rules]
         # the kernels' axis descriptions; Python-ruled axes get a linear placeholder
         self._axes = [
-            (n.ctypes.data, n.size, *(k if k is not None else (LINEAR, 0.0)))
-            for n, k in zip(self.grid_coords, self._kinds)
+            (_arrays.describe(n, f"grid[{i}]"), *(k if k is not None else (LINEAR, 0.0)))
+            for i, (n, k) in enumerate(zip(self.grid_coords, self._kinds))
         ]
         info = _core.blend_info(self._axes)
         self.grid_shape: Tuple[int, ...] = tuple(n.size for n in self.grid_coords)
@@ -417,8 +411,8 @@ class BlendingMatrix:
         if P == 0:
             return idx, w
         if self.on_the_fly:
-            _core.blend_weights(self._axes, self.normalize, self.points.dtype.name, _mat(self.points),
-                                _mat(idx), _mat(w), self.threads)
+            _core.blend_weights(self._axes, self.normalize, self._points_array(), _arrays.describe(idx), _arrays.describe(w),
+                                self.threads)
             return idx, w
         cells, pairs = [], []
         for i, (n, rule, kind) in enumerate(zip(self.grid_coords, self.rules, self._kinds)):
@@ -426,8 +420,8 @@ class BlendingMatrix:
             if rule in ("kernel", "linear"):
                 j = np.empty(P, dtype=np.int64)
                 a0, a1 = np.empty(P), np.empty(P)
-                _core.blend_axis_weights(self._axes, self.normalize, i, q.ctypes.data, P,
-                                         j.ctypes.data, a0.ctypes.data, a1.ctypes.data)
+                _core.blend_axis_weights(self._axes, self.normalize, i, _arrays.describe(q), _arrays.describe(j), _arrays.describe(a0),
+                                         _arrays.describe(a1))
             else:
                 j, a0, a1 = python_axis_weights(q, n, self.embedders[i], rule, self.normalize)
             cells.append(j)
@@ -469,6 +463,10 @@ class BlendingMatrix:
         return new
 
     # -- products -------------------------------------------------------------------------
+    def _points_array(self) -> "_arrays.Array":
+        """The host points' descriptor (the array is held by ``self.points``)."""
+        return _arrays.describe(self.points, "points")
+
     def _transpose_plan(self) -> Tuple[np.ndarray, np.ndarray]:
         if self._plan is None:
             P = self.points.shape[0]
@@ -480,11 +478,10 @@ class BlendingMatrix:
             perm = np.empty(P, dtype=np.int64)
             ptr = np.empty(slabs + 1, dtype=np.int64)
             if self.on_the_fly:
-                _core.blend_plan_fly(self._axes, self.points.dtype.name, _mat(self.points),
-                                     perm.ctypes.data, ptr.ctypes.data, self.threads)
+                _core.blend_plan_fly(self._axes, self._points_array(), _arrays.describe(perm), _arrays.describe(ptr), self.threads)
             else:
-                _core.blend_plan_stored(_mat(self.indices), self.grid_size, span, perm.ctypes.data,
-                                        ptr.ctypes.data, self.threads)
+                _core.blend_plan_stored(_arrays.describe(self.indices), self.grid_size, span, _arrays.describe(perm), _arrays.describe(ptr),
+                                        self.threads)
             self._plan = (perm, ptr, span)
         return self._plan
 
@@ -511,11 +508,11 @@ class BlendingMatrix:
         r2 = res.reshape(P, v2.shape[1])
         if P and v2.shape[1]:
             if self.on_the_fly:
-                _core.blend_fly(self._axes, self.normalize, v2.dtype.name, self.points.dtype.name,
-                                _mat(self.points), _mat(v2), _mat(r2), self.threads)
+                _core.blend_fly(self._axes, self.normalize, self._points_array(), _arrays.describe(v2, "v"), _arrays.describe(r2, "out"),
+                                self.threads)
             else:
-                _core.blend_stored(v2.dtype.name, _mat(self.indices), _mat(self.weights), _mat(v2),
-                                   _mat(r2), self.threads)
+                _core.blend_stored(_arrays.describe(self.indices), _arrays.describe(self.weights), _arrays.describe(v2, "v"), _arrays.describe(r2, "out"),
+                                   self.threads)
         return like(res, v) if out is None else res
 
     def rmatvec(self, r, out: Optional[np.ndarray] = None) -> np.ndarray:
@@ -542,13 +539,11 @@ class BlendingMatrix:
             return like(res, r) if out is None else res
         perm, ptr, span = self._transpose_plan()
         if self.on_the_fly:
-            _core.blend_transpose_fly(self._axes, self.normalize, r2.dtype.name, self.points.dtype.name,
-                                      _mat(self.points), _mat(r2), _mat(g2), self.threads,
-                                      perm.ctypes.data, ptr.ctypes.data)
+            _core.blend_transpose_fly(self._axes, self.normalize, self._points_array(), _arrays.describe(r2, "r"),
+                                      _arrays.describe(g2, "out"), self.threads, _arrays.describe(perm), _arrays.describe(ptr))
         else:
-            _core.blend_transpose_stored(r2.dtype.name, _mat(self.indices), _mat(self.weights),
-                                         _mat(r2), _mat(g2), span, self.threads, perm.ctypes.data,
-                                         ptr.ctypes.data)
+            _core.blend_transpose_stored(_arrays.describe(self.indices), _arrays.describe(self.weights), _arrays.describe(r2, "r"), _arrays.describe(g2, "out"),
+                                         span, self.threads, _arrays.describe(perm), _arrays.describe(ptr))
         return like(res, r) if out is None else res
 
     # -- GPU products -------------------------------------------------------------------------
@@ -579,7 +574,7 @@ class BlendingMatrix:
         if x.ndim == 0 or x.ndim > 2 or x.shape[0] != rows:
             raise ValueError(f"{name} must have {rows} rows ({what}), got shape {tuple(x.shape)}")
         dt = _cuda.float_dtype(name, x)
-        x = _arrays.device_cast(x, dt)
+        x = _arrays.cast(x, dt)
         trailing = tuple(int(n) for n in x.shape[1:])
         return x.reshape(rows, trailing[0] if trailing else 1), trailing, dt
 

@@ -77,6 +77,15 @@ def check_blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tens
         torch._check_value(t.device == values.device, lambda: f"{n} is on {t.device}, {name} on {values.device}")
 
 
+def check_blend_transpose(rows: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, num_nodes: int) -> None:
+    check_blend(rows, indices, weights, "rows")
+    torch._check_value(
+        rows.shape[0] == indices.shape[0],
+        lambda: f"rows must have one row per point ({indices.shape[0]}), got shape {tuple(rows.shape)}",
+    )
+    torch._check_value(num_nodes >= 0, lambda: f"num_nodes must be >= 0, got {num_nodes}")
+
+
 def blend_output(values: torch.Tensor, indices: torch.Tensor) -> "tuple[torch.Tensor, bool]":
     """blend's (P, C) output and whether it is already final (no points, channels or corners)."""
     P, C = indices.shape[0], values.shape[1]

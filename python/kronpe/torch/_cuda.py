@@ -22,7 +22,7 @@ from typing import List
 import torch
 
 from .._adapters import arrays as _arrays, cuda as _cuda
-from ._checks import blend_output, check_blend, check_mmp
+from ._checks import blend_output, check_blend, check_blend_transpose, check_mmp
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
@@ -43,11 +43,6 @@ def _check_indices(indices: torch.Tensor, num_nodes: int) -> None:
         )
 
 
-def _weights64(weights: torch.Tensor) -> torch.Tensor:
-    """The kernels read blending weights in float64 (they are computed in float64)."""
-    return weights if weights.dtype == torch.float64 else weights.to(torch.float64)
-
-
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     check_blend(values, indices, weights, "values")
     _cuda.require("kronpe.blend")
@@ -55,16 +50,12 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
     if done:
         return out
     _check_indices(indices, values.shape[0])
-    _cuda.blend(values, out, indices=indices, weights=_weights64(weights))
+    _cuda.blend(values, out, indices=indices, weights=_arrays.cast(weights, "float64"))
     return out
 
 
 def blend_transpose(rows: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    check_blend(rows, indices, weights, "rows")
-    if rows.shape[0] != indices.shape[0]:
-        raise ValueError(f"rows must have one row per point ({indices.shape[0]}), got shape {tuple(rows.shape)}")
-    if num_nodes < 0:
-        raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    check_blend_transpose(rows, indices, weights, num_nodes)
     _cuda.require("kronpe.blend_transpose")
     P, S, C = indices.shape[0], indices.shape[1], rows.shape[1]
     if P == 0 or C == 0 or S == 0 or num_nodes == 0:
@@ -74,7 +65,7 @@ def blend_transpose(rows: torch.Tensor, indices: torch.Tensor, weights: torch.Te
     plan = None
     if torch.are_deterministic_algorithms_enabled():
         plan = _cuda.blend_plan(rows, P, S, num_nodes, indices=indices)
-    _cuda.blend_transpose(rows, out, plan=plan, indices=indices, weights=_weights64(weights))
+    _cuda.blend_transpose(rows, out, plan=plan, indices=indices, weights=_arrays.cast(weights, "float64"))
     return out
 
 

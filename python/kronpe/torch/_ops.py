@@ -29,7 +29,7 @@ import torch
 
 from . import _cpu
 from . import _cuda
-from ._checks import check_blend, check_mmp, real_tensor
+from ._checks import check_blend, check_blend_transpose, check_mmp, real_tensor
 
 __all__ = ["multi_mode_product", "blend", "blend_transpose", "KERNELS", "register_kernels"]
 
@@ -73,12 +73,7 @@ def _(values, indices, weights):
 
 @_blend_t_op.register_fake
 def _(rows, indices, weights, num_nodes):
-    check_blend(rows, indices, weights, "rows")
-    torch._check_value(
-        rows.shape[0] == indices.shape[0],
-        lambda: f"rows must have one row per point ({indices.shape[0]}), got shape {tuple(rows.shape)}",
-    )
-    torch._check_value(num_nodes >= 0, lambda: f"num_nodes must be >= 0, got {num_nodes}")
+    check_blend_transpose(rows, indices, weights, num_nodes)
     return rows.new_empty((num_nodes, rows.shape[1]))
 
 
