@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,7 +55,7 @@ class Device:
         """The torch device string ("cpu" or "cuda")."""
         return "cuda" if self.is_cuda else "cpu"
 
-    def unavailable(self) -> Optional[str]:
+    def unavailable(self) -> str | None:
         """Why tests cannot run here, or None."""
         if not self.is_cuda:
             return None
@@ -140,7 +142,7 @@ class Device:
     def dtype_of(self, x) -> np.dtype:
         return np_dtype(x.dtype)
 
-    def strides(self, x) -> Tuple[int, ...]:
+    def strides(self, x) -> tuple[int, ...]:
         """An array's strides in elements."""
         if self.kind_of(x) == "torch":
             return tuple(x.stride())
@@ -226,6 +228,23 @@ class _SideStream:
         return False
 
 
+def device_params(devices) -> list:
+    """pytest params of devices, the CUDA ones marked ``gpu``."""
+    import pytest
+
+    return [pytest.param(d, id=d.name, marks=[pytest.mark.gpu] if d.is_cuda else []) for d in devices]
+
+
+def use_device(device: Device) -> Device:
+    """The device, or a pytest skip saying why it cannot be used here."""
+    reason = device.unavailable()
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+    return device
+
+
 CPU = Device("cpu", "numpy")
 #: The public API's devices: NumPy on the host, CuPy and torch on a GPU.
 DEVICES = [CPU, Device("cuda-cupy", "cupy"), Device("cuda-torch", "torch")]
@@ -281,14 +300,14 @@ class ChainCase:
     (rows[j], shape[modes[j]]); modes None means the default (0, 1, ...)."""
 
     id: str
-    shape: Tuple[int, ...]
-    modes: Optional[Tuple[int, ...]]
-    rows: Tuple[int, ...]
+    shape: tuple[int, ...]
+    modes: tuple[int, ... | None]
+    rows: tuple[int, ...]
     layout: str = "contiguous"  # of T
-    mat_layouts: Tuple[str, ...] = ()  # of each matrix (default contiguous)
+    mat_layouts: tuple[str, ...] = ()  # of each matrix (default contiguous)
 
     @property
-    def chain_modes(self) -> Tuple[int, ...]:
+    def chain_modes(self) -> tuple[int, ...]:
         return tuple(range(len(self.rows))) if self.modes is None else self.modes
 
     def host_inputs(self, rng, dtype):
@@ -399,7 +418,7 @@ class EmbedCase:
     embedder: Any
     n: int
     x_layout: str = "contiguous"
-    out_layout: Optional[str] = None
+    out_layout: str | None = None
 
     def coords(self, rng, dtype) -> np.ndarray:
         if self.x_layout == "broadcast":
@@ -427,13 +446,12 @@ def embed_cases() -> Iterator[EmbedCase]:
 
 
 def out_view(device: Device, shape, dtype, layout: str):
-    """(out, full): an output array of ``shape`` in a layout, and the array it is a view of
-    (filled with -7 so that writes outside the view show)."""
+    """(out, outside): an output array of ``shape`` in a layout, and a function giving the host
+    values around it in the array it is a view of (filled with -7, so that stray writes show)."""
     if layout == "padded":
         full = device.put(np.full(tuple(shape[:-1]) + (shape[-1] + 3,), -7, dtype=dtype))
-        return full[..., 1 : 1 + shape[-1]], full
-    out = device.view(np.full(shape, -7, dtype=dtype), layout)
-    return out, out
+        return full[..., 1 : 1 + shape[-1]], lambda: device.host(full)[..., [0, -2, -1]]
+    return device.view(np.full(shape, -7, dtype=dtype), layout), lambda: np.full(0, -7)
 
 
 # ---- blending matrix ------------------------------------------------------------------------------
@@ -445,12 +463,12 @@ class BlendCase:
     (some on the boundary), products with values of ``channels`` trailing axes."""
 
     id: str
-    grid: Tuple[int, ...]  # nodes per axis
+    grid: tuple[int, ...]  # nodes per axis
     embedders: Any  # one embedder for every axis, a list per axis, or None (linear)
     P: int = 300
-    channels: Tuple[int, ...] = (3,)
+    channels: tuple[int, ...] = (3,)
     normalize: bool = True
-    nonuniform: Tuple[int, ...] = ()  # axes with non-uniform node coordinates
+    nonuniform: tuple[int, ...] = ()  # axes with non-uniform node coordinates
     points_dtype: Any = np.float64
     points_layout: str = "contiguous"
     values_layout: str = "contiguous"  # of v and r
@@ -471,13 +489,22 @@ class BlendCase:
                 out.append(m)
         return out
 
+    def axis_embedders(self) -> list:
+        return list(self.embedders) if isinstance(self.embedders, (list, tuple)) else [self.embedders] * self.D
+
     def distances(self):
         """Per axis, the distance a dense reference uses (None: linear)."""
-        embs = self.embedders if isinstance(self.embedders, (list, tuple)) else [self.embedders] * self.D
-        return [None if e is None else e.distance for e in embs]
+        return [None if e is None else e.distance for e in self.axis_embedders()]
 
-    def points(self, rng) -> np.ndarray:
-        pts = rng.random((self.P, self.D))
+    def rules(self) -> tuple[str, ...]:
+        """The weight rule of each axis: the kernels' closed forms, or the embedder's distance
+        (B-splines: stored weights)."""
+        return tuple("linear" if e is None else "distance" if isinstance(e, kronpe.BSpline) else "kernel"
+                     for e in self.axis_embedders())
+
+    def points(self) -> np.ndarray:
+        """(P, D) points of the case (the same for every device and dtype)."""
+        pts = np.random.default_rng(zlib.crc32(self.id.encode())).random((self.P, self.D))
         pts[:4] = 0.0
         pts[4:8] = 1.0
         return pts.astype(self.points_dtype)
@@ -503,7 +530,7 @@ def blend_cases() -> Iterator[BlendCase]:
         for channels in [(), (3,), (11,)]:
             yield BlendCase(f"{name}-c{'x'.join(map(str, channels))}", grid, emb, 500, channels)
     for D in (1, 2, 3):
-        embs = [kronpe.Gaussian(8, 0.08 + 0.02 * i) for i in range(D)]
+        embs = tuple(kronpe.Gaussian(8, 0.08 + 0.02 * i) for i in range(D))
         for normalize in (True, False):
             yield BlendCase(f"nonuniform{D}-{'normalized' if normalize else 'raw'}", (5, 4, 3)[:D], embs, 40, (2,),
                             normalize, nonuniform=(1,))

@@ -7,22 +7,9 @@ runs the same inputs (tests/_samples.py) on the host and on a GPU.
 import numpy as np
 import pytest
 
-from _samples import DEVICES, Device, tolerance
+from _samples import DEVICES, Device, device_params, tolerance, use_device
 
 DTYPES = [np.float32, np.float64]
-
-
-def device_params(devices):
-    """pytest params of devices: the CUDA ones marked ``gpu``."""
-    return [pytest.param(d, id=d.name, marks=[pytest.mark.gpu] if d.is_cuda else []) for d in devices]
-
-
-def use_device(device: Device) -> Device:
-    """The device, or a skip saying why it cannot be used here."""
-    reason = device.unavailable()
-    if reason:
-        pytest.skip(reason)
-    return device
 
 
 @pytest.fixture(params=device_params(DEVICES))

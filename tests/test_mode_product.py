@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import kronpe
 from kronpe import _core, ops, reference
-from _samples import LAYOUTS, PLANNER_CHAINS, ids, mode_product_cases, random_values, tolerance
+from _samples import CPU, LAYOUTS, PLANNER_CHAINS, ids, mode_product_cases, random_values, tolerance
 
 CASES = list(mode_product_cases())
 
@@ -90,7 +90,8 @@ def test_mode_product_single(device, dtype, rng):
 def test_host_matrices_go_to_the_tensors_device(device, dtype, rng):
     T = rng.standard_normal((8, 12, 10)).astype(dtype)
     mats = [rng.standard_normal((7, 10)).astype(dtype), rng.standard_normal((6, 8)).astype(dtype)]
-    out = kronpe.multi_mode_product(device.view(T, "permuted"), [mats[0].T.T, mats[1][:, ::1]], (2, 0))
+    host = [CPU.view(mats[0], "fortran"), CPU.view(mats[1], "stepped")]
+    out = kronpe.multi_mode_product(device.view(T, "permuted"), host, (2, 0))
     check_product(device, out, reference_chain(T, mats, (2, 0)), dtype, 18, "K")
 
 
