@@ -11,14 +11,16 @@ Tolerances: :func:`tolerance` (the ``tol`` fixture of conftest.py).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import zlib
-from dataclasses import dataclass
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import pytest
 
 import kronpe
 
@@ -110,19 +112,11 @@ class Device:
                 return one.expand(*a.shape)
             return (np if self.lib == "numpy" else _cupy()).broadcast_to(one, a.shape)
         if not self.supports(layout):
-            import pytest
-
             pytest.skip(f"{self.lib} arrays have no {layout} layout")
         big_shape, index = _embedding(a.shape, layout)
         big = np.full(big_shape, np.nan if a.dtype.kind == "f" else -1, dtype=a.dtype)
         big[index] = a
         return self.put(big)[index]
-
-    def sync(self) -> None:
-        if self.lib == "cupy":
-            _cupy().cuda.get_current_stream().synchronize()
-        elif self.is_cuda:
-            _torch_cuda().cuda.synchronize()
 
     def free_bytes(self) -> int:
         if self.lib == "cupy":
@@ -185,6 +179,7 @@ def _embedding(shape, layout: str):
     raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
 
 
+@functools.cache
 def _cupy():
     try:
         import cupy
@@ -198,6 +193,7 @@ def _cupy():
     return cupy
 
 
+@functools.cache
 def _torch_cuda():
     try:
         import torch
@@ -230,8 +226,6 @@ class _SideStream:
 
 def device_params(devices) -> list:
     """pytest params of devices, the CUDA ones marked ``gpu``."""
-    import pytest
-
     return [pytest.param(d, id=d.name, marks=[pytest.mark.gpu] if d.is_cuda else []) for d in devices]
 
 
@@ -239,8 +233,6 @@ def use_device(device: Device) -> Device:
     """The device, or a pytest skip saying why it cannot be used here."""
     reason = device.unavailable()
     if reason:
-        import pytest
-
         pytest.skip(reason)
     return device
 
@@ -301,7 +293,7 @@ class ChainCase:
 
     id: str
     shape: tuple[int, ...]
-    modes: tuple[int, ... | None]
+    modes: tuple[int, ...] | None
     rows: tuple[int, ...]
     layout: str = "contiguous"  # of T
     mat_layouts: tuple[str, ...] = ()  # of each matrix (default contiguous)

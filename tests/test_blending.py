@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import kronpe
 from kronpe import _core, blending, embedders, reference
 from kronpe.blending import BlendingMatrix
-from _samples import blend_cases, ids, tolerance
+from _samples import blend_cases, ids
 
 CASES = list(blend_cases())
 
@@ -120,7 +120,7 @@ def dense_matrix(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
-def test_products_match_dense_reference(case, device, dtype, rng):
+def test_products_match_dense_reference(case, device, dtype, tol, rng):
     pts = case.points()
     B = BlendingMatrix(device.view(pts, case.points_layout), case.nodes(), case.embedders, normalize=case.normalize)
     assert B.rules == case.rules() and B.on_the_fly == ("distance" not in case.rules())
@@ -130,7 +130,6 @@ def test_products_match_dense_reference(case, device, dtype, rng):
     v, r = case.values(rng, dtype, B.grid_size)
     v64 = v.reshape((B.grid_size,) + case.channels).astype(np.float64)
     vd, rd = device.view(v, case.values_layout), device.view(r, case.values_layout)
-    tol = tolerance(device, dtype)
     got = B @ vd
     check_values(device, got, dense @ v64, dtype, tol.rtol, 10 * tol.rtol)
     ref_t = dense.T @ r.astype(np.float64)

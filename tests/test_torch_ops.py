@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 kt = pytest.importorskip("kronpe.torch")
 
 from _samples import (
-    TORCH_DEVICES, device_params, ids, tolerance, torch_dtype, torch_op_sample, torch_op_samples, use_device)
+    TORCH_DEVICES, device_params, ids, torch_dtype, torch_op_sample, torch_op_samples, use_device)
 
 OPS = {
     "multi_mode_product": torch.ops.kronpe.multi_mode_product.default,
@@ -65,15 +65,14 @@ def reference_of(name, args):
 
 
 @pytest.mark.parametrize("sample_id", SAMPLE_IDS)
-def test_values_match_numpy(sample_id, device, dtype):
+def test_values_match_numpy(sample_id, device, dtype, sum_tol):
     _, name, args, _ = torch_op_sample(device.torch, sample_id, dtype=torch_dtype(dtype))
     out = OPS[name](*args)
     ref = reference_of(name, args)
     assert out.dtype == torch_dtype(dtype) and out.device.type == device.torch
     assert tuple(out.shape) == ref.shape
     assert out.is_contiguous()
-    tol = tolerance(device, dtype, "sums")
-    np.testing.assert_allclose(_np(out), ref, rtol=tol.rtol, atol=tol.rtol / 2)
+    np.testing.assert_allclose(_np(out), ref, rtol=sum_tol.rtol, atol=sum_tol.rtol / 2)
 
 
 def _flat(name, args):
