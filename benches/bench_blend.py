@@ -34,7 +34,7 @@ if _PY not in sys.path:
     sys.path.insert(0, _PY)
 
 import kronpe  # noqa: E402
-from kronpe.blending import BlendingMatrix  # noqa: E402
+from kronpe import BlendingMatrix  # noqa: E402
 
 P_BLEND = 1_000_000
 GRID = (512, 512)

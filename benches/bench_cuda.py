@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -85,11 +84,6 @@ def check(got, ref, rtol: float, what: str) -> None:
     err = float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), 1e-30))
     if not err <= rtol:
         raise AssertionError(f"{what}: relative error {err:.3g} > {rtol:g}")
-
-
-def psnr(a, b) -> float:
-    mse = float(((a - b) ** 2).mean())
-    return 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")
 
 
 # ---- 1. mode-n chains ------------------------------------------------------------------------
@@ -218,7 +212,7 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     pred = kronpe.multi_mode_product(W, [Psi_test, Psi_test], order="C")
     t = timeit(torch, kronpe_fit)
     row(results, "fits", f"kronpe 2-D 512^2 fit, batch {batch} (per image)", t / batch,
-        psnr=psnr(pred.double(), full.double()))
+        psnr=kronpe.data.psnr(pred.double(), full.double()))
     t = timeit(torch, paper_fit, repeat=5)
     row(results, "fits", f"papers (torch pinv + einsum) 2-D (per image)", t / batch)
 
@@ -255,7 +249,7 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     axis = torch.arange(256, device="cuda", dtype=torch.float64) / 256
     grid_pts = torch.stack(torch.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
     pred = model.predict(grid_pts).reshape(256, 256)
-    row(results, "fits", f"kronpe fit_points P={P} (exact, host solver)", t_k, psnr=psnr(pred.double(), img.double()))
+    row(results, "fits", f"kronpe fit_points P={P} (exact, host solver)", t_k, psnr=kronpe.data.psnr(pred.double(), img.double()))
     # papers: SGD (Adam) on W with the blended encoding, in torch
     B = kronpe.BlendingMatrix(pts, (K2 + 1, K2 + 1), embs).store()
     idx = torch.from_numpy(B.indices).cuda()
@@ -277,7 +271,7 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     with torch.no_grad():
         Vg = (Phi_g @ Wp @ Phi_g.T).reshape(-1, 1)
         pred_p = kronpe.BlendingMatrix(grid_pts, (K2 + 1, K2 + 1), embs).matvec(Vg).reshape(256, 256)
-    row(results, "fits", f"papers (torch Adam, {steps} steps) scattered", t_p, psnr=psnr(pred_p.double(), img.double()))
+    row(results, "fits", f"papers (torch Adam, {steps} steps) scattered", t_p, psnr=kronpe.data.psnr(pred_p.double(), img.double()))
 
 
 def main(argv=None) -> int:

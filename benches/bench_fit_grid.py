@@ -3,7 +3,7 @@
 Two signals, the papers' protocol (seed 000 sec. 6): the 512 x 512 RGB astronaut photograph
 trained on its 256 x 256 regular subsample (K = 256 Gaussians per axis, sigma = 0.0025), and the
 128^3 RGB video of kronpe.data.load_video trained on its 64^3 subsample (K = 64 per axis,
-sigma = 0.015: the setting behind Table 3, see kronpe.app.PAPER_SETTINGS). Methods, one group
+sigma = 0.015: the setting behind Table 3, see kronpe.app.protocol.PAPER_SETTINGS). Methods, one group
 per signal:
 
 - kronpe cold: ``kronpe.fit_grid`` (embeddings, per-axis SVDs and the products).
@@ -15,7 +15,7 @@ per signal:
 - kronpe's own choice (embedders=None: width and ridge by GCV), cold, for reference.
 
 Each benchmark asserts its fit: what its weights predict on the full grid against a float64 NumPy
-pseudo-inverse solution with the same (papers') cutoff, kronpe.app.paper_rcond.
+pseudo-inverse solution with the same (papers') cutoff, kronpe.app.protocol.paper_rcond.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _setup(name):
     """Signal, training subsample, coordinates, the papers' embedders and a float64 reference."""
     if name in _CACHE:
         return _CACHE[name]
-    from kronpe import app
+    from kronpe.app import protocol as app
 
     kind, D, _ = SIGNALS[name]
     case = app.Case(name, _load(kind), D)

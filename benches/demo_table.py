@@ -2,7 +2,7 @@
 
     python benches/demo_table.py [--out DIR] [--quick]
 
-Runs every row of kronpe.app.DEMO_ROWS on every demo signal (the photographs of
+Runs every row of kronpe.app.demo.DEMO_ROWS on every demo signal (the photographs of
 kronpe.data.DEMO_IMAGES at 512 x 512 from 256 x 256, and the 128^3 video from 64^3), writes
 DIR/demo.md and DIR/demo.json (default DIR: benches/results) and prints the table followed by
 the targets: kronpe's GCV mode at least as accurate on held-out samples as every fixed setting
@@ -19,7 +19,7 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "python"))
 
-from kronpe import app  # noqa: E402
+from kronpe.app import demo as app  # noqa: E402
 
 GCV = "kronpe GCV (embedders=None)"
 SPLINE = "cubic spline (scipy.ndimage)"

@@ -6,8 +6,8 @@ import pytest
 import scipy.sparse as sp
 
 import kronpe
-from kronpe import _core, blending, embedders, reference
-from kronpe.blending import BlendingMatrix
+from kronpe import BlendingMatrix, _core, embedders, reference
+from kronpe.solvers import blending
 from _samples import blend_cases, ids
 
 CASES = list(blend_cases())
@@ -347,19 +347,21 @@ def test_outside_rules(rng):
         (dict(points=np.zeros(5)), r"points must have shape \(P, D\)"),
         (dict(points=np.zeros((3, 3))), r"grid must have one entry per axis"),
         (dict(points=np.array([["a", "b"]])), "points must hold real numbers"),
-        (dict(grid=(1, 4)), r"grid\[0\] must be at least 2 nodes"),
+        (dict(grid=(1, 4)), r"grid\[0\] must be an integer >= 2"),
         (dict(grid=[np.array([0.0, 0.5, 0.4, 1.0]), 4]), r"grid\[0\] must be strictly increasing"),
         (dict(grid=[np.array([0.0, 1.5]), 4]), r"grid\[0\] must lie in \[0, 1\]"),
         (dict(grid="abc"), "grid must be a shape"),
         (dict(outside="wrap"), "outside must be"),
-        (dict(threads=0), "threads must be a positive integer"),
+        (dict(threads=0), r"threads must be an integer in \[1, 1024\]"),
         (dict(embedders=[None]), "embedders must have one entry per axis"),
     ],
 )
 def test_bad_arguments(kwargs, match):
     args = dict(points=np.array([[0.2, 0.3]]), grid=(4, 4), embedders=None)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
+    # a wrong type (strings here) is a TypeError, a wrong value a ValueError (issue 10)
+    kind = TypeError if "real numbers" in match or "grid must be a shape" in match else ValueError
+    with pytest.raises(kind, match=match):
         BlendingMatrix(**args)
 
 
@@ -373,7 +375,7 @@ def test_wrong_row_counts(device, rng):
 
 def test_bad_products(rng):
     B = BlendingMatrix(rng.random((10, 2)), (4, 4), None)
-    with pytest.raises(ValueError, match="v must hold real numbers"):
+    with pytest.raises(TypeError, match="v must hold real numbers"):  # a wrong type (issue 10)
         B @ np.array(["x"] * 16)
     with pytest.raises(ValueError, match="out must be"):
         B.matvec(np.ones(16), out=np.empty(10, np.float32))

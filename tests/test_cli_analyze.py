@@ -1,7 +1,7 @@
 """``kronpe analyze``: writes the three figures as PNG files and prints the numbers behind them."""
 import os
 
-from kronpe import cli
+from kronpe.app import cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ["fig2_gaussian_stable_rank_vs_sigma.png", "fig3_embedders.png", "fig4_gaussian_vs_rff.png"]

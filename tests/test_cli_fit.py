@@ -1,11 +1,12 @@
-"""`kronpe fit` and `kronpe demo` (called through kronpe.cli.main) and the protocol helpers."""
+"""`kronpe fit` and `kronpe demo` (called through kronpe.app.cli.main) and the protocol helpers."""
 import re
 
 import numpy as np
 import pytest
 
-from kronpe import app, data
-from kronpe.cli import main
+from kronpe import data
+from kronpe.app import demo, protocol
+from kronpe.app.cli import main
 
 
 def _psnrs(text):
@@ -88,45 +89,49 @@ def test_demo_quick(tmp_path, capsys):
         (["fit", "--sample", "camera", "--size", "16", "--crop", "--peak", "-1"], "peak"),
     ],
 )
-def test_fit_bad_input(argv, match, tmp_path):
-    with pytest.raises(ValueError, match=match):
-        main(argv + ["--out", str(tmp_path)])
+def test_fit_bad_input(argv, match, tmp_path, capsys):
+    # a user error: one line "kronpe: error: ..." and exit 2, no traceback (issue 10)
+    assert main(argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kronpe: error: ") and re.search(match, err), err
 
 
-def test_fit_bad_files(tmp_path):
-    with pytest.raises(ValueError, match="path does not exist"):
-        main(["fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)])
+def test_fit_bad_files(tmp_path, capsys):
+    assert main(["fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)]) == 2
+    assert "kronpe: error: path does not exist" in capsys.readouterr().err
     np.save(tmp_path / "a.npy", np.zeros((4, 4)))
-    with pytest.raises(ValueError, match="--size and --crop apply to --sample only"):
-        main(["fit", str(tmp_path / "a.npy"), "--size", "4", "--out", str(tmp_path)])
+    assert main(["fit", str(tmp_path / "a.npy"), "--size", "4", "--out", str(tmp_path)]) == 2
+    assert "--size and --crop apply to --sample only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="path does not exist"):  # --debug: the exception itself
+        main(["--debug", "fit", str(tmp_path / "missing.npy"), "--out", str(tmp_path)])
 
 
 def test_protocol_helpers():
-    mask = app.heldout_mask((5, 4), 2)
+    mask = protocol.heldout_mask((5, 4), 2)
     assert mask.sum() == 20 - 3 * 2 and not mask[0, 0] and not mask[4, 2] and mask[1, 0]
     truth = np.arange(20.0).reshape(5, 4) / 20
     pred = truth.copy()
     pred[1, 1] += 0.1  # a held-out sample
-    train, held = app.split_psnr(truth, pred, 2, 2)
+    train, held = protocol.split_psnr(truth, pred, 2, 2)
     assert train == float("inf")
     assert held == pytest.approx(10 * np.log10(14 / 0.01))
-    assert app.grid_coords((4,))[0].tolist() == [0.0, 0.25, 0.5, 0.75]
-    assert app.subsample(np.zeros((5, 4, 3)), 2, 2).shape == (3, 2, 3)
+    assert protocol.grid_coords((4,))[0].tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert protocol.subsample(np.zeros((5, 4, 3)), 2, 2).shape == (3, 2, 3)
     with pytest.raises(ValueError, match="pred must have"):
-        app.split_psnr(truth, pred[:2], 2, 2)
+        protocol.split_psnr(truth, pred[:2], 2, 2)
 
 
 def test_paper_settings():
-    assert app.paper_settings(2, 256) == pytest.approx(app.PAPER_SETTINGS[2])
-    assert app.paper_settings(3, 64) == pytest.approx(app.PAPER_SETTINGS[3])
-    small = app.paper_settings(2, 64)
+    assert protocol.paper_settings(2, 256) == pytest.approx(protocol.PAPER_SETTINGS[2])
+    assert protocol.paper_settings(3, 64) == pytest.approx(protocol.PAPER_SETTINGS[3])
+    small = protocol.paper_settings(2, 64)
     assert small["Gau"] == pytest.approx(0.0025 * 4) and small["Tri"] == pytest.approx(1 / 64)
     assert small["LinF"] == pytest.approx(4.0) and small["RFF"] == pytest.approx(10.5)
 
 
 def test_spline_row_reproduces_smooth_signal():
-    case = app.Case("smooth", _smooth_volume((24, 20, 1))[..., 0], 2)
-    res = app.spline_row(case)
+    case = protocol.Case("smooth", _smooth_volume((24, 20, 1))[..., 0], 2)
+    res = demo.spline_row(case)
     assert res.pred.shape == case.full.shape
     train, held = case.score(res.pred)
     assert train > 100  # an interpolant: exact at the training samples

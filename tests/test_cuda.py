@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import kronpe
-from kronpe import _arrays, _core, _cuda
+from kronpe import _core
+from kronpe._adapters import arrays as _arrays, cuda as _cuda
 
 # ---- everywhere ---------------------------------------------------------------------------------------
 

@@ -407,12 +407,13 @@ def test_stable_rank_bounds_saturate_at_N():
         (np.array([-0.01]), r"x must lie in \[0, 1\]"),
         (np.zeros((2, 2)), "x must be a 1-D"),
         (np.array(0.5), "x must be a 1-D"),
-        (np.array([0.1j]), "x must hold real numbers"),
+        (np.array([0.1j]), "x must hold real numbers"),  # a TypeError (issue 10)
     ],
 )
 def test_bad_coordinates(device, x, match):
+    kind = TypeError if np.iscomplexobj(x) else ValueError  # wrong type / wrong value (issue 10)
     for emb in (Gaussian(8, 0.1), NeRF(2), Random(3)):
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(kind, match=match):
             emb(device.put(x))
 
 
@@ -421,7 +422,7 @@ def test_bad_coordinates(device, x, match):
     [
         (lambda: Gaussian(0, 0.1), "K must"),
         (lambda: Gaussian(-3, 0.1), "K must"),
-        (lambda: Gaussian(2.5, 0.1), "K must"),
+        (lambda: Gaussian(2.5, 0.1), "K must"),  # a TypeError (issue 10)
         (lambda: Gaussian(8, 0.0), "sigma must"),
         (lambda: Gaussian(8, -1.0), "sigma must"),
         (lambda: Gaussian(8, float("nan")), "sigma must"),
@@ -450,7 +451,11 @@ def test_bad_coordinates(device, x, match):
     ],
 )
 def test_bad_parameters(make, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((TypeError, ValueError), match=match) as info:
+        make()
+    # a float where an integer is expected is a wrong type (issue 10); the rest are wrong values
+    assert info.type is (TypeError if "2.5" in repr(info.value) else ValueError)
+    with pytest.raises((TypeError, ValueError), match=match):
         make()
 
 

@@ -1,11 +1,12 @@
-"""Grid fits (kronpe.fit) against dense Kronecker solutions (kronpe.reference)."""
+"""Grid fits (kronpe.solvers.fit) against dense Kronecker solutions (kronpe.reference)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kronpe
 from kronpe import BSpline, Gaussian, GridModel, GridPlan, Triangle, fit_grid, reference
-from kronpe.fit import _GCVCurve, default_embedders
+from kronpe.solvers.fit import default_embedders
+from kronpe.solvers.gcv import _GCVCurve
 
 FAMILIES = [
     lambda K, m: Gaussian(K, 0.8 / K, margin=m),
@@ -227,5 +228,9 @@ def test_bad_input(rng, call, match):
     coords, embs, S, _ = _problem(rng, (6, 5), (4, 4))
     S = S + 0.0  # values around 0: some above 1 for the NaN/Inf cases
     S[0, 0] = 2.0
-    with pytest.raises(ValueError, match=match):
+    # a wrong type (a complex signal, a string for an embedder) is a TypeError, a wrong value a
+    # ValueError (issue 10)
+    with pytest.raises((TypeError, ValueError), match=match) as info:
         call(S, embs, coords)
+    wrong_type = "real numbers" in str(info.value) or "must be a kronpe Embedder" in str(info.value)
+    assert info.type is (TypeError if wrong_type else ValueError), info.value

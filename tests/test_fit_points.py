@@ -6,9 +6,9 @@ import pytest
 
 import kronpe
 from kronpe import reference
-from kronpe.blending import BlendingMatrix
+from kronpe import BlendingMatrix
 from kronpe.embedders import Gaussian, Triangle
-from kronpe.points import ConvergenceWarning, PointModel, fit_points
+from kronpe import ConvergenceWarning, PointModel, fit_points
 
 SHAPES = {1: [9], 2: [6, 5], 3: [4, 4, 3]}
 

@@ -134,23 +134,24 @@ def test_errors_name_the_argument(device):
         kronpe.multi_mode_product(T, [np.zeros((2, 4)), np.zeros((2, 4))], (0, 0))
 
 
+# Wrong types raise TypeError, wrong values ValueError (issue 10); both name the argument.
 @pytest.mark.parametrize(
-    "call, match",
+    "call, match, kind",
     [
-        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 5)), 1), r"matrices\[0\]"),
-        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 2), "modes"),
-        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 1.0), "mode"),
-        (lambda: ops.mode_product(np.ones(()), np.ones((2, 1)), 0), "T"),
-        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4, 1)), 1), r"matrices\[0\]"),
-        (lambda: ops.mode_product(np.ones((3, 4), complex), np.ones((2, 4)), 1), "T"),
-        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))] * 2, [0, 0]), "distinct"),
-        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))], [0, 1]), "modes"),
-        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))] * 3), "matrices"),
-        (lambda: ops.multi_mode_product(np.ones((3, 4)), np.ones((2, 3))), "matrices"),
-        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))], ["a"]), "modes"),
-        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))], order="F"), "order"),
+        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 5)), 1), r"matrices\[0\]", ValueError),
+        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 2), "modes", ValueError),
+        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 1.0), "mode", TypeError),
+        (lambda: ops.mode_product(np.ones(()), np.ones((2, 1)), 0), "T", ValueError),
+        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4, 1)), 1), r"matrices\[0\]", ValueError),
+        (lambda: ops.mode_product(np.ones((3, 4), complex), np.ones((2, 4)), 1), "T", TypeError),
+        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))] * 2, [0, 0]), "distinct", ValueError),
+        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))], [0, 1]), "modes", ValueError),
+        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))] * 3), "matrices", ValueError),
+        (lambda: ops.multi_mode_product(np.ones((3, 4)), np.ones((2, 3))), "matrices", ValueError),
+        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))], ["a"]), "modes", TypeError),
+        (lambda: ops.multi_mode_product(np.ones((3, 4)), [np.ones((2, 3))], order="F"), "order", ValueError),
     ],
 )
-def test_bad_input(call, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_input(call, match, kind):
+    with pytest.raises(kind, match=match):
         call()

@@ -12,6 +12,7 @@ kt = pytest.importorskip("kronpe.torch")
 import kronpe  # noqa: E402
 from kronpe import embedders as E  # noqa: E402
 from kronpe import reference  # noqa: E402
+from kronpe.app import demo as kdemo  # noqa: E402
 from kronpe.torch import train as ktrain  # noqa: E402
 
 ALL_EMBEDDERS = [
@@ -292,7 +293,7 @@ def test_fit_points_adam_learns():
 
 
 class _Case:
-    """The parts of kronpe.app.Case the demo rows read (2-D, stride 2)."""
+    """The parts of kronpe.app.protocol.Case the demo rows read (2-D, stride 2)."""
 
     def __init__(self, full):
         self.full, self.ndim, self.stride, self.peak = full, 2, 2, 1.0
@@ -304,7 +305,7 @@ class _Case:
 
 def test_demo_row_functions():
     case = _Case(np.stack([_smooth_image(32)] * 2, -1))  # two channels
-    for run in (ktrain.adam_grid_run, ktrain.adam_random_run):
+    for run in (kdemo.adam_grid_run, kdemo.adam_random_run):
         res = run(case, "Gau", steps=100)
         assert res["pred"].shape == case.full.shape and res["pred"].dtype == np.float32
         assert 0 < res["fit_s"] <= res["total_s"]

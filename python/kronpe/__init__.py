@@ -7,14 +7,14 @@ embedders of the papers with their analysis, and torch ops for other people's mo
 from __future__ import annotations
 
 from . import _core, cuda
-from ._blas import blas_name as _blas_name, init as _init_blas
+from ._adapters.blas import blas_name as _blas_name, init as _init_blas
 
 _init_blas(_core)
 
 from .ops import mode_product, multi_mode_product  # noqa: E402
-from .blending import BlendingMatrix  # noqa: E402
-from .points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
-from .fit import GridModel, GridPlan, fit_grid  # noqa: E402
+from .solvers.blending import BlendingMatrix  # noqa: E402
+from .solvers.points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
+from .solvers.fit import GridModel, GridPlan, fit_grid  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 
 __version__ = _core.build_info()["version"]

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from ._adapters import validate as _validate
+
 SQRT_PI = math.sqrt(math.pi)
 SQRT_2PI = math.sqrt(2.0 * math.pi)
 
@@ -41,6 +43,26 @@ def bspline(u, degree: int) -> np.ndarray:
 
 
 # ---- continuous embedded distances ---------------------------------------------------------
+
+
+def bspline_truncated_power(u, degree: int, where):
+    """Centred cardinal B-spline of degree p by its definition as a sum of truncated powers,
+
+    B_p(u) = 1/p! sum_{j=0}^{p+1} (-1)^j C(p+1, j) (u + (p+1)/2 - j)_+^p, zero outside its support.
+
+    Written once for NumPy arrays and torch tensors: ``where`` is ``np.where`` or ``torch.where``
+    and ``u`` a float64 array of that kind. Exact in exact arithmetic, but it cancels: for low
+    degrees only (the test oracle of the kernels' stable recursion, and differentiable in torch).
+    """
+    s = u + 0.5 * (degree + 1)
+    zero = s * 0
+    out = zero
+    for j in range(degree + 2):
+        v = s - j
+        term = where(v >= 0, v**0, zero) if degree == 0 else where(v > 0, v, zero) ** degree
+        out = out + (-1) ** j * math.comb(degree + 1, j) * term
+    out = out / math.factorial(degree)
+    return where((s > 0) & (s < degree + 1), out, zero)
 
 
 def gaussian_distance(delta, sigma: float) -> np.ndarray:
@@ -114,6 +136,8 @@ def bspline_stable_rank(degree: int, width: float, N: float = math.inf) -> float
 
 def sigma_for_interval(interval: float, k: float = 1.6) -> float:
     """Gaussian sigma whose normalised distance stays >= 10^-k over ``interval``: l / (2 sqrt(k ln 10))."""
+    interval = _validate.positive_float("interval", interval)
+    k = _validate.positive_float("k", k)
     return interval / (2.0 * math.sqrt(k * math.log(10.0)))
 
 
@@ -122,7 +146,7 @@ def sigma_for_spacing(spacing: float, k: float = 1.6) -> float:
 
     With spacing 1/N this is sigma = 1 / (4 N sqrt(k ln 10)).
     """
-    return sigma_for_interval(0.5 * spacing, k)
+    return sigma_for_interval(0.5 * _validate.positive_float("spacing", spacing), k)
 
 
 def rff_sigma_for_gaussian(sigma_gaussian: float) -> float:
@@ -134,9 +158,9 @@ def rff_sigma_for_gaussian(sigma_gaussian: float) -> float:
     distances exp(-delta^2 / (4 sigma_g^2)) and exp(-2 pi^2 sigma_f^2 delta^2) coincide as well,
     which is the equivalence the seed claims.
     """
-    return 1.0 / (2.0 * math.sqrt(2.0) * math.pi * sigma_gaussian)
+    return 1.0 / (2.0 * math.sqrt(2.0) * math.pi * _validate.positive_float("sigma_gaussian", sigma_gaussian))
 
 
 def gaussian_sigma_for_rff(sigma_rff: float) -> float:
     """Gaussian sigma equivalent to RFF of scale sigma_f: 1 / (2 sqrt(2) pi sigma_f) (see above)."""
-    return rff_sigma_for_gaussian(sigma_rff)  # sigma_g sigma_f = const is symmetric
+    return rff_sigma_for_gaussian(_validate.positive_float("sigma_rff", sigma_rff))  # sigma_g sigma_f = const is symmetric

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from . import _core, _cuda
+from . import _core
+from ._adapters import cuda as _cuda
 
 __all__ = ["is_built", "is_available", "device_count", "info", "set_allow_tf32", "allow_tf32"]
 

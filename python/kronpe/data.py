@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _validate
+from ._adapters import arrays as _arrays, validate as _validate
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -85,7 +85,7 @@ def to_unit_float(img: np.ndarray, name: str = "image") -> np.ndarray:
     Integer images are divided by the largest value of their type (uint8: 255, uint16: 65535),
     booleans become 0/1, float images must already lie in [0, 1].
     """
-    arr = np.asarray(img)
+    arr = _validate.real_array(name, img)
     if arr.ndim == 3 and arr.shape[2] in (1, 2, 4):
         arr = arr[..., 0] if arr.shape[2] in (1, 2) else arr[..., :3]  # gray(+alpha) / RGBA
     if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] != 3):
@@ -131,7 +131,9 @@ def _square(img: np.ndarray, size: int, crop: bool, name: str) -> np.ndarray:
 
 
 def _sample_name(name) -> str:
-    if not isinstance(name, str) or name not in _SAMPLES:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be one of {', '.join(SAMPLES)}; got {_validate.describe(name)}")
+    if name not in _SAMPLES:
         raise ValueError(f"name must be one of {', '.join(SAMPLES)}; got {name!r}")
     return name
 
@@ -159,6 +161,7 @@ def load_sample(name: str, size: Optional[int] = None, crop: bool = False) -> np
     name = _sample_name(name)
     if size is not None:
         size = _validate.positive_int("size", size)
+        _validate.check_array_budget("size", (size, size, 3, 4), 8, "a size x size image: use a smaller size")
     elif crop:
         raise ValueError("crop=True needs size (the side of the central window)")
     raw = getattr(skimage.data, _SAMPLES[name][0])()
@@ -213,6 +216,8 @@ def load_video(
     size = _validate.positive_int("size", size)
     pan = _validate.nonnegative_float("pan", pan)
     zoom = _validate.nonnegative_float("zoom", zoom)
+    _validate.check_array_budget("frames and size", (frames, size, size, 3, 2), 4,
+                                 "the video: use fewer frames or a smaller size")
     if zoom >= 0.7:
         raise ValueError(f"zoom must lie in [0, 0.7), got {zoom}")
     img = load_sample(name)
@@ -248,7 +253,7 @@ def load_video(
 
 def _existing(name: str, path) -> Path:
     if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"{name} must be a file path, got {type(path).__name__}")
+        raise TypeError(f"{name} must be a file path, got {_validate.describe(path)}")
     p = Path(path)
     if not p.exists():
         raise ValueError(f"{name} does not exist: {str(p)!r}")
@@ -339,27 +344,37 @@ def psnr(a, b, peak: float = 1.0) -> float:
 
     Parameters
     ----------
-    a, b : array_like
+    a, b : arrays (NumPy, torch on any device, CuPy)
         Same shape, finite, not empty.
     peak : float
         The largest possible value (1 for images in [0, 1]).
     """
     peak = _validate.positive_float("peak", peak)
-    a = np.asarray(a)
-    b = np.asarray(b)
+    a = _arrays.to_host(a, "a") if _arrays.is_device(a) else _validate.real_array("a", a)
+    b = _arrays.to_host(b, "b") if _arrays.is_device(b) else _validate.real_array("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
     if a.size == 0:
         raise ValueError("a and b must not be empty")
     for nm, arr in (("a", a), ("b", b)):
-        if arr.dtype.kind not in "biuf":
-            raise ValueError(f"{nm} must hold real numbers, got dtype {arr.dtype}")
+        _validate.real_dtype(nm, arr.dtype)
         _validate.finite(nm, arr)
     diff = a.astype(np.float64) - b.astype(np.float64)
-    mse = float(np.mean(diff * diff))
-    if mse == 0.0:
-        return float("inf")
-    return float(10.0 * np.log10(peak * peak / mse))
+    return psnr_of_mse(float(np.mean(diff * diff)), peak)
+
+
+def psnr_of_mse(mse: float, peak: float = 1.0) -> float:
+    """10 log10(peak^2 / mse) in dB (inf when mse is 0): the one PSNR formula of kronpe."""
+    return float("inf") if mse <= 0.0 else float(10.0 * np.log10(peak * peak / mse))
+
+
+# ---- coordinates ---------------------------------------------------------------------------------
+
+
+def grid_coords(shape: Sequence[int]) -> List[np.ndarray]:
+    """The papers' sample coordinates per axis, ``linspace(0, 1, N + 1)[:-1]`` (as i / N, float64):
+    the default coordinates of every grid fit and of the evaluation protocol."""
+    return [np.arange(int(n), dtype=np.float64) / int(n) for n in shape]
 
 
 __all__ = [
@@ -374,5 +389,7 @@ __all__ = [
     "load_frames",
     "load_file",
     "psnr",
+    "psnr_of_mse",
+    "grid_coords",
     "to_unit_float",
 ]

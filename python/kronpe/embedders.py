@@ -35,7 +35,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import _arrays, _core, _formulas, _validate
+from . import _core, _formulas
+from ._adapters import arrays as _arrays, validate as _validate
 
 __all__ = [
     "Embedder",
@@ -59,6 +60,8 @@ __all__ = [
 
 # Work arrays of the sampled-distance computation stay below this many elements.
 _CHUNK_ELEMENTS = 1 << 22
+# Bytes per frequency while a Fourier embedder computes its frequencies (array + temporaries).
+_BYTES_PER_FREQUENCY = 32
 
 
 class NyquistWarning(UserWarning):
@@ -69,22 +72,27 @@ class NyquistWarning(UserWarning):
 
 
 def _int_in_range(name: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    return int(value)
+    return _validate.integer(name, value, low, high)
+
+
+def _frequency_count(name: str, count: int) -> int:
+    """``count`` frequencies, after checking their memory (the array and its temporaries)."""
+    _validate.check_budget(name, count * _BYTES_PER_FREQUENCY,
+                           f"use a smaller {name} ({count} frequencies asked for)")
+    return count
 
 
 def _even_positive_int(name: str, value) -> int:
     v = _validate.positive_int(name, value)
     if v % 2:
         raise ValueError(f"{name} must be even (K/2 cosine and K/2 sine features), got {value!r}")
+    _frequency_count(name, v // 2)
     return v
 
 
 def _finite_array(name: str, value) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    arr = _validate.real_array(name, value)
+    _validate.check_array_budget(name, arr.shape, 8, f"pass a smaller {name}")
     arr = arr.astype(np.float64, copy=False)
     _validate.finite(name, arr)
     return arr
@@ -151,13 +159,14 @@ class Embedder:
         input, a CuPy array for CuPy input; CuPy arrays and CUDA tensors are embedded on their GPU.
         """
         if _arrays.is_device(x):
-            from . import _cuda
+            from ._adapters import cuda as _cuda
 
             return _cuda.embed(self, x, out)
-        xn = _arrays.to_numpy(x, "x")
+        xn = _validate.real_array("x", x)
         if not xn.dtype.isnative:  # byte-swapped input: to native order first
             xn = xn.astype(xn.dtype.newbyteorder("="))
         xn = _validate.coords_1d("x", xn)
+        xn = _validate.separate(out, xn)
         result = self._embed(xn, out)
         return result if out is not None else _arrays.like(result, x)
 
@@ -166,10 +175,12 @@ class Embedder:
         kind, args = self._kernel_args()
         width = self.K
         if out is None:
+            _validate.check_array_budget("x", (x.shape[0], width), x.dtype.itemsize,
+                                         f"embed fewer coordinates at once, or use a smaller K (K = {width})")
             out = np.empty((x.shape[0], width), dtype=x.dtype)
         else:
             if not isinstance(out, np.ndarray):
-                raise ValueError(f"out must be a NumPy array, got {type(out).__name__}")
+                raise TypeError(f"out must be a NumPy array, got {type(out).__name__}")
             if out.shape != (x.shape[0], width):
                 raise ValueError(f"out must have shape {(x.shape[0], width)}, got {out.shape}")
             if out.dtype != x.dtype:
@@ -275,6 +286,7 @@ class Embedder:
 
     def stable_rank_bound(self, N: int) -> float:
         """Theoretical stable rank of the (N, K) embedding matrix of N coordinates."""
+        _validate.positive_int("N", N)
         raise NotImplementedError(f"{type(self).__name__} has no theoretical stable-rank bound")
 
 
@@ -778,7 +790,7 @@ class Transformer(FourierFeatures):
 
     def __init__(self, L: int, max_positions: float = 10000, include_input: bool = False,
                  amplitude_mod: float = 1.0, frequency_mod: float = 1.0):
-        _set(self, L=_validate.positive_int("L", L),
+        _set(self, L=_frequency_count("L", _validate.positive_int("L", L)),
              max_positions=_validate.positive_float("max_positions", max_positions),
              include_input=bool(include_input))
         self._init_modulation(amplitude_mod, frequency_mod)

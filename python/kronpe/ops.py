@@ -24,7 +24,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _arrays, _core
+from . import _core
+from ._adapters import arrays as _arrays, validate as _validate
 
 __all__ = ["mode_product", "multi_mode_product"]
 
@@ -33,10 +34,42 @@ _F64 = np.dtype(np.float64)
 
 
 def _as_float(name: str, x: Any) -> np.ndarray:
-    arr = x if type(x) is np.ndarray else _arrays.to_numpy(x, name)
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    return arr
+    return _validate.real_array(name, x)
+
+
+def _matrix_list(matrices) -> list:
+    if isinstance(matrices, np.ndarray) and matrices.ndim == 2:
+        raise ValueError("matrices must be a sequence of 2-D arrays (use mode_product for one)")
+    if matrices is None or isinstance(matrices, (str, bytes, dict)) or not hasattr(matrices, "__iter__"):
+        raise TypeError(f"matrices must be a sequence of 2-D arrays, got {_validate.describe(matrices)}")
+    return list(matrices)
+
+
+def _unbroadcast(t: np.ndarray, mats: List[np.ndarray], modes: Tuple[int, ...]):
+    """A broadcast T (zero-stride axes) reduced to one slice per such axis: a matrix on such an
+    axis becomes its row sums (m, 1). Returns (t, mats, the result's final shape or None)."""
+    if t.size == 0 or 0 not in t.strides:
+        return t, mats, None
+    final = list(t.shape)
+    for j, k in enumerate(modes):
+        final[k] = mats[j].shape[0]
+    mats = list(mats)
+    for k, stride in enumerate(t.strides):
+        if stride == 0 and t.shape[k] > 1 and k in modes:
+            j = modes.index(k)
+            mats[j] = mats[j].sum(axis=1, keepdims=True, dtype=np.float64).astype(mats[j].dtype)
+    return _validate.compact(t), mats, tuple(final)
+
+
+def _check_sizes(shape: Tuple[int, ...], mat_shapes, modes: Tuple[int, ...], itemsize: int) -> None:
+    """The result and every intermediate of the chain within the memory budget."""
+    out, bound = list(shape), list(shape)
+    for ms, k in zip(mat_shapes, modes):
+        out[k] = int(ms[0])
+        bound[k] = max(int(ms[0]), int(shape[k]))
+    hint = "the result of T x matrices is too large: multiply fewer rows or a smaller T"
+    _validate.check_array_budget("T x matrices", out, itemsize, hint)
+    _validate.check_array_budget("T x matrices", bound, itemsize, hint + " (an intermediate of the chain)")
 
 
 def _mode_list(modes, count: int, ndim: int) -> Tuple[int, ...]:
@@ -49,10 +82,12 @@ def _mode_list(modes, count: int, ndim: int) -> Tuple[int, ...]:
         return tuple(range(count))
     if isinstance(modes, numbers.Integral) and not isinstance(modes, bool):
         modes = (modes,)
+    if isinstance(modes, (str, bytes)) or not hasattr(modes, "__iter__"):
+        raise TypeError(f"modes must be a sequence of integer axes, got {_validate.describe(modes)}")
     out = []
     for m in modes:
         if isinstance(m, bool) or not isinstance(m, numbers.Integral):
-            raise ValueError(f"modes must be integers, got {m!r}")
+            raise TypeError(f"modes must be integers, got {_validate.describe(m)}")
         if not -ndim <= m < ndim:
             raise ValueError(f"modes: axis {m} is out of range for a tensor with {ndim} axes")
         out.append(int(m) % ndim)
@@ -86,29 +121,30 @@ def multi_mode_product(
     array, shape of ``T`` with n_{modes[j]} replaced by m_j
         A new array (float32 if ``T`` and all matrices are float32, else float64).
     """
-    if order not in ("K", "C"):
-        raise ValueError(f'order must be "K" or "C", got {order!r}')
-    if isinstance(matrices, np.ndarray) and matrices.ndim == 2:
-        raise ValueError("matrices must be a sequence of 2-D arrays (use mode_product for one)")
-    matrices = list(matrices)
+    _validate.choice("order", order, ("K", "C"))
+    matrices = _matrix_list(matrices)
     on_device = [x for x in [T, *matrices] if _arrays.is_device(x)]
     if on_device:
         return _device_chain(T, matrices, modes, order, on_device[0])
     template = T
     t = _as_float("T", T)
     mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
-    if t.ndim < 1:
-        raise ValueError(f"T must have at least one axis, got a {t.ndim}-D array")
-    mode_tuple = _mode_list(modes, len(mats), t.ndim)
+    mode_tuple = _check_chain(t.shape, [a.shape for a in mats], modes)
     dt = t.dtype
     if dt.char not in "fd" or any(a.dtype != dt for a in mats):
         # float32 only when everything is float32; any other mix computes in float64
         all32 = dt.char == "f" and all(a.dtype.char == "f" for a in mats)
         dt = _F32 if all32 else _F64
-        t = t.astype(dt, copy=False)
-        mats = [a.astype(dt, copy=False) for a in mats]
-    # shapes, strides and the matrices' columns are checked in C++ (errors name the argument)
+    t, mats, final = _unbroadcast(t, mats, mode_tuple)
+    _check_sizes(t.shape, [a.shape for a in mats], mode_tuple, dt.itemsize)
+    if final is not None:
+        _validate.check_array_budget("T x matrices", final, dt.itemsize, "the result is too large")
+    t = t.astype(dt, copy=False)
+    mats = [a.astype(dt, copy=False) for a in mats]
+    # strides are checked in C++ (errors name the argument)
     out = _core.multi_mode_product_arrays(t, mats, mode_tuple, order == "K")
+    if final is not None:
+        out = np.array(np.broadcast_to(out, final), order="C" if order == "C" else "K")
     return out if template is t else _arrays.like(out, template)
 
 
@@ -133,7 +169,7 @@ def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], 
 
 def _device_chain(T: Any, matrices: List[Any], modes, order: str, template: Any):
     """The chain on the GPU holding ``template`` (host operands are uploaded there)."""
-    from . import _cuda
+    from ._adapters import cuda as _cuda
 
     if not _arrays.is_device(T):
         T = _arrays.device_from_host(_as_float("T", T), template)
@@ -158,6 +194,5 @@ def mode_product(T: Any, A: Any, mode: int, order: str = "K"):
     -------
     array, shape of ``T`` with n_mode replaced by m
     """
-    if isinstance(mode, bool) or not isinstance(mode, numbers.Integral):
-        raise ValueError(f"mode must be an integer axis, got {mode!r}")
+    _validate.integer("mode", mode)
     return multi_mode_product(T, [A], [mode], order=order)

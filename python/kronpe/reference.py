@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _formulas
+
 # ---- BLAS --------------------------------------------------------------------------------
 
 
@@ -24,27 +26,9 @@ def gemm(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = Fa
 
 
 def bspline_truncated_power(u: np.ndarray, degree: int) -> np.ndarray:
-    """Centred cardinal B-spline of degree p by its definition as a sum of truncated powers.
-
-    B_p(u) = 1/p! sum_{j=0}^{p+1} (-1)^j C(p+1, j) (u + (p+1)/2 - j)_+^p. Exact in exact
-    arithmetic, but it cancels: use only for low degrees (a test oracle for the stable
-    recursion of the kernels).
-    """
-    from math import comb, factorial
-
-    u = np.asarray(u, dtype=np.float64)
-    s = u + 0.5 * (degree + 1)
-    out = np.zeros_like(s)
-    for j in range(degree + 2):
-        v = s - j
-        if degree == 0:
-            term = (v >= 0).astype(np.float64)
-        else:
-            term = np.where(v > 0, v, 0.0) ** degree
-        out += (-1) ** j * comb(degree + 1, j) * term
-    out /= factorial(degree)
-    inside = (s > 0) & (s < degree + 1)
-    return np.where(inside, out, 0.0)
+    """Centred cardinal B-spline of degree p by its definition as a sum of truncated powers
+    (``kronpe._formulas.bspline_truncated_power``): the test oracle of the kernels' recursion."""
+    return _formulas.bspline_truncated_power(np.asarray(u, dtype=np.float64), degree, np.where)
 
 
 def _splitmix64(z: np.ndarray) -> np.ndarray:

@@ -12,6 +12,17 @@ import torch
 _FLOATS = (torch.float32, torch.float64)
 
 
+def real_tensor(name: str, x, floating: bool = False) -> torch.Tensor:
+    """``x`` if it is a tensor of real numbers (only float32/float64 with ``floating``);
+    TypeError naming ``name`` otherwise (a complex tensor would lose its imaginary part)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}")
+    if x.is_complex() or (floating and x.dtype not in _FLOATS):
+        want = "float32 or float64" if floating else "real numbers"
+        raise TypeError(f"{name} must hold {want}, got {x.dtype}")
+    return x
+
+
 def check_mmp(T: torch.Tensor, matrices: Sequence[torch.Tensor], modes: Sequence[int]) -> List:
     """Validate a mode-product chain; return the output shape."""
     torch._check_value(T.dtype in _FLOATS, lambda: f"T must be float32 or float64, got {T.dtype}")

@@ -21,7 +21,7 @@ from typing import List
 
 import torch
 
-from .. import _arrays, _cuda
+from .._adapters import arrays as _arrays, cuda as _cuda
 from ._checks import blend_output, check_blend, check_mmp
 
 

@@ -13,11 +13,12 @@ embedder for it.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, Tuple
 
 import numpy as np
 import torch
+
+from .. import _formulas
 
 Buffers = Dict[str, np.ndarray]
 Forward = Callable[[torch.Tensor, Dict[str, torch.Tensor]], torch.Tensor]
@@ -27,17 +28,7 @@ _F64 = torch.float64
 
 def _bspline(u: torch.Tensor, degree: int) -> torch.Tensor:
     """Centred cardinal B-spline of degree p as a sum of truncated powers (float64; p <= 7)."""
-    s = u + 0.5 * (degree + 1)
-    out = torch.zeros_like(s)
-    for j in range(degree + 2):
-        v = s - j
-        if degree == 0:
-            term = (v >= 0).to(s.dtype)
-        else:
-            term = torch.clamp(v, min=0.0) ** degree
-        out = out + (-1) ** j * math.comb(degree + 1, j) * term
-    out = out / math.factorial(degree)
-    return torch.where((s > 0) & (s < degree + 1), out, torch.zeros((), dtype=s.dtype, device=s.device))
+    return _formulas.bspline_truncated_power(u, degree, torch.where)
 
 
 def _basis_forward(kind: str, K: int, first_index: int, K_base: float, param: float, degree: int) -> Forward:

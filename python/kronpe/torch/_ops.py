@@ -29,7 +29,7 @@ import torch
 
 from . import _cpu
 from . import _cuda
-from ._checks import check_blend, check_mmp
+from ._checks import check_blend, check_mmp, real_tensor
 
 __all__ = ["multi_mode_product", "blend", "blend_transpose", "KERNELS", "register_kernels"]
 
@@ -207,7 +207,10 @@ def multi_mode_product(
     ``modes`` defaults to 0..len(matrices)-1 and may be negative (counted from the end); axes
     not named are carried along (channels, batches). The chain runs in the cheapest order.
     """
-    matrices = list(matrices)
+    real_tensor("T", T)
+    if matrices is None or isinstance(matrices, (str, bytes, torch.Tensor)):
+        raise TypeError(f"matrices must be a sequence of 2-D tensors, got {type(matrices).__name__}")
+    matrices = [real_tensor(f"matrices[{j}]", A) for j, A in enumerate(matrices)]
     if modes is None:
         modes = list(range(len(matrices)))
     modes = [int(m) + T.dim() if int(m) < 0 else int(m) for m in modes]
@@ -220,6 +223,8 @@ def blend(
     weights: torch.Tensor,  # (P, S)
 ) -> torch.Tensor:  # (P, C) or (P,)
     """out[p] = sum_s weights[p, s] * values[indices[p, s]]: the blending matrix applied."""
+    real_tensor("values", values)
+    real_tensor("weights", weights)
     if values.dim() == 1:
         return torch.ops.kronpe.blend(values.unsqueeze(1), indices, weights).squeeze(1)
     return torch.ops.kronpe.blend(values, indices, weights)
@@ -232,6 +237,8 @@ def blend_transpose(
     num_nodes: int,
 ) -> torch.Tensor:  # (num_nodes, C) or (num_nodes,)
     """out[g] = sum over (p, s) with indices[p, s] == g of weights[p, s] * rows[p]: B^T rows."""
+    real_tensor("rows", rows)
+    real_tensor("weights", weights)
     if rows.dim() == 1:
         return torch.ops.kronpe.blend_transpose(rows.unsqueeze(1), indices, weights, num_nodes).squeeze(1)
     return torch.ops.kronpe.blend_transpose(rows, indices, weights, num_nodes)

@@ -21,7 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._adapters import validate as _validate
 from . import _embed
+from ._checks import real_tensor
 from ._ops import blend, multi_mode_product
 
 __all__ = [
@@ -41,16 +43,16 @@ OutShape = Union[None, int, Sequence[int]]
 def _out_shape(out_features: OutShape) -> Tuple[int, ...]:
     if out_features is None:
         return ()
-    shape = (out_features,) if isinstance(out_features, (int, np.integer)) else tuple(out_features)
-    if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s <= 0 for s in shape):
-        raise ValueError(f"out_features must be a positive int or a tuple of them, got {out_features!r}")
+    scalar = not hasattr(out_features, "__iter__") or isinstance(out_features, str)
+    shape = (out_features,) if scalar else tuple(out_features)
+    for s in shape:
+        _validate.positive_int("out_features", s)
     return tuple(int(s) for s in shape)
 
 
 def _check_coords(name: str, x: torch.Tensor) -> None:
     """1-D, finite, in [0, 1] (skipped while torch.compile traces: it reads the data)."""
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch tensor, got {type(x).__name__}")
+    real_tensor(name, x)
     if x.dim() != 1:
         raise ValueError(f"{name} must be a 1-D tensor of coordinates, got shape {tuple(x.shape)}")
     if torch.compiler.is_compiling() or x.numel() == 0:
@@ -205,7 +207,7 @@ class ComplexEncoding(nn.Module):
         if not embedders:
             raise ValueError("embedders must name at least one embedder (one per axis)")
         if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.embedders = embedders
         self.ndim = len(embedders)
         self.out_shape = _out_shape(out_features)
@@ -213,8 +215,8 @@ class ComplexEncoding(nn.Module):
         K = tuple(int(e.K) for e in embedders)
         self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
         self.normalize = bool(normalize)
-        from ..blending import _grid_nodes
-        from ..points import _default_grid
+        from ..solvers.blending import _grid_nodes
+        from ..solvers.points import _default_grid
 
         #: the virtual grid's node coordinates per axis (default: fit_points' grid, K_base + 1
         #: nodes per axis over [0, 1], i.e. one node per centre spacing)
@@ -241,7 +243,9 @@ class ComplexEncoding(nn.Module):
         ``coords`` are D 1-D tensors in [0, 1]; gradients flow to W (and to the coordinates for
         embedders with a torch version).
         """
-        coords = list(coords)
+        coords = _validate.sequence("coords", coords, f"{self.ndim} 1-D tensors")
+        for i, c in enumerate(coords):
+            real_tensor(f"coords[{i}]", c)
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} 1-D tensors (one per axis), got {len(coords)}")
         W = self.weight
@@ -263,7 +267,7 @@ class ComplexEncoding(nn.Module):
 
     def plan(self, points: torch.Tensor) -> BlendPlan:
         """The blending matrix of ``points`` (P, D) in [0, 1] (computed by kronpe, in NumPy)."""
-        from ..blending import BlendingMatrix
+        from ..solvers.blending import BlendingMatrix
 
         B = BlendingMatrix(_points_numpy(points, self.ndim), list(self.grid_coords), self.embedders,
                            normalize=self.normalize)
@@ -285,6 +289,7 @@ class ComplexEncoding(nn.Module):
         The blending plan of the last ``points`` tensor is cached (training on fixed points
         computes it once). Gradients flow to W, not to the points.
         """
+        real_tensor("points", points)
         cache = self._plan_cache
         key = (id(points), points._version, points.device, self.weight.device, self.weight.dtype)
         if cache is None or cache[0] is not points or cache[1] != key:
@@ -328,8 +333,7 @@ class ComplexEncoding(nn.Module):
 
 
 def _points_numpy(points, ndim: int) -> np.ndarray:
-    if not isinstance(points, torch.Tensor):
-        raise ValueError(f"points must be a torch tensor, got {type(points).__name__}")
+    real_tensor("points", points)
     if points.dim() != 2 or points.shape[1] != ndim:
         raise ValueError(f"points must have shape (P, {ndim}), got {tuple(points.shape)}")
     pts = points.detach().cpu().numpy()
@@ -385,6 +389,7 @@ class SimpleEncoding(nn.Module):
 
     def directional_coords(self, points: torch.Tensor) -> list:
         """The 1-D coordinates embedded: the D axes, or x, y, (x+y)/2, (x-y+1)/2."""
+        real_tensor("points", points)
         if points.dim() != 2 or points.shape[1] != self.ndim:
             raise ValueError(f"points must have shape (P, {self.ndim}), got {tuple(points.shape)}")
         cols = list(points.unbind(1))
@@ -436,14 +441,14 @@ class LearnableFourierFeatures(nn.Module):
                  gamma: float = 1.0, activation: str = "relu", dropout: float = 0.0):
         super().__init__()
         for n, v in (("pos_dim", pos_dim), ("f_dim", f_dim), ("h_dim", h_dim), ("d_dim", d_dim), ("groups", groups)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+            _validate.positive_int(n, v)
+        _validate.check_budget("f_dim and h_dim", 4 * (pos_dim * f_dim + f_dim * h_dim + h_dim * d_dim),
+                               "use smaller layers")
         if f_dim % 2:
             raise ValueError(f"f_dim must be even (cos and sin halves), got {f_dim}")
         if d_dim % groups:
             raise ValueError(f"d_dim must be a multiple of groups ({groups}), got {d_dim}")
-        if not (isinstance(gamma, (int, float)) and math.isfinite(gamma) and gamma > 0):
-            raise ValueError(f"gamma must be a positive finite number, got {gamma!r}")
+        gamma = _validate.positive_float("gamma", gamma)
         acts = {"relu": nn.ReLU, "gelu": nn.GELU}
         if activation not in acts:
             raise ValueError(f"activation must be one of {sorted(acts)}, got {activation!r}")
@@ -504,15 +509,12 @@ class SinusoidalEmbedding(nn.Module):
                  embedding_type: str = "transformer", max_positions: float = 10000,
                  include_input: bool = False):
         super().__init__()
-        if isinstance(in_channels, bool) or not isinstance(in_channels, (int, np.integer)) or in_channels <= 0:
-            raise ValueError(f"in_channels must be a positive integer, got {in_channels!r}")
-        L = in_channels if num_frequencies is None else num_frequencies
-        if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L <= 0:
-            raise ValueError(f"num_frequencies must be a positive integer, got {num_frequencies!r}")
-        if embedding_type not in ("transformer", "nerf"):
-            raise ValueError(f"embedding_type must be 'transformer' or 'nerf', got {embedding_type!r}")
-        if embedding_type == "transformer" and not (max_positions is not None and max_positions > 0):
-            raise ValueError(f"max_positions must be a positive number, got {max_positions!r}")
+        in_channels = _validate.positive_int("in_channels", in_channels)
+        L = in_channels if num_frequencies is None else _validate.positive_int("num_frequencies", num_frequencies)
+        _validate.check_budget("num_frequencies", 16 * L, "use fewer frequencies")
+        _validate.choice("embedding_type", embedding_type, ("transformer", "nerf"))
+        if embedding_type == "transformer":
+            max_positions = _validate.positive_float("max_positions", max_positions)
         self.in_channels, self.num_frequencies = int(in_channels), int(L)
         self.embedding_type = embedding_type
         self.max_positions = max_positions
@@ -538,6 +540,7 @@ class SinusoidalEmbedding(nn.Module):
         return self.highest_frequency(modulation) < n_points / 2
 
     def forward(self, x: torch.Tensor, amplitude=None, frequency=None) -> torch.Tensor:
+        real_tensor("x", x)
         if x.dim() not in (2, 3) or x.shape[-1] != self.in_channels:
             raise ValueError(
                 f"x must have shape (batch, N, {self.in_channels}) or (N, {self.in_channels}), "

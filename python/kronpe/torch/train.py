@@ -4,7 +4,7 @@
 backward, Adam) with a tqdm progress bar and PSNR reporting; :func:`fit_grid_adam` and
 :func:`fit_points_adam` build a :class:`~kronpe.torch.ComplexEncoding` and train it on a grid
 (the mode-product path, no blending) or at scattered points (the blending path).
-:func:`adam_rows` gives these rows to ``kronpe demo`` (python/kronpe/app.py).
+``kronpe demo --adam`` runs them as rows of its table (:mod:`kronpe.app.demo`).
 
 The papers' settings (seed 000; MATH.md 4): 2000 epochs (500 for video) of full-batch Adam,
 lr 0.1, betas (0.9, 0.999), weight decay 1e-8; gradient descent on a grid uses Gau sigma = 0.004
@@ -22,13 +22,11 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from ..data import grid_coords, psnr, psnr_of_mse
 from .modules import ComplexEncoding, sort_plan
 
 __all__ = [
     "History",
-    "adam_grid_run",
-    "adam_random_run",
-    "adam_rows",
     "fit_grid_adam",
     "fit_points_adam",
     "psnr",
@@ -38,17 +36,6 @@ __all__ = [
 #: the official scripts' Adam settings (lr, weight decay) for complex encodings
 PAPER_LR = 0.1
 PAPER_WEIGHT_DECAY = 1e-8
-
-
-def psnr(pred, target, peak: float = 1.0) -> float:
-    """Peak signal-to-noise ratio in dB (inf for a perfect fit)."""
-    diff = torch.as_tensor(pred).detach().double() - torch.as_tensor(target).detach().double()
-    mse = float(torch.mean(diff**2))
-    return math.inf if mse == 0 else 10.0 * math.log10(peak * peak / mse)
-
-
-def _psnr_of_mse(mse: float, peak: float) -> float:
-    return math.inf if mse <= 0 else 10.0 * math.log10(peak * peak / mse)
 
 
 @dataclass
@@ -124,7 +111,7 @@ def train(
                 mse = float(loss.detach())  # the loss before this step's update
                 hist.step.append(step)
                 hist.loss.append(mse)
-                hist.psnr.append(_psnr_of_mse(mse, peak))
+                hist.psnr.append(psnr_of_mse(mse, peak))
                 if evaluate is not None:
                     with torch.no_grad():
                         hist.eval_psnr.append(float(evaluate()))
@@ -169,7 +156,7 @@ def fit_grid_adam(
     if sig.dim() < D:
         raise ValueError(f"signal must have at least {D} axes (one per embedder), got shape {tuple(sig.shape)}")
     if coords is None:
-        coords = [np.arange(n, dtype=np.float64) / n for n in sig.shape[:D]]
+        coords = grid_coords(sig.shape[:D])
     coords = [_tensor(c, torch.float64, sig.device) for c in coords]
     for i, c in enumerate(coords):
         if c.dim() != 1 or c.shape[0] != sig.shape[i]:
@@ -225,89 +212,3 @@ def fit_points_adam(
 
 
 # ---- rows of ``kronpe demo`` ----------------------------------------------------------------------
-
-#: the papers' gradient-descent embedder widths at K = 256 (2-D): MATH.md 4 for the grid rows,
-#: the official 2D_random_points.py for the scattered rows.
-GD_GRID = {"Gau": 0.004, "Tri": 2 / 256}
-GD_POINTS = {"Gau": 0.005, "Tri": 2.5 / 256}
-
-
-def _gd_embedder(family: str, K: int, width_at_256: float):
-    from ..embedders import Gaussian, Triangle
-
-    w = width_at_256 * 256 / K  # widths scale with the centre spacing 1/K
-    return Gaussian(K, w) if family == "Gau" else Triangle(K, w)
-
-
-def _steps_for(case, steps: Optional[int]) -> int:
-    return steps if steps is not None else (2000 if case.ndim <= 2 else 500)
-
-
-def adam_grid_run(case, family: str, steps: Optional[int] = None, progress: bool = False) -> dict:
-    """One demo row: ComplexEncoding trained by Adam on ``case``'s regular training grid.
-
-    ``case`` is a ``kronpe.app.Case`` (``train``, ``train_coords``, ``coords``, ``full``, ``ndim``,
-    ``K``). K = training samples per axis, the papers' gradient-descent width for ``family``.
-    Returns dict(pred (the full grid), fit_s, total_s, note).
-    """
-    emb = _gd_embedder(family, case.K, GD_GRID[family])
-    t0 = time.perf_counter()
-    model, hist = fit_grid_adam(case.train, [emb] * case.ndim, coords=case.train_coords,
-                                steps=_steps_for(case, steps), progress=progress)
-    t1 = time.perf_counter()
-    with torch.no_grad():
-        pred = model.forward_grid([torch.as_tensor(c) for c in case.coords]).numpy()
-    t2 = time.perf_counter()
-    return dict(pred=pred.reshape(case.full.shape).astype(case.full.dtype), fit_s=t1 - t0, total_s=t2 - t0,
-                note=f"{hist.step[-1] if hist.step else 0} Adam steps")
-
-
-def adam_random_run(case, family: str, steps: Optional[int] = None, progress: bool = False,
-                    seed: int = 0) -> dict:
-    """One demo row: ComplexEncoding trained by Adam at a random subset of ``case``'s full grid
-    holding as many samples as its training grid (the blending path), evaluated everywhere.
-
-    Returns dict(pred, fit_s, total_s, note); the note gives the PSNR on the unseen samples.
-    """
-    shape = case.full.shape[: case.ndim]
-    n_all = int(np.prod(shape))
-    n_train = int(np.prod(case.train.shape[: case.ndim]))
-    pick = np.zeros(n_all, dtype=bool)
-    pick[np.random.default_rng(seed).choice(n_all, size=n_train, replace=False)] = True
-    mesh = np.stack(np.meshgrid(*case.coords, indexing="ij"), axis=-1).reshape(n_all, case.ndim)
-    vals = case.full.reshape((n_all,) + case.full.shape[case.ndim:])
-    emb = _gd_embedder(family, case.K, GD_POINTS[family])
-    t0 = time.perf_counter()
-    model, hist = fit_points_adam(mesh[pick], vals[pick], [emb] * case.ndim,
-                                  steps=_steps_for(case, steps), progress=progress)
-    t1 = time.perf_counter()
-    with torch.no_grad():
-        pred = model(torch.as_tensor(mesh)).numpy()
-    t2 = time.perf_counter()
-    unseen = psnr(torch.as_tensor(pred[~pick]), torch.as_tensor(vals[~pick]), getattr(case, "peak", 1.0))
-    return dict(pred=pred.reshape(case.full.shape).astype(case.full.dtype), fit_s=t1 - t0, total_s=t2 - t0,
-                note=f"random {n_train / n_all:.1%}; PSNR on unseen samples {unseen:.2f} dB")
-
-
-def adam_rows(steps: Optional[int] = None, families: Sequence[str] = ("Gau", "Tri"),
-              scattered: bool = True, progress: bool = False) -> list:
-    """``kronpe demo`` rows (``kronpe.app.DemoRow``) for the papers' gradient-descent complex
-    encodings: "<fam>, paper (Adam, grid)" (:func:`adam_grid_run`) and, with ``scattered``,
-    "<fam>, paper (Adam, random)" (:func:`adam_random_run`: the demo's held-out column then
-    counts some of its training samples; its note gives the PSNR on the samples it never saw).
-
-    ``steps`` defaults to the papers' epochs: 2000 in 2-D, 500 in 3-D.
-    """
-    from ..app import DemoRow, RowResult
-
-    def row(run_fn, family: str):
-        def run(case):
-            return RowResult(**run_fn(case, family, steps=steps, progress=progress))
-
-        run.__name__ = f"{run_fn.__name__}_{family}"
-        return run
-
-    rows = [DemoRow(f"{f}, paper (Adam, grid)", row(adam_grid_run, f)) for f in families]
-    if scattered:
-        rows += [DemoRow(f"{f}, paper (Adam, random)", row(adam_random_run, f)) for f in families]
-    return rows

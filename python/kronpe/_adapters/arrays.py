@@ -174,16 +174,6 @@ def device_empty(template: Any, shape, dtype: str):
     return torch.empty(shape, dtype=getattr(torch, dtype), device=template.device)
 
 
-def device_zeros(template: Any, shape, dtype: str):
-    """A zero-filled array of the template's kind on its device."""
-    out = device_empty(template, shape, dtype)
-    if kind(template) == "cupy":
-        out.fill(0)
-    else:
-        out.zero_()
-    return out
-
-
 def device_workspace(template: Any, nbytes: int):
     """Scratch memory on the template's device: (keep-alive array or None, address, bytes)."""
     nbytes = int(nbytes)

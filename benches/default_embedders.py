@@ -1,10 +1,10 @@
-"""Held-out PSNR behind kronpe's default embedders (kronpe.fit.default_embedders).
+"""Held-out PSNR behind kronpe's default embedders (kronpe.solvers.fit.default_embedders).
 
 Each photograph (scikit-image astronaut, camera, coffee; cropped square) is subsampled with
 [::2, ::2]; the fit sees the subsample at its coordinates linspace(0, 1, N + 1)[:-1][::2] and
 predicts the full image at linspace(0, 1, N + 1)[:-1]. PSNR in dB over all pixels (peak 1).
 
-    PYTHONPATH=python python tools/default_embedders.py [--more]
+    PYTHONPATH=python python benches/default_embedders.py [--more]
 """
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ import scipy.ndimage as ndi
 import skimage.data
 
 from kronpe import BSpline, Gaussian, GridPlan, Triangle, fit_grid
+from kronpe.data import grid_coords
+from kronpe.data import psnr as _psnr
 
 
 def psnr(pred: np.ndarray, truth: np.ndarray) -> float:
-    return float(10 * np.log10(1.0 / np.mean((np.clip(pred, 0, 1) - truth) ** 2)))
+    """PSNR of the prediction clipped to the images' range [0, 1]."""
+    return _psnr(np.clip(pred, 0, 1), truth)
 
 
 def spline(train: np.ndarray, n: int, mode: str) -> np.ndarray:
@@ -36,7 +39,7 @@ def main() -> None:
         img = getattr(skimage.data, name)() / 255.0
         n = min(img.shape[:2])
         img = img[:n, :n]
-        full = np.linspace(0, 1, n + 1)[:-1]
+        full = grid_coords([n])[0]
         tc = [full[::2]] * 2
         train = img[::2, ::2]
         k = n // 2

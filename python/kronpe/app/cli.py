@@ -1,4 +1,4 @@
-"""The ``kronpe`` command: fit | demo | analyze | bench."""
+"""The ``kronpe`` command: fit | demo | analyze."""
 from __future__ import annotations
 
 import argparse
@@ -11,10 +11,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="kronpe-out", help="folder for the files written (default: kronpe-out)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one error format for the whole command: ``kronpe: error: ...``, exit 2."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        sub = self.prog[len("kronpe"):].strip()
+        self.exit(2, f"kronpe: error: {sub + ': ' if sub else ''}{message}\n")
+
+
+#: What a user's mistake raises (our checks, missing or unreadable files): one line, exit 2.
+USER_ERRORS = (ValueError, TypeError, MemoryError, OSError)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kronpe", description=__doc__)
+    parser = _Parser(prog="kronpe", description=__doc__)
     parser.add_argument("--version", action="store_true", help="print the version and build info")
-    sub = parser.add_subparsers(dest="command")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     p = sub.add_parser("analyze", help="stable rank and distance preservation of the embedders (plots + numbers)")
     _add_common(p)
@@ -46,8 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run the command; a user error prints ``kronpe: error: ...`` and returns 2 (``--debug``:
+    the traceback instead)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a bad command line (2, already printed)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return _run(parser, args)
+    except USER_ERRORS as exc:
+        if args.debug:
+            raise
+        message = str(exc) or type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in message:
+            message = f"{message}: {exc.filename}"
+        print(f"kronpe: error: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+
+
+def _run(parser: argparse.ArgumentParser, args) -> int:
     if args.version:
         import kronpe
 
@@ -57,19 +89,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 1
     if args.command == "analyze":
-        from .analysis import run_analyze
+        from .analyze import run_analyze
 
         return run_analyze(out=args.out, progress=not args.no_progress)
     if args.command == "fit":
-        from .app import run_fit
+        from .fit_cmd import run_fit
 
         return run_fit(args)
     if args.command == "demo":
-        from .app import run_demo
+        from .demo import run_demo
 
         return run_demo(args)
     parser.error(f"unknown command {args.command}")
-    return 2
+    return 2  # pragma: no cover - parser.error exits
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -44,268 +44,34 @@ axes are channels of one signal (one shared ridge). ``fit_grid`` fits one signal
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _arrays, _validate
-from .embedders import BSpline, Embedder, ShiftedBasis
-from .ops import multi_mode_product
+from .._adapters import arrays as _arrays, validate as _validate
+from ..embedders import BSpline, Embedder
+from ..ops import multi_mode_product
+from .gcv import _GCVCurve, _search_widths
+from .grid import (
+    Ridge,
+    _Axis,
+    _coords_arg,
+    _coords_list,
+    _embedders_arg,
+    _grid_ndim,
+    _outer,
+    _ridge_arg,
+    _signal_arg,
+)
 
 __all__ = ["fit_grid", "GridPlan", "GridModel", "default_embedders"]
 
-Ridge = Union[float, str]
 
-# GCV search (see the module docstring)
-_GRID_DECADES = (-14.0, 2.0)
-_GRID_PER_DECADE = 4
-_EXACT_LIMIT = 1 << 16
-_BINS = 8192
-_WIDTH_FACTORS = 2.0 ** np.linspace(-2.0, 2.0, 9)
 # The default embedders (measured on photographs; see default_embedders)
 _DEFAULT_MARGIN = 2
 _DEFAULT_ORDER = 3
 _DEFAULT_PAD = 2
-
-
-# ---- argument checks ------------------------------------------------------------------------
-
-
-def _ridge_arg(ridge) -> Ridge:
-    if isinstance(ridge, str):
-        if ridge != "gcv":
-            raise ValueError(f'ridge must be a non-negative number or "gcv", got {ridge!r}')
-        return ridge
-    return _validate.nonnegative_float("ridge", ridge)
-
-
-def _coords_list(coords) -> list:
-    """coords as a list of per-axis arrays (a single 1-D array is one axis)."""
-    if coords is None:
-        raise ValueError("coords must be a list of D 1-D arrays of coordinates in [0, 1], got None")
-    if isinstance(coords, np.ndarray) and coords.ndim == 1:
-        return [coords]
-    try:
-        return list(coords)
-    except TypeError:
-        raise ValueError(f"coords must be a list of 1-D arrays, got {type(coords).__name__}") from None
-
-
-def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
-    """D 1-D float64 arrays in [0, 1]; None gives linspace(0, 1, N + 1)[:-1] per axis."""
-    if coords is None:
-        return [np.linspace(0.0, 1.0, n + 1)[:-1] for n in shape]
-    coords = _coords_list(coords)
-    if len(coords) != len(shape):
-        raise ValueError(f"coords must hold {len(shape)} arrays (one per grid axis), got {len(coords)}")
-    out = []
-    for i, (c, n) in enumerate(zip(coords, shape)):
-        c = _validate.coords_1d(f"coords[{i}]", _arrays.to_numpy(c, f"coords[{i}]"), np.float64)
-        if c.shape[0] != n:
-            raise ValueError(f"coords[{i}] must hold {n} coordinates (signal axis {i}), got {c.shape[0]}")
-        out.append(c)
-    return out
-
-
-def _embedders_arg(embedders, ndim: int) -> List[Embedder]:
-    if isinstance(embedders, Embedder):
-        return [embedders] * ndim
-    try:
-        embs = list(embedders)
-    except TypeError:
-        raise ValueError(f"embedders must be a list of Embedder, got {type(embedders).__name__}") from None
-    if len(embs) != ndim:
-        raise ValueError(f"embedders must hold {ndim} embedders (one per grid axis), got {len(embs)}")
-    for i, e in enumerate(embs):
-        if not isinstance(e, Embedder):
-            raise ValueError(f"embedders[{i}] must be a kronpe Embedder, got {type(e).__name__}")
-    return embs
-
-
-def _signal_arg(signal, shape: Sequence[int]) -> np.ndarray:
-    s = _arrays.to_numpy(signal, "signal")
-    if s.dtype.kind not in "biuf":
-        raise ValueError(f"signal must hold real numbers, got dtype {s.dtype}")
-    D = len(shape)
-    if s.ndim < D:
-        raise ValueError(f"signal must have at least {D} axes (N_1..N_{D}, *channels), got shape {s.shape}")
-    if tuple(s.shape[:D]) != tuple(shape):
-        raise ValueError(
-            f"signal must have shape {tuple(shape)} + channels to match the coordinates/embedders, "
-            f"got {s.shape}"
-        )
-    if s.size == 0:
-        raise ValueError(f"signal is empty (shape {s.shape}): every axis needs at least one value")
-    dt = np.float32 if s.dtype == np.float32 else np.float64
-    s = s.astype(dt, copy=False)
-    _validate.finite("signal", s)
-    return s
-
-
-# ---- per-axis factorisation --------------------------------------------------------------------
-
-
-def _reflect_coords(c: np.ndarray, pad: int) -> np.ndarray:
-    """c with `pad` samples mirrored about each end sample (as numpy's "reflect" padding)."""
-    if pad == 0:
-        return c
-    left = 2.0 * c[0] - c[pad:0:-1]
-    right = 2.0 * c[-1] - c[-2 : -2 - pad : -1]
-    return np.concatenate([left, c, right])
-
-
-def _embed_anywhere(embedder: Embedder, x: np.ndarray) -> np.ndarray:
-    """embedder(x) in float64, also at coordinates outside [0, 1] for shifted bases."""
-    if x.size == 0 or (x.min() >= 0.0 and x.max() <= 1.0):
-        return np.asarray(embedder(x), dtype=np.float64)
-    if not isinstance(embedder, ShiftedBasis):
-        raise ValueError(
-            f"pad needs shifted-basis embedders (defined beyond [0, 1]); {type(embedder).__name__} is not"
-        )
-    return np.asarray(embedder.psi(x[:, None] - embedder.centres[None, :]), dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class _Axis:
-    """Thin SVD of one axis's embedding matrix Phi (N x K) = U diag(s) V^T, in float64.
-
-    With pad > 0 the rows are those of the reflect-padded coordinates (N + 2 pad of them).
-    """
-
-    embedder: Embedder
-    coords: np.ndarray  # (N,)
-    U: np.ndarray  # (N + 2 pad, r)
-    s: np.ndarray  # (r,)
-    V: np.ndarray  # (K, r)
-
-    @staticmethod
-    def factor(embedder: Embedder, coords: np.ndarray, pad: int = 0) -> "_Axis":
-        key = (embedder, pad, coords.shape[0], coords.tobytes())
-        with _FACTORS_LOCK:
-            hit = _FACTORS.get(key)
-        if hit is not None:
-            return hit
-        phi = _embed_anywhere(embedder, _reflect_coords(coords, pad))  # (N + 2 pad, K)
-        if not np.isfinite(phi).all():
-            raise ValueError(f"embedder {embedder!r} gave non-finite values at the coordinates")
-        from scipy.linalg import svd  # the LAPACK of the BLAS that kronpe's GEMMs use
-
-        U, s, Vt = svd(phi, full_matrices=False, check_finite=False)
-        axis = _Axis(embedder, coords, U, s, np.ascontiguousarray(Vt.T))
-        with _FACTORS_LOCK:
-            while len(_FACTORS) >= _FACTOR_CACHE:
-                _FACTORS.pop(next(iter(_FACTORS)))
-            _FACTORS[key] = axis
-        return axis
-
-
-# Recent factorisations, keyed by (embedder, coordinates): axes that share both (a square image)
-# and width-search trials that come back to a width are factored once.
-_FACTOR_CACHE = 16
-_FACTORS: dict = {}
-_FACTORS_LOCK = threading.Lock()
-
-
-def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    out = np.asarray(vectors[0], dtype=np.float64)
-    for v in vectors[1:]:
-        out = np.multiply.outer(out, v)
-    return out
-
-
-# ---- GCV -------------------------------------------------------------------------------------
-
-
-def _grid_then_golden(f, grid: np.ndarray, xtol: float, grid_values=None) -> Tuple[float, float]:
-    """Minimise f over a sorted grid, then by golden section between the best point's neighbours.
-
-    Returns (x, f(x)) for the best point seen. ``grid_values`` may give f on the grid at once.
-    """
-    values = np.asarray([f(float(x)) for x in grid] if grid_values is None else grid_values, float)
-    k = int(np.argmin(values))
-    best_x, best_f = float(grid[k]), float(values[k])
-    a, b = float(grid[max(k - 1, 0)]), float(grid[min(k + 1, len(grid) - 1)])
-    ratio = (math.sqrt(5.0) - 1.0) / 2.0
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = f(c), f(d)
-    while b - a > xtol:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = f(d)
-    for x, fx in ((c, fc), (d, fd)):
-        if fx < best_f:
-            best_x, best_f = x, fx
-    return best_x, best_f
-
-
-class _GCVCurve:
-    """GCV(ridge) = n rss / (n - tr H)^2 for fixed singular-value products and projections.
-
-    m: the products of squared singular values (any shape); w: the squared projections Z0^2
-    summed over channels (same shape); rss0: the part of ||S||^2 outside the row space.
-    Calls are exact; ``minimise`` searches on a histogram of log(m) when there are more than
-    ``_EXACT_LIMIT`` products and scores its result exactly.
-    """
-
-    def __init__(self, m: np.ndarray, w: np.ndarray, rss0: float, n: int):
-        m = np.asarray(m, dtype=np.float64).ravel()
-        w = np.asarray(w, dtype=np.float64).ravel()
-        zero = m <= 0
-        if zero.any():  # directions the basis cannot reach
-            rss0 = float(rss0) + float(w[zero].sum())
-            m, w = m[~zero], w[~zero]
-        self.n, self.rss0 = float(n), max(float(rss0), 0.0)
-        self.m, self.w = m, w
-        self.m_max = float(m.max()) if m.size else 0.0
-
-    @staticmethod
-    def _eval(ridges, m, count, w, rss0, n) -> np.ndarray:
-        ridges = np.atleast_1d(np.asarray(ridges, dtype=np.float64))
-        out = np.empty(ridges.shape)
-        block = max(1, (1 << 20) // max(1, m.size))
-        for i in range(0, ridges.size, block):
-            lam = ridges[i : i + block, None]
-            f = lam / (m[None, :] + lam)  # (L, r): the shrinkage lambda / (m + lambda)
-            rss = rss0 + np.einsum("lr,lr,r->l", f, f, w)
-            dof = n - (count.sum() - np.einsum("lr,r->l", f, count))
-            out[i : i + block] = n * rss / np.maximum(dof, 1e-300) ** 2
-        return out
-
-    def __call__(self, ridges) -> np.ndarray:
-        return self._eval(ridges, self.m, np.ones_like(self.m), self.w, self.rss0, self.n)
-
-    def _binned(self):
-        if self.m.size <= _EXACT_LIMIT:
-            return self.m, np.ones_like(self.m), self.w
-        logm = np.log(self.m)
-        lo, hi = float(logm.min()), float(logm.max())
-        idx = np.minimum(((logm - lo) * (_BINS / max(hi - lo, 1e-12))).astype(np.int64), _BINS - 1)
-        count = np.bincount(idx, minlength=_BINS).astype(np.float64)
-        keep = count > 0
-        mean_log = np.bincount(idx, weights=logm, minlength=_BINS)[keep] / count[keep]
-        return np.exp(mean_log), count[keep], np.bincount(idx, weights=self.w, minlength=_BINS)[keep]
-
-    def minimise(self) -> Tuple[float, float]:
-        """(ridge, GCV) minimising GCV: log grid, then golden section between the best neighbours."""
-        if self.m_max == 0.0:
-            return 0.0, float(self(1.0)[0])
-        m, count, w = self._binned()
-        curve = lambda r: self._eval(r, m, count, w, self.rss0, self.n)  # noqa: E731
-        lo, hi = _GRID_DECADES
-        exps = np.linspace(lo, hi, int(round((hi - lo) * _GRID_PER_DECADE)) + 1)
-        best, _ = _grid_then_golden(
-            lambda e: float(curve(self.m_max * 10.0**e)[0]), exps, 1e-3,
-            grid_values=curve(self.m_max * 10.0**exps),
-        )
-        ridge = self.m_max * 10.0**best
-        return ridge, float(self(ridge)[0])
 
 
 # ---- the model -------------------------------------------------------------------------------
@@ -353,12 +119,15 @@ class GridModel:
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} arrays (one per grid axis), got {len(coords)}")
         dt = self.weights.dtype
+        template = coords[0] if coords else None
+        coords = [_validate.coords_1d(f"coords[{i}]", c, np.float64) for i, c in enumerate(coords)]
+        _validate.check_array_budget("coords", [c.size for c in coords] + list(self.channels), 2 * dt.itemsize,
+                                     "the predicted grid: pass fewer coordinates per axis")
         phis = []
         for i, (c, e) in enumerate(zip(coords, self.embedders)):
-            c = _validate.coords_1d(f"coords[{i}]", _arrays.to_numpy(c, f"coords[{i}]"), np.float64)
             phis.append(np.asarray(e(c), dtype=np.float64).astype(dt, copy=False))
         # torch coordinates give a torch tensor back (NumPy in, NumPy out)
-        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), coords[0] if coords else None)
+        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), template)
 
     def predict(self, points, chunk: int = 1 << 22) -> np.ndarray:
         """Values at scattered points, without any Kronecker product.
@@ -375,15 +144,15 @@ class GridModel:
         -------
         np.ndarray, shape (P, *channels)
         """
-        pts = np.asarray(_arrays.to_numpy(points, "points"))
+        pts = _validate.real_array("points", points)
         D = self.ndim
         if pts.ndim != 2 or pts.shape[1] != D:
             raise ValueError(f"points must have shape (P, {D}), got {pts.shape}")
-        if pts.dtype.kind not in "biuf":
-            raise ValueError(f"points must hold real numbers, got dtype {pts.dtype}")
+        _validate.check_array_budget("points", (pts.shape[0], D + max(1, math.prod(self.channels))), 8,
+                                     "predict fewer points at once")
         pts = pts.astype(np.float64)
         _validate.finite("points", pts)
-        if pts.size and (pts.min() < 0 or pts.max() > 1):
+        if pts.size and (pts.min() < 0 or pts.max() > 1):  # noqa: SIM102
             raise ValueError(f"points must lie in [0, 1], got values in [{pts.min():g}, {pts.max():g}]")
         W = self.weights
         dt = W.dtype
@@ -441,7 +210,7 @@ class GridPlan:
             raise ValueError("coords must hold at least one axis")
         shape = []
         for i, c in enumerate(coords):
-            a = np.asarray(_arrays.to_numpy(c, f"coords[{i}]"))
+            a = _validate.real_array(f"coords[{i}]", c)
             if a.ndim != 1:
                 raise ValueError(f"coords[{i}] must be a 1-D array, got shape {a.shape}")
             if a.shape[0] == 0:
@@ -593,78 +362,7 @@ class GridPlan:
         new._cast = {}
         return new
 
-
-# ---- width search ------------------------------------------------------------------------------
-
-
-def _scaled(emb: Embedder, factor: float) -> Embedder:
-    pname = getattr(emb, "width_param", None)
-    if pname is None:
-        return emb
-    return emb.replace(**{pname: float(getattr(emb, pname)) * factor})
-
-
-def _search_widths(plan: GridPlan, S: np.ndarray) -> GridPlan:
-    """Choose the width parameters by GCV (the ridge re-optimised for every trial).
-
-    First one factor for all axes (2^-2..2^2 of the starting widths, then golden section);
-    then, when the axes differ (embedders or coordinates), each axis alone around that result.
-    """
-    if not any(getattr(e, "width_param", None) for e in plan.embedders):
-        return plan
-    trials = {}
-
-    def evaluate(embs) -> float:
-        key = tuple(embs)
-        if key not in trials:
-            trial = plan._with_embedders(embs)
-            trials[key] = (trial._curve(S, trial._project(S)).minimise()[1], trial)
-        return trials[key][0]
-
-    base = list(plan.embedders)
-    _grid_then_golden(lambda lf: evaluate([_scaled(e, math.exp(lf)) for e in base]), np.log(_WIDTH_FACTORS), 0.02)
-    best = min(trials, key=lambda k: trials[k][0])
-    same = all(e == base[0] for e in base) and all(np.array_equal(c, plan.coords[0]) for c in plan.coords)
-    if not same and plan.ndim > 1:
-        for i in range(plan.ndim):
-            start = list(best)
-            _grid_then_golden(
-                lambda lf: evaluate(start[:i] + [_scaled(start[i], math.exp(lf))] + start[i + 1 :]),
-                np.log(2.0 ** np.linspace(-0.5, 0.5, 5)),
-                0.02,
-            )
-            best = min(trials, key=lambda k: trials[k][0])
-    return trials[best][1]
-
-
 # ---- defaults and the one-call fit --------------------------------------------------------------
-
-
-def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
-    """D from ndim=, else the number of embedders, else of coords, else a guess."""
-    if ndim is not None:
-        D = _validate.positive_int("ndim", ndim)
-        if D > len(signal_shape):
-            raise ValueError(f"ndim={D} but the signal has only {len(signal_shape)} axes")
-        return D
-    if embedders is not None and not isinstance(embedders, Embedder):
-        try:
-            return len(list(embedders))
-        except TypeError:
-            raise ValueError(f"embedders must be a list of Embedder, got {type(embedders).__name__}") from None
-    if coords is not None:
-        return len(_coords_list(coords))
-    return _guess_ndim(signal_shape)
-
-
-def _guess_ndim(shape: Tuple[int, ...]) -> int:
-    """All axes are grid axes, except a last axis of 1 to 4 (RGB/RGBA) on a 3-D+ signal."""
-    if len(shape) == 0:
-        raise ValueError("signal must have at least one axis")
-    if len(shape) >= 3 and shape[-1] <= 4:
-        return len(shape) - 1
-    return len(shape)
-
 
 def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
     """The embedders kronpe picks for samples at ``coords``.
@@ -675,7 +373,7 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
     [0, 1], plus two beyond each end (MATH.md 3.5). ``fit_grid`` pairs them with a padding of 2
     samples per end (``GridPlan(pad=2)``) and a GCV ridge.
 
-    Measured with tools/default_embedders.py (skimage astronaut, camera, coffee cropped square;
+    Measured with benches/default_embedders.py (skimage astronaut, camera, coffee cropped square;
     fit the [::2, ::2] subsample at its coordinates, predict the full image, PSNR in dB):
     this choice 29.78 / 28.68 / 27.73, against the papers' Gaussian sigma = 0.0025 (0.64 / K,
     ridge 0) 29.47 / 28.19 / 27.48, Triangle d = 1/K 29.11 / 28.00 / 27.18,
@@ -738,9 +436,9 @@ def fit_grid(
     -------
     GridModel
     """
-    s = _arrays.to_numpy(signal, "signal")
-    if width not in (None, "gcv"):
-        raise ValueError(f'width must be None or "gcv", got {width!r}')
+    s = _validate.real_array("signal", signal)
+    if width is not None:
+        _validate.choice("width", width, ("gcv",))
     D = _grid_ndim(tuple(np.shape(s)), ndim, embedders, coords)
     if np.ndim(s) < D:
         raise ValueError(f"signal must have at least {D} axes, got shape {np.shape(s)}")

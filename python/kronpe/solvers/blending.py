@@ -48,8 +48,9 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _arrays, _core, _validate
-from ._arrays import like, to_numpy
+from .. import _core
+from .._adapters import arrays as _arrays, validate as _validate
+from .._adapters.arrays import like, to_numpy
 
 # Weight kinds of the compiled kernels (csrc/include/kronpe/blend.h, enum Kernel).
 LINEAR, GAUSSIAN, BSPLINE3, TRI, TRI_SQ = 0, 1, 2, 3, 4
@@ -97,7 +98,7 @@ def _kernel_distance(kind: int, param: float, delta: np.ndarray) -> np.ndarray:
 
 
 def _has_own_distance(emb) -> bool:
-    from .embedders import Embedder
+    from ..embedders import Embedder
 
     own = getattr(type(emb), "distance", None)
     return own is not None and own is not getattr(Embedder, "distance", None)
@@ -208,19 +209,24 @@ def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
     if isinstance(grid, np.ndarray) and grid.ndim == 1 and grid.dtype.kind in "iu":
         grid = [int(g) for g in grid]
     if not isinstance(grid, (list, tuple)):
-        raise ValueError(
+        raise TypeError(
             f"grid must be a shape (nodes per axis) or a list of per-axis node coordinates, got {type(grid).__name__}"
         )
     if D is not None and len(grid) != D:
         raise ValueError(f"grid must have one entry per axis ({D}), got {len(grid)}")
+    def is_count(g) -> bool:
+        return isinstance(g, numbers.Number) or g is None or isinstance(g, (str, bytes))
+
+    counts = {i: _validate.integer(f"grid[{i}]", g, low=2) for i, g in enumerate(grid) if is_count(g)}
+    # every axis's node array, all of them, before the first is made
+    _validate.check_array_budget("grid", (sum(counts.values()),), 8, "use fewer grid nodes (by default a "
+                                 "fit's grid has K + 1 nodes per axis: a smaller embedder K gives fewer)")
     nodes = []
     for i, g in enumerate(grid):
-        if isinstance(g, numbers.Integral) and not isinstance(g, bool):
-            if g < 2:
-                raise ValueError(f"grid[{i}] must be at least 2 nodes, got {g}")
-            nodes.append(np.linspace(0.0, 1.0, int(g)))
+        if i in counts:
+            nodes.append(np.linspace(0.0, 1.0, counts[i]))
             continue
-        arr = _validate.coords_1d(f"grid[{i}]", to_numpy(g, f"grid[{i}]"), dtype=np.float64)
+        arr = _validate.coords_1d(f"grid[{i}]", g, dtype=np.float64)
         if arr.size < 2:
             raise ValueError(f"grid[{i}] must hold at least 2 node coordinates, got {arr.size}")
         if np.any(np.diff(arr) <= 0):
@@ -228,7 +234,15 @@ def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
         nodes.append(np.ascontiguousarray(arr))
     if not nodes or len(nodes) > MAX_DIMS:
         raise ValueError(f"grid must have between 1 and {MAX_DIMS} axes, got {len(nodes)}")
+    _validate.size_product("grid", [n.size for n in nodes])
     return nodes
+
+
+def _embedder(name: str, e):
+    """An embedder (an object with ``K`` that embeds coordinates) or None."""
+    if e is not None and (isinstance(e, type) or not callable(e) or not hasattr(e, "K")):
+        raise TypeError(f"{name} must be a kronpe embedder (or None), got {_validate.describe(e)}")
+    return e
 
 
 def _embedders(embedders, D: int) -> List[Any]:
@@ -237,17 +251,16 @@ def _embedders(embedders, D: int) -> List[Any]:
     if isinstance(embedders, (list, tuple)):
         if len(embedders) != D:
             raise ValueError(f"embedders must have one entry per axis ({D}), got {len(embedders)}")
-        return list(embedders)
-    return [embedders] * D  # one embedder for every axis
+        return [_embedder(f"embedders[{i}]", e) for i, e in enumerate(embedders)]
+    return [_embedder("embedders", embedders)] * D  # one embedder for every axis
 
 
 def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = None,
                     name: str = "points") -> np.ndarray:
     """A (P, D) float32/float64 array of finite coordinates; inside the grid's range unless
     ``outside="clamp"`` (then clamped, as a copy). Strides are kept when possible."""
-    if outside not in ("error", "clamp"):
-        raise ValueError(f'outside must be "error" or "clamp", got {outside!r}')
-    pts = to_numpy(points, name)
+    _validate.choice("outside", outside, ("error", "clamp"))
+    pts = _validate.real_array(name, points)
     if pts.ndim != 2:
         raise ValueError(f"{name} must have shape (P, D), got {pts.shape}")
     dt = _validate.float_dtype(name, pts)
@@ -259,7 +272,8 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
         raise ValueError(f"{name} must have shape (P, {len(nodes)}) for a {len(nodes)}-D grid, got {pts.shape}")
     lo = np.array([n[0] for n in nodes])
     hi = np.array([n[-1] for n in nodes])
-    pmin, pmax = pts.min(axis=0).astype(np.float64), pts.max(axis=0).astype(np.float64)
+    small = _validate.compact(pts)
+    pmin, pmax = small.min(axis=0).astype(np.float64), small.max(axis=0).astype(np.float64)
     # float32 points may round a boundary node outwards by an ulp: that much is tolerated (the
     # kernels clamp it), anything further is outside
     slack = 4 * float(np.finfo(np.float32).eps) * np.maximum(np.abs(lo), np.abs(hi)) if dt == np.float32 else 0.0
@@ -274,6 +288,7 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
             )
         return pts
     if out.any():
+        _validate.check_array_budget(name, pts.shape, pts.itemsize, f"pass fewer {name}")
         pts = np.clip(pts, lo.astype(dt), hi.astype(dt))
     return pts
 
@@ -286,8 +301,9 @@ def _mat(arr: np.ndarray) -> tuple:
 
 def _values_2d(name: str, x, rows: int, what: str) -> Tuple[np.ndarray, tuple]:
     """(rows, C) float32/float64 view of a vector/matrix argument, and the trailing shape."""
-    arr = to_numpy(x, name)
+    arr = _validate.real_array(name, x)
     dt = _validate.float_dtype(name, arr)
+    _validate.check_array_budget(name, arr.shape, dt.itemsize, f"pass a smaller {name}")
     arr = arr.astype(dt, copy=False)
     if arr.ndim == 0 or arr.shape[0] != rows:
         raise ValueError(f"{name} must have {rows} rows ({what}), got shape {arr.shape}")
@@ -299,9 +315,7 @@ def _values_2d(name: str, x, rows: int, what: str) -> Tuple[np.ndarray, tuple]:
 
 
 def _threads(threads: Optional[int]) -> int:
-    if threads is None:
-        return 0
-    return _validate.positive_int("threads", threads)
+    return _validate.threads("threads", threads)
 
 
 # ---- the matrix ------------------------------------------------------------------------------------
@@ -339,12 +353,17 @@ class BlendingMatrix:
     def __init__(self, points, grid: GridSpec, embedders=None, normalize: bool = True,
                  outside: str = "error", threads: Optional[int] = None):
         on_device = _arrays.is_device(points)
-        pts_in = _arrays.to_host(points, "points") if on_device else to_numpy(points, "points")
+        pts_in = _arrays.to_host(points, "points") if on_device else _validate.real_array("points", points)
         D = pts_in.shape[1] if pts_in.ndim == 2 else None
         if D == 0:
             raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
         self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, D))
-        self.points = validate_points(pts_in, outside, list(self.grid_coords))
+        pts = validate_points(pts_in, outside, list(self.grid_coords))
+        unchanged = pts is pts_in
+        # a private read-only copy: later edits of the caller's array change nothing here
+        _validate.check_array_budget("points", pts.shape, pts.itemsize, "pass fewer points")
+        self.points = np.array(pts, order="C", copy=True)
+        self.points.flags.writeable = False
         self.normalize = bool(normalize)
         self.outside = outside
         self.threads = _threads(threads)
@@ -369,7 +388,7 @@ class BlendingMatrix:
         self._plan: Optional[Tuple[np.ndarray, np.ndarray]] = None
         # per (array kind, CUDA device): device copies of the points / stored weights, the plan
         self._device: dict = {}
-        if on_device and self.points is pts_in:  # validated as they were: keep the device array
+        if on_device and unchanged:  # validated as they were: keep the device array
             self._device[(_arrays.kind(points), _arrays.device_index(points))] = {"points": points}
         if not self.on_the_fly:
             self._indices, self._weights = self._compute_stored()
@@ -480,14 +499,15 @@ class BlendingMatrix:
         """
         if _arrays.is_device(v):
             return self._matvec_device(v, out)
-        arr = to_numpy(v, "v")
+        arr = _validate.real_array("v", v)
         if arr.shape[: len(self.grid_shape)] == self.grid_shape and arr.ndim in (len(self.grid_shape), len(self.grid_shape) + 1) and len(self.grid_shape) > 1:
             arr = arr.reshape((self.grid_size,) + arr.shape[len(self.grid_shape):])
         if arr.ndim > 2:
             raise ValueError(f"v must have shape (G,), (G, C) or the grid's shape {self.grid_shape} (+ channels), got {arr.shape}")
         v2, trailing = _values_2d("v", arr, self.grid_size, "one per grid node")
         P = self.points.shape[0]
-        res = self._out("out", out, (P,) + trailing, v2.dtype)
+        res = self._out("out", out, (P,) + trailing, v2.dtype, "points")
+        v2 = _validate.separate(res, v2)
         r2 = res.reshape(P, v2.shape[1])
         if P and v2.shape[1]:
             if self.on_the_fly:
@@ -510,11 +530,12 @@ class BlendingMatrix:
         if _arrays.is_device(r):
             return self._rmatvec_device(r, out)
         P = self.points.shape[0]
-        arr = to_numpy(r, "r")
+        arr = _validate.real_array("r", r)
         if arr.ndim > 2:
             raise ValueError(f"r must have shape (P,) or (P, C), got {arr.shape}")
         r2, trailing = _values_2d("r", arr, P, "one per point")
-        res = self._out("out", out, (self.grid_size,) + trailing, r2.dtype)
+        res = self._out("out", out, (self.grid_size,) + trailing, r2.dtype, "grid")
+        r2 = _validate.separate(res, r2)
         g2 = res.reshape(self.grid_size, r2.shape[1])
         if P == 0 or r2.shape[1] == 0:
             g2[...] = 0
@@ -550,7 +571,7 @@ class BlendingMatrix:
     def _device_values(self, name: str, x, rows: int, what: str, grid_shaped: bool):
         """(rows, C) view of a device vector/matrix (grid-shaped input flattened), its trailing
         shape and dtype."""
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         gs = self.grid_shape
         if grid_shaped and len(gs) > 1 and tuple(x.shape[: len(gs)]) == gs and x.ndim in (len(gs), len(gs) + 1):
@@ -563,7 +584,7 @@ class BlendingMatrix:
         return x.reshape(rows, trailing[0] if trailing else 1), trailing, dt
 
     def _device_out(self, name: str, out, like, shape: tuple, dtype: str):
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         if out is None:
             return _arrays.device_empty(like, shape, dtype)
@@ -576,7 +597,7 @@ class BlendingMatrix:
         return out
 
     def _matvec_device(self, v, out):
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         v2, trailing, dt = self._device_values("v", v, self.grid_size, "one per grid node", True)
         P = self.points.shape[0]
@@ -587,7 +608,7 @@ class BlendingMatrix:
         return res
 
     def _rmatvec_device(self, r, out):
-        from . import _cuda
+        from .._adapters import cuda as _cuda
 
         P = self.points.shape[0]
         r2, trailing, dt = self._device_values("r", r, P, "one per point", False)
@@ -611,10 +632,16 @@ class BlendingMatrix:
         return res
 
     @staticmethod
-    def _out(name: str, out, shape: tuple, dtype) -> np.ndarray:
+    def _out(name: str, out, shape: tuple, dtype, blame: str) -> np.ndarray:
+        """``out`` checked, or a new result array (``blame``: the argument that sets its size)."""
         if out is None:
+            _validate.check_array_budget(blame, shape, np.dtype(dtype).itemsize,
+                                         f"the result has shape {shape}: use a smaller {blame}")
             return np.empty(shape, dtype=dtype)
-        if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{name} must be a NumPy array of shape {shape} and dtype {np.dtype(dtype)}, "
+                            f"got {_validate.describe(out)}")
+        if out.shape != shape or out.dtype != dtype:
             got = (getattr(out, "shape", None), getattr(out, "dtype", None))
             raise ValueError(f"{name} must be a NumPy array of shape {shape} and dtype {np.dtype(dtype)}, got {got}")
         if not (out.flags.writeable and out.flags.c_contiguous):

@@ -52,10 +52,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _validate
-from . import _arrays
-from ._arrays import to_numpy
-from .ops import multi_mode_product
+from .._adapters import arrays as _arrays, validate as _validate
+from .._adapters.arrays import to_numpy
+from ..ops import multi_mode_product
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
 
 __all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
@@ -143,11 +142,12 @@ class PointModel:
     def predict_grid(self, coords: Sequence) -> np.ndarray:
         """Values on the grid of per-axis coordinates (D 1-D arrays in [0, 1]):
         (N_1, ..., N_D, *channels), blended separably along each axis."""
-        if not isinstance(coords, (list, tuple)) or len(coords) != self.ndim:
-            raise ValueError(f"coords must be a list of {self.ndim} 1-D arrays of coordinates")
+        coords = _validate.sequence("coords", coords, f"{self.ndim} 1-D arrays of coordinates")
+        if len(coords) != self.ndim:
+            raise ValueError(f"coords must be a list of {self.ndim} 1-D arrays of coordinates, got {len(coords)}")
         out = self.grid_values
         for i, (c, g, e) in enumerate(zip(coords, self.grid_coords, self.embedders)):
-            c = _validate.coords_1d(f"coords[{i}]", to_numpy(c, f"coords[{i}]"), dtype=np.float64)
+            c = _validate.coords_1d(f"coords[{i}]", c, dtype=np.float64)
             B = BlendingMatrix(c[:, None], [g], [e], normalize=self.normalize, outside="error")
             moved = np.moveaxis(out, i, 0)
             flat = np.ascontiguousarray(moved).reshape(moved.shape[0], -1)
@@ -160,7 +160,7 @@ class PointModel:
 
 
 def _values(values, P: int) -> Tuple[np.ndarray, Tuple[int, ...]]:
-    arr = _arrays.to_host(values, "values")
+    arr = _arrays.to_host(values, "values") if _arrays.is_device(values) else _validate.real_array("values", values)
     if arr.ndim == 0 or arr.shape[0] != P:
         raise ValueError(f"values must have one row per point ({P}), got shape {arr.shape}")
     dt = _validate.float_dtype("values", arr)
@@ -170,16 +170,15 @@ def _values(values, P: int) -> Tuple[np.ndarray, Tuple[int, ...]]:
 
 
 def _ridge_arg(ridge) -> Optional[float]:
-    if ridge is None or (isinstance(ridge, str) and ridge == "auto"):
+    if ridge is None:
         return None
-    if isinstance(ridge, str):
-        raise ValueError(f'ridge must be a non-negative number or "auto", got {ridge!r}')
-    return _validate.nonnegative_float("ridge", ridge)
+    value = _validate.nonnegative_or_choice("ridge", ridge, ("auto",))
+    return None if value == "auto" else value
 
 
 def auto_embedders(points: np.ndarray) -> List[Any]:
     """Gaussian embedders for points (P, D) by the rule in the module docstring."""
-    from .embedders import Gaussian
+    from ..embedders import Gaussian
 
     P, D = points.shape
     if P == 0:
@@ -198,6 +197,15 @@ def auto_embedders(points: np.ndarray) -> List[Any]:
 
 def _default_grid(embs: Sequence[Any]) -> List[int]:
     return [int(getattr(e, "K_base", e.K)) + 1 for e in embs]
+
+
+def _check_fit_budget(grid_sizes: Sequence[int], embs: Sequence[Any], channels: Tuple[int, ...]) -> None:
+    """The virtual grid's values and the per-axis embedding matrices of a fit, before any is formed."""
+    _validate.check_array_budget("grid", list(grid_sizes) + [max(1, math.prod(channels))], 8,
+                                 "the model's values on the virtual grid: use a coarser grid")
+    for i, (e, n) in enumerate(zip(embs, grid_sizes)):
+        _validate.check_array_budget("embedders", (n, int(e.K), 3), 8,
+                                     f"axis {i}: {n} grid nodes x K = {e.K}: use a smaller K or a coarser grid")
 
 
 # ---- the solver --------------------------------------------------------------------------------------
@@ -381,10 +389,11 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     PointModel
     """
     t0 = time.perf_counter()
-    pts_in = _arrays.to_host(points, "points")
+    pts_in = _arrays.to_host(points, "points") if _arrays.is_device(points) else _validate.real_array("points", points)
     D = pts_in.shape[1] if pts_in.ndim == 2 else None
     if D == 0:
         raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
+    threads = _validate.threads("threads", threads) or None
     lam_arg = _ridge_arg(ridge)
     tol = _validate.positive_float("tol", tol)
     if maxiter is not None:
@@ -400,7 +409,10 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         embs = _embedders(embedders, D)
         if any(e is None for e in embs):
             raise ValueError("embedders must be embedders (or None as a whole), got None for an axis")
+    if grid is None:  # the default grid follows the embedders: check it before making its nodes
+        _check_fit_budget(_default_grid(embs), embs, channels)
     nodes = _grid_nodes(_default_grid(embs) if grid is None else grid, D)
+    _check_fit_budget([n.size for n in nodes], embs, channels)
     pts = validate_points(pts, outside, nodes)
     s = vals.reshape(pts.shape[0], -1).astype(np.float64)
 

@@ -18,7 +18,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _arrays, _core
+from .. import _core
+from . import arrays as _arrays
 
 _NOT_BUILT = (
     "kronpe was built without CUDA: {what} got a GPU array. Reinstall kronpe where nvcc and the "

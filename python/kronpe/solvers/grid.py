@@ -1,0 +1,178 @@
+"""Grid handling of the separable fits: argument checks (signal, coordinates, embedders, ridge),
+reflection padding of the coordinates and the per-axis factorisations (thin SVDs, cached).
+
+Used by :mod:`kronpe.solvers.fit`; MATH.md 3.2.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple, Union
+
+import numpy as np
+
+from .._adapters import arrays as _arrays, validate as _validate
+from ..data import grid_coords
+from ..embedders import Embedder, ShiftedBasis
+
+Ridge = Union[float, str]
+
+
+# ---- argument checks ------------------------------------------------------------------------
+
+
+def _ridge_arg(ridge) -> Ridge:
+    return _validate.nonnegative_or_choice("ridge", ridge, ("gcv",))
+
+
+def _coords_list(coords) -> list:
+    """coords as a list of per-axis arrays (a single 1-D array is one axis)."""
+    if isinstance(coords, np.ndarray) and coords.ndim == 1:
+        return [coords]
+    return _validate.sequence("coords", coords, "D 1-D arrays of coordinates in [0, 1]")
+
+
+def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
+    """D 1-D float64 arrays in [0, 1]; None gives linspace(0, 1, N + 1)[:-1] per axis."""
+    if coords is None:
+        return grid_coords(shape)
+    coords = _coords_list(coords)
+    if len(coords) != len(shape):
+        raise ValueError(f"coords must hold {len(shape)} arrays (one per grid axis), got {len(coords)}")
+    out = []
+    for i, (c, n) in enumerate(zip(coords, shape)):
+        c = _validate.coords_1d(f"coords[{i}]", c, np.float64)
+        if c.shape[0] != n:
+            raise ValueError(f"coords[{i}] must hold {n} coordinates (signal axis {i}), got {c.shape[0]}")
+        out.append(c)
+    return out
+
+
+def _embedders_arg(embedders, ndim: int) -> List[Embedder]:
+    if isinstance(embedders, Embedder):
+        return [embedders] * ndim
+    embs = _validate.sequence("embedders", embedders, "kronpe embedders")
+    for i, e in enumerate(embs):
+        if not isinstance(e, Embedder):
+            raise TypeError(f"embedders[{i}] must be a kronpe Embedder, got {_validate.describe(e)}")
+    if len(embs) != ndim:
+        raise ValueError(f"embedders must hold {ndim} embedders (one per grid axis), got {len(embs)}")
+    return embs
+
+
+def _signal_arg(signal, shape: Sequence[int]) -> np.ndarray:
+    s = _validate.real_array("signal", signal)
+    D = len(shape)
+    if s.ndim < D:
+        raise ValueError(f"signal must have at least {D} axes (N_1..N_{D}, *channels), got shape {s.shape}")
+    if tuple(s.shape[:D]) != tuple(shape):
+        raise ValueError(
+            f"signal must have shape {tuple(shape)} + channels to match the coordinates/embedders, "
+            f"got {s.shape}"
+        )
+    if s.size == 0:
+        raise ValueError(f"signal is empty (shape {s.shape}): every axis needs at least one value")
+    dt = np.float32 if s.dtype == np.float32 else np.float64
+    _validate.check_array_budget("signal", s.shape, 3 * np.dtype(dt).itemsize,
+                                 "the signal and the fit's work arrays: fit a smaller signal")
+    s = s.astype(dt, copy=False)
+    _validate.finite("signal", s)
+    return s
+
+
+# ---- per-axis factorisation --------------------------------------------------------------------
+
+
+def _reflect_coords(c: np.ndarray, pad: int) -> np.ndarray:
+    """c with `pad` samples mirrored about each end sample (as numpy's "reflect" padding)."""
+    if pad == 0:
+        return c
+    left = 2.0 * c[0] - c[pad:0:-1]
+    right = 2.0 * c[-1] - c[-2 : -2 - pad : -1]
+    return np.concatenate([left, c, right])
+
+
+def _embed_anywhere(embedder: Embedder, x: np.ndarray) -> np.ndarray:
+    """embedder(x) in float64, also at coordinates outside [0, 1] for shifted bases."""
+    if x.size == 0 or (x.min() >= 0.0 and x.max() <= 1.0):
+        return np.asarray(embedder(x), dtype=np.float64)
+    if not isinstance(embedder, ShiftedBasis):
+        raise ValueError(
+            f"pad needs shifted-basis embedders (defined beyond [0, 1]); {type(embedder).__name__} is not"
+        )
+    return np.asarray(embedder.psi(x[:, None] - embedder.centres[None, :]), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """Thin SVD of one axis's embedding matrix Phi (N x K) = U diag(s) V^T, in float64.
+
+    With pad > 0 the rows are those of the reflect-padded coordinates (N + 2 pad of them).
+    """
+
+    embedder: Embedder
+    coords: np.ndarray  # (N,)
+    U: np.ndarray  # (N + 2 pad, r)
+    s: np.ndarray  # (r,)
+    V: np.ndarray  # (K, r)
+
+    @staticmethod
+    def factor(embedder: Embedder, coords: np.ndarray, pad: int = 0) -> "_Axis":
+        key = (embedder, pad, coords.shape[0], coords.tobytes())
+        with _FACTORS_LOCK:
+            hit = _FACTORS.get(key)
+        if hit is not None:
+            return hit
+        rows = coords.shape[0] + 2 * pad
+        _validate.check_array_budget("embedders", (rows, int(embedder.K), 3), 8,
+                                     f"{rows} samples x K = {embedder.K} (the embedding and its SVD): "
+                                     "use a smaller K")
+        phi = _embed_anywhere(embedder, _reflect_coords(coords, pad))  # (N + 2 pad, K)
+        if not np.isfinite(phi).all():
+            raise ValueError(f"embedder {embedder!r} gave non-finite values at the coordinates")
+        from scipy.linalg import svd  # the LAPACK of the BLAS that kronpe's GEMMs use
+
+        U, s, Vt = svd(phi, full_matrices=False, check_finite=False)
+        axis = _Axis(embedder, coords, U, s, np.ascontiguousarray(Vt.T))
+        with _FACTORS_LOCK:
+            while len(_FACTORS) >= _FACTOR_CACHE:
+                _FACTORS.pop(next(iter(_FACTORS)))
+            _FACTORS[key] = axis
+        return axis
+
+
+# Recent factorisations, keyed by (embedder, coordinates): axes that share both (a square image)
+# and width-search trials that come back to a width are factored once.
+_FACTOR_CACHE = 16
+_FACTORS: dict = {}
+_FACTORS_LOCK = threading.Lock()
+
+
+def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    out = np.asarray(vectors[0], dtype=np.float64)
+    for v in vectors[1:]:
+        out = np.multiply.outer(out, v)
+    return out
+
+
+def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
+    """D from ndim=, else the number of embedders, else of coords, else a guess."""
+    if ndim is not None:
+        D = _validate.positive_int("ndim", ndim)
+        if D > len(signal_shape):
+            raise ValueError(f"ndim={D} but the signal has only {len(signal_shape)} axes")
+        return D
+    if embedders is not None and not isinstance(embedders, Embedder):
+        return len(_validate.sequence("embedders", embedders, "kronpe embedders"))
+    if coords is not None:
+        return len(_coords_list(coords))
+    return _guess_ndim(signal_shape)
+
+
+def _guess_ndim(shape: Tuple[int, ...]) -> int:
+    """All axes are grid axes, except a last axis of 1 to 4 (RGB/RGBA) on a 3-D+ signal."""
+    if len(shape) == 0:
+        raise ValueError("signal must have at least one axis")
+    if len(shape) >= 3 and shape[-1] <= 4:
+        return len(shape) - 1
+    return len(shape)
