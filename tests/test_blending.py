@@ -6,12 +6,12 @@ import pytest
 import scipy.sparse as sp
 
 import kronpe
+from kronpe import BlendingMatrix, _core, embedders, reference
 from kronpe._adapters import arrays as _arrays
-from kronpe import _core, embedders, reference
 from kronpe.solvers import blending
-from kronpe import BlendingMatrix
+from _samples import blend_cases, ids
 
-RTOL = {np.float32: 2e-6, np.float64: 1e-12}
+CASES = list(blend_cases())
 
 
 # ---- MATH.md section 2 closed forms, written out independently of the package -------------
@@ -89,23 +89,70 @@ def test_unnormalised_gaussian_overshoots_between_nodes():
     assert abs(w.sum() - 1) > 1e-3
 
 
-@pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("normalize", [True, False])
-def test_matrix_matches_dense_reference(rng, D, normalize):
-    shape = [5, 4, 3][:D]
-    nodes = [np.linspace(0, 1, m) if i % 2 == 0 else nonuniform(m, rng) for i, m in enumerate(shape)]
-    emb = [embedders.Gaussian(8, 0.08 + 0.02 * i) for i in range(D)]
-    pts = rng.random((40, D))
-    B = BlendingMatrix(pts, nodes, emb, normalize=normalize)
-    assert B.rules == ("kernel",) * D and B.on_the_fly
-    dense = reference.blend_matrix(pts, nodes, [e.distance for e in emb], normalize)
+# ---- products on every device against the dense reference (tests/_samples.py: blend_cases) ----
+
+
+def check_values(device, got, expected, dtype, rtol, atol):
+    """A product computed on the device: its kind, dtype, shape and values."""
+    assert device.kind_of(got) == device.lib and device.dtype_of(got) == dtype
+    assert tuple(got.shape) == expected.shape
+    np.testing.assert_allclose(device.host(got), expected, rtol=rtol, atol=atol)
+
+
+def assert_same(device, a, b, tol):
+    """Bitwise on the CPU; within tol on a GPU (its kernels may sum in other orders)."""
+    if device.is_cuda:
+        np.testing.assert_allclose(device.host(a), device.host(b), **tol(10))
+    else:
+        np.testing.assert_array_equal(device.host(a), device.host(b))
+
+
+_DENSE = {}
+
+
+def dense_matrix(case):
+    """The case's dense P x G matrix (kronpe.reference), computed once for every case that shares it."""
+    if case.matrix_key not in _DENSE:
+        nodes = BlendingMatrix(case.points()[:0], case.nodes(), case.embedders).grid_coords
+        _DENSE[case.matrix_key] = reference.blend_matrix(case.points().astype(np.float64), list(nodes),
+                                                         case.distances(), case.normalize)
+    return _DENSE[case.matrix_key]
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_products_match_dense_reference(case, device, dtype, tol, rng):
+    pts = case.points()
+    B = BlendingMatrix(device.view(pts, case.points_layout), case.nodes(), case.embedders, normalize=case.normalize)
+    assert B.rules == case.rules() and B.on_the_fly == ("distance" not in case.rules())
+    assert B.shape == (case.P, B.grid_size) and B.indices.shape == (case.P, 2**case.D)
+    dense = dense_matrix(case)
     np.testing.assert_allclose(B.to_scipy().toarray(), dense, rtol=1e-12, atol=1e-14)
-    v = rng.standard_normal((B.grid_size, 2))
-    np.testing.assert_allclose(B @ v, reference.blend(pts, nodes, [e.distance for e in emb], v, normalize),
-                               rtol=1e-12, atol=1e-12)
-    r = rng.standard_normal((40, 2))
-    np.testing.assert_allclose(B.T @ r, reference.blend_transpose(pts, nodes, [e.distance for e in emb], r, normalize),
-                               rtol=1e-12, atol=1e-12)
+    v, r = case.values(rng, dtype, B.grid_size)
+    v64 = v.reshape((B.grid_size,) + case.channels).astype(np.float64)
+    vd, rd = device.view(v, case.values_layout), device.view(r, case.values_layout)
+    got = B @ vd
+    check_values(device, got, dense @ v64, dtype, tol.rtol, 10 * tol.rtol)
+    ref_t = dense.T @ r.astype(np.float64)
+    for deterministic in (False, True):  # a GPU's atomic and planned transposes
+        B.gpu_deterministic = deterministic
+        got_t = B.T @ rd
+        check_values(device, got_t, ref_t, dtype, tol.rtol, 50 * tol.rtol)
+    np.testing.assert_array_equal(device.host(B.T @ rd), device.host(got_t))  # the planned transpose: bitwise
+    # the adjoint identity <B v, r> = <v, B^T r>
+    lhs = np.sum(device.host(got).astype(np.float64) * r)
+    rhs = np.sum(v64 * device.host(got_t).reshape(v64.shape))
+    assert abs(lhs - rhs) <= 50 * tol.rtol * (np.abs(v).sum() + np.abs(r).sum())
+    # stored weights, and contiguous inputs, give the same products
+    if B.on_the_fly:
+        S = BlendingMatrix(device.view(pts, case.points_layout), case.nodes(), case.embedders,
+                           normalize=case.normalize).store()
+        assert not S.on_the_fly
+        assert_same(device, S @ vd, got, tol)
+        assert_same(device, S.T @ rd, got_t, tol)
+    if (case.points_layout, case.values_layout) != ("contiguous", "contiguous"):
+        C = BlendingMatrix(device.put(pts), case.nodes(), case.embedders, normalize=case.normalize)
+        assert_same(device, C @ device.put(v), got, tol)
+        assert_same(device, C.T @ device.put(r), got_t, tol)
 
 
 def test_embedder_mapping_matches_distance():
@@ -167,18 +214,6 @@ def test_singular_cells_fall_back_to_linear():
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-def test_adjoint_identity(rng, dtype, D):
-    pts = rng.random((300, D)).astype(dtype)
-    B = BlendingMatrix(pts, [6, 5, 4][:D], embedders.Gaussian(8, 0.08))
-    v = rng.standard_normal((B.grid_size, 3)).astype(dtype)
-    r = rng.standard_normal((300, 3)).astype(dtype)
-    lhs = np.sum((B @ v).astype(np.float64) * r)
-    rhs = np.sum(v.astype(np.float64) * (B.T @ r))
-    assert abs(lhs - rhs) <= 50 * RTOL[dtype] * (np.abs(v).sum() + np.abs(r).sum())
-    assert (B @ v).dtype == dtype and (B.T @ r).dtype == dtype
-
-
-@pytest.mark.parametrize("D", [1, 2, 3])
 def test_to_scipy_structure_and_products(rng, D):
     pts = rng.random((100, D))
     B = BlendingMatrix(pts, [7, 6, 5][:D], embedders.Gaussian(8, 0.08))
@@ -196,61 +231,6 @@ def test_to_scipy_structure_and_products(rng, D):
     np.testing.assert_allclose(op.matvec(v), B @ v)
     np.testing.assert_allclose(op.rmatvec(r), B.T @ r)
     np.testing.assert_allclose(op.matmat(v[:, None])[:, 0], B @ v)
-
-
-@pytest.mark.parametrize("D", [1, 2, 3])
-def test_on_the_fly_and_stored_are_identical(rng, dtype, D):
-    pts = rng.random((500, D))
-    fly = BlendingMatrix(pts, [9, 7, 5][:D], embedders.Gaussian(8, 0.06))
-    stored = BlendingMatrix(pts, [9, 7, 5][:D], embedders.Gaussian(8, 0.06)).store()
-    assert fly.on_the_fly and not stored.on_the_fly
-    v = rng.standard_normal((fly.grid_size, 2)).astype(dtype)
-    r = rng.standard_normal((500, 2)).astype(dtype)
-    np.testing.assert_array_equal(fly @ v, stored @ v)
-    np.testing.assert_array_equal(fly.T @ r, stored.T @ r)
-
-
-@pytest.mark.parametrize("pdtype", [np.float32, np.float64])
-def test_float32_and_float64(rng, dtype, pdtype):
-    pts = rng.random((200, 2)).astype(pdtype)
-    B = BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.08))
-    dense = reference.blend_matrix(pts.astype(np.float64), list(B.grid_coords),
-                                   [embedders.Gaussian(8, 0.08).distance] * 2)
-    v = rng.standard_normal((64, 3)).astype(dtype)
-    r = rng.standard_normal((200, 3)).astype(dtype)
-    tol = RTOL[dtype]
-    np.testing.assert_allclose(B @ v, dense @ v.astype(np.float64), rtol=tol, atol=10 * tol)
-    np.testing.assert_allclose(B.T @ r, dense.T @ r.astype(np.float64), rtol=tol, atol=50 * tol)
-
-
-def test_non_contiguous_inputs(rng):
-    big = rng.random((400, 5))
-    pts = big[::2, 1:4:2]  # strided rows and columns
-    assert not pts.flags.c_contiguous
-    B = BlendingMatrix(pts, (6, 7), embedders.Gaussian(8, 0.08))
-    Bc = BlendingMatrix(np.ascontiguousarray(pts), (6, 7), embedders.Gaussian(8, 0.08))
-    vbig = rng.standard_normal((42, 6))
-    v = vbig[:, ::2]
-    vf = np.asfortranarray(vbig[:, :3])
-    np.testing.assert_array_equal(B @ v, Bc @ np.ascontiguousarray(v))
-    np.testing.assert_array_equal(B @ vf, Bc @ np.ascontiguousarray(vf))
-    rbig = rng.standard_normal((200, 4))
-    r = rbig[:, 1::2]
-    np.testing.assert_array_equal(B.T @ r, Bc.T @ np.ascontiguousarray(r))
-    # grid-shaped input, transposed in memory
-    vg = rng.standard_normal((7, 6)).T  # (6, 7) view in Fortran order
-    assert not vg.flags.c_contiguous
-    np.testing.assert_array_equal(B @ vg, Bc @ vg.reshape(-1).copy())
-
-
-def test_empty_point_set():
-    B = BlendingMatrix(np.zeros((0, 2)), (4, 5), embedders.Gaussian(8, 0.1))
-    assert B.shape == (0, 20)
-    assert (B @ np.ones(20)).shape == (0,)
-    assert (B @ np.ones((20, 3))).shape == (0, 3)
-    g = B.T @ np.zeros((0, 3))
-    assert g.shape == (20, 3) and not g.any()
-    assert B.to_scipy().shape == (0, 20) and B.indices.shape == (0, 4)
 
 
 @pytest.mark.parametrize("store", [False, True])
@@ -388,12 +368,16 @@ def test_bad_arguments(kwargs, match):
         BlendingMatrix(**args)
 
 
+def test_wrong_row_counts(device, rng):
+    B = BlendingMatrix(device.put(rng.random((10, 2))), (4, 4), None)
+    with pytest.raises(ValueError, match="v must have 16 rows"):
+        B @ device.put(np.ones(15))
+    with pytest.raises(ValueError, match="r must have 10 rows"):
+        B.T @ device.put(np.ones(11))
+
+
 def test_bad_products(rng):
     B = BlendingMatrix(rng.random((10, 2)), (4, 4), None)
-    with pytest.raises(ValueError, match="v must have 16 rows"):
-        B @ np.ones(15)
-    with pytest.raises(ValueError, match="r must have 10 rows"):
-        B.T @ np.ones(11)
     with pytest.raises(TypeError, match="v must hold real numbers"):  # a wrong type (issue 10)
         B @ np.array(["x"] * 16)
     with pytest.raises(ValueError, match="out must be"):

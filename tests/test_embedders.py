@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kronpe
@@ -28,75 +28,33 @@ from kronpe.embedders import (
     Triangle,
 )
 
-# One instance of every family (and the variants that change the kernel's arguments).
-EMBEDDERS = [
-    Gaussian(32, 0.03),
-    Gaussian(256, 0.0025, margin=2),  # narrow: the kernel evaluates a window of columns only
-    Triangle(32),
-    Triangle(40, 0.07, margin=3),
-    Rectangle(32, 0.05),
-    Rectangle(64, 1 / 64, margin=1),
-    Impulse(16),
-    Impulse(16, margin=2),
-    Sine(24, 2 * math.pi),
-    Square(24, 5.0, margin=1),
-    Random(20, seed=7),
-    BSpline(32),
-    BSpline(32, order=0, width=0.05),
-    BSpline(32, order=2, width=0.04, margin=2),
-    BSpline(200, order=3, margin=2),
-    LinearFourier(16, 4.0),
-    LogFourier(16, 5.0, amplitude_mod=2.0),
-    RandomFourier(32, 10.0, seed=3, frequency_mod=1.5),
-    NeRF(5),
-    NeRF(4, include_input=True, amplitude_mod=0.5, frequency_mod=2.5),
-    Transformer(6, max_positions=1000),
-]
-IDS = [repr(e) for e in EMBEDDERS]
-TOL = {np.float32: dict(rtol=2e-6, atol=1e-7), np.float64: dict(rtol=1e-12, atol=1e-13)}
+from _samples import embed_cases, ids, out_view, tolerance
 
-
-def _coords(rng, n, dtype):
-    x = np.concatenate([[0.0, 1.0, 0.5], rng.random(n)])
-    return x.astype(dtype)
+CASES = list(embed_cases())
 
 
 # ---- compiled kernel against the reference -------------------------------------------------
 
 
-@pytest.mark.parametrize("emb", EMBEDDERS, ids=IDS)
-def test_kernel_matches_reference(emb, dtype, rng):
-    x = _coords(rng, 97, dtype)
-    out = emb(x)
-    assert out.dtype == dtype and out.shape == (x.size, emb.K)
-    np.testing.assert_allclose(out, emb.reference(x), **TOL[dtype])
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_kernel_matches_reference(case, device, dtype, tol, rng):
+    """Every embedder on every device, x and out in every layout, and empty x."""
+    emb = case.embedder
+    x = case.coords(rng, dtype)
+    expect = emb.reference(x)
+    xd = device.view(x, case.x_layout)
+    if case.out_layout is None:
+        out = emb(xd)
+    else:
+        out, outside = out_view(device, (x.size, emb.K), dtype, case.out_layout)
+        assert emb(xd, out=out) is out
+        assert (outside() == -7).all()  # nothing written outside the view
+    assert device.kind_of(out) == device.lib and device.dtype_of(out) == dtype
+    assert tuple(out.shape) == (x.size, emb.K)
+    np.testing.assert_allclose(device.host(out), expect, **tol())
 
 
-@pytest.mark.parametrize("emb", EMBEDDERS, ids=IDS)
-def test_kernel_strided_inputs_and_outputs(emb, dtype, rng):
-    base = _coords(rng, 60, dtype)
-    expect = emb.reference(base)
-    np.testing.assert_allclose(emb(np.repeat(base, 3)[::3]), expect, **TOL[dtype])  # stride 3
-    np.testing.assert_allclose(emb(base[::-1])[::-1], expect, **TOL[dtype])  # negative stride
-    const = np.broadcast_to(base[:1], (5,))  # stride 0
-    np.testing.assert_allclose(emb(const), np.repeat(expect[:1], 5, axis=0), **TOL[dtype])
-    # caller-provided output: transposed (column-major) and a slice of a larger array
-    out_t = np.full((emb.K, base.size), np.nan, dtype=dtype).T
-    assert emb(base, out=out_t) is out_t
-    np.testing.assert_allclose(out_t, expect, **TOL[dtype])
-    big = np.full((base.size, emb.K + 3), -7, dtype=dtype)
-    emb(base, out=big[:, 1:-2])
-    np.testing.assert_allclose(big[:, 1:-2], expect, **TOL[dtype])
-    assert (big[:, 0] == -7).all() and (big[:, -2:] == -7).all()
-
-
-@pytest.mark.parametrize("emb", EMBEDDERS, ids=IDS)
-def test_empty_input(emb, dtype):
-    out = emb(np.zeros(0, dtype=dtype))
-    assert out.shape == (0, emb.K) and out.dtype == dtype
-
-
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     family=st.sampled_from(["gaussian", "triangle", "rectangle", "impulse", "sine", "square", "bspline", "random",
                             "linf", "logf", "rff", "nerf", "transformer"]),
@@ -108,7 +66,7 @@ def test_empty_input(emb, dtype):
     stride=st.integers(1, 3),
     seed=st.integers(0, 2**32),
 )
-def test_kernel_matches_reference_hypothesis(family, n, k, margin, width, f64, stride, seed):
+def test_kernel_matches_reference_hypothesis(device, family, n, k, margin, width, f64, stride, seed):
     make = {
         "gaussian": lambda: Gaussian(k, width, margin=margin),
         "triangle": lambda: Triangle(k, width, margin=margin),
@@ -126,10 +84,11 @@ def test_kernel_matches_reference_hypothesis(family, n, k, margin, width, f64, s
     }
     emb = make[family]()
     dtype = np.float64 if f64 else np.float32
-    x = np.random.default_rng(seed).random(n * stride).astype(dtype)[::stride]
-    out = emb(x)
-    assert out.shape == (n, emb.K) and out.dtype == dtype
-    np.testing.assert_allclose(out, emb.reference(x), **TOL[dtype])
+    x = np.random.default_rng(seed).random(n * stride).astype(dtype)
+    out = emb(device.put(x)[::stride])
+    x = x[::stride]
+    assert tuple(out.shape) == (n, emb.K) and device.dtype_of(out) == dtype
+    np.testing.assert_allclose(device.host(out), emb.reference(x), **tolerance(device, dtype)())
 
 
 def test_integer_big_endian_and_torch_input():
@@ -451,11 +410,11 @@ def test_stable_rank_bounds_saturate_at_N():
         (np.array([0.1j]), "x must hold real numbers"),  # a TypeError (issue 10)
     ],
 )
-def test_bad_coordinates(x, match):
+def test_bad_coordinates(device, x, match):
     kind = TypeError if np.iscomplexobj(x) else ValueError  # wrong type / wrong value (issue 10)
     for emb in (Gaussian(8, 0.1), NeRF(2), Random(3)):
         with pytest.raises(kind, match=match):
-            emb(x)
+            emb(device.put(x))
 
 
 @pytest.mark.parametrize(

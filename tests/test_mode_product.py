@@ -1,128 +1,72 @@
-"""Mode-n products (kronpe.ops) against numpy.einsum (kronpe.reference)."""
+"""Mode-n products (kronpe.multi_mode_product) against numpy.einsum (kronpe.reference), on every
+device, over the cases of tests/_samples.py (mode_product_cases)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st, HealthCheck
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import kronpe
 from kronpe import _core, ops, reference
+from _samples import CPU, LAYOUTS, PLANNER_CHAINS, ids, mode_product_cases, random_values, tolerance
 
-TOL = {np.float32: 2e-5, np.float64: 1e-12}
-
-
-def _dense(a: np.ndarray) -> bool:
-    """One dense block in some axis order."""
-    axes = [i for i in np.argsort([-abs(s) for s in a.strides], kind="stable") if a.shape[i] > 1]
-    return np.transpose(a, axes + [i for i in range(a.ndim) if i not in axes]).flags.c_contiguous
+CASES = list(mode_product_cases())
 
 
-def _check(result, expected, dtype, k_max, order="C"):
-    tol = TOL[np.dtype(dtype).type]
-    assert result.dtype == dtype
-    assert result.shape == expected.shape
-    assert result.flags.c_contiguous if order == "C" else _dense(result)
+def reference_chain(T, mats, modes):
+    """The chain in float64 (numpy.einsum)."""
+    return reference.multi_mode_product(T.astype(np.float64), [a.astype(np.float64) for a in mats], modes,
+                                        optimize=True)
+
+
+def check_product(device, result, expected, dtype, k, order="C"):
+    """A product computed on the device against its float64 reference: kind, dtype, shape,
+    layout (C order, or one dense block with order "K") and values (k: the contraction length)."""
+    assert device.kind_of(result) == device.lib
+    assert device.dtype_of(result) == dtype
+    assert tuple(result.shape) == expected.shape
+    assert device.is_dense(result, order)
+    tol = tolerance(device, dtype, "sums")
     scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
-    np.testing.assert_allclose(result, expected, rtol=tol, atol=tol * scale * max(1, k_max))
+    np.testing.assert_allclose(device.host(result), expected, rtol=tol.rtol, atol=tol.rtol * scale * max(1, k))
 
 
-def _strided_view(base: np.ndarray, shape, how: str, rng) -> np.ndarray:
-    """A view of `shape` with a layout named by `how`, filled with random values."""
-    if how == "contiguous":
-        a = base[: int(np.prod(shape))].reshape(shape)
-    elif how == "fortran":
-        a = np.asfortranarray(base[: int(np.prod(shape))].reshape(shape))
-    elif how == "transposed":
-        a = base[: int(np.prod(shape))].reshape(shape[::-1]).T
-    elif how == "stepped":  # every second element along each axis, last axis reversed
-        big = np.empty(tuple(2 * s + 1 for s in shape), base.dtype)
-        big[...] = rng.standard_normal(big.shape)
-        idx = tuple(slice(None, 2 * s, 2) for s in shape[:-1]) + (slice(2 * shape[-1] - 1, None, -2),)
-        a = big[idx]
-        assert a.shape == tuple(shape)
-    elif how == "padded":  # rows of a wider array
-        big = rng.standard_normal(tuple(shape[:-1]) + (shape[-1] + 3,)).astype(base.dtype)
-        a = big[..., 1 : 1 + shape[-1]]
-    else:  # broadcast along axis 0
-        a = np.broadcast_to(base[: int(np.prod(shape[1:]))].reshape((1,) + tuple(shape[1:])), shape)
-    return a
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_chain_matches_einsum(case, device, dtype, rng):
+    T, mats = case.host_inputs(rng, dtype)
+    Td, mats_d = case.device_inputs(device, T, mats)
+    expected = reference_chain(T, mats, case.chain_modes)
+    k = sum(case.shape[m] for m in case.chain_modes)
+    for order in "CK":
+        check_product(device, kronpe.multi_mode_product(Td, mats_d, case.modes, order=order), expected, dtype, k,
+                      order)
 
 
-LAYOUTS = ["contiguous", "fortran", "transposed", "stepped", "padded", "broadcast"]
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
     ndim=st.integers(1, 5),
     dtype=st.sampled_from([np.float32, np.float64]),
     layout=st.sampled_from(LAYOUTS),
-    mat_layout=st.sampled_from(["contiguous", "transposed", "stepped"]),
+    mat_layout=st.sampled_from(["contiguous", "fortran", "stepped", "reversed"]),
     order=st.sampled_from(["K", "C"]),
 )
-def test_multi_mode_product_matches_einsum(data, ndim, dtype, layout, mat_layout, order):
+def test_random_chains_match_einsum(device, data, ndim, dtype, layout, mat_layout, order):
+    assume(device.supports(layout) and device.supports(mat_layout))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
     shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=ndim, max_size=ndim)))
-    if layout == "stepped" and 0 in shape:
-        layout = "contiguous"
-    base = rng.standard_normal(int(np.prod(shape)) + int(np.prod(shape[1:])) + 1).astype(dtype)
-    T = _strided_view(base, shape, layout, rng)
+    T = random_values(rng, shape, dtype, layout)
     modes = data.draw(st.permutations(range(ndim)))
     modes = modes[: data.draw(st.integers(0, ndim))]
-    mats = []
-    for k in modes:
-        m = data.draw(st.integers(0, 6))
-        a = rng.standard_normal((m, shape[k])).astype(dtype)
-        if mat_layout == "transposed":
-            a = np.ascontiguousarray(a.T).T
-        elif mat_layout == "stepped":
-            big = rng.standard_normal((2 * m + 1, 2 * shape[k] + 1)).astype(dtype)
-            big[: 2 * m : 2, : 2 * shape[k] : 2] = a
-            a = big[: 2 * m : 2, : 2 * shape[k] : 2]
-        mats.append(a)
-    result = ops.multi_mode_product(T, mats, modes, order=order)
-    expected = reference.multi_mode_product(T, mats, modes)
-    _check(result, expected, dtype, max(shape, default=1), order)
-
-
-CHAINS = [
-    ((70, 90, 3), (0, 1), (40, 120)),  # channels last: rotations + output copy
-    ((3, 70, 90), (1, 2), (80, 50)),  # channels first: GEMMs straight into the output
-    ((40, 33, 65), (1,), (20,)),  # middle mode: strided batch of GEMMs
-    ((64, 4, 64), (1,), (64,)),  # middle mode, short: permuting copy first
-    ((256, 128, 3), (0, 1), (512, 256)),  # expanding, channels last: input copy
-    ((64, 64, 64), (2, 1, 0), (32, 64, 64)),
-    ((24, 20, 22, 2), (0, 1, 2), (30, 10, 25)),
-    ((9, 10, 11, 12, 2), (4, 0, 2), (3, 8, 13)),  # 5 axes, chosen order
-    ((5, 6, 4, 3, 2, 3), (0, 1, 2, 3, 4, 5), (2, 3, 4, 5, 6, 7)),  # 6 modes: fixed order
-    ((128, 64), (1, 0), (100, 200)),
-    ((30, 30, 30, 2), (0, 1, 2), (4, 5, 6)),  # shrinking: intermediates larger than the result
-    ((300,), (0,), (7,)),
-    ((2, 2, 2, 2, 2, 2, 2, 2, 2, 3), tuple(range(9)), (3,) * 9),  # greedy planner
-]
-
-
-@pytest.mark.parametrize("shape, modes, rows", CHAINS)
-def test_chains_against_einsum(rng, dtype, shape, modes, rows):
-    T = rng.standard_normal(shape).astype(dtype)
-    mats = [rng.standard_normal((m, shape[k])).astype(dtype) for k, m in zip(modes, rows)]
-    expected = reference.multi_mode_product(T, mats, modes, optimize=True)
-    for order in "CK":
-        _check(ops.multi_mode_product(T, mats, modes, order=order), expected, dtype, 128, order)
-        # the same chain on a transposed (Fortran-ordered) and a non-contiguous view
-        Tf = np.asfortranarray(T)
-        _check(ops.multi_mode_product(Tf, mats, modes, order=order), expected, dtype, 128, order)
-    Tr = T[::-1]
-    _check(
-        ops.multi_mode_product(Tr, mats, modes, order="C"),
-        reference.multi_mode_product(Tr, mats, modes, optimize=True),
-        dtype,
-        128,
-    )
+    mats = [rng.standard_normal((data.draw(st.integers(0, 6)), shape[k])).astype(dtype) for k in modes]
+    result = kronpe.multi_mode_product(device.view(T, layout), [device.view(a, mat_layout) for a in mats], modes,
+                                       order=order)
+    check_product(device, result, reference_chain(T, mats, modes), dtype, max(shape, default=1), order)
 
 
 def test_planner_uses_every_step_kind():
-    """The chains above exercise each GEMM formulation, move, and copy at least once."""
+    """The planner chains exercise each GEMM formulation, move, and copy at least once."""
     seen = set()
-    for shape, modes, rows in CHAINS:
+    for _, shape, modes, rows in PLANNER_CHAINS:
         strides = [int(np.prod(shape[i + 1 :])) for i in range(len(shape))]
         for any_layout in (False, True):
             plan = _core.mode_chain_plan(list(shape), strides, list(modes), list(rows), 4, any_layout)
@@ -134,56 +78,42 @@ def test_planner_uses_every_step_kind():
     assert seen & {"move_front", "move_back"}, seen  # at least one permuting move
 
 
-def test_mode_product_single(rng, dtype):
+def test_mode_product_single(device, dtype, rng):
     T = rng.standard_normal((4, 5, 6)).astype(dtype)
     A = rng.standard_normal((3, 5)).astype(dtype)
-    out = ops.mode_product(T, A, 1, order="C")
-    _check(out, reference.mode_product(T, A, 1), dtype, 5)
-    _check(ops.mode_product(T, A, -2), reference.mode_product(T, A, 1), dtype, 5, "K")
+    expected = reference_chain(T, [A], [1])
+    check_product(device, kronpe.mode_product(device.put(T), device.put(A), 1, order="C"), expected, dtype, 5)
+    check_product(device, kronpe.mode_product(device.put(T), device.put(A), -2), expected, dtype, 5, "K")
     assert kronpe.mode_product is ops.mode_product
 
 
-def test_defaults_and_carried_axes(rng):
-    T = rng.standard_normal((5, 6, 3, 2))  # two carried axes
-    mats = [rng.standard_normal((4, 5)), rng.standard_normal((7, 6))]
-    out = ops.multi_mode_product(T, mats)
-    assert out.shape == (4, 7, 3, 2) and _dense(out)
-    np.testing.assert_allclose(out, np.einsum("ai,bj,ijcd->abcd", *mats, T), rtol=1e-12)
-    # no matrices: a contiguous copy
-    same = ops.multi_mode_product(T[:, ::2], [])
-    np.testing.assert_array_equal(same, T[:, ::2])
-    assert same.flags.c_contiguous
+def test_host_matrices_go_to_the_tensors_device(device, dtype, rng):
+    T = rng.standard_normal((8, 12, 10)).astype(dtype)
+    mats = [rng.standard_normal((7, 10)).astype(dtype), rng.standard_normal((6, 8)).astype(dtype)]
+    host = [CPU.view(mats[0], "fortran"), CPU.view(mats[1], "stepped")]
+    out = kronpe.multi_mode_product(device.view(T, "permuted"), host, (2, 0))
+    check_product(device, out, reference_chain(T, mats, (2, 0)), dtype, 18, "K")
 
 
-def test_dtype_promotion(rng):
+def test_dtype_promotion(device, rng):
+    """float32 with float64 and integers with floats compute in float64, on every device."""
     T32 = rng.standard_normal((4, 5)).astype(np.float32)
     A64 = rng.standard_normal((3, 4))
-    out = ops.mode_product(T32, A64, 0)
-    assert out.dtype == np.float64
-    np.testing.assert_allclose(out, A64 @ T32.astype(np.float64), rtol=1e-12)
+    out = kronpe.mode_product(device.put(T32), device.put(A64), 0)
+    assert device.dtype_of(out) == np.float64
+    np.testing.assert_allclose(device.host(out), A64 @ T32.astype(np.float64), rtol=1e-12)
     Ti = np.arange(20).reshape(4, 5)
-    out = ops.mode_product(Ti, A64, 0)
-    assert out.dtype == np.float64
-    np.testing.assert_allclose(out, A64 @ Ti, rtol=1e-12)
+    out = kronpe.mode_product(device.put(Ti), device.put(A64), 0)
+    assert device.dtype_of(out) == np.float64
+    np.testing.assert_allclose(device.host(out), A64 @ Ti, rtol=1e-12)
     A32 = A64.astype(np.float32)
-    assert ops.mode_product(T32, A32, 0).dtype == np.float32
+    assert device.dtype_of(kronpe.mode_product(device.put(T32), device.put(A32), 0)) == np.float32
 
 
-def test_empty_axes(dtype):
-    T = np.zeros((3, 0, 4), dtype)
-    out = ops.multi_mode_product(T, [np.ones((2, 3), dtype), np.ones((5, 0), dtype)])
-    assert out.shape == (2, 5, 4) and not out.any()  # sums over an empty axis are zero
-    T = np.ones((3, 4), dtype)
-    out = ops.multi_mode_product(T, [np.ones((0, 3), dtype)])
-    assert out.shape == (0, 4)
-    out = ops.mode_product(np.ones((0, 2), dtype), np.ones((3, 2), dtype), 1)
-    assert out.shape == (0, 3)
-
-
-def test_nan_propagates():
+def test_nan_propagates(device):
     T = np.ones((3, 3))
     T[1, 1] = np.nan
-    out = ops.mode_product(T, np.eye(3), 0)
+    out = device.host(kronpe.mode_product(device.put(T), device.put(np.eye(3)), 0))
     assert np.isnan(out[1, 1]) and np.isfinite(out[0, 0])
 
 
@@ -194,6 +124,14 @@ def test_torch_in_torch_out():
     out = ops.mode_product(T, A, 0)
     assert isinstance(out, torch.Tensor)
     np.testing.assert_allclose(out.numpy(), A.numpy() @ T.numpy(), rtol=1e-12)
+
+
+def test_errors_name_the_argument(device):
+    T = device.put(np.zeros((4, 5)))
+    with pytest.raises(ValueError, match=r"matrices\[0\] .*must have shape \(m, 4\)"):
+        kronpe.mode_product(T, device.put(np.zeros((3, 5))), 0)
+    with pytest.raises(ValueError, match="modes must be distinct"):
+        kronpe.multi_mode_product(T, [np.zeros((2, 4)), np.zeros((2, 4))], (0, 0))
 
 
 # Wrong types raise TypeError, wrong values ValueError (issue 10); both name the argument.

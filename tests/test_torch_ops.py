@@ -1,8 +1,8 @@
 """torch.ops.kronpe.*: values against NumPy, gradients (gradcheck, gradgradcheck), opcheck.
 
-One generator, ``sample_inputs(device, requires_grad, dtype)``, feeds the correctness, gradient
-and opcheck tests: shapes with carried axes, modes out of order, non-contiguous inputs, empty
-inputs.
+One generator, ``torch_op_samples(device, requires_grad, dtype)`` (tests/_samples.py), feeds the
+correctness, gradient and opcheck tests on the CPU and on a GPU: shapes with carried axes, modes
+out of order, non-contiguous, broadcast and empty inputs.
 """
 import numpy as np
 import pytest
@@ -10,80 +10,23 @@ import pytest
 torch = pytest.importorskip("torch")
 kt = pytest.importorskip("kronpe.torch")
 
+from _samples import (
+    TORCH_DEVICES, device_params, ids, torch_dtype, torch_op_sample, torch_op_samples, use_device)
+
 OPS = {
     "multi_mode_product": torch.ops.kronpe.multi_mode_product.default,
     "blend": torch.ops.kronpe.blend.default,
     "blend_transpose": torch.ops.kronpe.blend_transpose.default,
 }
-TOL = {torch.float32: dict(rtol=2e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12)}
-DTYPES = [torch.float32, torch.float64]
+SAMPLES = list(torch_op_samples("cpu", False))
+SAMPLE_IDS = ids(SAMPLES)
+GRAD_IDS = [s.id for s in SAMPLES if not s.overlapping]  # gradcheck perturbs inputs in place
 
 
-def _leaf(t, requires_grad):
-    """A leaf tensor with t's values and strides (non-contiguous stays non-contiguous)."""
-    return t.detach().requires_grad_(requires_grad)
-
-
-def sample_inputs(device, requires_grad, dtype=torch.float64):
-    """Yield (id, op name, args) covering every op."""
-    g = torch.Generator().manual_seed(0)
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=g, dtype=dtype).to(device)
-
-    def leaf(t):
-        return _leaf(t, requires_grad)
-
-    # -- multi_mode_product(T, matrices, modes) --
-    yield "mmp-3d-two-modes", "multi_mode_product", (leaf(rand(4, 5, 6)), [leaf(rand(3, 4)), leaf(rand(2, 6))], [0, 2])
-    yield "mmp-carried-channels-out-of-order", "multi_mode_product", (
-        leaf(rand(4, 5, 3)), [leaf(rand(6, 5)), leaf(rand(7, 4))], [1, 0])
-    yield "mmp-all-modes-growing", "multi_mode_product", (
-        leaf(rand(3, 2, 4)), [leaf(rand(5, 3)), leaf(rand(6, 2)), leaf(rand(2, 4))], [0, 1, 2])
-    yield "mmp-noncontiguous", "multi_mode_product", (
-        leaf(rand(6, 4, 5).permute(2, 0, 1)), [leaf(rand(5, 3).mT), leaf(rand(4, 8)[:, ::2])], [0, 2])
-    yield "mmp-strided-slice", "multi_mode_product", (leaf(rand(8, 6)[::2, 1:]), [leaf(rand(3, 10)[:, ::2])], [1])
-    yield "mmp-matrix", "multi_mode_product", (leaf(rand(4, 5)), [leaf(rand(3, 4))], [0])
-    yield "mmp-no-matrices", "multi_mode_product", (leaf(rand(2, 3)), [], [])
-    yield "mmp-empty-contraction", "multi_mode_product", (leaf(rand(0, 5)), [leaf(rand(3, 0))], [0])
-    yield "mmp-empty-output-rows", "multi_mode_product", (leaf(rand(4, 5)), [leaf(rand(0, 4))], [0])
-    yield "mmp-empty-carried", "multi_mode_product", (leaf(rand(4, 0, 2)), [leaf(rand(3, 4)), leaf(rand(5, 2))], [0, 2])
-
-    # -- blend(values (G, C), indices (P, S), weights (P, S)) --
-    def plan(P, S, G):
-        idx = torch.randint(0, max(G, 1), (P, S), generator=g).to(device)
-        return idx, leaf(torch.rand(P, S, generator=g, dtype=dtype).to(device))
-
-    idx, w = plan(7, 4, 10)
-    yield "blend-basic", "blend", (leaf(rand(10, 3)), idx, w)
-    idx, w = plan(9, 8, 12)
-    yield "blend-noncontiguous-values", "blend", (leaf(rand(2, 12).mT), idx, w)
-    idx, w = plan(9, 2, 5)
-    yield "blend-noncontiguous-plan", "blend", (leaf(rand(5, 1)), idx.mT.contiguous().mT, leaf(w.detach().mT.contiguous().mT))
-    idx, w = plan(0, 4, 6)
-    yield "blend-no-points", "blend", (leaf(rand(6, 2)), idx, w)
-    idx, w = plan(5, 4, 6)
-    yield "blend-no-channels", "blend", (leaf(rand(6, 0)), idx, w)
-
-    # -- blend_transpose(rows (P, C), indices, weights, num_nodes) --
-    idx, w = plan(7, 4, 10)
-    yield "blendT-basic", "blend_transpose", (leaf(rand(7, 3)), idx, w, 10)
-    idx, w = plan(11, 8, 9)
-    yield "blendT-noncontiguous-rows", "blend_transpose", (leaf(rand(2, 11).mT), idx, w, 9)
-    idx, w = plan(0, 4, 6)
-    yield "blendT-no-points", "blend_transpose", (leaf(rand(0, 2)), idx, w, 6)
-    idx, w = plan(0, 4, 0)
-    yield "blendT-empty-grid", "blend_transpose", (leaf(rand(0, 2)), idx, w, 0)
-
-
-SAMPLE_IDS = [s[0] for s in sample_inputs("cpu", False)]
-
-
-def _sample(sample_id, requires_grad=False, dtype=torch.float64):
-    for sid, name, args in sample_inputs("cpu", requires_grad, dtype):
-        if sid == sample_id:
-            return name, args
-    raise KeyError(sample_id)
+@pytest.fixture(params=device_params(TORCH_DEVICES))
+def device(request):
+    """The torch ops run on torch tensors: on the CPU and on a GPU."""
+    return use_device(request.param)
 
 
 # ---- NumPy references --------------------------------------------------------------------------
@@ -121,16 +64,15 @@ def reference_of(name, args):
 # ---- tests ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
 @pytest.mark.parametrize("sample_id", SAMPLE_IDS)
-def test_values_match_numpy(sample_id, dtype):
-    name, args = _sample(sample_id, dtype=dtype)
+def test_values_match_numpy(sample_id, device, dtype, sum_tol):
+    _, name, args, _ = torch_op_sample(device.torch, sample_id, dtype=torch_dtype(dtype))
     out = OPS[name](*args)
     ref = reference_of(name, args)
-    assert out.dtype == dtype and out.device.type == "cpu"
+    assert out.dtype == torch_dtype(dtype) and out.device.type == device.torch
     assert tuple(out.shape) == ref.shape
     assert out.is_contiguous()
-    np.testing.assert_allclose(_np(out), ref, **TOL[dtype])
+    np.testing.assert_allclose(_np(out), ref, rtol=sum_tol.rtol, atol=sum_tol.rtol / 2)
 
 
 def _flat(name, args):
@@ -141,29 +83,41 @@ def _flat(name, args):
     return (lambda T, *m: OPS[name](T, list(m), modes)), (T, *mats)
 
 
-@pytest.mark.parametrize("sample_id", SAMPLE_IDS)
-def test_gradcheck(sample_id):
-    fn, inputs = _flat(*_sample(sample_id, requires_grad=True))
+@pytest.mark.parametrize("sample_id", GRAD_IDS)
+def test_gradcheck(sample_id, device):
+    fn, inputs = _flat(*torch_op_sample(device.torch, sample_id, requires_grad=True)[1:3])
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-8, fast_mode=True)
 
 
-@pytest.mark.parametrize("sample_id", SAMPLE_IDS)
-def test_gradgradcheck(sample_id):
-    fn, inputs = _flat(*_sample(sample_id, requires_grad=True))
+@pytest.mark.parametrize("sample_id", GRAD_IDS)
+def test_gradgradcheck(sample_id, device):
+    fn, inputs = _flat(*torch_op_sample(device.torch, sample_id, requires_grad=True)[1:3])
     assert torch.autograd.gradgradcheck(fn, inputs, eps=1e-6, atol=1e-8, fast_mode=True)
 
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["nograd", "grad"])
 @pytest.mark.parametrize("sample_id", SAMPLE_IDS)
-def test_opcheck(sample_id, requires_grad):
-    name, args = _sample(sample_id, requires_grad=requires_grad, dtype=torch.float64)
+def test_opcheck(sample_id, requires_grad, device):
+    _, name, args, _ = torch_op_sample(device.torch, sample_id, requires_grad=requires_grad)
     torch.library.opcheck(OPS[name], args)
 
 
 @pytest.mark.parametrize("sample_id", ["mmp-noncontiguous", "blend-basic", "blendT-basic"])
-def test_opcheck_float32(sample_id):
-    name, args = _sample(sample_id, requires_grad=True, dtype=torch.float32)
+def test_opcheck_float32(sample_id, device):
+    _, name, args, _ = torch_op_sample(device.torch, sample_id, requires_grad=True, dtype=torch.float32)
     torch.library.opcheck(OPS[name], args)
+
+
+def test_indices_out_of_range(device):
+    V = torch.randn(30, 3, dtype=torch.float64, device=device.torch)
+    idx = torch.randint(0, 30, (50, 4), device=device.torch)
+    w = torch.rand(50, 4, dtype=torch.float64, device=device.torch)
+    R = torch.randn(50, 3, dtype=torch.float64, device=device.torch)
+    # the CPU kernel and the CUDA check word this differently
+    with pytest.raises(ValueError, match="outside the grid|indices must lie in"):
+        kt.blend(V, idx + 100, w)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 30\)"):
+        kt.blend_transpose(R, idx + 100, w, 30)
 
 
 def test_backward_is_made_of_kronpe_ops():
@@ -189,19 +143,6 @@ def test_matrix_gradient_paths_agree():
         eA, eB = torch.autograd.grad(torch.einsum("ijc,ai,bj->abc", T, A, B), (A, B), Gr)
         np.testing.assert_allclose(_np(gA), _np(eA), rtol=1e-10)
         np.testing.assert_allclose(_np(gB), _np(eB), rtol=1e-10)
-
-
-def test_broadcast_inputs():
-    """Stride-0 (expanded) inputs: the kernels read any strides."""
-    T = torch.randn(1, 5, dtype=torch.float64).expand(4, 5)
-    A = torch.randn(3, 1, dtype=torch.float64).expand(3, 4)
-    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [A])), ref_mmp(T, [A], [0]), rtol=1e-12)
-    V = torch.randn(10, 1, dtype=torch.float64).expand(10, 3)
-    idx = torch.randint(0, 10, (5, 4))
-    w = torch.rand(5, 4, dtype=torch.float64)
-    np.testing.assert_allclose(_np(kt.blend(V, idx, w)), dense_blend(idx, w, 10) @ _np(V), rtol=1e-12)
-    R = torch.randn(5, 1, dtype=torch.float64).expand(5, 3)
-    np.testing.assert_allclose(_np(kt.blend_transpose(R, idx, w, 10)), dense_blend(idx, w, 10).T @ _np(R), rtol=1e-12)
 
 
 def test_negative_and_default_modes():

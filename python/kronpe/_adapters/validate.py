@@ -19,6 +19,8 @@ MAX_THREADS = 1024
 #: Bytes one call may allocate; None: ``KRONPE_MEMORY_BUDGET`` (bytes) if set, else the memory
 #: available now (MemAvailable). Tests lower it.
 MEMORY_BUDGET: Optional[int] = None
+#: Allocations up to this many bytes are never refused (the budget guards against huge sizes).
+NEVER_REFUSED = 64 << 20
 INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -245,6 +247,8 @@ def size_product(name: str, sizes: Sequence[int]) -> int:
 def check_budget(name: str, nbytes: int, hint: str) -> None:
     """MemoryError naming ``name`` when ``nbytes`` is over the memory budget (before allocating)."""
     nbytes = int(nbytes)
+    if nbytes <= NEVER_REFUSED:  # small allocations: no budget lookup on the hot paths
+        return
     budget = memory_budget()
     if nbytes > budget:
         raise MemoryError(f"{name}: this needs {_fmt(nbytes)} of memory, more than the budget of "

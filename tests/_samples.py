@@ -1,0 +1,645 @@
+"""Inputs shared by the CPU and the CUDA tests.
+
+A :class:`Device` turns host (NumPy) values into arrays of one library on one device, in a named
+memory layout (:data:`LAYOUTS`), and back. Each kernel family has one generator of cases:
+:func:`mode_product_cases`, :func:`embed_cases`, :func:`blend_cases` and, for the torch ops,
+:func:`torch_op_samples`. A case is a frozen dataclass with an ``id`` (the pytest id) that only
+describes its inputs; the tests build them on the ``device`` fixture's device with the ``dtype``
+fixture's dtype, so a GPU run tests exactly the inputs the CPU run tests.
+
+Tolerances: :func:`tolerance` (the ``tol`` fixture of conftest.py).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+import kronpe
+
+# ---- devices --------------------------------------------------------------------------------------
+
+#: Memory layouts a test input can have (all hold the same values):
+#: contiguous (C order), fortran (axes reversed in memory), permuted (axis 0 last in memory),
+#: stepped (every second element of a larger array along each axis), padded (rows of a wider
+#: array), reversed (negative strides: axis 0 reversed, the last axis reversed with step 2),
+#: broadcast (stride 0 along axis 0: the values must be constant along it).
+LAYOUTS = ("contiguous", "fortran", "permuted", "stepped", "padded", "reversed", "broadcast")
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a test runs and which arrays it hands to kronpe.
+
+    name : the pytest id ("cpu", "cuda-cupy", "cuda-torch")
+    lib : "numpy", "cupy" or "torch" (the array kind kronpe must give back)
+    """
+
+    name: str
+    lib: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.name != "cpu"
+
+    @property
+    def torch(self) -> str:
+        """The torch device string ("cpu" or "cuda")."""
+        return "cuda" if self.is_cuda else "cpu"
+
+    def unavailable(self) -> str | None:
+        """Why tests cannot run here, or None."""
+        if not self.is_cuda:
+            return None
+        if not kronpe.cuda.is_available():
+            return "needs kronpe's CUDA kernels and a CUDA device"
+        if self.lib == "cupy" and _cupy() is None:
+            return "needs CuPy with a CUDA device"
+        if self.lib == "torch" and _torch_cuda() is None:
+            return "needs CUDA torch"
+        return None
+
+    def supports(self, layout: str) -> bool:
+        """torch has no negative strides."""
+        return not (layout == "reversed" and self.lib == "torch")
+
+    # -- host <-> device --
+
+    def put(self, a) -> Any:
+        """A C-contiguous copy of host values as this device's array (keeps dtype and shape)."""
+        a = np.array(a, order="C", copy=True)
+        if self.lib == "numpy":
+            return a
+        if self.lib == "cupy":
+            return _cupy().asarray(a)
+        import torch
+
+        return torch.from_numpy(a).to(self.torch)
+
+    def host(self, x) -> np.ndarray:
+        """A NumPy copy of this device's array."""
+        if isinstance(x, np.ndarray):
+            return x.copy()
+        if self.lib == "cupy":
+            return x.get()
+        return x.detach().cpu().numpy()
+
+    def permute(self, x, axes):
+        return x.permute(*axes) if self.lib == "torch" else x.transpose(axes)
+
+    def view(self, a, layout: str = "contiguous"):
+        """Host values ``a`` as this device's array with the given memory layout."""
+        a = np.asarray(a)
+        if layout == "contiguous" or (a.ndim == 0 and layout != "broadcast"):
+            return self.put(a)
+        if layout in ("fortran", "permuted"):
+            order = list(range(a.ndim))[::-1] if layout == "fortran" else list(range(1, a.ndim)) + [0]
+            return self.permute(self.put(a.transpose(order)), [int(i) for i in np.argsort(order)])
+        if layout == "broadcast":
+            assert (a == a[:1]).all(), "broadcast values must be constant along axis 0"
+            one = self.put(a[:1])
+            if self.lib == "torch":
+                return one.expand(*a.shape)
+            return (np if self.lib == "numpy" else _cupy()).broadcast_to(one, a.shape)
+        if not self.supports(layout):
+            pytest.skip(f"{self.lib} arrays have no {layout} layout")
+        big_shape, index = _embedding(a.shape, layout)
+        big = np.full(big_shape, np.nan if a.dtype.kind == "f" else -1, dtype=a.dtype)
+        big[index] = a
+        return self.put(big)[index]
+
+    def free_bytes(self) -> int:
+        if self.lib == "cupy":
+            return int(_cupy().cuda.Device().mem_info[0])
+        return int(_torch_cuda().cuda.mem_get_info()[0])
+
+    def stream(self):
+        """A context manager making a new non-default stream current (CUDA devices)."""
+        return _SideStream(self)
+
+    def kind_of(self, x) -> str:
+        """"numpy", "cupy" or "torch": the library of an array."""
+        if isinstance(x, np.ndarray):
+            return "numpy"
+        return "cupy" if type(x).__module__.startswith("cupy") else "torch"
+
+    def dtype_of(self, x) -> np.dtype:
+        return np_dtype(x.dtype)
+
+    def strides(self, x) -> tuple[int, ...]:
+        """An array's strides in elements."""
+        if self.kind_of(x) == "torch":
+            return tuple(x.stride())
+        return tuple(s // x.itemsize for s in x.strides)
+
+    def is_dense(self, x, order: str = "C") -> bool:
+        """Whether x is C-contiguous (order "C") or one dense block in some axis order ("K")."""
+        shape, strides = tuple(x.shape), self.strides(x)
+        if 0 in shape:
+            return True
+        axes = [i for i in range(len(shape)) if shape[i] > 1]
+        if order != "C":
+            axes.sort(key=lambda i: -abs(strides[i]))
+        step = 1
+        for i in reversed(axes):
+            if strides[i] != step:
+                return False
+            step *= shape[i]
+        return True
+
+
+def np_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of a NumPy, CuPy or torch dtype."""
+    name = str(dtype)
+    return np.dtype(name[len("torch."):] if name.startswith("torch.") else dtype)
+
+
+def _embedding(shape, layout: str):
+    """(shape of a larger array, index of the view in it) for the strided layouts."""
+    if layout == "stepped":
+        return tuple(2 * s + 1 for s in shape), tuple(slice(1, 2 * s + 1, 2) for s in shape)
+    if layout == "padded":
+        return tuple(shape[:-1]) + (shape[-1] + 3,), (Ellipsis, slice(1, 1 + shape[-1]))
+    if layout == "reversed":
+        big = list(shape)
+        index = [slice(None, None, -1)] + [slice(None)] * (len(shape) - 1)
+        big[-1] = 2 * shape[-1] + 1
+        index[-1] = slice(2 * shape[-1], 0, -2)
+        return tuple(big), tuple(index)
+    raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
+
+
+@functools.cache
+def _cupy():
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() <= 0:
+            return None
+    except Exception:
+        return None
+    if os.environ.get("KRONPE_TEST_NO_POOL"):  # tools/sanitize.sh
+        cupy.cuda.set_allocator(None)
+    return cupy
+
+
+@functools.cache
+def _torch_cuda():
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
+class _SideStream:
+    def __init__(self, device: Device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device.lib == "cupy":
+            self.s = _cupy().cuda.Stream(non_blocking=True)
+            self.ctx = self.s
+        else:
+            torch = _torch_cuda()
+            self.s = torch.cuda.Stream()
+            self.ctx = torch.cuda.stream(self.s)
+        self.ctx.__enter__()
+        return self.s
+
+    def __exit__(self, *exc):
+        self.ctx.__exit__(*exc)
+        self.s.synchronize()
+        return False
+
+
+def device_params(devices) -> list:
+    """pytest params of devices, the CUDA ones marked ``gpu``."""
+    return [pytest.param(d, id=d.name, marks=[pytest.mark.gpu] if d.is_cuda else []) for d in devices]
+
+
+def use_device(device: Device) -> Device:
+    """The device, or a pytest skip saying why it cannot be used here."""
+    reason = device.unavailable()
+    if reason:
+        pytest.skip(reason)
+    return device
+
+
+CPU = Device("cpu", "numpy")
+#: The public API's devices: NumPy on the host, CuPy and torch on a GPU.
+DEVICES = [CPU, Device("cuda-cupy", "cupy"), Device("cuda-torch", "torch")]
+#: The torch ops' devices.
+TORCH_DEVICES = [Device("cpu", "torch"), Device("cuda-torch", "torch")]
+
+# ---- tolerances -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tol:
+    """rtol and atol of one comparison; ``tol(k)`` scales both (k terms summed, say)."""
+
+    rtol: float
+    atol: float
+
+    def __call__(self, factor: float = 1.0) -> dict:
+        return dict(rtol=self.rtol * factor, atol=self.atol * factor)
+
+
+# (rtol, atol) of a kernel result against a float64 reference, by device, by kind of result:
+# "values" are computed point by point (embedders, blending weights), "sums" are reductions
+# (mode products, the torch ops). The CUDA figures allow for the device's transcendental
+# functions and summation orders.
+_TOLERANCES = {
+    ("cpu", "values"): {np.float32: (2e-6, 1e-7), np.float64: (1e-12, 1e-13)},
+    ("cpu", "sums"): {np.float32: (2e-5, 2e-6), np.float64: (1e-12, 1e-13)},
+    ("cuda", "values"): {np.float32: (2e-5, 2e-6), np.float64: (1e-11, 1e-13)},
+    ("cuda", "sums"): {np.float32: (2e-5, 2e-6), np.float64: (1e-11, 1e-13)},
+}
+
+
+def tolerance(device: Device, dtype, kind: str = "values") -> Tol:
+    """The Tol of a ``kind`` ("values" or "sums") result of ``dtype`` computed on ``device``."""
+    dt = np_dtype(dtype).type
+    return Tol(*_TOLERANCES[("cuda" if device.is_cuda else "cpu", kind)][dt])
+
+
+def random_values(rng, shape, dtype, layout: str = "contiguous") -> np.ndarray:
+    """Standard normal values of a shape, constant along axis 0 for the broadcast layout."""
+    a = rng.standard_normal(shape).astype(dtype)
+    if layout == "broadcast" and a.size:
+        a = np.ascontiguousarray(np.broadcast_to(a[:1], a.shape))
+    return a
+
+
+# ---- mode-n products ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainCase:
+    """``multi_mode_product(T, matrices, modes)``: T of ``shape``, matrix j of shape
+    (rows[j], shape[modes[j]]); modes None means the default (0, 1, ...)."""
+
+    id: str
+    shape: tuple[int, ...]
+    modes: tuple[int, ...] | None
+    rows: tuple[int, ...]
+    layout: str = "contiguous"  # of T
+    mat_layouts: tuple[str, ...] = ()  # of each matrix (default contiguous)
+
+    @property
+    def chain_modes(self) -> tuple[int, ...]:
+        return tuple(range(len(self.rows))) if self.modes is None else self.modes
+
+    def host_inputs(self, rng, dtype):
+        """(T, matrices) as host arrays."""
+        T = random_values(rng, self.shape, dtype, self.layout)
+        mats = [rng.standard_normal((m, self.shape[k])).astype(dtype) for k, m in zip(self.chain_modes, self.rows)]
+        return T, mats
+
+    def device_inputs(self, device: Device, T, mats):
+        """(T, matrices) on the device, in the case's layouts."""
+        layouts = self.mat_layouts or ("contiguous",) * len(mats)
+        return device.view(T, self.layout), [device.view(a, lay) for a, lay in zip(mats, layouts)]
+
+
+# The chains the CPU planner must handle (each step kind at least once, test_mode_product.py).
+PLANNER_CHAINS = [
+    ("channels-last", (70, 90, 3), (0, 1), (40, 120)),  # rotations + output copy
+    ("channels-first", (3, 70, 90), (1, 2), (80, 50)),  # GEMMs straight into the output
+    ("middle", (40, 33, 65), (1,), (20,)),  # strided batch of GEMMs
+    ("middle-short", (64, 4, 64), (1,), (64,)),  # permuting copy first
+    ("expanding", (256, 128, 3), (0, 1), (512, 256)),  # channels last: input copy
+    ("cube-reversed-modes", (64, 64, 64), (2, 1, 0), (32, 64, 64)),
+    ("4d", (24, 20, 22, 2), (0, 1, 2), (30, 10, 25)),
+    ("5d-chosen-order", (9, 10, 11, 12, 2), (4, 0, 2), (3, 8, 13)),
+    ("6-modes-fixed-order", (5, 6, 4, 3, 2, 3), (0, 1, 2, 3, 4, 5), (2, 3, 4, 5, 6, 7)),
+    ("matrix-both", (128, 64), (1, 0), (100, 200)),
+    ("shrinking", (30, 30, 30, 2), (0, 1, 2), (4, 5, 6)),  # intermediates larger than the result
+    ("vector", (300,), (0,), (7,)),
+    ("greedy-planner", (2, 2, 2, 2, 2, 2, 2, 2, 2, 3), tuple(range(9)), (3,) * 9),
+]
+
+
+def mode_product_cases() -> Iterator[ChainCase]:
+    """Chains over shapes, layouts of T and of the matrices, extent-1 and empty axes."""
+    for name, shape, modes, rows in PLANNER_CHAINS:
+        for layout in ("contiguous", "fortran", "reversed"):
+            yield ChainCase(f"{name}-{layout}", shape, modes, rows, layout)
+    yield ChainCase("all-modes-default", (7, 5, 6), None, (4, 3, 2))
+    yield ChainCase("carried-channels", (7, 5, 6, 3), (1, 2), (9, 2))
+    yield ChainCase("carried-two-axes-default", (5, 6, 3, 2), None, (4, 7))
+    yield ChainCase("back", (2, 50, 40), (2,), (30,))
+    yield ChainCase("front", (50, 40, 2), (0,), (30,))
+    yield ChainCase("extent-1-axis", (9, 1, 8), None, (3, 4, 5))
+    yield ChainCase("matrix-default", (6, 5), None, (3, 2))
+    yield ChainCase("permuted-T-transposed-and-stepped-matrices", (8, 12, 10), (2, 0), (7, 6), "permuted",
+                    ("fortran", "stepped"))
+    yield ChainCase("stepped-T-and-matrices", (24, 20, 22, 2), (0, 1, 2), (30, 10, 25), "stepped",
+                    ("stepped", "fortran", "padded"))
+    yield ChainCase("padded-T", (40, 33, 65), (1, 2), (20, 9), "padded", ("padded", "contiguous"))
+    yield ChainCase("broadcast-T", (64, 4, 64), (1, 2), (64, 5), "broadcast")
+    yield ChainCase("reversed-matrices", (9, 8, 7), (1, 0), (5, 3), "reversed", ("reversed", "reversed"))
+    yield ChainCase("no-matrices-stepped", (5, 6), (), (), "stepped")
+    yield ChainCase("empty-carried-axis", (6, 0, 4), (0,), (3,))
+    yield ChainCase("zero-row-matrix", (6, 5, 4), (0, 1), (3, 0))
+    yield ChainCase("empty-contraction", (3, 0, 4), (0, 1), (2, 5))  # sums over an empty axis: zeros
+    yield ChainCase("zero-row-only", (3, 4), (0,), (0,))
+    yield ChainCase("empty-first-axis", (0, 2), (1,), (3,))
+    yield ChainCase("empty-stepped", (0, 3, 4), (2,), (2,), "stepped", ("stepped",))
+
+
+# ---- embedders ------------------------------------------------------------------------------------
+
+EMBEDDERS = [
+    kronpe.Gaussian(32, 0.03),
+    kronpe.Gaussian(64, 0.01),
+    kronpe.Gaussian(32, 0.02, margin=3),
+    kronpe.Gaussian(256, 0.0025, margin=2),  # narrow: the kernel evaluates a window of columns only
+    kronpe.Triangle(32),
+    kronpe.Triangle(48),
+    kronpe.Triangle(40, 0.07, margin=3),
+    kronpe.Rectangle(32, 0.05),
+    kronpe.Rectangle(40, 0.05),
+    kronpe.Rectangle(64, 1 / 64, margin=1),
+    kronpe.Impulse(16),
+    kronpe.Impulse(33),
+    kronpe.Impulse(16, margin=2),
+    kronpe.Sine(24, 2 * math.pi),
+    kronpe.Sine(16, 3.0),
+    kronpe.Square(16, 5.0),
+    kronpe.Square(24, 5.0, margin=1),
+    kronpe.Random(20, seed=7),
+    kronpe.Random(20, seed=3),
+    kronpe.BSpline(32),
+    kronpe.BSpline(24, order=3),
+    kronpe.BSpline(32, order=0, width=0.05),
+    kronpe.BSpline(32, order=2, width=0.04, margin=2),
+    kronpe.BSpline(200, order=3, margin=2),
+    kronpe.LinearFourier(16, 4.0),
+    kronpe.LinearFourier(32, 4.0),
+    kronpe.LogFourier(16, 5.0, amplitude_mod=2.0),
+    kronpe.LogFourier(32, 5.0),
+    kronpe.RandomFourier(32, 10.0, seed=3, frequency_mod=1.5),
+    kronpe.RandomFourier(32, 3.0, seed=2),
+    kronpe.NeRF(5),
+    kronpe.NeRF(6, include_input=True),
+    kronpe.NeRF(4, include_input=True, amplitude_mod=0.5, frequency_mod=2.5),
+    kronpe.Transformer(6, max_positions=1000),
+    kronpe.Transformer(8),
+]
+
+
+@dataclass(frozen=True)
+class EmbedCase:
+    """``embedder(x)`` for n coordinates (0, 1 and 0.5 first) in an x layout, written into a
+    caller's ``out`` of the given layout (None: the embedder allocates it)."""
+
+    id: str
+    embedder: Any
+    n: int
+    x_layout: str = "contiguous"
+    out_layout: str | None = None
+
+    def coords(self, rng, dtype) -> np.ndarray:
+        if self.x_layout == "broadcast":
+            return np.full(self.n, rng.random(), dtype=dtype)
+        return np.concatenate([[0.0, 1.0, 0.5], rng.random(self.n)])[: self.n].astype(dtype)
+
+
+# (id, n, x layout, out layout): each embedder meets every layout once, and an empty input
+_EMBED_VARIANTS = [
+    ("contiguous", 301, "contiguous", None),
+    ("x-stepped-out-transposed", 63, "stepped", "fortran"),
+    ("x-padded-out-padded", 63, "padded", "padded"),
+    ("x-reversed", 63, "reversed", None),
+    ("x-broadcast", 5, "broadcast", None),
+    ("empty", 0, "contiguous", None),
+]
+
+
+def embed_cases() -> Iterator[EmbedCase]:
+    """Every embedder family (and the variants that change the kernel's arguments) in every
+    layout of x and out, and empty."""
+    for emb in EMBEDDERS:
+        for vid, n, x_layout, out_layout in _EMBED_VARIANTS:
+            yield EmbedCase(f"{emb!r}-{vid}", emb, n, x_layout, out_layout)
+
+
+def out_view(device: Device, shape, dtype, layout: str):
+    """(out, outside): an output array of ``shape`` in a layout, and a function giving the host
+    values around it in the array it is a view of (filled with -7, so that stray writes show)."""
+    if layout == "padded":
+        full = device.put(np.full(tuple(shape[:-1]) + (shape[-1] + 3,), -7, dtype=dtype))
+        return full[..., 1 : 1 + shape[-1]], lambda: device.host(full)[..., [0, -2, -1]]
+    return device.view(np.full(shape, -7, dtype=dtype), layout), lambda: np.full(0, -7)
+
+
+# ---- blending matrix ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlendCase:
+    """``BlendingMatrix(points, grid, embedders, normalize)`` with P random points in [0, 1]^D
+    (some on the boundary), products with values of ``channels`` trailing axes."""
+
+    id: str
+    grid: tuple[int, ...]  # nodes per axis
+    embedders: Any  # one embedder for every axis, a list per axis, or None (linear)
+    P: int = 300
+    channels: tuple[int, ...] = (3,)
+    normalize: bool = True
+    nonuniform: tuple[int, ...] = ()  # axes with non-uniform node coordinates
+    points_dtype: Any = np.float64
+    points_layout: str = "contiguous"
+    values_layout: str = "contiguous"  # of v and r
+    grid_shaped: bool = False  # v of shape (M_1, ..., M_D, *channels)
+
+    @property
+    def D(self) -> int:
+        return len(self.grid)
+
+    def nodes(self):
+        """The grid argument: node counts, or node coordinates on the non-uniform axes."""
+        out = []
+        for i, m in enumerate(self.grid):
+            if i in self.nonuniform:
+                inner = np.sort(np.random.default_rng(100 + i).random(m - 2))
+                out.append(np.concatenate([[0.0], inner, [1.0]]))
+            else:
+                out.append(m)
+        return out
+
+    def axis_embedders(self) -> list:
+        return list(self.embedders) if isinstance(self.embedders, (list, tuple)) else [self.embedders] * self.D
+
+    def distances(self):
+        """Per axis, the distance a dense reference uses (None: linear)."""
+        return [None if e is None else e.distance for e in self.axis_embedders()]
+
+    def rules(self) -> tuple[str, ...]:
+        """The weight rule of each axis: the kernels' closed forms, or the embedder's distance
+        (B-splines: stored weights)."""
+        return tuple("linear" if e is None else "distance" if isinstance(e, kronpe.BSpline) else "kernel"
+                     for e in self.axis_embedders())
+
+    @property
+    def matrix_key(self) -> tuple:
+        """What the matrix depends on (cases that differ only in their values share it)."""
+        return (self.grid, repr(self.embedders), self.P, self.normalize, self.nonuniform, np.dtype(self.points_dtype).name)
+
+    def points(self) -> np.ndarray:
+        """(P, D) points of the case (the same for every device and dtype)."""
+        pts = np.random.default_rng(zlib.crc32(repr(self.matrix_key[2:]).encode())).random((self.P, self.D))
+        pts[:4] = 0.0
+        pts[4:8] = 1.0
+        return pts.astype(self.points_dtype)
+
+    def values(self, rng, dtype, G: int):
+        """(v, r): grid values and point values as host arrays."""
+        shape_v = (tuple(self.grid) if self.grid_shaped else (G,)) + self.channels
+        return (random_values(rng, shape_v, dtype, self.values_layout),
+                random_values(rng, (self.P,) + self.channels, dtype, self.values_layout))
+
+
+def blend_cases() -> Iterator[BlendCase]:
+    """Dimensions 1 to 3, every kernel rule, (non-)normalised, uniform and non-uniform nodes,
+    float32 points, channel counts, strided values and points, and empty inputs."""
+    kernels = [
+        ("gauss2", (17, 13), kronpe.Gaussian(16, 0.05)),
+        ("tri3", (6, 7, 5), kronpe.Triangle(6)),
+        ("linear2", (9, 9), None),
+        ("rect1", (40,), kronpe.Rectangle(39, 0.05)),
+        ("bspline2", (12, 10), kronpe.BSpline(11, order=3)),  # weights from the embedder's distance: stored
+    ]
+    for name, grid, emb in kernels:
+        for channels in [(), (3,), (11,)]:
+            yield BlendCase(f"{name}-c{'x'.join(map(str, channels))}", grid, emb, 500, channels)
+    for D in (1, 2, 3):
+        embs = tuple(kronpe.Gaussian(8, 0.08 + 0.02 * i) for i in range(D))
+        for normalize in (True, False):
+            yield BlendCase(f"nonuniform{D}-{'normalized' if normalize else 'raw'}", (5, 4, 3)[:D], embs, 40, (2,),
+                            normalize, nonuniform=(1,))
+        yield BlendCase(f"gauss{D}-many-points", (9, 7, 5)[:D], kronpe.Gaussian(8, 0.06), 1000, (2,))
+    yield BlendCase("float32-points", (8, 8), kronpe.Gaussian(8, 0.08), 200, points_dtype=np.float32)
+    yield BlendCase("float32-points-grid-shaped", (9, 11), kronpe.Gaussian(8, 0.1), 300, (2,),
+                    points_dtype=np.float32, grid_shaped=True)
+    yield BlendCase("grid-shaped-no-channels", (6, 7), kronpe.Gaussian(8, 0.08), 100, (), grid_shaped=True)
+    for layout in ("stepped", "fortran", "padded", "reversed"):
+        yield BlendCase(f"{layout}-points-and-values", (6, 7), kronpe.Gaussian(8, 0.08), 200, (3,),
+                        points_layout=layout, values_layout=layout)
+    yield BlendCase("grid-shaped-fortran", (6, 7), kronpe.Gaussian(8, 0.08), 200, (), values_layout="fortran",
+                    grid_shaped=True)
+    yield BlendCase("broadcast-values", (6, 7), kronpe.Gaussian(8, 0.08), 200, (3,), values_layout="broadcast")
+    yield BlendCase("no-points", (4, 5), kronpe.Gaussian(8, 0.1), 0, (3,))
+    yield BlendCase("no-points-no-channels", (4, 5), kronpe.Gaussian(8, 0.1), 0, ())
+    yield BlendCase("no-channel", (4, 4), None, 12, (0,))
+
+
+# ---- torch ops ------------------------------------------------------------------------------------
+
+
+class OpSample(NamedTuple):
+    """One call of a torch op: ``torch.ops.kronpe.<op>(*args)``. ``overlapping``: some input
+    has stride 0 (gradcheck cannot perturb it element by element)."""
+
+    id: str
+    op: str
+    args: tuple
+    overlapping: bool = False
+
+
+def torch_op_samples(device: str, requires_grad: bool, dtype=None) -> Iterator[OpSample]:
+    """Every op over shapes with carried axes, modes out of order, non-contiguous, broadcast and
+    empty inputs, on a torch device ("cpu" or "cuda"); float tensors are leaves of
+    ``requires_grad`` (non-contiguous ones stay non-contiguous)."""
+    import torch
+
+    dtype = dtype or torch.float64
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype).to(device)
+
+    def leaf(t):
+        return t.detach().requires_grad_(requires_grad)
+
+    # -- multi_mode_product(T, matrices, modes) --
+    mmp = "multi_mode_product"
+    yield OpSample("mmp-3d-two-modes", mmp, (leaf(rand(4, 5, 6)), [leaf(rand(3, 4)), leaf(rand(2, 6))], [0, 2]))
+    yield OpSample("mmp-carried-channels-out-of-order", mmp, (
+        leaf(rand(4, 5, 3)), [leaf(rand(6, 5)), leaf(rand(7, 4))], [1, 0]))
+    yield OpSample("mmp-all-modes-growing", mmp, (
+        leaf(rand(3, 2, 4)), [leaf(rand(5, 3)), leaf(rand(6, 2)), leaf(rand(2, 4))], [0, 1, 2]))
+    yield OpSample("mmp-noncontiguous", mmp, (
+        leaf(rand(6, 4, 5).permute(2, 0, 1)), [leaf(rand(5, 3).mT), leaf(rand(4, 8)[:, ::2])], [0, 2]))
+    yield OpSample("mmp-strided-slice", mmp, (leaf(rand(8, 6)[::2, 1:]), [leaf(rand(3, 10)[:, ::2])], [1]))
+    yield OpSample("mmp-matrix", mmp, (leaf(rand(4, 5)), [leaf(rand(3, 4))], [0]))
+    yield OpSample("mmp-broadcast", mmp, (leaf(rand(1, 5).expand(4, 5)), [leaf(rand(3, 1).expand(3, 4))], [0]), True)
+    yield OpSample("mmp-no-matrices", mmp, (leaf(rand(2, 3)), [], []))
+    yield OpSample("mmp-empty-contraction", mmp, (leaf(rand(0, 5)), [leaf(rand(3, 0))], [0]))
+    yield OpSample("mmp-empty-output-rows", mmp, (leaf(rand(4, 5)), [leaf(rand(0, 4))], [0]))
+    yield OpSample("mmp-empty-carried", mmp, (leaf(rand(4, 0, 2)), [leaf(rand(3, 4)), leaf(rand(5, 2))], [0, 2]))
+
+    # -- blend(values (G, C), indices (P, S), weights (P, S)) --
+    def plan(P, S, G):
+        idx = torch.randint(0, max(G, 1), (P, S), generator=g).to(device)
+        return idx, leaf(torch.rand(P, S, generator=g, dtype=dtype).to(device))
+
+    idx, w = plan(7, 4, 10)
+    yield OpSample("blend-basic", "blend", (leaf(rand(10, 3)), idx, w))
+    idx, w = plan(9, 8, 12)
+    yield OpSample("blend-noncontiguous-values", "blend", (leaf(rand(2, 12).mT), idx, w))
+    idx, w = plan(9, 2, 5)
+    yield OpSample("blend-noncontiguous-plan", "blend", (
+        leaf(rand(5, 1)), idx.mT.contiguous().mT, leaf(w.detach().mT.contiguous().mT)))
+    idx, w = plan(5, 4, 10)
+    yield OpSample("blend-broadcast-values", "blend", (leaf(rand(10, 1).expand(10, 3)), idx, w), True)
+    idx, w = plan(0, 4, 6)
+    yield OpSample("blend-no-points", "blend", (leaf(rand(6, 2)), idx, w))
+    idx, w = plan(5, 4, 6)
+    yield OpSample("blend-no-channels", "blend", (leaf(rand(6, 0)), idx, w))
+
+    # -- blend_transpose(rows (P, C), indices, weights, num_nodes) --
+    bt = "blend_transpose"
+    idx, w = plan(7, 4, 10)
+    yield OpSample("blendT-basic", bt, (leaf(rand(7, 3)), idx, w, 10))
+    idx, w = plan(11, 8, 9)
+    yield OpSample("blendT-noncontiguous-rows", bt, (leaf(rand(2, 11).mT), idx, w, 9))
+    idx, w = plan(5, 4, 10)
+    yield OpSample("blendT-broadcast-rows", bt, (leaf(rand(5, 1).expand(5, 3)), idx, w, 10), True)
+    idx, w = plan(0, 4, 6)
+    yield OpSample("blendT-no-points", bt, (leaf(rand(0, 2)), idx, w, 6))
+    idx, w = plan(0, 4, 0)
+    yield OpSample("blendT-empty-grid", bt, (leaf(rand(0, 2)), idx, w, 0))
+
+
+def torch_op_sample(device: str, sample_id: str, requires_grad: bool = False, dtype=None) -> OpSample:
+    """The sample of torch_op_samples with this id."""
+    for s in torch_op_samples(device, requires_grad, dtype):
+        if s.id == sample_id:
+            return s
+    raise KeyError(sample_id)
+
+
+def torch_dtype(dtype):
+    """The torch dtype of a NumPy float dtype."""
+    import torch
+
+    return {np.float32: torch.float32, np.float64: torch.float64}[np.dtype(dtype).type]
+
+
+def ids(cases: Sequence) -> list:
+    """The pytest ids of a list of cases."""
+    return [c.id for c in cases]
