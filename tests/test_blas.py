@@ -4,7 +4,7 @@ import pytest
 
 import kronpe
 from kronpe import _core, reference
-from kronpe._adapters.arrays import describe
+from kronpe._adapters.arrays import Array, describe
 
 
 def _gemm(a, b, ta, tb, alpha=1.0, beta=0.0, c=None):
@@ -46,9 +46,25 @@ def test_gemm_alpha_beta(rng):
 
 
 def test_gemm_bad_dtype():
+    x = np.zeros((1, 1))
+    a = Array(x.ctypes.data, (1, 1), (1, 1), "int32", -1, 0)  # a descriptor of the wrong dtype
     with pytest.raises(ValueError, match="dtype"):
-        a = describe(np.zeros((1, 1)))._replace(dtype="int32")
         _core.gemm(a, a, a)
+    with pytest.raises(ValueError, match="float32 or float64"):  # a NumPy array is its own
+        _core.gemm(np.zeros((1, 1), np.int32), x, x)
+
+
+def test_numpy_array_is_its_own_descriptor():
+    # the binding reads a NumPy array's buffer directly: strides in elements, any layout
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 4))[::2]  # every second row: a leading dimension of 8
+    b = rng.standard_normal((4, 5))
+    c = np.zeros((3, 5))
+    _core.gemm(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12)
+    odd = np.zeros(3, dtype=[("x", np.float64), ("y", np.int8)])["x"]  # strides of 9 bytes
+    with pytest.raises(ValueError, match="strides"):
+        _core.gemm(odd.reshape(3, 1), np.zeros((1, 1)), np.zeros((3, 1)))
 
 
 def test_core_stubs_cover_the_module():

@@ -480,11 +480,11 @@ def test_bad_out_and_delta():
 
 def test_core_rejects_bad_arguments():
     from kronpe import _core
-    from kronpe._adapters.arrays import Array, describe
+    from kronpe._adapters.arrays import Array, describe, host_array
 
     x = np.zeros(1)
     out = np.zeros((1, 1))
-    xa, oa = describe(x), describe(out)
+    xa, oa = host_array(x), host_array(out)
     with pytest.raises(ValueError, match="kind"):
         _core.embed_basis(xa, oa, "nope", 0, 1.0, 1.0, 3, 0)
     with pytest.raises(ValueError, match="positive"):

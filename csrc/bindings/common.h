@@ -3,8 +3,11 @@
 // in elements, dtype a NumPy name, device -1 for host memory or the CUDA ordinal, stream the
 // cudaStream_t as an integer (0 on the host). The Python adapters own the arrays and keep them
 // alive during the call. A value of the wrong Python type is refused by pybind11 (TypeError); a
-// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError).
+// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError). A host NumPy
+// array may stand for its own descriptor: the caster reads its buffer (address, shape, strides,
+// dtype) directly, which is what the adapters pass for NumPy arrays (no per-call Python work).
 #pragma once
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -91,12 +94,37 @@ void dispatch2(const std::string& dtype, const std::string& qdtype, F&& f) {
 
 }  // namespace kronpe::bindings
 
-// An Array from any Python tuple of six (kronpe._adapters.arrays.Array is a NamedTuple).
+// An Array from any Python tuple of six (kronpe._adapters.arrays.Array is a NamedTuple), or from
+// a NumPy array in host memory (its own descriptor).
 namespace pybind11::detail {
 template <>
 struct type_caster<kronpe::bindings::Array> {
   PYBIND11_TYPE_CASTER(kronpe::bindings::Array, const_name("kronpe._adapters.arrays.Array"));
+  bool load_numpy(const array& a) {
+    const char* names[] = {"float32", "float64", "int64", "uint8"};
+    const dtype kinds[] = {dtype::of<float>(), dtype::of<double>(), dtype::of<std::int64_t>(),
+                           dtype::of<std::uint8_t>()};
+    const auto item = static_cast<kronpe::index_t>(a.itemsize());
+    value.dtype = "";
+    for (int i = 0; i < 4; ++i)
+      if (a.dtype().is(kinds[i]) || a.dtype().equal(kinds[i])) value.dtype = names[i];
+    if (value.dtype.empty())
+      throw kronpe::ArgumentError("array must be float32 or float64, got " +
+                                  std::string(str(a.dtype())));
+    value.address = reinterpret_cast<std::uintptr_t>(a.data());
+    value.shape.assign(a.shape(), a.shape() + a.ndim());
+    value.strides.resize(static_cast<size_t>(a.ndim()));
+    for (ssize_t k = 0; k < a.ndim(); ++k) {
+      if (a.strides(k) % item != 0)
+        throw kronpe::ArgumentError("array has strides that are not a multiple of its item size");
+      value.strides[static_cast<size_t>(k)] = a.strides(k) / item;
+    }
+    value.device = -1;
+    value.stream = 0;
+    return true;
+  }
   bool load(handle src, bool convert) {
+    if (isinstance<array>(src)) return load_numpy(reinterpret_borrow<array>(src));
     if (!isinstance<tuple>(src)) return false;
     const auto t = reinterpret_borrow<tuple>(src);
     if (t.size() != 6) return false;

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Optional, Tuple
@@ -193,7 +192,7 @@ class Embedder:
         """The compiled embedder (host or CUDA, by where x lives) from descriptors x (N,) and
         out (N, K); ``workspace``: device scratch for the CUDA Fourier kernel."""
         kind, args = self._kernel_args()
-        cuda = x.on_device
+        cuda = _arrays.on_device(x)
         if kind == "basis":
             fn = _core.cuda_embed_basis if cuda else _core.embed_basis
             fn(x, out, args["kind"], args["first_index"], args["K_base"], args["param"],

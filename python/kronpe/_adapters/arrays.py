@@ -14,7 +14,7 @@ device, so that they are ordered with the caller's work like any CuPy or torch o
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -36,6 +36,15 @@ class Array(NamedTuple):
     @property
     def on_device(self) -> bool:
         return self.device >= 0
+
+
+#: What the bindings take for an array: an :class:`Array`, or a host NumPy array (its own).
+Descriptor = Union[Array, np.ndarray]
+
+
+def on_device(d: Descriptor) -> bool:
+    """Whether a descriptor is of device memory."""
+    return type(d) is Array and d.device >= 0
 
 
 def kind(x: Any) -> str:
@@ -100,14 +109,16 @@ def _element_strides(name: str, strides, item: int) -> Tuple[int, ...]:
     return tuple(s // item for s in strides)
 
 
-def describe(x: Any, name: str = "array") -> Array:
-    """The :class:`Array` of a NumPy array, a torch tensor (CPU or CUDA) or a CuPy array of
-    float32, float64 or int64 (indices). The caller keeps ``x`` alive while the core uses it."""
-    if type(x) is np.ndarray:  # the hot path: host arrays of the solvers
-        dt = _NUMPY_NAMES.get(x.dtype)
-        if dt is None:
+def describe(x: Any, name: str = "array") -> Descriptor:
+    """The :class:`Array` of a torch tensor (CPU or CUDA), a CuPy array or an array-like of
+    float32, float64 or int64 (indices); a NumPy array is its own descriptor (the bindings read
+    its buffer). The caller keeps ``x`` alive while the core uses a descriptor: it holds only an
+    address (``_core.f(describe(np.empty(n)))`` hands the core freed memory)."""
+    if type(x) is np.ndarray:  # the hot path: a host NumPy array is its own descriptor (the
+        # binding reads its buffer: address, shape, strides, dtype), and it stays alive with it
+        if x.dtype not in _NUMPY_NAMES:
             raise ValueError(f"{name} must be float32 or float64, got {x.dtype}")
-        return Array(x.ctypes.data, x.shape, _element_strides(name, x.strides, x.itemsize), dt, -1, 0)
+        return x
     k = kind(x)
     if k == "torch":
         dt = str(x.dtype)[6:]  # "torch.float32" -> "float32"
@@ -123,6 +134,15 @@ def describe(x: Any, name: str = "array") -> Array:
     if k == "numpy" or (k == "torch" and x.device.type == "cpu"):
         return Array(int(address), tuple(x.shape), strides, dt, -1, 0)
     return Array(int(address), tuple(x.shape), strides, dt, device_index(x), current_stream(x))
+
+
+def host_array(x: np.ndarray, name: str = "array") -> Array:
+    """The explicit :class:`Array` of a host NumPy array: what the bindings read from the array
+    itself (for tests and tools that edit a descriptor)."""
+    dt = _NUMPY_NAMES.get(x.dtype)
+    if dt is None:
+        raise ValueError(f"{name} must be float32 or float64, got {x.dtype}")
+    return Array(x.ctypes.data, x.shape, _element_strides(name, x.strides, x.itemsize), dt, -1, 0)
 
 
 # ---- device arrays (CuPy, CUDA torch) ------------------------------------------------------------

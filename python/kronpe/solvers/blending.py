@@ -42,7 +42,6 @@ embedder's distance function D. Decisions (documented once, here):
 from __future__ import annotations
 
 import copy
-import math
 import numbers
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -50,7 +49,7 @@ import numpy as np
 
 from .. import _core
 from .._adapters import arrays as _arrays, validate as _validate
-from .._adapters.arrays import like, to_numpy
+from .._adapters.arrays import like
 
 # Weight kinds of the compiled kernels (csrc/include/kronpe/blend.h, enum Kernel).
 LINEAR, GAUSSIAN, BSPLINE3, TRI, TRI_SQ = 0, 1, 2, 3, 4

@@ -11,7 +11,7 @@ from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._adapters import arrays as _arrays, validate as _validate
+from .._adapters import validate as _validate
 from ..data import grid_coords
 from ..embedders import Embedder, ShiftedBasis
 

@@ -44,7 +44,6 @@ not a gradient-descent approximation. How (decisions documented once, here):
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,7 +52,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._adapters import arrays as _arrays, validate as _validate
-from .._adapters.arrays import to_numpy
 from ..ops import multi_mode_product
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
 
