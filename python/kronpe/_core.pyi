@@ -1,24 +1,25 @@
 """Type stubs of kronpe's compiled core (csrc/bindings). Internal: the public API wraps it.
 
-Every array crosses as one :class:`kronpe._adapters.arrays.Array` descriptor (address, shape,
-strides in elements, dtype, device -1 or the CUDA ordinal, stream). A value of the wrong Python
+Every array crosses as one descriptor (:data:`kronpe._adapters.arrays.Descriptor`): an
+:class:`~kronpe._adapters.arrays.Array` tuple (address, shape, strides in elements, dtype,
+device -1 or the CUDA ordinal, stream), or a host NumPy array, whose buffer the binding reads. A value of the wrong Python
 type raises TypeError; a wrong value (dtype, rank, shape, device, a bad parameter) raises
 ValueError; a backend failure (BLAS, CUDA, a module built without CUDA) raises RuntimeError.
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from kronpe._adapters.arrays import Array
+from kronpe._adapters.arrays import Descriptor
 
 #: a grid axis of the blending kernels: (nodes, kind, param), nodes 1-D float64 host memory
-Axis = Tuple[Array, int, float]
+Axis = Tuple[Descriptor, int, float]
 
 def blas_ready() -> bool:
     """Whether set_blas was called."""
 
-def blend_axis_weights(axes: Sequence[Axis], normalize: bool, axis: int, q: Array, cell: Array, w0: Array, w1: Array) -> None:
+def blend_axis_weights(axes: Sequence[Axis], normalize: bool, axis: int, q: Descriptor, cell: Descriptor, w0: Descriptor, w1: Descriptor) -> None:
     """Per-axis cells and weight pairs of contiguous float64 coordinates (internal)."""
 
-def blend_fly(axes: Sequence[Axis], normalize: bool, points: Array, grid: Array, out: Array, threads: int = 0) -> None:
+def blend_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0) -> None:
     """out (P, C) = B grid (G, C), weights on the fly (internal)."""
 
 def blend_info(axes: Sequence[Axis]) -> Dict[str, Any]:
@@ -27,53 +28,53 @@ def blend_info(axes: Sequence[Axis]) -> Dict[str, Any]:
 def blend_layout(grid_size: int, span: int) -> Tuple[int, int]:
     """(nodes per slab, slabs) of the deterministic transpose (internal)."""
 
-def blend_plan_fly(axes: Sequence[Axis], points: Array, perm: Array, slab_ptr: Array, threads: int = 0) -> None:
+def blend_plan_fly(axes: Sequence[Axis], points: Descriptor, perm: Descriptor, slab_ptr: Descriptor, threads: int = 0) -> None:
     """Bucket the points by output slab for blend_transpose_fly (internal)."""
 
-def blend_plan_stored(indices: Array, grid_size: int, span: int, perm: Array, slab_ptr: Array, threads: int = 0) -> None:
+def blend_plan_stored(indices: Descriptor, grid_size: int, span: int, perm: Descriptor, slab_ptr: Descriptor, threads: int = 0) -> None:
     """Bucket stored rows by output slab for blend_transpose_stored (internal)."""
 
-def blend_stored(indices: Array, weights: Array, grid: Array, out: Array, threads: int = 0) -> None:
+def blend_stored(indices: Descriptor, weights: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0) -> None:
     """out (P, C) = B grid (G, C) from stored (indices, weights) (internal)."""
 
-def blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Array, values: Array, out: Array, threads: int = 0, perm: Optional[Array] = None, slab_ptr: Optional[Array] = None) -> None:
+def blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, values: Descriptor, out: Descriptor, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None) -> None:
     """out (G, C) = B^T values (P, C), weights on the fly, deterministic (internal)."""
 
-def blend_transpose_stored(indices: Array, weights: Array, values: Array, out: Array, span: int, threads: int = 0, perm: Optional[Array] = None, slab_ptr: Optional[Array] = None) -> None:
+def blend_transpose_stored(indices: Descriptor, weights: Descriptor, values: Descriptor, out: Descriptor, span: int, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None) -> None:
     """out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic (internal)."""
 
-def blend_weights(axes: Sequence[Axis], normalize: bool, points: Array, indices: Array, weights: Array, threads: int = 0) -> None:
+def blend_weights(axes: Sequence[Axis], normalize: bool, points: Descriptor, indices: Descriptor, weights: Descriptor, threads: int = 0) -> None:
     """Stored (indices, weights) of the points (internal)."""
 
 def build_info() -> Dict[str, Any]: ...
 
 def cuda_allow_tf32() -> bool: ...
 
-def cuda_blend_fly(axes: Sequence[Axis], normalize: bool, points: Array, grid: Array, out: Array, workspace: Optional[Array] = None) -> None:
+def cuda_blend_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, grid: Descriptor, out: Descriptor, workspace: Optional[Descriptor] = None) -> None:
     """out (P, C) = B grid (G, C) on the device, weights on the fly (internal)."""
 
 def cuda_blend_fly_workspace(axes: Sequence[Axis]) -> int:
     """Bytes of device workspace of an on-the-fly CUDA kernel (internal)."""
 
-def cuda_blend_plan_fly(axes: Sequence[Axis], points: Array, perm: Array, offsets: Array, workspace: Optional[Array] = None) -> None:
+def cuda_blend_plan_fly(axes: Sequence[Axis], points: Descriptor, perm: Descriptor, offsets: Descriptor, workspace: Optional[Descriptor] = None) -> None:
     """Plan of the deterministic transpose from device points (internal)."""
 
-def cuda_blend_plan_stored(indices: Array, grid_size: int, perm: Array, offsets: Array, workspace: Optional[Array] = None) -> None:
+def cuda_blend_plan_stored(indices: Descriptor, grid_size: int, perm: Descriptor, offsets: Descriptor, workspace: Optional[Descriptor] = None) -> None:
     """Plan of the deterministic transpose from stored device indices (internal)."""
 
 def cuda_blend_plan_workspace(points: int, nnz: int, grid_size: int) -> int:
     """Bytes of device workspace of a CUDA transpose plan (internal)."""
 
-def cuda_blend_stored(indices: Array, weights: Array, grid: Array, out: Array, workspace: Optional[Array] = None) -> None:
+def cuda_blend_stored(indices: Descriptor, weights: Descriptor, grid: Descriptor, out: Descriptor, workspace: Optional[Descriptor] = None) -> None:
     """out (P, C) = B grid (G, C) from stored (indices, weights) on the device (internal)."""
 
-def cuda_blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Array, values: Array, out: Array, perm: Optional[Array] = None, offsets: Optional[Array] = None, workspace: Optional[Array] = None) -> None:
+def cuda_blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, values: Descriptor, out: Descriptor, perm: Optional[Descriptor] = None, offsets: Optional[Descriptor] = None, workspace: Optional[Descriptor] = None) -> None:
     """out (G, C) = B^T values (P, C) on the device; with a plan (perm, offsets) deterministic, else atomic (internal)."""
 
-def cuda_blend_transpose_stored(indices: Array, weights: Array, values: Array, out: Array, perm: Optional[Array] = None, offsets: Optional[Array] = None, workspace: Optional[Array] = None) -> None:
+def cuda_blend_transpose_stored(indices: Descriptor, weights: Descriptor, values: Descriptor, out: Descriptor, perm: Optional[Descriptor] = None, offsets: Optional[Descriptor] = None, workspace: Optional[Descriptor] = None) -> None:
     """out (G, C) = B^T values (P, C) from stored (indices, weights) on the device (internal)."""
 
-def cuda_blend_weights(axes: Sequence[Axis], normalize: bool, points: Array, indices: Array, weights: Array, workspace: Optional[Array] = None) -> None:
+def cuda_blend_weights(axes: Sequence[Axis], normalize: bool, points: Descriptor, indices: Descriptor, weights: Descriptor, workspace: Optional[Descriptor] = None) -> None:
     """Stored (indices, weights) of device points (internal)."""
 
 def cuda_built() -> bool:
@@ -81,10 +82,10 @@ def cuda_built() -> bool:
 
 def cuda_device_count() -> int: ...
 
-def cuda_embed_basis(x: Array, out: Array, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
+def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 
-def cuda_embed_fourier(x: Array, out: Array, omega: Array, layout: str, include_input: bool, amplitude: float, workspace: Optional[Array] = None) -> None:
+def cuda_embed_fourier(x: Descriptor, out: Descriptor, omega: Descriptor, layout: str, include_input: bool, amplitude: float, workspace: Optional[Descriptor] = None) -> None:
     """The same on the device; omega stays a HOST array (uploaded on x's stream) (internal)."""
 
 def cuda_embed_fourier_workspace(F: int) -> int:
@@ -93,10 +94,10 @@ def cuda_embed_fourier_workspace(F: int) -> int:
 def cuda_info(load_cublas: bool = False) -> Dict[str, Any]:
     """CUDA runtime, driver and cuBLAS versions (internal)."""
 
-def cuda_multi_mode_product(src: Array, matrices: Sequence[Array], modes: Sequence[int], out: Array, any_layout: bool = False, workspace: Optional[Array] = None) -> List[int]:
+def cuda_multi_mode_product(src: Descriptor, matrices: Sequence[Descriptor], modes: Sequence[int], out: Descriptor, any_layout: bool = False, workspace: Optional[Descriptor] = None) -> List[int]:
     """out = src x_modes[0] matrices[0] ... on the device, enqueued on src's stream; returns the axis order written (internal)."""
 
-def cuda_multi_mode_workspace(src: Array, matrices: Sequence[Array], modes: Sequence[int], any_layout: bool = False) -> int:
+def cuda_multi_mode_workspace(src: Descriptor, matrices: Sequence[Descriptor], modes: Sequence[int], any_layout: bool = False) -> int:
     """Bytes of device workspace cuda_multi_mode_product needs (internal)."""
 
 def cuda_set_allow_tf32(allow: bool) -> None: ...
@@ -104,22 +105,22 @@ def cuda_set_allow_tf32(allow: bool) -> None: ...
 def cuda_set_cublas_paths(paths: Sequence[str]) -> None:
     """Candidate libcublas files, tried before the soname (internal)."""
 
-def cuda_strided_copy(src: Array, dst: Array) -> None:
+def cuda_strided_copy(src: Descriptor, dst: Descriptor) -> None:
     """dst[...] = src[...] over a strided box on the device, on src's stream (internal)."""
 
-def embed_basis(x: Array, out: Array, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
+def embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """out (n, K) = Psi(x) of a shifted-basis / impulse / random embedder (internal)."""
 
-def embed_fourier(x: Array, out: Array, omega: Array, layout: str, include_input: bool, amplitude: float) -> None:
+def embed_fourier(x: Descriptor, out: Descriptor, omega: Descriptor, layout: str, include_input: bool, amplitude: float) -> None:
     """out (n, 2F [+1]) = Fourier features of x; omega: F float64 host values (internal)."""
 
-def gemm(a: Array, b: Array, c: Array, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0) -> None:
+def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0) -> None:
     """c = alpha op(a) op(b) + beta c, row-major host matrices (internal)."""
 
 def mode_chain_plan(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False) -> str:
     """The planned steps of a mode-product chain, as text (internal)."""
 
-def multi_mode_product(src: Array, matrices: Sequence[Array], modes: Sequence[int], out: Array, any_layout: bool = False) -> List[int]:
+def multi_mode_product(src: Descriptor, matrices: Sequence[Descriptor], modes: Sequence[int], out: Descriptor, any_layout: bool = False) -> List[int]:
     """out = src x_modes[0] matrices[0] ... on the CPU. Returns the axis order in which out was written (C order unless any_layout) (internal, see kronpe.ops.multi_mode_product)."""
 
 def set_blas(sgemm: int, dgemm: int) -> None:
@@ -128,5 +129,5 @@ def set_blas(sgemm: int, dgemm: int) -> None:
 def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
     """Replace the planner's cost model (internal, for tuning)."""
 
-def strided_copy(src: Array, dst: Array) -> None:
+def strided_copy(src: Descriptor, dst: Descriptor) -> None:
     """dst[...] = src[...] over a strided box (internal)."""

@@ -19,6 +19,7 @@ order that cost least (``order="K"``, the default, as ``numpy.einsum`` does). Va
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -67,6 +68,8 @@ def _check_sizes(shape: Tuple[int, ...], mat_shapes, modes: Tuple[int, ...], ite
     for ms, k in zip(mat_shapes, modes):
         out[k] = int(ms[0])
         bound[k] = max(int(ms[0]), int(shape[k]))
+    if math.prod(bound) * itemsize <= _validate.NEVER_REFUSED:  # every step is small (bound >= out)
+        return
     hint = "the result of T x matrices is too large: multiply fewer rows or a smaller T"
     _validate.check_array_budget("T x matrices", out, itemsize, hint)
     _validate.check_array_budget("T x matrices", bound, itemsize, hint + " (an intermediate of the chain)")
@@ -157,12 +160,12 @@ def multi_mode_product(
 def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
     """The mode tuple of a valid chain (ValueError naming the argument otherwise), checked
     before the result is allocated."""
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(map(int, shape))
     if len(shape) < 1:
         raise ValueError(f"T must have at least one axis, got a {len(shape)}-D array")
     mode_tuple = _mode_list(modes, len(mat_shapes), len(shape))
     for j, (ms, k) in enumerate(zip(mat_shapes, mode_tuple)):
-        ms = tuple(int(n) for n in ms)
+        ms = tuple(map(int, ms))
         if len(ms) != 2:
             raise ValueError(f"matrices[{j}] must be 2-D (m, n), got shape {ms}")
         if ms[1] != shape[k]:

@@ -59,6 +59,8 @@ def kind(x: Any) -> str:
 
 def is_device(x: Any) -> bool:
     """True for a CuPy array or a CUDA torch tensor."""
+    if type(x) is np.ndarray:
+        return False
     k = kind(x)
     if k == "cupy":
         return hasattr(x, "data") and hasattr(x, "device")
@@ -122,18 +124,18 @@ def describe(x: Any, name: str = "array") -> Descriptor:
     k = kind(x)
     if k == "torch":
         dt = str(x.dtype)[6:]  # "torch.float32" -> "float32"
-        strides = tuple(x.stride())
-        address = x.data_ptr()
-    else:
-        x = np.asarray(x) if k == "numpy" else x
-        address = x.ctypes.data if k == "numpy" else x.data.ptr
-        dt = np.dtype(x.dtype).name
-        strides = _element_strides(name, x.strides, np.dtype(x.dtype).itemsize)
+        if dt not in _KERNEL_DTYPES:
+            raise ValueError(f"{name} must be float32 or float64, got {dt}")
+        where = (device_index(x), current_stream(x)) if x.is_cuda else (-1, 0)
+        return Array(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, *where)
+    x = np.asarray(x) if k == "numpy" else x
+    dt = np.dtype(x.dtype).name
     if dt not in _KERNEL_DTYPES:
         raise ValueError(f"{name} must be float32 or float64, got {dt}")
-    if k == "numpy" or (k == "torch" and x.device.type == "cpu"):
-        return Array(int(address), tuple(x.shape), strides, dt, -1, 0)
-    return Array(int(address), tuple(x.shape), strides, dt, device_index(x), current_stream(x))
+    if k == "numpy":
+        return x
+    strides = _element_strides(name, x.strides, np.dtype(x.dtype).itemsize)
+    return Array(int(x.data.ptr), tuple(x.shape), strides, dt, device_index(x), current_stream(x))
 
 
 def host_array(x: np.ndarray, name: str = "array") -> Array:
@@ -219,7 +221,7 @@ def logical_view(buf: Any, shape, axes) -> Any:
     if axes == sorted(axes):
         return buf
     phys = buf.reshape([int(shape[a]) for a in axes])
-    perm = [int(i) for i in np.argsort(axes)]
+    perm = sorted(range(len(axes)), key=axes.__getitem__)  # the inverse permutation
     return phys.permute(perm) if kind(buf) == "torch" else phys.transpose(perm)
 
 
