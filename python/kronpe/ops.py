@@ -138,23 +138,29 @@ def multi_mode_product(
         # float32 only when everything is float32; any other mix computes in float64
         all32 = dt.char == "f" and all(a.dtype.char == "f" for a in mats)
         dt = _F32 if all32 else _F64
-    t, mats, final = _unbroadcast(t, mats, mode_tuple)
-    _check_sizes(t.shape, [a.shape for a in mats], mode_tuple, dt.itemsize)
+    out = host_chain(t.astype(dt, copy=False), [a.astype(dt, copy=False) for a in mats], mode_tuple, order)
+    return out if template is t else _arrays.like(out, template)
+
+
+def host_chain(t: np.ndarray, mats: Sequence[np.ndarray], modes: Tuple[int, ...], order: str = "K") -> np.ndarray:
+    """The chain of :func:`multi_mode_product` on validated host operands: NumPy arrays of one
+    float dtype, ``modes`` a checked tuple (the solvers call this with what they checked once)."""
+    dt = t.dtype
+    t, mats, final = _unbroadcast(t, list(mats), modes)
+    _check_sizes(t.shape, [a.shape for a in mats], modes, dt.itemsize)
     if final is not None:
         _validate.check_array_budget("T x matrices", final, dt.itemsize, "the result is too large")
-    t = t.astype(dt, copy=False)
-    mats = [a.astype(dt, copy=False) for a in mats]
     out_shape = list(t.shape)
-    for a, k in zip(mats, mode_tuple):
+    for a, k in zip(mats, modes):
         out_shape[k] = a.shape[0]
     buf = np.empty(out_shape, dt)
     axes = _core.multi_mode_product(_arrays.describe(t, "T"),
                                     [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)],
-                                    list(mode_tuple), _arrays.describe(buf, "out"), order == "K")
+                                    list(modes), _arrays.describe(buf, "out"), order == "K")
     out = _arrays.logical_view(buf, out_shape, axes)
     if final is not None:
         out = np.array(np.broadcast_to(out, final), order="C" if order == "C" else "K")
-    return out if template is t else _arrays.like(out, template)
+    return out
 
 
 def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:

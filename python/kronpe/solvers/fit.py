@@ -51,7 +51,7 @@ import numpy as np
 
 from .._adapters import arrays as _arrays, validate as _validate
 from ..embedders import BSpline, Embedder
-from ..ops import multi_mode_product
+from ..ops import host_chain
 from .gcv import _GCVCurve, _search_widths
 from .grid import (
     Ridge,
@@ -127,7 +127,7 @@ class GridModel:
         for i, (c, e) in enumerate(zip(coords, self.embedders)):
             phis.append(np.asarray(e(c), dtype=np.float64).astype(dt, copy=False))
         # torch coordinates give a torch tensor back (NumPy in, NumPy out)
-        return _arrays.like(multi_mode_product(self.weights, phis, order="C"), template)
+        return _arrays.like(host_chain(self.weights, phis, tuple(range(self.ndim)), order="C"), template)
 
     def predict(self, points, chunk: int = 1 << 22) -> np.ndarray:
         """Values at scattered points, without any Kronecker product.
@@ -265,7 +265,8 @@ class GridPlan:
 
     def _project(self, S: np.ndarray) -> np.ndarray:
         """Z0 = S_padded x_i U_i^T, shape (r_1..r_D, *rest), in S's dtype (any dense layout)."""
-        return multi_mode_product(self._padded(S), self._factors(S.dtype, "Ut"))
+        mats = self._factors(S.dtype, "Ut")
+        return host_chain(self._padded(S), mats, tuple(range(len(mats))))
 
     def _products(self) -> np.ndarray:
         """The products s of singular values over the axes, shape (r_1, ..., r_D), cached."""
@@ -288,7 +289,8 @@ class GridPlan:
             return np.where(s > rcond * smax, 1.0 / s, 0.0).astype(dt)
 
     def _weights(self, Z: np.ndarray) -> np.ndarray:
-        return multi_mode_product(Z, self._factors(Z.dtype, "V"), order="C")
+        mats = self._factors(Z.dtype, "V")
+        return host_chain(Z, mats, tuple(range(len(mats))), order="C")
 
     def _curve(self, S: np.ndarray, Z0: np.ndarray) -> _GCVCurve:
         """The GCV curve of one signal S (N.., *channels) with projection Z0 (r.., *channels)."""
@@ -329,10 +331,15 @@ class GridPlan:
         """
         ridge = self.ridge if ridge is None else _ridge_arg(ridge)
         S = _signal_arg(signal, self.shape)
-        D = self.ndim
         nb = _validate.nonnegative_int("batch_axes", batch_axes)
-        if nb > S.ndim - D:
-            raise ValueError(f"batch_axes={nb} but the signal has only {S.ndim - D} axes after the grid axes")
+        if nb > S.ndim - self.ndim:
+            raise ValueError(f"batch_axes={nb} but the signal has only {S.ndim - self.ndim} axes after the grid axes")
+        return self._fit(S, ridge, nb)
+
+    def _fit(self, S: np.ndarray, ridge: Ridge, nb: int = 0) -> GridModel:
+        """The fit of a signal checked once (``_signal_arg``): float32/float64, finite, the plan's
+        grid shape; nothing here asks it again."""
+        D = self.ndim
         dt = S.dtype
         Z0 = self._project(S)
         if ridge != "gcv":
@@ -454,4 +461,4 @@ def fit_grid(
     S = _signal_arg(s, shape)
     if width == "gcv":
         plan = _search_widths(plan, S)
-    return plan.fit(S)
+    return plan._fit(S, plan.ridge)

@@ -52,7 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._adapters import arrays as _arrays, validate as _validate
-from ..ops import multi_mode_product
+from ..ops import host_chain
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
 
 __all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
@@ -72,7 +72,7 @@ class ConvergenceWarning(UserWarning):
 
 def _chain(T: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
     """T x_0 mats[0] x_1 mats[1] ... over the leading modes (trailing axes carried along)."""
-    return multi_mode_product(T, list(mats))
+    return host_chain(T, mats, tuple(range(len(mats))))
 
 
 # ---- the model ---------------------------------------------------------------------------------
