@@ -2,7 +2,7 @@
 
 CuPy arrays and CUDA torch tensors passed to kronpe's functions run on the GPU that holds them,
 on the caller's current stream, and come back as the same kind on the same device (see
-:mod:`kronpe._arrays`). This module answers what the installed kronpe can do there.
+:mod:`kronpe._adapters.arrays`). This module answers what the installed kronpe can do there.
 
 TF32: float32 mode-n products compute in full float32 by default (cuBLAS
 ``CUBLAS_COMPUTE_32F``). ``set_allow_tf32(True)`` lets cuBLAS use TF32 tensor cores (about 10

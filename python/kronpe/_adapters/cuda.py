@@ -1,7 +1,7 @@
 """The CUDA backend from Python (internal): cuBLAS discovery and calls into ``_core.cuda_*``.
 
 Used only when a CuPy array or a CUDA torch tensor reaches kronpe (CuPy and torch themselves are
-imported by :mod:`kronpe._arrays` when such an array arrives). Every function here takes device
+imported by :mod:`kronpe._adapters.arrays` when such an array arrives). Every function here takes device
 arrays, checks them, allocates results and scratch memory with the caller's library on the
 caller's device, and enqueues the kernels on the caller's current stream (no synchronisation,
 except the one transfer of (min, max) that validates coordinates).
@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from . import arrays as _arrays
+from . import arrays as _arrays, validate as _validate
 
 _NOT_BUILT = (
     "kronpe was built without CUDA: {what} got a GPU array. Reinstall kronpe where nvcc and the "
@@ -76,13 +76,10 @@ def check_same_device(template: Any, x: Any, name: str) -> None:
 
 
 def float_dtype(name: str, x: Any) -> str:
-    """float32 stays float32, float64 stays float64, integers/bools become float64."""
-    dt = np.dtype(_arrays.dtype_name(x))
-    if dt in (np.float32, np.float64):
-        return dt.name
-    if dt.kind in "biu":
-        return "float64"
-    raise ValueError(f"{name} must hold real numbers (float32 or float64), got dtype {dt}")
+    """float32 stays float32, float64 stays float64, other real dtypes become float64 (TypeError
+    for complex and non-numbers, as on the host)."""
+    dt = _validate.real_dtype(name, _arrays.dtype_name(x))
+    return dt.name if dt in (np.float32, np.float64) else "float64"
 
 
 def coords(name: str, x: Any, dtype: Optional[str] = None):
