@@ -112,10 +112,6 @@ def names(message: str, blame) -> bool:
 
 #: Cases the suite flags that are left as they are, with the reason (reported in the tally).
 KNOWN_UNCLEAR = {
-    "(margin: huge)": "the overflow error names x (the embedded coordinates), not margin",
-    "(margin: overflow)": "the overflow error names x (the embedded coordinates), not margin",
-    "mode_product(mode:": "an out-of-range axis is reported as modes (multi_mode_product's name)",
-    "fit_grid(embedders:": "a wrong number of embedders sets D; the error names the signal/coords shape",
     "(ridge: str)": "a string ridge other than the option is a wrong value of an allowed type (ValueError)",
     "fit_points(ridge: None)": "ridge=None is documented as 'auto'",
     "embedded_distance(embedder:": "a list is a wrong type here (TypeError is right; the mutation's label is off)",

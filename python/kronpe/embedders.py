@@ -173,8 +173,9 @@ class Embedder:
         """The compiled embedder on any finite float32/float64 x (no range check)."""
         width = self.K
         if out is None:
-            _validate.check_array_budget("x", (x.shape[0], width), x.dtype.itemsize,
-                                         f"embed fewer coordinates at once, or use a smaller K (K = {width})")
+            features = "K + 2 margin" if getattr(self, "margin", 0) else "K"
+            _validate.check_array_budget(f"x (N = {x.shape[0]}) x {features} (= {width})", (x.shape[0], width),
+                                         x.dtype.itemsize, "embed fewer coordinates at once, or use fewer features")
             out = np.empty((x.shape[0], width), dtype=x.dtype)
         else:
             if not isinstance(out, np.ndarray):
@@ -379,6 +380,7 @@ class ShiftedBasis(Embedder):
 
     def _init_shifted(self, K: int, margin: int) -> None:
         _set(self, K_base=_validate.positive_int("K", K), margin=_validate.nonnegative_int("margin", margin))
+        _validate.size_product("K and margin", (self.K, 8))  # the bytes of one row fit in int64
 
     def _init_value(self, name: str):
         return self.K_base if name == "K" else getattr(self, name)

@@ -210,4 +210,7 @@ def mode_product(T: Any, A: Any, mode: int, order: str = "K"):
     array, shape of ``T`` with n_mode replaced by m
     """
     _validate.integer("mode", mode)
+    ndim = len((T if _arrays.is_device(T) else _as_float("T", T)).shape)
+    if not -ndim <= mode < ndim:
+        raise ValueError(f"mode: axis {mode} is out of range for T with {ndim} axes")
     return multi_mode_product(T, [A], [mode], order=order)

@@ -163,10 +163,17 @@ def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
             raise ValueError(f"ndim={D} but the signal has only {len(signal_shape)} axes")
         return D
     if embedders is not None and not isinstance(embedders, Embedder):
-        return len(_validate.sequence("embedders", embedders, "kronpe embedders"))
-    if coords is not None:
-        return len(_coords_list(coords))
-    return _guess_ndim(signal_shape)
+        D, source = len(_validate.sequence("embedders", embedders, "kronpe embedders")), "embedders"
+    elif coords is not None:
+        D, source = len(_coords_list(coords)), "coords"
+    else:
+        return _guess_ndim(signal_shape)
+    if D == 0:
+        raise ValueError(f"{source} must hold one entry per grid axis, got none")
+    if D > len(signal_shape):
+        raise ValueError(f"{source} has {D} entries (one per grid axis) but the signal has only "
+                         f"{len(signal_shape)} axes (shape {tuple(signal_shape)})")
+    return D
 
 
 def _guess_ndim(shape: Tuple[int, ...]) -> int:
