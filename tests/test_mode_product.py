@@ -139,7 +139,7 @@ def test_errors_name_the_argument(device):
     "call, match, kind",
     [
         (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 5)), 1), r"matrices\[0\]", ValueError),
-        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 2), "modes", ValueError),
+        (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 2), "mode", ValueError),
         (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4)), 1.0), "mode", TypeError),
         (lambda: ops.mode_product(np.ones(()), np.ones((2, 1)), 0), "T", ValueError),
         (lambda: ops.mode_product(np.ones((3, 4)), np.ones((2, 4, 1)), 1), r"matrices\[0\]", ValueError),
