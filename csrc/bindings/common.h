@@ -92,6 +92,21 @@ void dispatch2(const std::string& dtype, const std::string& qdtype, F&& f) {
   dispatch1(dtype, [&](auto t) { dispatch1(qdtype, [&](auto q) { f(t, q); }); });
 }
 
+// The kernel call of an input and an output array of one dtype: `out` where `in` lives, the
+// typed pointers run(const T* in, T* out) with the GIL released.
+template <typename Run>
+void in_out_call(const Array& in, const char* in_name, const Array& out, const char* out_name,
+                 Run&& run) {
+  require_on(in.device, out, out_name);
+  dispatch1(in.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* ip = data<const T>(in, in_name);
+    T* op = data<T>(out, out_name);
+    py::gil_scoped_release release;
+    run(ip, op);
+  });
+}
+
 }  // namespace kronpe::bindings
 
 // An Array from any Python tuple of six (kronpe._adapters.arrays.Array is a NamedTuple), or from

@@ -9,24 +9,6 @@ using namespace kronpe;
 using bindings::Array;
 using bindings::OptArray;
 
-namespace {
-
-// Calls run(x pointer, out pointer) with the value type of x, GIL released (x and out checked
-// by embed_width).
-template <typename Run>
-void embed_call(const Array& x, const Array& out, Run run) {
-  bindings::require_on(x.device, out, "out");
-  bindings::dispatch1(x.dtype, [&](auto t) {
-    using T = decltype(t);
-    const T* xp = bindings::data<const T>(x, "x");
-    T* op = bindings::data<T>(out, "out");
-    py::gil_scoped_release release;
-    run(xp, op);
-  });
-}
-
-}  // namespace
-
 void register_embed(py::module_& m) {
   m.def(
       "embed_basis",
@@ -35,7 +17,7 @@ void register_embed(py::module_& m) {
         bindings::require_host(x, "x");
         const BasisParams p = bindings::basis_params(kind, bindings::embed_width(x, out),
                                                      first_index, K_base, param, degree, seed);
-        embed_call(x, out, [&](const auto* xp, auto* op) {
+        bindings::in_out_call(x, "x", out, "out", [&](const auto* xp, auto* op) {
           embed_basis(p, x.shape[0], xp, x.strides[0], op, out.strides[0], out.strides[1]);
         });
       },
@@ -49,7 +31,7 @@ void register_embed(py::module_& m) {
         const cuda::Context ctx = bindings::context(x, std::nullopt);
         const BasisParams p = bindings::basis_params(kind, bindings::embed_width(x, out),
                                                      first_index, K_base, param, degree, seed);
-        embed_call(x, out, [&](const auto* xp, auto* op) {
+        bindings::in_out_call(x, "x", out, "out", [&](const auto* xp, auto* op) {
           cuda::embed_basis(ctx, p, x.shape[0], xp, x.strides[0], op, out.strides[0],
                             out.strides[1]);
         });
@@ -65,7 +47,7 @@ void register_embed(py::module_& m) {
         const FourierParams p = bindings::fourier_params(omega, layout, include_input, amplitude);
         require(bindings::embed_width(x, out) == fourier_width(p),
                 "out must have " + std::to_string(fourier_width(p)) + " columns");
-        embed_call(x, out, [&](const auto* xp, auto* op) {
+        bindings::in_out_call(x, "x", out, "out", [&](const auto* xp, auto* op) {
           embed_fourier(p, x.shape[0], xp, x.strides[0], op, out.strides[0], out.strides[1]);
         });
       },
@@ -88,7 +70,7 @@ void register_embed(py::module_& m) {
         const FourierParams p = bindings::fourier_params(omega, layout, include_input, amplitude);
         require(bindings::embed_width(x, out) == fourier_width(p),
                 "out must have " + std::to_string(fourier_width(p)) + " columns");
-        embed_call(x, out, [&](const auto* xp, auto* op) {
+        bindings::in_out_call(x, "x", out, "out", [&](const auto* xp, auto* op) {
           cuda::embed_fourier(ctx, p, x.shape[0], xp, x.strides[0], op, out.strides[0],
                               out.strides[1]);
         });

@@ -56,12 +56,7 @@ template <typename Run>
 void copy_call(const Array& src, const Array& dst, Run run) {
   require(src.shape == dst.shape && src.dtype == dst.dtype,
           "strided_copy: src and dst differ in shape or dtype");
-  bindings::require_on(src.device, dst, "dst");
-  bindings::dispatch1(src.dtype, [&](auto t) {
-    using T = decltype(t);
-    const T* s = bindings::data<const T>(src, "src");
-    T* d = bindings::data<T>(dst, "dst");
-    py::gil_scoped_release release;
+  bindings::in_out_call(src, "src", dst, "dst", [&](const auto* s, auto* d) {
     run(src.ndim(), src.shape.data(), s, src.strides.data(), d, dst.strides.data());
   });
 }
