@@ -178,3 +178,44 @@ def test_points_fit_matches_dense(rng, D, order, mixed, dtype):
     assert m.weights.dtype == dtype
     _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
     assert m.info["converged"] and m.info["iterations"] > 0
+
+
+# ---- the defaults (kronpe.solvers.smooth) -------------------------------------------------------------
+
+
+def _smooth_image(n=64):
+    x = np.linspace(0, 1, n, endpoint=False)
+    img = np.sin(5 * x)[:, None] * np.cos(4 * x)[None, :] + x[:, None] ** 2
+    return np.stack([img, 1 - img], axis=-1).astype(np.float32)
+
+
+def test_default_masked_grid_fills_holes(rng):
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+    assert m.info["penalty"] == "DifferencePenalty(2, mixed=True)" and m.ridge > 0
+    assert m.weights.dtype == np.float32 and m.weights.shape == img.shape
+    pred = m.predict_grid(kronpe.data.grid_coords(img.shape[:2]))
+    err = np.sqrt(np.mean((pred[~mask] - img[~mask]) ** 2))
+    blur = np.sqrt(np.mean((img[~mask] - img[mask].mean()) ** 2))
+    assert err < 0.02 * blur  # a smooth signal is filled almost exactly
+
+
+def test_default_points_on_a_lattice(rng):
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    ij = np.argwhere(mask)
+    m = fit_points(ij / 64.0, img[mask])
+    assert all(e is None for e in m.embedders) and m.weights.shape == (65, 65, 2)
+    pred = m.predict(np.argwhere(~mask) / 64.0)
+    assert np.sqrt(np.mean((pred - img[~mask]) ** 2)) < 0.01
+    np.testing.assert_allclose(m.predict(ij / 64.0), img[mask], atol=0.02)  # close to the samples
+
+
+def test_lattice_detection():
+    from kronpe.solvers.smooth import lattice_grid
+
+    pts = np.array([[0.0, 0.25], [0.5, 0.75], [0.25, 0.5]])
+    nodes = lattice_grid(pts)
+    np.testing.assert_allclose(nodes[0], np.linspace(0, 1, 5))
+    assert lattice_grid(np.array([[0.1], [0.33], [0.5]])) is None

@@ -51,9 +51,9 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._adapters import arrays as _arrays, validate as _validate
-from ..embedders import BSpline, Embedder
+from ..embedders import BSpline, Embedder, Triangle
 from ..ops import multi_mode_product
-from . import penalised
+from . import penalised, smooth
 from .gcv import _GCVCurve, _search_widths
 from .penalty import DifferencePenalty, IdentityPenalty, penalty_arg
 from .points import ConvergenceWarning
@@ -449,6 +449,18 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
     return embs
 
 
+def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) -> GridModel:
+    """The default fit of a grid with holes (kronpe.solvers.smooth): Triangle(N_i) embedders
+    (the identity at the default coordinates), thin-plate penalty, DCT-preconditioned CG."""
+    S = _signal_arg(signal, shape, mask)
+    D = len(shape)
+    chans = S.shape[D:]
+    flat = S.reshape(shape + (-1,))
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), flat, None if ridge == "gcv" else float(ridge))
+    return GridModel(W.reshape(shape + chans).astype(S.dtype, copy=False), [Triangle(n) for n in shape], lam,
+                     info=info)
+
+
 def fit_grid(
     signal,
     embedders=None,
@@ -487,6 +499,8 @@ def fit_grid(
         Pseudo-inverse cutoff for ridge=0.
     mask : bool array (N_1, ..., N_D), optional
         True where the signal is observed; values elsewhere are ignored (NaN allowed there).
+        With no embedders, coords, pad or penalty: the default smooth fit of
+        :mod:`kronpe.solvers.smooth` (values at the samples, thin-plate penalty, lambda held out).
     penalty : DifferencePenalty, optional
         What the ridge weighs (default: ||W||^2); see ``GridPlan``.
     tol, maxiter : float, int
@@ -505,11 +519,14 @@ def fit_grid(
     shape = tuple(np.shape(s)[:D])
     if 0 in shape:
         raise ValueError(f"signal has an empty grid axis: shape {np.shape(s)}")
+    default_coords = coords is None
     coords = _coords_arg(coords, shape)
     if mask is not None:
         mask = _validate.bool_array("mask", mask, shape)
         if width is not None:
             raise ValueError("width='gcv' cannot be combined with a mask (GCV needs every sample)")
+        if embedders is None and penalty is None and default_coords and pad is None:
+            return _fit_smooth(s, shape, mask, _ridge_arg(ridge))
     if embedders is None:
         embedders = default_embedders(coords)
         pad = (_DEFAULT_PAD if mask is None else 0) if pad is None else pad

@@ -39,9 +39,12 @@ def cdot(a: Array, b: Array) -> Array:
 
 
 def pcg(apply: Callable[[Array], Array], precond: Callable[[Array], Array], rhs: Array, x0: Optional[Array],
-        tol: float, maxiter: int) -> Tuple[Array, int, Array]:
+        tol: float, maxiter: int, step_tol: float = 0.0) -> Tuple[Array, int, Array]:
     """Preconditioned CG on M x = rhs for every channel of rhs (..., C), vectorised.
 
+    ``step_tol > 0`` also stops once every channel's preconditioned residual ||P^-1 r_k|| (the
+    preconditioner's estimate of the error) is at most ``step_tol * ||x_k||``: for systems whose
+    residual says little about the error (interpolation with small lambda).
     Returns (x, iterations, relative residual per channel)."""
     bnorm = np.sqrt(cdot(rhs, rhs))
     safe = np.where(bnorm > 0, bnorm, 1.0)
@@ -65,6 +68,8 @@ def pcg(apply: Callable[[Array], Array], precond: Callable[[Array], Array], rhs:
         it += 1
         rel = np.sqrt(cdot(r, r)) / safe
         z = precond(r)
+        if step_tol > 0 and np.all(cdot(z, z) <= step_tol**2 * cdot(x, x)):
+            break
         rz_new = cdot(r, z)
         beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
         p = z + beta * p
@@ -172,11 +177,18 @@ class SeparablePreconditioner:
         if self.Q is not None:
             self._Qt = [np.ascontiguousarray(Q.T) for Q in self.Q]
 
+    def _inverse(self, dtype) -> Array:
+        if self.inv_d.dtype != dtype:
+            self.inv_d = self.inv_d.astype(dtype)
+        return self.inv_d
+
     def __call__(self, r: Array) -> Array:
         if self.dct:
             from scipy.fft import dctn, idctn
 
             axes = list(range(self.D))
-            return idctn(dctn(r, type=2, axes=axes, norm="ortho") * self.inv_d, type=2, axes=axes, norm="ortho")
-        t = multi_mode_product(r, self._Qt) * self.inv_d
+            t = dctn(r, type=2, axes=axes, norm="ortho", workers=-1)
+            t *= self._inverse(t.dtype)
+            return idctn(t, type=2, axes=axes, norm="ortho", workers=-1)
+        t = multi_mode_product(r, self._Qt) * self._inverse(r.dtype)
         return multi_mode_product(t, self.Q)

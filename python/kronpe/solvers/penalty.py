@@ -9,7 +9,7 @@ with them the penalty is the thin-plate energy f_xx^2 + 2 f_xy^2 + f_yy^2 and no
 prefers the grid's axes. Decisions (documented once, here):
 
 - **Products with R** never form a matrix: D_i is ``numpy.diff`` along axis i and D_i^T its
-  adjoint, ``(-1)^q diff(pad(y, q zeros at each end), q)``, both O(size).
+  adjoint, q + 1 shifted in-place additions of binomial multiples, both O(size).
 - **Short axes**: an axis with K_i <= q has no q-th differences (D_i has 0 rows): it is not
   penalised (R's null space holds every polynomial of degree < q along each axis).
 - **Per-axis spectra** for the preconditioners (``axis_terms``): the penalty is a sum of
@@ -20,6 +20,7 @@ prefers the grid's axes. Decisions (documented once, here):
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -88,13 +89,15 @@ class DifferencePenalty:
         q = self.order
         for i in range(ndim):
             if W.shape[i] > q:  # a shorter axis has no q-th differences
-                out += _diff_adjoint(np.diff(W, n=q, axis=i), q, i)
+                _add_adjoint(out, np.diff(W, n=q, axis=i), q, i)
         if self.mixed:
             long = [i for i in range(ndim) if W.shape[i] > 1]
             for a, i in enumerate(long):
                 di = np.diff(W, axis=i)
                 for j in long[a + 1:]:
-                    out += 2.0 * _diff_adjoint(_diff_adjoint(np.diff(di, axis=j), 1, j), 1, i)
+                    t = np.zeros_like(di)
+                    _add_adjoint(t, np.diff(di, axis=j), 1, j, 2.0)
+                    _add_adjoint(out, t, 1, i)
         return out
 
     def energy(self, W: np.ndarray, ndim: int) -> np.ndarray:
@@ -103,12 +106,21 @@ class DifferencePenalty:
         return np.sum(W * self.apply(W, ndim), axis=axes)
 
 
-def _diff_adjoint(y: np.ndarray, q: int, axis: int) -> np.ndarray:
-    """D^T y along ``axis`` (y has K - q entries there; K - q may be 0)."""
-    widths = [(0, 0)] * y.ndim
-    widths[axis] = (q, q)
-    out = np.diff(np.pad(y, widths), n=q, axis=axis)
-    return -out if q % 2 else out
+def _add_adjoint(out: np.ndarray, d: np.ndarray, q: int, axis: int, scale: float = 1.0) -> None:
+    """out += scale * D_q^T d along ``axis`` (d has K - q entries there), in place:
+    (D_q^T d)[k] = sum_j c_j d[k - j], c_j = (-1)^(q - j) binom(q, j)."""
+    n = d.shape[axis]
+    for j in range(q + 1):
+        c = scale * (-1) ** (q - j) * math.comb(q, j)
+        sl = [slice(None)] * out.ndim
+        sl[axis] = slice(j, j + n)
+        view = out[tuple(sl)]
+        if c == 1.0:
+            view += d
+        elif c == -1.0:
+            view -= d
+        else:
+            view += c * d
 
 
 class IdentityPenalty:

@@ -54,7 +54,7 @@ import numpy as np
 from .._adapters import arrays as _arrays, validate as _validate
 from ..ops import multi_mode_product
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
-from . import penalised
+from . import penalised, smooth
 from .krylov import cdot, pcg, sweep_ridges
 from .penalty import DifferencePenalty, penalty_arg
 
@@ -88,7 +88,8 @@ class PointModel:
     Attributes
     ----------
     weights : array (K_1, ..., K_D, *channels)
-    embedders : tuple of D embedders
+    embedders : tuple of D embedders, or of D Nones (the default model: weights on the grid nodes,
+        blended multilinearly)
     grid_coords : tuple of D node arrays of the virtual grid
     ridge : float, the lambda used
     info : dict
@@ -118,6 +119,8 @@ class PointModel:
     @property
     def grid_values(self) -> np.ndarray:
         """The model on its virtual grid, V = W x_i Psi(g_i): (M_1, ..., M_D, *channels)."""
+        if self._grid_values is None and all(e is None for e in self.embedders):
+            self._grid_values = self.weights  # the default model: the weights are the grid's values
         if self._grid_values is None:
             D = self.ndim
             W = self.weights.reshape(self.weights.shape[:D] + (-1,)).astype(np.float64)
@@ -318,7 +321,9 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         points runs on their GPU.
     values : array (P,) or (P, *channels)
     embedders : embedder, list of D embedders, or None
-        None chooses Gaussians from the sampling density (module docstring).
+        None chooses Gaussians from the sampling density (module docstring); with nothing else
+        given either (grid, ridge, penalty) and points on a lattice (pixels, voxels), the default
+        smooth fit of :mod:`kronpe.solvers.smooth` (thin-plate penalty on the lattice's values).
     grid : shape or list of node arrays, optional
         The virtual grid (default: K_base + 1 nodes per axis over [0, 1]).
     ridge : float >= 0 or "auto"
@@ -355,6 +360,11 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         raise ValueError("points must hold at least one point, got P = 0")
     vals, channels = _values(values, pts.shape[0])
     D = pts.shape[1]
+    lattice = None
+    if embedders is None and grid is None and pen is None and lam_arg is None:
+        lattice = smooth.lattice_grid(pts.astype(np.float64))
+    if lattice is not None:
+        return _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0)
     if embedders is None:
         embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
     else:
@@ -414,6 +424,18 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     )
     return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize, vals.dtype, channels,
                    t0, info["preconditioner"])
+
+
+def _fit_smooth(pts, vals, channels, nodes, normalize, threads, t0) -> PointModel:
+    """The default fit of points on a lattice (kronpe.solvers.smooth): every point on a node."""
+    B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
+    s = vals.reshape(pts.shape[0], -1).astype(np.float32)
+    shape = B.grid_shape
+    counts = B.rmatvec(np.ones(B.shape[0])).reshape(shape)
+    rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None)
+    return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
+                   info["preconditioner"])
 
 
 def _finish(W: np.ndarray, lam: float, info: Dict[str, Any], embs, nodes, normalize: bool, dtype, channels,
