@@ -15,6 +15,7 @@ from .ops import mode_product, multi_mode_product  # noqa: E402
 from .solvers.blending import BlendingMatrix  # noqa: E402
 from .solvers.points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
 from .solvers.fit import GridModel, GridPlan, fit_grid  # noqa: E402
+from .solvers.penalty import DifferencePenalty  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 
 __version__ = _core.build_info()["version"]
@@ -69,6 +70,7 @@ __all__ = [
     "fit_grid",
     "GridPlan",
     "GridModel",
+    "DifferencePenalty",
     # scattered points
     "BlendingMatrix",
     "fit_points",

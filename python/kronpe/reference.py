@@ -280,3 +280,72 @@ def fit_points(points: np.ndarray,  # (P, D)
     s_aug = np.vstack([s, np.zeros((n, s.shape[1]))])
     W, *_ = np.linalg.lstsq(A_aug, s_aug, rcond=None)
     return W.reshape(tuple(e.K for e in embedders) + values.shape[1:])
+
+
+# ---- difference penalties ------------------------------------------------------------------
+
+
+def difference_matrix(K: int, order: int) -> np.ndarray:
+    """The (K - order, K) matrix of order-th differences, row by row from binomial coefficients."""
+    from math import comb
+
+    D = np.zeros((max(K - order, 0), K))
+    for r in range(D.shape[0]):
+        for j in range(order + 1):
+            D[r, r + j] = (-1) ** (order - j) * comb(order, j)
+    return D
+
+
+def penalty_matrix(Ks, order: int, mixed: bool = False) -> np.ndarray:
+    """R = sum_i I (x) .. D_i^T D_i .. (x) I [+ 2 sum_{i<j} .. D1_i^T D1_i .. D1_j^T D1_j ..], dense."""
+    def kron_at(factors):
+        out = np.ones((1, 1))
+        for K, f in zip(Ks, factors):
+            out = np.kron(out, np.eye(K) if f is None else f)
+        return out
+
+    grams = {q: [difference_matrix(K, q).T @ difference_matrix(K, q) for K in Ks] for q in (1, order)}
+    D = len(Ks)
+    R = sum(kron_at([grams[order][i] if j == i else None for j in range(D)]) for i in range(D))
+    if mixed:
+        for i in range(D):
+            for j in range(i + 1, D):
+                R = R + 2.0 * kron_at([grams[1][k] if k in (i, j) else None for k in range(D)])
+    return R
+
+
+def penalised_solve(A: np.ndarray, y: np.ndarray, ridge: float, R: np.ndarray) -> np.ndarray:
+    """w solving (A^T A + ridge R) w = A^T y densely (y (n,) or (n, C)), least squares if singular."""
+    A = np.asarray(A, np.float64)
+    y = np.asarray(y, np.float64)
+    w, *_ = np.linalg.lstsq(A.T @ A + ridge * R, A.T @ y, rcond=None)
+    return w
+
+
+def grid_penalised_fit(signal, phis, ridge: float, order: int, mixed: bool = False, mask=None) -> np.ndarray:
+    """W (K_1..K_D, *channels) of the penalised grid fit, densely; ``mask`` (N..) True = observed."""
+    D = len(phis)
+    S = np.asarray(signal, dtype=np.float64)
+    A = kron_matrix(phis)
+    y = S.reshape(A.shape[0], -1)
+    if mask is not None:
+        keep = np.asarray(mask, bool).ravel()
+        A, y = A[keep], y[keep]
+    Ks = [p.shape[1] for p in phis]
+    w = penalised_solve(A, y, ridge, penalty_matrix(Ks, order, mixed))
+    return w.reshape(tuple(Ks) + S.shape[D:])
+
+
+def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: int, mixed: bool = False,
+                         normalize: bool = True) -> np.ndarray:
+    """W of the penalised scattered fit, densely; ``embedders=None``: W is the grid's values,
+    blended multilinearly."""
+    values = np.asarray(values, dtype=np.float64)
+    D = len(nodes)
+    dists = [None] * D if embedders is None else [e.distance for e in embedders]
+    A = blend_matrix(points, nodes, dists, normalize)
+    if embedders is not None:
+        A = A @ kron_matrix([np.asarray(e(np.asarray(n, np.float64)), np.float64) for e, n in zip(embedders, nodes)])
+    Ks = [len(n) for n in nodes] if embedders is None else [e.K for e in embedders]
+    w = penalised_solve(A, values.reshape(values.shape[0], -1), ridge, penalty_matrix(Ks, order, mixed))
+    return w.reshape(tuple(Ks) + values.shape[1:])

@@ -143,6 +143,21 @@ def real_array(name: str, x) -> np.ndarray:
     return arr
 
 
+def bool_array(name: str, x, shape: Sequence[int]) -> np.ndarray:
+    """A NumPy bool array of exactly ``shape`` (TypeError for another dtype, ValueError for
+    another shape)."""
+    if x is None or isinstance(x, (str, bytes, dict, set, numbers.Number)):
+        raise TypeError(f"{name} must be a boolean array of shape {tuple(shape)}, got {describe(x)}")
+    from . import arrays
+
+    arr = x if isinstance(x, np.ndarray) else arrays.to_numpy(x, name)
+    if arr.dtype != np.bool_:
+        raise TypeError(f"{name} must be a boolean array (True = observed), got dtype {arr.dtype}")
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} (the signal's grid), got {arr.shape}")
+    return arr
+
+
 def float_dtype(name: str, arr: np.ndarray, default=np.float64) -> np.dtype:
     """float32 stays float32, float64 stays float64; integers and bools go to ``default``."""
     dt = real_dtype(name, arr.dtype)

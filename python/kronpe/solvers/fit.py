@@ -44,15 +44,19 @@ axes are channels of one signal (one shared ridge). ``fit_grid`` fits one signal
 from __future__ import annotations
 
 import math
+import warnings
 
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._adapters import arrays as _arrays, validate as _validate
-from ..embedders import BSpline, Embedder
+from ..embedders import BSpline, Embedder, Triangle
 from ..ops import host_chain
+from . import penalised, smooth
 from .gcv import _GCVCurve, _search_widths
+from .penalty import DifferencePenalty, IdentityPenalty, penalty_arg
+from .points import ConvergenceWarning
 from .grid import (
     Ridge,
     _Axis,
@@ -87,11 +91,15 @@ class GridModel:
         The ridge used (an array over the batch axes when a batch was fitted with GCV).
     embedders : list of Embedder
     gcv : float, np.ndarray or None
-        The GCV score at ``ridge`` (None when the ridge was given).
+        The GCV score at ``ridge`` (None when the ridge was given or not chosen by GCV).
+    info : dict
+        Of the iterative fits (penalty or mask): ``iterations``, ``residual``, ``converged``,
+        ``data_residual``, ``rho``, ``penalty``, and the held-out lambda search (last batch entry).
     """
 
-    def __init__(self, weights: np.ndarray, embedders: Sequence[Embedder], ridge, gcv=None):
+    def __init__(self, weights: np.ndarray, embedders: Sequence[Embedder], ridge, gcv=None, info=None):
         self.weights = weights
+        self.info = {} if info is None else info
         self.embedders = list(embedders)
         self.ridge = ridge
         self.gcv = gcv
@@ -195,6 +203,11 @@ class GridPlan:
         keeps the slope at the ends. This steadies the model between the last sample and the
         edge of the domain. Needs shifted-basis embedders, and no more padding than the margin
         (padded samples beyond the outermost centres cannot be fitted and mislead GCV).
+    penalty : DifferencePenalty, optional
+        What the ridge weighs (None: ||W||^2, the closed form above). A difference penalty, or a
+        ``mask`` given to ``.fit``, is solved by preconditioned CG (module docstring).
+    tol, maxiter : float, int
+        Relative residual at which that CG stops (default 1e-10), and its iteration limit.
     """
 
     def __init__(
@@ -204,6 +217,9 @@ class GridPlan:
         ridge: Ridge = "gcv",
         rcond: Optional[float] = None,
         pad: int = 0,
+        penalty: Optional[DifferencePenalty] = None,
+        tol: float = 1e-10,
+        maxiter: Optional[int] = None,
     ):
         coords = _coords_list(coords)
         if not coords:
@@ -222,6 +238,9 @@ class GridPlan:
         self.rcond = None if rcond is None else _validate.nonnegative_float("rcond", rcond)
         pad = _validate.nonnegative_int("pad", pad)
         self.pads = tuple(min(pad, n - 1) for n in shape)
+        self.penalty = penalty_arg(penalty)
+        self.tol = _validate.positive_float("tol", tol)
+        self.maxiter = None if maxiter is None else _validate.positive_int("maxiter", maxiter)
         self._axes = [_Axis.factor(e, c, p) for e, c, p in zip(self.embedders, self.coords, self.pads)]
         self._cast = {}
 
@@ -313,7 +332,7 @@ class GridPlan:
             raise ValueError("ridges must be non-negative finite numbers")
         return self._curve(S, self._project(S))(ridges).reshape(ridges.shape)
 
-    def fit(self, signal, ridge: Optional[Ridge] = None, batch_axes: int = 0) -> GridModel:
+    def fit(self, signal, ridge: Optional[Ridge] = None, batch_axes: int = 0, mask=None) -> GridModel:
         """Fit weights to ``signal`` of shape (N_1, ..., N_D, *channels, *batch).
 
         Parameters
@@ -324,22 +343,30 @@ class GridPlan:
             Overrides the plan's ridge.
         batch_axes : int
             How many trailing axes index independent signals (each its own GCV ridge).
+        mask : bool array (N_1, ..., N_D), optional
+            True where the signal is observed; values elsewhere are ignored (NaN allowed).
 
         Returns
         -------
         GridModel
         """
         ridge = self.ridge if ridge is None else _ridge_arg(ridge)
-        S = _signal_arg(signal, self.shape)
+        if mask is not None:
+            mask = _validate.bool_array("mask", mask, self.shape)
+            if any(self.pads):
+                raise ValueError("pad must be 0 with a mask (reflected samples of missing values are unknown)")
+        S = _signal_arg(signal, self.shape, mask)
         nb = _validate.nonnegative_int("batch_axes", batch_axes)
         if nb > S.ndim - self.ndim:
             raise ValueError(f"batch_axes={nb} but the signal has only {S.ndim - self.ndim} axes after the grid axes")
-        return self._fit(S, ridge, nb)
+        return self._fit(S, ridge, nb, mask)
 
-    def _fit(self, S: np.ndarray, ridge: Ridge, nb: int = 0) -> GridModel:
-        """The fit of a signal checked once (``_signal_arg``): float32/float64, finite, the plan's
-        grid shape; nothing here asks it again."""
+    def _fit(self, S: np.ndarray, ridge: Ridge, nb: int = 0, mask: Optional[np.ndarray] = None) -> GridModel:
+        """The fit of a signal checked once (``_signal_arg``): float32/float64, finite where
+        observed, the plan's grid shape; nothing here asks it again."""
         D = self.ndim
+        if self.penalty is not None or mask is not None:
+            return self._fit_penalised(S, ridge, nb, mask)
         dt = S.dtype
         Z0 = self._project(S)
         if ridge != "gcv":
@@ -360,10 +387,33 @@ class GridPlan:
             Z[idx] = Z0[idx] * f.reshape(f.shape + (1,) * (Z0.ndim - D - nb))
         return GridModel(self._weights(Z), self.embedders, lams, scores)
 
+    def _fit_penalised(self, S: np.ndarray, ridge: Ridge, nb: int, mask: Optional[np.ndarray]) -> GridModel:
+        """CG on (A^T A + ridge R) w = A^T s (kronpe.solvers.penalised), one solve per batch entry."""
+        D = self.ndim
+        system = penalised.GridSystem([a.U * a.s @ a.V.T for a in self._axes], self.K, mask)
+        pen = self.penalty if self.penalty is not None else IdentityPenalty()
+        lam_arg = None if ridge == "gcv" else float(ridge)
+        Sp = self._padded(S)
+        batch = Sp.shape[Sp.ndim - nb:]
+        chans = Sp.shape[D:Sp.ndim - nb]
+        W = np.empty(self.K + chans + batch, S.dtype)
+        lams = np.empty(batch)
+        for b in np.ndindex(*batch):
+            Sb = Sp[(Ellipsis,) + b]
+            y = system.samples(Sb.reshape(Sb.shape[:D] + (-1,)).astype(np.float64))
+            w, lams[b], info = penalised.fit(system, y, pen, lam_arg, self.tol, self.maxiter)
+            if not info["converged"]:
+                warnings.warn(f"fit_grid: conjugate gradients stopped at maxiter={info['maxiter']} with relative "
+                              f"residual {info['residual']:.3g} > tol={info['tol']:g}; raise maxiter or ridge",
+                              ConvergenceWarning, stacklevel=3)
+            W[(Ellipsis,) + b] = w.reshape(self.K + chans)
+        return GridModel(W, self.embedders, lams if nb else float(lams[()]), info=info)
+
     def _with_embedders(self, embedders: Sequence[Embedder]) -> "GridPlan":
         """The same plan with other embedders (same coordinates, ridge, cutoff and padding)."""
         new = object.__new__(GridPlan)
         new.coords, new.ridge, new.rcond, new.pads = self.coords, self.ridge, self.rcond, self.pads
+        new.penalty, new.tol, new.maxiter = self.penalty, self.tol, self.maxiter
         new.embedders = list(embedders)
         new._axes = [_Axis.factor(e, c, p) for e, c, p in zip(new.embedders, self.coords, self.pads)]
         new._cast = {}
@@ -406,6 +456,18 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
     return embs
 
 
+def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) -> GridModel:
+    """The default fit of a grid with holes (kronpe.solvers.smooth): Triangle(N_i) embedders
+    (the identity at the default coordinates), thin-plate penalty, DCT-preconditioned CG."""
+    S = _signal_arg(signal, shape, mask)
+    D = len(shape)
+    chans = S.shape[D:]
+    flat = S.reshape(shape + (-1,))
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), flat, None if ridge == "gcv" else float(ridge))
+    return GridModel(W.reshape(shape + chans).astype(S.dtype, copy=False), [Triangle(n) for n in shape], lam,
+                     info=info)
+
+
 def fit_grid(
     signal,
     embedders=None,
@@ -415,6 +477,10 @@ def fit_grid(
     width: Optional[str] = None,
     pad: Optional[int] = None,
     rcond: Optional[float] = None,
+    mask=None,
+    penalty: Optional[DifferencePenalty] = None,
+    tol: float = 1e-10,
+    maxiter: Optional[int] = None,
 ) -> GridModel:
     """Fit a signal sampled on a grid in closed form.
 
@@ -438,6 +504,14 @@ def fit_grid(
         Padding in samples per end (``GridPlan``); default 2 with embedders=None, else 0.
     rcond : float, optional
         Pseudo-inverse cutoff for ridge=0.
+    mask : bool array (N_1, ..., N_D), optional
+        True where the signal is observed; values elsewhere are ignored (NaN allowed there).
+        With no embedders, coords, pad or penalty: the default smooth fit of
+        :mod:`kronpe.solvers.smooth` (values at the samples, thin-plate penalty, lambda held out).
+    penalty : DifferencePenalty, optional
+        What the ridge weighs (default: ||W||^2); see ``GridPlan``.
+    tol, maxiter : float, int
+        Of the conjugate gradients that solve fits with a penalty or a mask (``GridPlan``).
 
     Returns
     -------
@@ -452,12 +526,21 @@ def fit_grid(
     shape = tuple(np.shape(s)[:D])
     if 0 in shape:
         raise ValueError(f"signal has an empty grid axis: shape {np.shape(s)}")
+    default_coords = coords is None
     coords = _coords_arg(coords, shape)
+    if mask is not None:
+        mask = _validate.bool_array("mask", mask, shape)
+        if width is not None:
+            raise ValueError("width='gcv' cannot be combined with a mask (GCV needs every sample)")
+        if embedders is None and penalty is None and default_coords and pad is None:
+            return _fit_smooth(s, shape, mask, _ridge_arg(ridge))
     if embedders is None:
         embedders = default_embedders(coords)
-        pad = _DEFAULT_PAD if pad is None else pad
+        pad = (_DEFAULT_PAD if mask is None else 0) if pad is None else pad
     plan = GridPlan(coords, _embedders_arg(embedders, D), ridge=_ridge_arg(ridge), rcond=rcond,
-                    pad=0 if pad is None else pad)
+                    pad=0 if pad is None else pad, penalty=penalty, tol=tol, maxiter=maxiter)
+    if mask is not None:
+        return plan.fit(s, mask=mask)
     S = _signal_arg(s, shape)
     if width == "gcv":
         plan = _search_widths(plan, S)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -60,7 +60,9 @@ def _embedders_arg(embedders, ndim: int) -> List[Embedder]:
     return embs
 
 
-def _signal_arg(signal, shape: Sequence[int]) -> np.ndarray:
+def _signal_arg(signal, shape: Sequence[int], mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """The signal as float32/float64, finite where ``mask`` is True (everywhere without a mask);
+    with a mask its unobserved values become 0 (on a copy)."""
     s = _validate.real_array("signal", signal)
     D = len(shape)
     if s.ndim < D:
@@ -76,8 +78,11 @@ def _signal_arg(signal, shape: Sequence[int]) -> np.ndarray:
     _validate.check_array_budget("signal", s.shape, 3 * np.dtype(dt).itemsize,
                                  "the signal and the fit's work arrays: fit a smaller signal")
     s = s.astype(dt, copy=False)
-    _validate.finite("signal", s)
-    return s
+    if mask is None:
+        _validate.finite("signal", s)
+        return s
+    _validate.finite("signal (where mask is True)", s[mask])
+    return np.where(mask.reshape(mask.shape + (1,) * (s.ndim - D)), s, 0).astype(dt, copy=False)
 
 
 # ---- per-axis factorisation --------------------------------------------------------------------

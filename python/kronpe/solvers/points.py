@@ -54,6 +54,9 @@ import numpy as np
 from .._adapters import arrays as _arrays, validate as _validate
 from ..ops import host_chain
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
+from . import penalised, smooth
+from .krylov import cdot, pcg, sweep_ridges
+from .penalty import DifferencePenalty, penalty_arg
 
 __all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
 
@@ -85,7 +88,8 @@ class PointModel:
     Attributes
     ----------
     weights : array (K_1, ..., K_D, *channels)
-    embedders : tuple of D embedders
+    embedders : tuple of D embedders, or of D Nones (the default model: weights on the grid nodes,
+        blended multilinearly)
     grid_coords : tuple of D node arrays of the virtual grid
     ridge : float, the lambda used
     info : dict
@@ -115,6 +119,8 @@ class PointModel:
     @property
     def grid_values(self) -> np.ndarray:
         """The model on its virtual grid, V = W x_i Psi(g_i): (M_1, ..., M_D, *channels)."""
+        if self._grid_values is None and all(e is None for e in self.embedders):
+            self._grid_values = self.weights  # the default model: the weights are the grid's values
         if self._grid_values is None:
             D = self.ndim
             W = self.weights.reshape(self.weights.shape[:D] + (-1,)).astype(np.float64)
@@ -261,47 +267,13 @@ def _problem(B: BlendingMatrix, embs: Sequence[Any], dtype=np.float64) -> _Probl
     return _Problem(B, US, Vt, np.asarray(s2), rho, np.dtype(dtype))
 
 
-def _cdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per-channel inner products of two (..., C) arrays: (C,)."""
-    C = a.shape[-1]
-    return np.einsum("ic,ic->c", a.reshape(-1, C), b.reshape(-1, C))
-
-
 def _pcg(prob: _Problem, rhs: np.ndarray, lam: float, x0: Optional[np.ndarray], tol: float,
          maxiter: int, precise: bool = False) -> Tuple[np.ndarray, int, np.ndarray]:
     """Preconditioned CG on (A^T A + lam I) z = rhs, channel by channel (vectorised).
 
     Returns (z, iterations, relative residual per channel)."""
-    C = rhs.shape[-1]
     minv = (1.0 / (prob.rho * prob.s2 + lam))[..., None]
-    bnorm = np.sqrt(_cdot(rhs, rhs))
-    safe = np.where(bnorm > 0, bnorm, 1.0)
-    if x0 is None:
-        x = np.zeros_like(rhs)
-        r = rhs.copy()
-    else:
-        x = x0.copy()
-        r = rhs - prob.normal(x, lam, precise)
-    rel = np.sqrt(_cdot(r, r)) / safe
-    z = minv * r
-    p = z.copy()
-    rz = _cdot(r, z)
-    it = 0
-    while it < maxiter and np.any((rel > tol) & (bnorm > 0)):
-        Ap = prob.normal(p, lam, precise)
-        pAp = _cdot(p, Ap)
-        alpha = np.where(pAp > 0, rz / np.where(pAp > 0, pAp, 1.0), 0.0)
-        x += alpha * p
-        r -= alpha * Ap
-        it += 1
-        rel = np.sqrt(_cdot(r, r)) / safe
-        z = minv * r
-        rz_new = _cdot(r, z)
-        beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
-        p = z + beta * p
-        rz = rz_new
-    x[..., bnorm == 0] = 0.0
-    return x, it, np.where(bnorm > 0, rel, 0.0)
+    return pcg(lambda p: prob.normal(p, lam, precise), lambda r: minv * r, rhs, x0, tol, maxiter)
 
 
 def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: int,
@@ -321,29 +293,9 @@ def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: i
         pred = Bho.matvec(_chain(x, prob.US).reshape(Bho.grid_size, -1))
         return float(np.mean((pred - s_ho) ** 2))
 
-    lams, errs, sols = [], [], []
-    x = None
-    for k in AUTO_EXPONENTS:  # largest first, each solve warm-started from the previous one
-        lam = scale * 10.0 ** (-k)
-        x, _, _ = _pcg(prob, rhs, lam, x, ctol, maxiter)
-        lams.append(lam)
-        errs.append(holdout_error(x))
-        sols.append(x)
-        if len(errs) >= 3 and errs[-1] > errs[-2] > errs[-3]:
-            break  # the held-out error has risen twice: the minimum is behind
-    k = int(np.argmin(errs))
-    best = lams[k]
-    if 0 < k < len(lams) - 1:  # one parabolic step in log lambda through the three best
-        y0, y1, y2 = errs[k - 1], errs[k], errs[k + 1]
-        denom = y0 - 2 * y1 + y2
-        if denom > 0:
-            step = float(np.clip(0.5 * (y0 - y2) / denom, -0.5, 0.5))  # decades towards smaller lambda
-            cand = lams[k] * 10.0 ** (-step)
-            x2, _, _ = _pcg(prob, rhs, cand, sols[k], ctol, maxiter)
-            lams.append(cand)
-            errs.append(holdout_error(x2))
-            if errs[-1] < errs[k]:
-                best = cand
+    solve = lambda lam, x: _pcg(prob, rhs, lam, x, ctol, maxiter)[0]  # noqa: E731
+    best, lams, errs = sweep_ridges(solve, holdout_error, [scale * 10.0 ** (-k) for k in AUTO_EXPONENTS],
+                                    10.0)
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 
 
@@ -357,7 +309,8 @@ def _sorted_matrix(points, nodes, embs, normalize, threads) -> Tuple[BlendingMat
 
 def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, str, None] = "auto",
                tol: float = 1e-6, maxiter: Optional[int] = None, normalize: bool = True,
-               outside: str = "error", threads: Optional[int] = None) -> PointModel:
+               outside: str = "error", threads: Optional[int] = None,
+               penalty: Optional[DifferencePenalty] = None) -> PointModel:
     """Exact ridge fit of scattered samples with a complex encoding (MATH.md 3.3).
 
     Parameters
@@ -368,7 +321,9 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         points runs on their GPU.
     values : array (P,) or (P, *channels)
     embedders : embedder, list of D embedders, or None
-        None chooses Gaussians from the sampling density (module docstring).
+        None chooses Gaussians from the sampling density (module docstring); with nothing else
+        given either (grid, ridge, penalty) and points on a lattice (pixels, voxels), the default
+        smooth fit of :mod:`kronpe.solvers.smooth` (thin-plate penalty on the lattice's values).
     grid : shape or list of node arrays, optional
         The virtual grid (default: K_base + 1 nodes per axis over [0, 1]).
     ridge : float >= 0 or "auto"
@@ -381,6 +336,9 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         ConvergenceWarning is issued when it is reached first.
     normalize, outside, threads
         As in BlendingMatrix.
+    penalty : DifferencePenalty, optional
+        What lambda weighs: None is the identity (lambda ||W||^2, solved in the SVD basis above);
+        a difference penalty is solved in K-space (:mod:`kronpe.solvers.penalised`).
 
     Returns
     -------
@@ -393,6 +351,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
     threads = _validate.threads("threads", threads) or None
     lam_arg = _ridge_arg(ridge)
+    pen = penalty_arg(penalty)
     tol = _validate.positive_float("tol", tol)
     if maxiter is not None:
         maxiter = _validate.positive_int("maxiter", maxiter)
@@ -401,6 +360,11 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         raise ValueError("points must hold at least one point, got P = 0")
     vals, channels = _values(values, pts.shape[0])
     D = pts.shape[1]
+    lattice = None
+    if embedders is None and grid is None and pen is None and lam_arg is None:
+        lattice = smooth.lattice_grid(pts.astype(np.float64))
+    if lattice is not None:
+        return _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0)
     if embedders is None:
         embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
     else:
@@ -415,8 +379,13 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     s = vals.reshape(pts.shape[0], -1).astype(np.float64)
 
     B, order = _sorted_matrix(pts, nodes, embs, normalize, threads)
-    prob = _problem(B, embs, np.float32 if tol >= MIXED_PRECISION_TOL else np.float64)
     s_sorted = np.ascontiguousarray(s[order])
+    if pen is not None:
+        system = penalised.PointSystem(B, [np.asarray(e(g), np.float64) for e, g in zip(embs, nodes)])
+        z, lam, info = penalised.fit(system, s_sorted, pen, lam_arg, tol, maxiter)
+        return _finish(z, lam, info, embs, nodes, normalize, vals.dtype, channels, t0,
+                       "the separable sum-form preconditioner (kronpe.solvers.krylov)")
+    prob = _problem(B, embs, np.float32 if tol >= MIXED_PRECISION_TOL else np.float64)
     if maxiter is None:
         maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
     scale = prob.rho * float(prob.s2.max())
@@ -431,11 +400,11 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         lam = lam_arg
     rhs = prob.adjoint(s_sorted, precise=True)
     z, it, rel = _pcg(prob, rhs, lam, None, tol, maxiter)
-    bn = np.sqrt(_cdot(rhs, rhs))
+    bn = np.sqrt(cdot(rhs, rhs))
 
     def true_residual(z):  # of the normal equations, in float64 (not CG's recursive one)
         res = rhs - prob.normal(z, lam, precise=True)
-        return np.sqrt(_cdot(res, res)) / np.where(bn > 0, bn, 1.0)
+        return np.sqrt(cdot(res, res)) / np.where(bn > 0, bn, 1.0)
 
     true_rel = true_residual(z)
     refined = 0
@@ -453,14 +422,34 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         preconditioner="diag(rho s^2 + lambda) in the per-axis SVD basis", rho=prob.rho,
         products=np.dtype(prob.dtype).name, float64_iterations=int(refined),
     )
-    if not converged:
+    return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize, vals.dtype, channels,
+                   t0, info["preconditioner"])
+
+
+def _fit_smooth(pts, vals, channels, nodes, normalize, threads, t0) -> PointModel:
+    """The default fit of points on a lattice (kronpe.solvers.smooth): every point on a node."""
+    B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
+    s = vals.reshape(pts.shape[0], -1).astype(np.float32)
+    shape = B.grid_shape
+    counts = B.rmatvec(np.ones(B.shape[0])).reshape(shape)
+    rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None)
+    return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
+                   info["preconditioner"])
+
+
+def _finish(W: np.ndarray, lam: float, info: Dict[str, Any], embs, nodes, normalize: bool, dtype, channels,
+            t0: float, preconditioner: str) -> PointModel:
+    """The PointModel of weights W (K..., C), after a ConvergenceWarning when CG stopped early."""
+    info["preconditioner"] = preconditioner
+    if not info["converged"]:
         warnings.warn(
-            f"fit_points: conjugate gradients stopped at maxiter={maxiter} with relative residual "
-            f"{float(rel.max()):.3g} > tol={tol:g}; raise maxiter or ridge",
-            ConvergenceWarning, stacklevel=2,
+            f"fit_points: conjugate gradients stopped at maxiter={info['maxiter']} with relative residual "
+            f"{info['residual']:.3g} > tol={info['tol']:g}; raise maxiter or ridge",
+            ConvergenceWarning, stacklevel=3,
         )
-    W = _chain(z, [vt.T for vt in prob.Vt])  # (K_1, ..., K_D, C)
-    W = W.reshape(W.shape[:D] + channels).astype(vals.dtype, copy=False)
+    D = len(nodes)
+    W = W.reshape(W.shape[:D] + channels).astype(dtype, copy=False)
     info["seconds"] = time.perf_counter() - t0
     return PointModel(weights=W, embedders=tuple(embs), grid_coords=tuple(nodes), ridge=float(lam), info=info,
                       normalize=normalize)

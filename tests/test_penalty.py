@@ -1,0 +1,221 @@
+"""Difference penalties (kronpe.DifferencePenalty) and the penalised fits against dense solves of
+(A^T A + ridge R) w = A^T y (kronpe.reference), on full grids, grids with holes and scattered points."""
+import numpy as np
+import pytest
+
+import kronpe
+from kronpe import DifferencePenalty, Gaussian, GridPlan, Triangle, fit_grid, fit_points, reference
+
+SHAPES = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
+ORDERS = [(1, False), (2, False), (2, True), (3, False)]
+
+
+def _grid_problem(rng, D, dtype=np.float64, channels=(2,)):
+    shape, Ks = SHAPES[D]
+    coords = [np.sort(rng.uniform(0, 1, n)) for n in shape]
+    embs = [Gaussian(K, 1.0 / K, margin=1) for K in Ks]
+    S = rng.standard_normal(shape + channels).astype(dtype)
+    return coords, embs, S, [np.asarray(e(c), np.float64) for e, c in zip(embs, coords)]
+
+
+def _close(W, ref, rtol):
+    np.testing.assert_allclose(W, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+
+
+# ---- the penalty -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_matrix_is_the_difference_matrix(order):
+    P = DifferencePenalty(order)
+    for K in (1, order, order + 1, 7):
+        D = P.matrix(K)
+        assert D.shape == (max(K - order, 0), K)
+        np.testing.assert_array_equal(D, reference.difference_matrix(K, order))
+    # rows annihilate polynomials of degree < order
+    x = np.arange(7.0)
+    for deg in range(order):
+        np.testing.assert_allclose(P.matrix(7) @ x**deg, 0, atol=1e-9)
+    assert np.abs(P.matrix(7) @ x**order).min() > 0
+
+
+@pytest.mark.parametrize("order,mixed", ORDERS)
+@pytest.mark.parametrize("Ks", [(6,), (5, 4), (4, 1, 3)])
+def test_apply_matches_dense_kronecker_sum(rng, order, mixed, Ks):
+    P = DifferencePenalty(order, mixed)
+    W = rng.standard_normal(tuple(Ks) + (2,))
+    R = reference.penalty_matrix(Ks, order, mixed)
+    np.testing.assert_allclose(P.apply(W, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
+    np.testing.assert_allclose(P.energy(W, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
+                                                               W.reshape(-1, 2)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("args,exc,name", [
+    ((0,), ValueError, "order"), ((4,), ValueError, "order"), (("2",), TypeError, "order"),
+    ((2.0,), TypeError, "order"), ((1, True), ValueError, "mixed"), ((2, "yes"), TypeError, "mixed"),
+])
+def test_bad_penalty_arguments(args, exc, name):
+    with pytest.raises(exc, match=name):
+        DifferencePenalty(*args)
+
+
+def test_bad_matrix_size():
+    with pytest.raises(ValueError, match="K"):
+        DifferencePenalty(2).matrix(0)
+    with pytest.raises(TypeError, match="K"):
+        DifferencePenalty(2).matrix(3.5)
+
+
+def test_exported():
+    assert "DifferencePenalty" in kronpe.__all__ and kronpe.DifferencePenalty is DifferencePenalty
+    assert repr(DifferencePenalty(2, mixed=True)) == "DifferencePenalty(2, mixed=True)"
+
+
+# ---- grid fits -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("order,mixed", ORDERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_grid_fit_matches_dense(rng, D, order, mixed, dtype):
+    coords, embs, S, phis = _grid_problem(rng, D, dtype)
+    m = fit_grid(S, embs, coords, ridge=0.1, penalty=DifferencePenalty(order, mixed))
+    ref = reference.grid_penalised_fit(S.astype(np.float64), phis, 0.1, order, mixed)
+    assert m.weights.dtype == dtype and m.weights.shape == ref.shape
+    _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
+    assert m.info["converged"] and m.info["iterations"] > 0 and m.ridge == 0.1
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("order,mixed", ORDERS)
+def test_masked_grid_fit_matches_dense(rng, D, order, mixed):
+    coords, embs, S, phis = _grid_problem(rng, D)
+    mask = rng.random(S.shape[:D]) < 0.6
+    S[~mask] = np.nan  # ignored
+    m = fit_grid(S, embs, coords, ridge=0.05, penalty=DifferencePenalty(order, mixed), mask=mask)
+    ref = reference.grid_penalised_fit(np.nan_to_num(S), phis, 0.05, order, mixed, mask)
+    _close(m.weights, ref, 1e-6)
+
+
+def test_masked_ridge_matches_closed_form(rng):
+    """All samples observed, identity penalty: the CG path gives the closed-form ridge fit."""
+    coords, embs, S, phis = _grid_problem(rng, 2)
+    full = fit_grid(S, embs, coords, ridge=0.3)
+    masked = fit_grid(S, embs, coords, ridge=0.3, mask=np.ones(S.shape[:2], bool))
+    _close(masked.weights, full.weights, 1e-7)
+
+
+def test_penalty_none_is_the_ridge(rng):
+    coords, embs, S, _ = _grid_problem(rng, 2)
+    np.testing.assert_array_equal(fit_grid(S, embs, coords, ridge=0.2, penalty=None).weights,
+                                  fit_grid(S, embs, coords, ridge=0.2).weights)
+
+
+def test_plan_with_penalty_and_batches(rng):
+    coords, embs, S, phis = _grid_problem(rng, 2, channels=(2, 3))
+    plan = GridPlan(coords, embs, ridge=0.1, penalty=DifferencePenalty(2))
+    m = plan.fit(S, batch_axes=1)
+    for b in range(3):
+        ref = reference.grid_penalised_fit(S[..., b], phis, 0.1, 2)
+        _close(m.weights[..., b], ref, 1e-6)
+
+
+def test_grid_auto_ridge_with_penalty(rng):
+    """ridge="gcv" with a penalty chooses lambda on held-out samples: a smooth signal with noise."""
+    x = np.linspace(0, 1, 40, endpoint=False)
+    S = np.sin(4 * x)[:, None] * np.cos(3 * x)[None, :] + 0.05 * rng.standard_normal((40, 40))
+    m = fit_grid(S, Triangle(40), ridge="gcv", penalty=DifferencePenalty(2))
+    assert m.ridge > 0 and len(m.info["ridge_candidates"]) >= 3
+    truth = np.sin(4 * x)[:, None] * np.cos(3 * x)[None, :]
+    assert np.sqrt(np.mean((m.predict_grid([x, x]) - truth) ** 2)) < 0.05 * 0.7
+
+
+# ---- masks: named errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask,exc,match", [
+    (np.ones((9, 7), bool), ValueError, "mask must have shape"),
+    (np.ones((9, 8)), TypeError, "mask must be a boolean array"),
+    ("all", TypeError, "mask must be a boolean array"),
+])
+def test_bad_masks(rng, mask, exc, match):
+    coords, embs, S, _ = _grid_problem(rng, 2)
+    with pytest.raises(exc, match=match):
+        fit_grid(S, embs, coords, ridge=0.1, mask=mask)
+
+
+def test_nan_where_observed_is_named(rng):
+    coords, embs, S, _ = _grid_problem(rng, 2)
+    mask = np.ones(S.shape[:2], bool)
+    S[3, 4, 0] = np.nan
+    with pytest.raises(ValueError, match="signal .*where mask is True.* finite"):
+        fit_grid(S, embs, coords, ridge=0.1, mask=mask)
+
+
+def test_bad_penalty_type(rng):
+    coords, embs, S, _ = _grid_problem(rng, 2)
+    with pytest.raises(TypeError, match="penalty"):
+        fit_grid(S, embs, coords, ridge=0.1, penalty=2)
+    with pytest.raises(TypeError, match="penalty"):
+        fit_points(rng.random((30, 2)), rng.random(30), embs, ridge=0.1, penalty="second")
+
+
+# ---- scattered fits ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("order,mixed", ORDERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_points_fit_matches_dense(rng, D, order, mixed, dtype):
+    _, Ks = SHAPES[D]
+    embs = [Gaussian(K, 1.0 / K, margin=1) for K in Ks]
+    pts = rng.random((50 * D, D))
+    vals = rng.standard_normal((50 * D, 2)).astype(dtype)
+    m = fit_points(pts, vals, embs, grid=[K + 1 for K in Ks], ridge=0.05,
+                   penalty=DifferencePenalty(order, mixed), tol=1e-12)
+    ref = reference.points_penalised_fit(pts, vals.astype(np.float64), embs, list(m.grid_coords), 0.05, order,
+                                         mixed)
+    assert m.weights.dtype == dtype
+    _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
+    assert m.info["converged"] and m.info["iterations"] > 0
+
+
+# ---- the defaults (kronpe.solvers.smooth) -------------------------------------------------------------
+
+
+def _smooth_image(n=64):
+    x = np.linspace(0, 1, n, endpoint=False)
+    img = np.sin(5 * x)[:, None] * np.cos(4 * x)[None, :] + x[:, None] ** 2
+    return np.stack([img, 1 - img], axis=-1).astype(np.float32)
+
+
+def test_default_masked_grid_fills_holes(rng):
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+    assert m.info["penalty"] == "DifferencePenalty(2, mixed=True)" and m.ridge > 0
+    assert m.weights.dtype == np.float32 and m.weights.shape == img.shape
+    pred = m.predict_grid(kronpe.data.grid_coords(img.shape[:2]))
+    err = np.sqrt(np.mean((pred[~mask] - img[~mask]) ** 2))
+    blur = np.sqrt(np.mean((img[~mask] - img[mask].mean()) ** 2))
+    assert err < 0.02 * blur  # a smooth signal is filled almost exactly
+
+
+def test_default_points_on_a_lattice(rng):
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    ij = np.argwhere(mask)
+    m = fit_points(ij / 64.0, img[mask])
+    assert all(e is None for e in m.embedders) and m.weights.shape == (65, 65, 2)
+    pred = m.predict(np.argwhere(~mask) / 64.0)
+    assert np.sqrt(np.mean((pred - img[~mask]) ** 2)) < 0.01
+    np.testing.assert_allclose(m.predict(ij / 64.0), img[mask], atol=0.02)  # close to the samples
+
+
+def test_lattice_detection():
+    from kronpe.solvers.smooth import lattice_grid
+
+    pts = np.array([[0.0, 0.25], [0.5, 0.75], [0.25, 0.5]])
+    nodes = lattice_grid(pts)
+    np.testing.assert_allclose(nodes[0], np.linspace(0, 1, 5))
+    assert lattice_grid(np.array([[0.1], [0.33], [0.5]])) is None
