@@ -133,6 +133,17 @@ void for_slabs(TransposeLayout lay, const index_t* ptr, int threads,
   }
 }
 
+// out(row(k), c) += weight(k) * values(p, c) for the nnz entries of point p: channel by channel
+// (a node's contributions still arrive in point order), the value converted once.
+template <typename T, typename Row, typename Weight>
+inline void scatter_point(const MatrixView<T>& out, const MatrixView<const T>& values, index_t p,
+                          index_t nnz, Row row, Weight weight) {
+  for (index_t c = 0; c < out.cols; ++c) {
+    const double v = double(values(p, c));
+    for (index_t k = 0; k < nnz; ++k) out(row(k), c) += T(weight(k) * v);
+  }
+}
+
 template <typename T>
 void zero(MatrixView<T> out, int threads) {
   const int nt = resolve_threads(threads);
@@ -431,15 +442,12 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
 #else
     BlockScratch& sc = scratch[0];
 #endif
-    const index_t* rows = perm + e;
-    wf.block(points, sorted ? nullptr : rows, e, n, sc.base.data(), sc.w.data());
+    wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data());
     for (index_t b = 0; b < n; ++b) {
-      const index_t p = rows[b], base = sc.base[size_t(b)];
+      const index_t base = sc.base[size_t(b)];
       const double* wb = sc.w.data() + b * nc;
-      for (index_t k = 0; k < nc; ++k) {
-        const index_t row = base + off[k];
-        for (index_t c = 0; c < C; ++c) out(row, c) += T(wb[k] * double(values(p, c)));
-      }
+      scatter_point(out, values, perm[e + b], nc, [&](index_t k) { return base + off[k]; },
+                    [&](index_t k) { return wb[k]; });
     }
   });
 }
@@ -492,18 +500,23 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   // a row whose entries leave [s L, (s + 2) L) would race with the neighbouring slab: refused
   for_slabs(lay, ptr, threads, [&](index_t s, index_t e, index_t n) {
     const index_t lo = s * L, hi = std::min(G, (s + 2) * L);
-    for (index_t b = 0; b < n; ++b) {
-      const index_t p = perm[e + b], d = sorted ? e + b : p;  // values row, indices row
+    const index_t d0 = sorted ? e : 0;
+    const index_t* rows = sorted ? nullptr : perm + e;  // indices rows, else d0 + b
+    bool outside = false;
+    for (index_t b = 0; b < n; ++b)
       for (index_t k = 0; k < nnz; ++k) {
-        const index_t row = indices(d, k);
-        if (row < lo || row >= hi) {
-#pragma omp atomic write
-          bad = 1;
-          continue;
-        }
-        const double wk = weights(d, k);
-        for (index_t c = 0; c < C; ++c) out(row, c) += T(wk * double(values(p, c)));
+        const index_t row = indices(rows ? rows[b] : d0 + b, k);
+        outside |= row < lo || row >= hi;
       }
+    if (outside) {
+#pragma omp atomic write
+      bad = 1;
+      return;
+    }
+    for (index_t b = 0; b < n; ++b) {
+      const index_t d = rows ? rows[b] : d0 + b;
+      scatter_point(out, values, perm[e + b], nnz, [&](index_t k) { return indices(d, k); },
+                    [&](index_t k) { return weights(d, k); });
     }
   });
   require(!bad, "blend_transpose: an index lies outside the grid or beyond the declared span");
