@@ -35,13 +35,13 @@ void same_place(std::initializer_list<std::pair<const Array*, const char*>> arra
   if (offsets) bindings::require_on(device, *offsets, "offsets");
 }
 
-// The order of a gather (a plan's perm) lists every row of `rows` (the points or the stored
+// The output rows of a gather (a plan's perm) list every row of `rows` (the points or the stored
 // indices) once. (A transpose's perm is the place's own plan: P entries on the CPU, P * 2^D on
 // a GPU.)
 void require_order(const OptArray& perm, const Array& rows, const char* name) {
   if (perm && rows.ndim() >= 1)
     require(perm->ndim() == 1 && perm->shape[0] == rows.shape[0],
-            std::string("perm must have one entry per row of ") + name);
+            std::string("rows must have one entry per row of ") + name);
 }
 
 // The kernels of one place: the CPU's with a thread count, CUDA's on a context. The products
@@ -267,7 +267,8 @@ void register_blend(py::module_& m) {
         });
       },
       py::arg("axes"), py::arg("points"), py::arg("perm"), py::arg("slab_ptr"),
-      py::arg("threads") = 0, "Bucket the points by output slab for blend_transpose_fly (internal).");
+      py::arg("threads") = 0, "The plan: the points sorted by grid cell (perm) and the transpose's slab offsets "
+      "(internal).");
   m.def(
       "blend_plan_stored",
       [](const Array& indices, index_t grid_size, index_t span, const Array& perm,
@@ -285,7 +286,8 @@ void register_blend(py::module_& m) {
       },
       py::arg("indices"), py::arg("grid_size"), py::arg("span"), py::arg("perm"),
       py::arg("slab_ptr"), py::arg("threads") = 0,
-      "Bucket stored rows by output slab for blend_transpose_stored (internal).");
+      "The plan of stored rows: sorted by their smallest index (perm) and the transpose's "
+      "slab offsets (internal).");
   m.def("cuda_blend_fly_workspace",
         [](const Axes& axes) { return cuda::blend_fly_workspace(weight_function(axes, true)); },
         py::arg("axes"), "Bytes of device workspace of an on-the-fly CUDA kernel (internal).");
