@@ -11,6 +11,15 @@
 #include <omp.h>
 #endif
 
+// The weight loops are compiled for AVX-512 and AVX2 machines too (x86-64 Linux, picked at load
+// time); CMakeLists.txt turns floating-point contraction off for this file, so that every clone
+// gives the bits of the baseline one.
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define KRONPE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KRONPE_CLONES
+#endif
+
 namespace kronpe::blend {
 namespace {
 
@@ -233,7 +242,7 @@ void require_shape(index_t rows, index_t cols, const char* what, index_t want_ro
 }
 
 template <Kernel K, bool Normalize, typename Q>
-void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
+KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
                                    index_t n, index_t* j, double* w0, double* w1) const {
   if (n > kBlock) throw BackendError("blend: internal error, block larger than kBlock");
   // pass 1 (branchy): clamp, cell, beta and the cell's 2x2 entries
