@@ -360,7 +360,9 @@ struct BlockScratch {
   std::vector<double> w;
 };
 
-// Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel.
+// Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel. Blocks
+// are handed out dynamically (on a shared machine a thread that loses its core does not hold
+// the others up); the results never depend on who computes a point.
 template <typename Q, typename Body>
 void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int threads, Body body) {
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
@@ -370,7 +372,7 @@ void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int thread
 #pragma omp parallel num_threads(nt)
   {
     BlockScratch sc(wf.corners());
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 16)
     for (index_t blk = 0; blk < nblocks; ++blk) {
       const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
       wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data());
@@ -470,7 +472,7 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const int nt = resolve_threads(threads);
   int bad = 0;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, kBlock * 16) reduction(| : bad)
   for (index_t p = 0; p < P; ++p) {
     for (index_t k = 0; k < nnz; ++k) bad |= bad_index(indices(p, k), G) ? 1 : 0;
     if (bad) continue;
