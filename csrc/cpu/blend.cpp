@@ -153,6 +153,13 @@ inline void scatter_point(const MatrixView<T>& out, const MatrixView<const T>& v
   }
 }
 
+// Fetches the rows rows[e], e in [from, min(from + kBlock, P)), of m ahead of their use: in plan
+// order the values at the points (the P side of a transpose) lie anywhere in memory.
+template <typename T>
+inline void fetch_rows(const MatrixView<T>& m, const index_t* rows, index_t from, index_t P) {
+  for (index_t e = from; e < std::min(from + kBlock, P); ++e) __builtin_prefetch(&m(rows[e], 0));
+}
+
 template <typename T>
 void zero(MatrixView<T> out, int threads) {
   const int nt = resolve_threads(threads);
@@ -448,6 +455,7 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   // per-thread scratch, indexed by the OpenMP thread number
   std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
   for_slabs(lay, ptr, threads, [&](index_t, index_t e, index_t n) {
+    fetch_rows(values, perm, e + kBlock, P);  // the next block's
 #ifdef KRONPE_OPENMP
     BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
 #else
@@ -510,6 +518,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   int bad = 0;
   // a row whose entries leave [s L, (s + 2) L) would race with the neighbouring slab: refused
   for_slabs(lay, ptr, threads, [&](index_t s, index_t e, index_t n) {
+    fetch_rows(values, perm, e + kBlock, P);  // the next block's
     const index_t lo = s * L, hi = std::min(G, (s + 2) * L);
     const index_t d0 = sorted ? e : 0;
     const index_t* rows = sorted ? nullptr : perm + e;  // indices rows, else d0 + b
