@@ -12,6 +12,10 @@ Groups:
   NumPy copy that measures the machine's memory bandwidth in the same run. Each method's
   ``extra_info`` holds the bytes it must move at least and its bandwidth as a fraction of the
   copy's (target for kronpe's blend: >= 0.5).
+- ``blend bandwidth: <case>``: blend and transpose (on the fly and stored, C = 1 and 3, float32
+  and float64) of random points on 512 x 512 (25% and 100% of the node count) and 128^3 (12.5%)
+  grids, as a fraction of the copy bandwidth of a NumPy copy timed before every round
+  (``blend_bytes`` says what is counted; target >= 0.5); ``benches/report.py`` prints the table.
 - ``fit_points``: the 512 x 512 astronaut photograph (float RGB in [0, 1]) from a random 25% of
   its pixels, PSNR on the other 75%. kronpe.fit_points (automatic embedders, grid and ridge, and
   the same with the ridge given), scipy.interpolate.griddata linear and cubic, and Adam (2000

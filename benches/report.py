@@ -66,6 +66,8 @@ def chain_tables(benches: List[dict], blas: float) -> List[str]:
     for b in benches:
         if (b.get("group") or "").startswith("mode chain"):
             groups[b["group"]].append(b)
+    if not groups:
+        return []
     out = ["## Mode-n chains (float32)", ""]
     out.append("| case | method | median ms (min) | GFLOP/s | % of BLAS | kronpe speed-up |")
     out.append("|---|---|---:|---:|---:|---:|")
