@@ -12,6 +12,10 @@ Groups:
   NumPy copy that measures the machine's memory bandwidth in the same run. Each method's
   ``extra_info`` holds the bytes it must move at least and its bandwidth as a fraction of the
   copy's (target for kronpe's blend: >= 0.5).
+- ``blend bandwidth: <case>``: blend and transpose (on the fly and stored, C = 1 and 3, float32
+  and float64) of random points on 512 x 512 (25% and 100% of the node count) and 128^3 (12.5%)
+  grids, as a fraction of the copy bandwidth of a NumPy copy timed before every round
+  (``blend_bytes`` says what is counted; target >= 0.5); ``benches/report.py`` prints the table.
 - ``fit_points``: the 512 x 512 astronaut photograph (float RGB in [0, 1]) from a random 25% of
   its pixels, PSNR on the other 75%. kronpe.fit_points (automatic embedders, grid and ridge, and
   the same with the ridge given), scipy.interpolate.griddata linear and cubic, and Adam (2000
@@ -163,6 +167,82 @@ def test_blend_transpose(benchmark, blend_case, copy_bandwidth, method):
     got = _run(benchmark, fn)
     _check(got, c["want_t"], 1e-4)
     _record(benchmark, method, nbytes, copy_bandwidth)
+
+
+# ---- blend/blend_transpose against the copy bandwidth, interleaved -----------------------------
+
+#: (id, grid, fraction of the grid's node count given as random points)
+BW_CASES = [("2d-512-25pct", (512, 512), 0.25), ("2d-512-100pct", (512, 512), 1.0),
+            ("3d-128-12pct", (128, 128, 128), 0.125)]
+BW_ROUNDS = 15
+BW_COPY_BYTES = 64 << 20  # per interleaved probe: 64 MiB read + 64 MiB written (twice the L3)
+_BW_MATRICES: dict = {}
+
+
+def _bw_matrices(case: str):
+    """(fly, stored) BlendingMatrix of a case, built once per run (float64 points, Gaussian
+    weights with sigma one grid spacing)."""
+    if case not in _BW_MATRICES:
+        _, grid, frac = next(c for c in BW_CASES if c[0] == case)
+        P = int(round(frac * np.prod(grid)))
+        pts = np.random.default_rng(11).random((P, len(grid)))
+        emb = [kronpe.Gaussian(m, 1.0 / m) for m in grid]
+        _BW_MATRICES[case] = (BlendingMatrix(pts, grid, emb), BlendingMatrix(pts, grid, emb).store())
+    return _BW_MATRICES[case]
+
+
+def blend_bytes(B, channels: int, itemsize: int, stored: bool) -> int:
+    """Bytes a blend (or its transpose) must touch: the points, or the stored indices and
+    weights; the 2^D grid values of every point; the P values at the points (the result of
+    ``B @ v``, the input of ``B.T @ r``)."""
+    P = B.shape[0]
+    src = (B.indices.nbytes + B.weights.nbytes) if stored else B.points.nbytes
+    return src + P * B.nnz_per_row * channels * itemsize + P * channels * itemsize
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("form", ["fly", "stored"])
+@pytest.mark.parametrize("op", ["blend", "transpose"])
+@pytest.mark.parametrize("case", [c[0] for c in BW_CASES])
+def test_blend_bandwidth(benchmark, case, op, form, channels, dtype):
+    """kronpe's blend (gather, ``B @ v``) and transpose (scatter, ``B.T @ r``) as a fraction of
+    the copy bandwidth, a NumPy copy of 64 MiB timed before every round (interleaved, so both
+    see the same load). Target: >= 0.5."""
+    fly, stored = _bw_matrices(case)
+    B = stored if form == "stored" else fly
+    rng = np.random.default_rng(3)
+    dt = np.dtype(dtype)
+    P, G = B.shape
+    benchmark.group = f"blend bandwidth: {case}"
+    if op == "blend":
+        x = rng.standard_normal((G, channels)).astype(dt)
+        out = np.empty((P, channels), dt)
+        fn = lambda: B.matvec(x, out=out)  # noqa: E731
+    else:
+        x = rng.standard_normal((P, channels)).astype(dt)
+        out = np.empty((G, channels), dt)
+        B.rmatvec(x, out=out)  # the plan is built once per matrix (cached), as in a solver
+        fn = lambda: B.rmatvec(x, out=out)  # noqa: E731
+    src = np.ones(BW_COPY_BYTES // 4, np.float32)
+    dst = np.empty_like(src)
+    copies = []
+
+    def probe():  # untimed by pytest-benchmark: runs before every round
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        copies.append(time.perf_counter() - t)
+
+    got = benchmark.pedantic(fn, setup=probe, rounds=BW_ROUNDS, iterations=1, warmup_rounds=1)
+    csr = B.to_scipy()
+    want = (csr if op == "blend" else csr.T) @ x.astype(np.float64)
+    _check(got, want, 1e-5 if dt == np.float32 else 1e-12)
+    copy_bw = 2 * src.nbytes / float(np.median(copies))
+    nbytes = blend_bytes(B, channels, dt.itemsize, form == "stored")
+    med = benchmark.stats.stats.median
+    benchmark.extra_info.update(case=case, op=op, form=form, channels=channels, dtype=dtype, points=P,
+                                bytes=int(nbytes), GBps=nbytes / med / 1e9, copy_GBps=copy_bw / 1e9,
+                                fraction_of_copy=nbytes / med / copy_bw, method=f"kronpe {op} {form}")
 
 
 # ---- fit_points on a photograph -----------------------------------------------------------------

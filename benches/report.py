@@ -11,7 +11,10 @@ Tables (Markdown):
   then the summary against the targets (never slower than the best peer, >= 1.5x in the median,
   >= 75% of the BLAS rate at large sizes);
 - grid fits: per signal, every method's median time and its ratio to the fit's matrix products
-  alone (target for the cached plan: <= 1.5) and to kronpe's cached plan.
+  alone (target for the cached plan: <= 1.5) and to kronpe's cached plan;
+- blend bandwidth (``bench_blend.py::test_blend_bandwidth``): per case, blend and transpose
+  median times, GB/s of the bytes they must touch and that rate as a fraction of the copy
+  bandwidth measured between their rounds (target >= 0.5).
 Medians are the statistic (minimums in brackets): on a shared machine both move; re-measure on a
 quiet one.
 """
@@ -63,6 +66,8 @@ def chain_tables(benches: List[dict], blas: float) -> List[str]:
     for b in benches:
         if (b.get("group") or "").startswith("mode chain"):
             groups[b["group"]].append(b)
+    if not groups:
+        return []
     out = ["## Mode-n chains (float32)", ""]
     out.append("| case | method | median ms (min) | GFLOP/s | % of BLAS | kronpe speed-up |")
     out.append("|---|---|---:|---:|---:|---:|")
@@ -155,13 +160,38 @@ def fit_tables(benches: List[dict], blas: float) -> List[str]:
     return out
 
 
+def blend_tables(benches: List[dict]) -> List[str]:
+    rows = [b for b in benches if (b.get("group") or "").startswith("blend bandwidth")]
+    if not rows:
+        return []
+    out = ["## Blend and transpose against the copy bandwidth", ""]
+    out.append("| case | op | weights | C | dtype | median ms (min) | GB/s | copy GB/s | of copy |")
+    out.append("|---|---|---|---:|---|---:|---:|---:|---:|")
+
+    def key(b):
+        i = b["extra_info"]
+        return (i["case"], i["op"], i["form"], i["channels"], i["dtype"])
+
+    fractions = []
+    for b in sorted(rows, key=key):
+        i = b["extra_info"]
+        fractions.append((i["fraction_of_copy"], key(b)))
+        out.append(f"| {i['case']} | {i['op']} | {'on the fly' if i['form'] == 'fly' else 'stored'} | "
+                   f"{i['channels']} | {i['dtype']} | {_ms(b['stats']['median'])} ({_ms(b['stats']['min'])}) | "
+                   f"{i['GBps']:.2f} | {i['copy_GBps']:.2f} | {100 * i['fraction_of_copy']:.0f}% |")
+    worst = min(fractions)
+    out += ["", f"Fraction of copy bandwidth: median {100 * statistics.median(f for f, _ in fractions):.0f}%, "
+            f"worst {100 * worst[0]:.0f}% ({' '.join(map(str, worst[1]))}) [target >= 50%]", ""]
+    return out
+
+
 def main(argv: List[str]) -> int:
     if not argv:
         print(__doc__)
         return 1
     benches = load(argv)
     blas = blas_rate(benches)
-    lines = chain_tables(benches, blas) + fit_tables(benches, blas)
+    lines = chain_tables(benches, blas) + fit_tables(benches, blas) + blend_tables(benches)
     print("\n".join(lines))
     return 0
 

@@ -465,6 +465,7 @@ class BlendCase:
     points_layout: str = "contiguous"
     values_layout: str = "contiguous"  # of v and r
     grid_shaped: bool = False  # v of shape (M_1, ..., M_D, *channels)
+    presorted: bool = False  # points in grid-cell order already (BlendingMatrix's plan: identity)
 
     @property
     def D(self) -> int:
@@ -497,13 +498,18 @@ class BlendCase:
     @property
     def matrix_key(self) -> tuple:
         """What the matrix depends on (cases that differ only in their values share it)."""
-        return (self.grid, repr(self.embedders), self.P, self.normalize, self.nonuniform, np.dtype(self.points_dtype).name)
+        return (self.grid, repr(self.embedders), self.P, self.normalize, self.nonuniform, np.dtype(self.points_dtype).name) + (
+            ("presorted",) if self.presorted else ())
 
     def points(self) -> np.ndarray:
         """(P, D) points of the case (the same for every device and dtype)."""
         pts = np.random.default_rng(zlib.crc32(repr(self.matrix_key[2:]).encode())).random((self.P, self.D))
         pts[:4] = 0.0
         pts[4:8] = 1.0
+        if self.presorted:  # stably by cell, row-major (axis 0 slowest), as the plan orders them
+            nodes = [np.linspace(0, 1, n) if np.isscalar(n) else n for n in self.nodes()]
+            cells = [np.clip(np.searchsorted(n, q, side="right") - 1, 0, n.size - 2) for n, q in zip(nodes, pts.T)]
+            pts = pts[np.lexsort(cells[::-1])]
         return pts.astype(self.points_dtype)
 
     def values(self, rng, dtype, G: int):
@@ -542,6 +548,12 @@ def blend_cases() -> Iterator[BlendCase]:
     yield BlendCase("grid-shaped-fortran", (6, 7), kronpe.Gaussian(8, 0.08), 200, (), values_layout="fortran",
                     grid_shaped=True)
     yield BlendCase("broadcast-values", (6, 7), kronpe.Gaussian(8, 0.08), 200, (3,), values_layout="broadcast")
+    # points in cell order already (the plan is the identity: no reordered copies), and a wide
+    # grid with few points per slab (the plan sorts them by comparison, not by counting)
+    yield BlendCase("presorted-gauss2", (17, 13), kronpe.Gaussian(16, 0.05), 500, (3,), presorted=True)
+    yield BlendCase("presorted-tri3", (6, 7, 5), kronpe.Triangle(6), 300, (2,), presorted=True)
+    yield BlendCase("presorted-bspline2", (12, 10), kronpe.BSpline(11, order=3), 300, (2,), presorted=True)
+    yield BlendCase("wide-grid-few-points", (3, 400), kronpe.Gaussian(64, 0.01), 40, (2,))
     yield BlendCase("no-points", (4, 5), kronpe.Gaussian(8, 0.1), 0, (3,))
     yield BlendCase("no-points-no-channels", (4, 5), kronpe.Gaussian(8, 0.1), 0, ())
     yield BlendCase("no-channel", (4, 4), None, 12, (0,))

@@ -247,6 +247,67 @@ def test_transpose_is_deterministic_across_thread_counts(rng, store):
         np.testing.assert_array_equal(o, outs[0])
 
 
+# ---- the plan: points in grid-cell order (memory order of gathers and scatters) --------------
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_plan_sorts_points_by_cell(rng, store):
+    pts = rng.random((3000, 2))
+    B = BlendingMatrix(pts, (40, 30), embedders.Gaussian(32, 0.03), threads=2)
+    if store:
+        B.store()
+    perm, ptr, span, identity = B._order()
+    np.testing.assert_array_equal(np.sort(perm), np.arange(len(pts)))
+    keys = B.indices[perm, 0]  # the cell's first corner: the row's smallest index
+    assert np.all(np.diff(keys) >= 0) and not identity
+    assert np.all(np.diff(perm)[np.diff(keys) == 0] > 0)  # stable: ties keep the point order
+    L, slabs = _core.blend_layout(B.grid_size, span)
+    np.testing.assert_array_equal(ptr, np.searchsorted(keys, np.arange(slabs + 1) * L))
+    # points in that order already: the identity, and the kernels read the matrix's own arrays
+    S = BlendingMatrix(pts[perm], (40, 30), embedders.Gaussian(32, 0.03))
+    if store:
+        S.store()
+    assert S._order()[3]
+    own = (S.points,) if not store else (S.indices, S.weights)
+    S @ np.ones(S.grid_size)
+    assert all(a is b for a, b in zip(S._ordered["stored" if store else "fly"], own))
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_products_do_not_depend_on_point_order(rng, store):
+    # the gather gives the same bits in plan order as in point order (one point at a time); the
+    # transpose sums in another order when the points come in another order
+    P, grid, emb = 5000, (20, 16, 12), embedders.Gaussian(16, 0.05)
+    pts = rng.random((P, 3))
+    order = rng.permutation(P)
+    A, B = BlendingMatrix(pts, grid, emb), BlendingMatrix(pts[order], grid, emb)
+    if store:
+        A.store(), B.store()
+    for dtype in (np.float32, np.float64):
+        v = rng.standard_normal((A.grid_size, 2)).astype(dtype)
+        r = rng.standard_normal((P, 2)).astype(dtype)
+        got = A @ v
+        np.testing.assert_array_equal(B @ v, got[order])
+        plain = np.empty_like(got)  # the kernels without a plan: points in their own order
+        if store:
+            _core.blend_stored(A.indices, A.weights, v, plain)
+        else:
+            _core.blend_fly(A._axes, True, pts, v, plain)
+        np.testing.assert_array_equal(got, plain)
+        np.testing.assert_allclose(B.T @ r[order], A.T @ r, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                   atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_gather_rows_must_match_the_points(rng):
+    pts = rng.random((10, 2))
+    B = BlendingMatrix(pts, (5, 5), None)
+    v, out = np.ones((25, 1)), np.empty((10, 1))
+    with pytest.raises(ValueError, match="rows must have one entry per row of points"):
+        _core.blend_fly(B._axes, True, pts, v, out, 0, np.arange(9))
+    with pytest.raises(ValueError, match="rows must have one entry per row of indices"):
+        _core.blend_stored(B.indices, B.weights, v, out, 0, np.arange(11))
+
+
 def test_linear_when_no_embedder(rng):
     pts = rng.random((50, 2))
     B = BlendingMatrix(pts, (5, 5), None)

@@ -2,6 +2,7 @@
 // and CUDA (`cuda_blend_*`, on the arrays' device and stream, with optional scratch) side by
 // side. Matrices are 2-D descriptors; an axis of the virtual grid is (nodes, kind, param).
 // kronpe.solvers.blending validates the arrays and owns them.
+#include <string>
 #include <vector>
 
 #include "args.h"
@@ -34,6 +35,15 @@ void same_place(std::initializer_list<std::pair<const Array*, const char*>> arra
   if (offsets) bindings::require_on(device, *offsets, "offsets");
 }
 
+// The output rows of a gather (a plan's perm) list every row of `rows` (the points or the stored
+// indices) once. (A transpose's perm is the place's own plan: P entries on the CPU, P * 2^D on
+// a GPU.)
+void require_order(const OptArray& perm, const Array& rows, const char* name) {
+  if (perm && rows.ndim() >= 1)
+    require(perm->ndim() == 1 && perm->shape[0] == rows.shape[0],
+            std::string("rows must have one entry per row of ") + name);
+}
+
 // The kernels of one place: the CPU's with a thread count, CUDA's on a context. The products
 // below are bound once for each (blend_* and cuda_blend_*).
 struct Cpu {
@@ -46,25 +56,25 @@ struct Cpu {
   }
   template <typename T, typename Q>
   void fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
-           blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
-    blend::blend_fly<T, Q>(wf, p, g, o, threads);
+           blend::MatrixView<const T> g, blend::MatrixView<T> o, const index_t* perm) const {
+    blend::blend_fly<T, Q>(wf, p, g, o, threads, perm);
   }
   template <typename T, typename Q>
   void transpose_fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
                      blend::MatrixView<const T> v, blend::MatrixView<T> o, const index_t* perm,
-                     const index_t* ptr) const {
-    blend::blend_transpose_fly<T, Q>(wf, p, v, o, threads, perm, ptr);
+                     const index_t* ptr, bool sorted) const {
+    blend::blend_transpose_fly<T, Q>(wf, p, v, o, threads, perm, ptr, sorted);
   }
   template <typename T>
   void stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
-              blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
-    blend::blend_stored<T>(i, w, g, o, threads);
+              blend::MatrixView<const T> g, blend::MatrixView<T> o, const index_t* perm) const {
+    blend::blend_stored<T>(i, w, g, o, threads, perm);
   }
   template <typename T>
   void transpose_stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
                         blend::MatrixView<const T> v, blend::MatrixView<T> o, index_t span,
-                        const index_t* perm, const index_t* ptr) const {
-    blend::blend_transpose_stored<T>(i, w, v, o, span, threads, perm, ptr);
+                        const index_t* perm, const index_t* ptr, bool sorted) const {
+    blend::blend_transpose_stored<T>(i, w, v, o, span, threads, perm, ptr, sorted);
   }
 };
 
@@ -78,24 +88,24 @@ struct Gpu {
   }
   template <typename T, typename Q>
   void fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
-           blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
+           blend::MatrixView<const T> g, blend::MatrixView<T> o, const index_t*) const {
     cuda::blend_fly<T, Q>(ctx, wf, p, g, o);
   }
   template <typename T, typename Q>
   void transpose_fly(const blend::WeightFunction& wf, blend::MatrixView<const Q> p,
                      blend::MatrixView<const T> v, blend::MatrixView<T> o, const index_t* perm,
-                     const index_t* offsets) const {
+                     const index_t* offsets, bool) const {
     cuda::blend_transpose_fly<T, Q>(ctx, wf, p, v, o, perm, offsets);
   }
   template <typename T>
   void stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
-              blend::MatrixView<const T> g, blend::MatrixView<T> o) const {
+              blend::MatrixView<const T> g, blend::MatrixView<T> o, const index_t*) const {
     cuda::blend_stored<T>(ctx, i, w, g, o);
   }
   template <typename T>
   void transpose_stored(blend::MatrixView<const index_t> i, blend::MatrixView<const double> w,
                         blend::MatrixView<const T> v, blend::MatrixView<T> o, index_t,
-                        const index_t* perm, const index_t* offsets) const {
+                        const index_t* perm, const index_t* offsets, bool) const {
     cuda::blend_transpose_stored<T>(ctx, i, w, v, o, perm, offsets);
   }
 };
@@ -116,16 +126,19 @@ void weights_call(const B& b, const Axes& axes, bool normalize, const Array& poi
   });
 }
 
-// out = B x (transpose: B^T x) with weights on the fly; x is the grid (values).
+// out = B x (transpose: B^T x) with weights on the fly; x is the grid (values). perm: the
+// transpose's plan, or the gather's output rows; sorted: points in the plan's order.
 template <typename B>
 void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, const Array& points,
-              const Array& x, const Array& out, const OptArray& perm, const OptArray& offsets) {
+              const Array& x, const Array& out, const OptArray& perm, const OptArray& offsets,
+              bool sorted = false) {
   b.place(points, "points");
   const char* xname = transpose ? "values" : "grid";
   same_place({{&points, "points"}, {&x, xname}, {&out, "out"}}, perm, offsets);
   const auto wf = weight_function(axes, normalize);
   const index_t* pp = index_ptr(perm, "perm");
   const index_t* op = index_ptr(offsets, "offsets");
+  if (!transpose) require_order(perm, points, "points");
   dispatch2(x.dtype, points.dtype, [&](auto t, auto q) {
     using T = decltype(t);
     using Q = decltype(q);
@@ -133,8 +146,8 @@ void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, cons
     const auto xv = view<const T>(x, xname);
     const auto ov = view<T>(out, "out");
     py::gil_scoped_release release;
-    if (transpose) b.template transpose_fly<T, Q>(wf, pv, xv, ov, pp, op);
-    else b.template fly<T, Q>(wf, pv, xv, ov);
+    if (transpose) b.template transpose_fly<T, Q>(wf, pv, xv, ov, pp, op, sorted);
+    else b.template fly<T, Q>(wf, pv, xv, ov, pp);
   });
 }
 
@@ -142,13 +155,14 @@ void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, cons
 template <typename B>
 void stored_call(const B& b, bool transpose, const Array& indices, const Array& weights,
                  const Array& x, const Array& out, index_t span, const OptArray& perm,
-                 const OptArray& offsets) {
+                 const OptArray& offsets, bool sorted = false) {
   const char* xname = transpose ? "values" : "grid";
   b.place(x, xname);
   same_place({{&x, xname}, {&indices, "indices"}, {&weights, "weights"}, {&out, "out"}}, perm,
              offsets);
   const index_t* pp = index_ptr(perm, "perm");
   const index_t* op = index_ptr(offsets, "offsets");
+  if (!transpose) require_order(perm, indices, "indices");
   dispatch1(x.dtype, [&](auto t) {
     using T = decltype(t);
     const auto iv = view<const index_t>(indices, "indices");
@@ -156,8 +170,8 @@ void stored_call(const B& b, bool transpose, const Array& indices, const Array& 
     const auto xv = view<const T>(x, xname);
     const auto ov = view<T>(out, "out");
     py::gil_scoped_release release;
-    if (transpose) b.template transpose_stored<T>(iv, wv, xv, ov, span, pp, op);
-    else b.template stored<T>(iv, wv, xv, ov);
+    if (transpose) b.template transpose_stored<T>(iv, wv, xv, ov, span, pp, op, sorted);
+    else b.template stored<T>(iv, wv, xv, ov, pp);
   });
 }
 
@@ -249,11 +263,12 @@ void register_blend(py::module_& m) {
           using Q = decltype(q);
           const auto pv = view<const Q>(points, "points");
           py::gil_scoped_release release;
-          blend::plan_transpose_fly<Q>(wf, pv, lay, pp, sp, threads);
+          blend::plan_fly<Q>(wf, pv, lay, pp, sp, threads);
         });
       },
       py::arg("axes"), py::arg("points"), py::arg("perm"), py::arg("slab_ptr"),
-      py::arg("threads") = 0, "Bucket the points by output slab for blend_transpose_fly (internal).");
+      py::arg("threads") = 0, "The plan: the points sorted by grid cell (perm) and the transpose's slab offsets "
+      "(internal).");
   m.def(
       "blend_plan_stored",
       [](const Array& indices, index_t grid_size, index_t span, const Array& perm,
@@ -267,11 +282,12 @@ void register_blend(py::module_& m) {
         require(perm.shape[0] == iv.rows && slab_ptr.shape[0] == lay.slabs + 1,
                 "blend_plan_stored: perm must have P entries and slab_ptr slabs + 1");
         py::gil_scoped_release release;
-        blend::plan_transpose_stored(iv, lay, pp, sp, threads);
+        blend::plan_stored(iv, lay, pp, sp, threads);
       },
       py::arg("indices"), py::arg("grid_size"), py::arg("span"), py::arg("perm"),
       py::arg("slab_ptr"), py::arg("threads") = 0,
-      "Bucket stored rows by output slab for blend_transpose_stored (internal).");
+      "The plan of stored rows: sorted by their smallest index (perm) and the transpose's "
+      "slab offsets (internal).");
   m.def("cuda_blend_fly_workspace",
         [](const Axes& axes) { return cuda::blend_fly_workspace(weight_function(axes, true)); },
         py::arg("axes"), "Bytes of device workspace of an on-the-fly CUDA kernel (internal).");
@@ -322,11 +338,13 @@ void register_blend(py::module_& m) {
   m.def(
       "blend_fly",
       [](const Axes& axes, bool normalize, const Array& points, const Array& grid,
-         const Array& out, int threads) {
-        fly_call(Cpu{threads}, false, axes, normalize, points, grid, out, {}, {});
+         const Array& out, int threads, const OptArray& rows) {
+        fly_call(Cpu{threads}, false, axes, normalize, points, grid, out, rows, {});
       },
       py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("grid"), py::arg("out"),
-      py::arg("threads") = 0, "out (P, C) = B grid (G, C), weights on the fly (internal).");
+      py::arg("threads") = 0, py::arg("rows") = py::none(),
+      "out (P, C) = B grid (G, C), weights on the fly; point p gives row rows[p] of out when "
+      "rows is given (points in a plan's order, rows its perm) (internal).");
   m.def(
       "cuda_blend_fly",
       [](const Axes& axes, bool normalize, const Array& points, const Array& grid,
@@ -339,13 +357,15 @@ void register_blend(py::module_& m) {
   m.def(
       "blend_transpose_fly",
       [](const Axes& axes, bool normalize, const Array& points, const Array& values,
-         const Array& out, int threads, const OptArray& perm, const OptArray& slab_ptr) {
-        fly_call(Cpu{threads}, true, axes, normalize, points, values, out, perm, slab_ptr);
+         const Array& out, int threads, const OptArray& perm, const OptArray& slab_ptr,
+         bool sorted) {
+        fly_call(Cpu{threads}, true, axes, normalize, points, values, out, perm, slab_ptr, sorted);
       },
       py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("values"),
       py::arg("out"), py::arg("threads") = 0, py::arg("perm") = py::none(),
-      py::arg("slab_ptr") = py::none(),
-      "out (G, C) = B^T values (P, C), weights on the fly, deterministic (internal).");
+      py::arg("slab_ptr") = py::none(), py::arg("sorted") = false,
+      "out (G, C) = B^T values (P, C), weights on the fly, deterministic; sorted: the points "
+      "are in the plan's order (internal).");
   m.def(
       "cuda_blend_transpose_fly",
       [](const Axes& axes, bool normalize, const Array& points, const Array& values,
@@ -363,12 +383,13 @@ void register_blend(py::module_& m) {
   m.def(
       "blend_stored",
       [](const Array& indices, const Array& weights, const Array& grid, const Array& out,
-         int threads) {
-        stored_call(Cpu{threads}, false, indices, weights, grid, out, 0, {}, {});
+         int threads, const OptArray& rows) {
+        stored_call(Cpu{threads}, false, indices, weights, grid, out, 0, rows, {});
       },
       py::arg("indices"), py::arg("weights"), py::arg("grid"), py::arg("out"),
-      py::arg("threads") = 0,
-      "out (P, C) = B grid (G, C) from stored (indices, weights) (internal).");
+      py::arg("threads") = 0, py::arg("rows") = py::none(),
+      "out (P, C) = B grid (G, C) from stored (indices, weights); row p gives row rows[p] of "
+      "out when rows is given (internal).");
   m.def(
       "cuda_blend_stored",
       [](const Array& indices, const Array& weights, const Array& grid, const Array& out,
@@ -381,12 +402,16 @@ void register_blend(py::module_& m) {
   m.def(
       "blend_transpose_stored",
       [](const Array& indices, const Array& weights, const Array& values, const Array& out,
-         index_t span, int threads, const OptArray& perm, const OptArray& slab_ptr) {
-        stored_call(Cpu{threads}, true, indices, weights, values, out, span, perm, slab_ptr);
+         index_t span, int threads, const OptArray& perm, const OptArray& slab_ptr,
+         bool sorted) {
+        stored_call(Cpu{threads}, true, indices, weights, values, out, span, perm, slab_ptr,
+                    sorted);
       },
       py::arg("indices"), py::arg("weights"), py::arg("values"), py::arg("out"), py::arg("span"),
       py::arg("threads") = 0, py::arg("perm") = py::none(), py::arg("slab_ptr") = py::none(),
-      "out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic (internal).");
+      py::arg("sorted") = false,
+      "out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic; sorted: "
+      "the rows are in the plan's order (internal).");
   m.def(
       "cuda_blend_transpose_stored",
       [](const Array& indices, const Array& weights, const Array& values, const Array& out,

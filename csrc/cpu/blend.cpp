@@ -11,6 +11,15 @@
 #include <omp.h>
 #endif
 
+// The weight loops are compiled for AVX-512 and AVX2 machines too (x86-64 Linux, picked at load
+// time); CMakeLists.txt turns floating-point contraction off for this file, so that every clone
+// gives the bits of the baseline one.
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define KRONPE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KRONPE_CLONES
+#endif
+
 namespace kronpe::blend {
 namespace {
 
@@ -39,14 +48,37 @@ inline bool bad_index(index_t idx, index_t size) {
 }
 
 
-// Stable bucketing of P items by slab: perm lists the items slab by slab, each slab in item
-// order, whatever the number of threads (only the chunking of the work depends on it).
-template <typename SlabOf>
-void bucket(index_t P, TransposeLayout lay, SlabOf slab_of, index_t* perm, index_t* ptr,
-            int threads) {
-  const index_t NS = lay.slabs;
+// Sorts a slab's items [first, last) of perm stably by key (key[item] in [lo, lo + L)): nothing
+// to do when they are in order already (e.g. points that were sorted before), a counting sort
+// when the slab's key range is small next to its item count, a stable comparison sort otherwise.
+void sort_slab(index_t* first, index_t* last, const index_t* key, index_t lo, index_t L,
+               std::vector<index_t>& count, std::vector<index_t>& tmp) {
+  const index_t n = last - first;
+  bool sorted = true;
+  for (index_t e = 1; e < n && sorted; ++e) sorted = key[first[e - 1]] <= key[first[e]];
+  if (sorted) return;
+  if (L > 8 * n + 256) {
+    std::stable_sort(first, last, [key](index_t a, index_t b) { return key[a] < key[b]; });
+    return;
+  }
+  count.assign(size_t(L) + 1, 0);
+  for (index_t e = 0; e < n; ++e) ++count[size_t(key[first[e]] - lo + 1)];
+  for (index_t k = 0; k < L; ++k) count[size_t(k + 1)] += count[size_t(k)];
+  tmp.assign(first, last);
+  for (index_t e = 0; e < n; ++e) first[count[size_t(key[tmp[size_t(e)]] - lo)]++] = tmp[size_t(e)];
+}
+
+// The points in grid order: perm lists the P items sorted stably by key (the flat index of the
+// first corner of their cell, i.e. their smallest index), ptr (NS + 1) the offsets of the
+// slabs of nodes [s L, (s + 1) L) in that order. The order is the same whatever the number of
+// threads (only the chunking of the work depends on it): the items are bucketed by slab
+// (stable), then each slab is sorted by key (stable).
+template <typename KeyOf>
+void sort_by_cell(index_t P, TransposeLayout lay, KeyOf key_of, index_t* perm, index_t* ptr,
+                  int threads) {
+  const index_t NS = lay.slabs, L = lay.slab;
   const int nt = int(std::max<index_t>(1, std::min<index_t>(resolve_threads(threads), P)));
-  std::vector<index_t> sid(static_cast<size_t>(P));
+  std::vector<index_t> key(static_cast<size_t>(P));
   std::vector<index_t> hist(size_t(nt) * size_t(NS) + 1, 0);
   int bad = 0;
 #pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(| : bad)
@@ -54,13 +86,14 @@ void bucket(index_t P, TransposeLayout lay, SlabOf slab_of, index_t* perm, index
     const index_t p0 = P * c / nt, p1 = P * (c + 1) / nt;
     index_t* h = hist.data() + size_t(c) * size_t(NS);
     for (index_t p = p0; p < p1; ++p) {
-      const index_t s = slab_of(p);
+      const index_t k = key_of(p);
+      const index_t s = k < 0 ? index_t(-1) : k / L;
       if (bad_index(s, NS)) {
         bad = 1;
-        sid[p] = 0;
+        key[p] = 0;
         continue;
       }
-      sid[p] = s;
+      key[p] = k;
       ++h[s];
     }
   }
@@ -77,18 +110,25 @@ void bucket(index_t P, TransposeLayout lay, SlabOf slab_of, index_t* perm, index
     }
   }
   ptr[NS] = run;
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-  for (int c = 0; c < nt; ++c) {
-    const index_t p0 = P * c / nt, p1 = P * (c + 1) / nt;
-    index_t* h = hist.data() + size_t(c) * size_t(NS);
-    for (index_t p = p0; p < p1; ++p) perm[h[sid[p]]++] = p;
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(static, 1)
+    for (int c = 0; c < nt; ++c) {
+      const index_t p0 = P * c / nt, p1 = P * (c + 1) / nt;
+      index_t* h = hist.data() + size_t(c) * size_t(NS);
+      for (index_t p = p0; p < p1; ++p) perm[h[key[p] / L]++] = p;
+    }
+    std::vector<index_t> count, tmp;
+#pragma omp for schedule(dynamic, 1)
+    for (index_t s = 0; s < NS; ++s)
+      sort_slab(perm + ptr[s], perm + ptr[s + 1], key.data(), s * L, L, count, tmp);
   }
 }
 
-// Runs body(s, rows, n) over the points of the plan, slab by slab in two phases (even slabs,
-// then odd slabs), each slab in blocks of at most kBlock points in plan order.
+// Runs body(s, e, n) over the positions [e, e + n) of the plan, slab by slab in two phases (even
+// slabs, then odd slabs), each slab in blocks of at most kBlock positions.
 template <typename Body>
-void for_slabs(TransposeLayout lay, const index_t* perm, const index_t* ptr, int threads,
+void for_slabs(TransposeLayout lay, const index_t* ptr, int threads,
                Body body) {
   const int nt = resolve_threads(threads);
   for (index_t phase = 0; phase < 2; ++phase) {
@@ -97,9 +137,27 @@ void for_slabs(TransposeLayout lay, const index_t* perm, const index_t* ptr, int
     for (index_t k = 0; k < count; ++k) {
       const index_t s = phase + 2 * k;
       for (index_t e = ptr[s]; e < ptr[s + 1]; e += kBlock)
-        body(s, perm + e, std::min(kBlock, ptr[s + 1] - e));
+        body(s, e, std::min(kBlock, ptr[s + 1] - e));
     }
   }
+}
+
+// out(row(k), c) += weight(k) * values(p, c) for the nnz entries of point p: channel by channel
+// (a node's contributions still arrive in point order), the value converted once.
+template <typename T, typename Row, typename Weight>
+inline void scatter_point(const MatrixView<T>& out, const MatrixView<const T>& values, index_t p,
+                          index_t nnz, Row row, Weight weight) {
+  for (index_t c = 0; c < out.cols; ++c) {
+    const double v = double(values(p, c));
+    for (index_t k = 0; k < nnz; ++k) out(row(k), c) += T(weight(k) * v);
+  }
+}
+
+// Fetches the rows rows[e], e in [from, min(from + kBlock, P)), of m ahead of their use: in plan
+// order the values at the points (the P side of a transpose) lie anywhere in memory.
+template <typename T>
+inline void fetch_rows(const MatrixView<T>& m, const index_t* rows, index_t from, index_t P) {
+  for (index_t e = from; e < std::min(from + kBlock, P); ++e) __builtin_prefetch(&m(rows[e], 0));
 }
 
 template <typename T>
@@ -191,7 +249,7 @@ void require_shape(index_t rows, index_t cols, const char* what, index_t want_ro
 }
 
 template <Kernel K, bool Normalize, typename Q>
-void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
+KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
                                    index_t n, index_t* j, double* w0, double* w1) const {
   if (n > kBlock) throw BackendError("blend: internal error, block larger than kBlock");
   // pass 1 (branchy): clamp, cell, beta and the cell's 2x2 entries
@@ -276,28 +334,26 @@ TransposeLayout transpose_layout(index_t grid_size, index_t span) {
 }
 
 template <typename Q>
-void plan_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
-                        index_t* perm, index_t* ptr, int threads) {
+void plan_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
+              index_t* perm, index_t* ptr, int threads) {
   threads = pick_threads(threads, saturating_mul(points.rows, wf.dims()));
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
-  const index_t L = lay.slab;
-  bucket(
+  sort_by_cell(
       points.rows, lay,
-      [&](index_t p) { return wf.base_index(points.data + p * points.stride_r, points.stride_c) / L; },
+      [&](index_t p) { return wf.base_index(points.data + p * points.stride_r, points.stride_c); },
       perm, ptr, threads);
 }
 
-void plan_transpose_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
-                           index_t* ptr, int threads) {
+void plan_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
+                 index_t* ptr, int threads) {
   threads = pick_threads(threads, saturating_mul(indices.rows, indices.cols));
-  const index_t L = lay.slab;
   const index_t nnz = indices.cols;
-  bucket(
+  sort_by_cell(
       indices.rows, lay,
       [&](index_t p) {
         index_t lo = nnz > 0 ? indices(p, 0) : 0;
         for (index_t k = 1; k < nnz; ++k) lo = std::min(lo, indices(p, k));
-        return lo < 0 ? index_t(-1) : lo / L;
+        return lo;
       },
       perm, ptr, threads);
 }
@@ -311,7 +367,9 @@ struct BlockScratch {
   std::vector<double> w;
 };
 
-// Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel.
+// Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel. Blocks
+// are handed out dynamically (on a shared machine a thread that loses its core does not hold
+// the others up); the results never depend on who computes a point.
 template <typename Q, typename Body>
 void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int threads, Body body) {
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
@@ -321,7 +379,7 @@ void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int thread
 #pragma omp parallel num_threads(nt)
   {
     BlockScratch sc(wf.corners());
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 16)
     for (index_t blk = 0; blk < nblocks; ++blk) {
       const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
       wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data());
@@ -350,21 +408,23 @@ void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
 
 template <typename T, typename Q>
 void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
-               MatrixView<T> out, int threads) {
+               MatrixView<T> out, int threads, const index_t* rows) {
   const index_t P = points.rows, C = grid.cols, nc = wf.corners();
   threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + wf.dims()));
   require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const index_t* off = wf.corner_offsets().data();
   for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
-    for (index_t b = 0; b < n; ++b)  // the block's corner rows are fetched ahead of their use
-      for (index_t k = 0; k < nc; ++k) __builtin_prefetch(&grid(base[b] + off[k], 0));
+    if (!rows)  // points in no order: their corners lie anywhere, fetch the block's ahead of use
+      for (index_t b = 0; b < n; ++b)
+        for (index_t k = 0; k < nc; ++k) __builtin_prefetch(&grid(base[b] + off[k], 0));
     for (index_t b = 0; b < n; ++b) {
       const double* wb = w + b * nc;
+      const index_t p = rows ? rows[p0 + b] : p0 + b;
       for (index_t c = 0; c < C; ++c) {
         double acc = 0.0;
         for (index_t k = 0; k < nc; ++k) acc += wb[k] * double(grid(base[b] + off[k], c));
-        out(p0 + b, c) = T(acc);
+        out(p, c) = T(acc);
       }
     }
   });
@@ -373,7 +433,7 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
 template <typename T, typename Q>
 void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
                          MatrixView<const T> values, MatrixView<T> out, int threads,
-                         const index_t* perm, const index_t* ptr) {
+                         const index_t* perm, const index_t* ptr, bool sorted) {
   const index_t P = points.rows, C = values.cols, nc = wf.corners();
   threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + wf.dims()));
   require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
@@ -382,9 +442,10 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   const TransposeLayout lay = transpose_layout(wf.grid_size(), wf.span());
   std::vector<index_t> own_perm, own_ptr;
   if (perm == nullptr || ptr == nullptr) {
+    require(!sorted, "blend_transpose: points in plan order need their plan");
     own_perm.resize(size_t(P));
     own_ptr.resize(size_t(lay.slabs + 1));
-    plan_transpose_fly(wf, points, lay, own_perm.data(), own_ptr.data(), threads);
+    plan_fly(wf, points, lay, own_perm.data(), own_ptr.data(), threads);
     perm = own_perm.data();
     ptr = own_ptr.data();
   }
@@ -393,41 +454,41 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   const int nt = resolve_threads(threads);
   // per-thread scratch, indexed by the OpenMP thread number
   std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
-  for_slabs(lay, perm, ptr, threads, [&](index_t, const index_t* rows, index_t n) {
+  for_slabs(lay, ptr, threads, [&](index_t, index_t e, index_t n) {
+    fetch_rows(values, perm, e + kBlock, P);  // the next block's
 #ifdef KRONPE_OPENMP
     BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
 #else
     BlockScratch& sc = scratch[0];
 #endif
-    wf.block(points, rows, 0, n, sc.base.data(), sc.w.data());
+    wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data());
     for (index_t b = 0; b < n; ++b) {
-      const index_t p = rows[b], base = sc.base[size_t(b)];
+      const index_t base = sc.base[size_t(b)];
       const double* wb = sc.w.data() + b * nc;
-      for (index_t k = 0; k < nc; ++k) {
-        const index_t row = base + off[k];
-        for (index_t c = 0; c < C; ++c) out(row, c) += T(wb[k] * double(values(p, c)));
-      }
+      scatter_point(out, values, perm[e + b], nc, [&](index_t k) { return base + off[k]; },
+                    [&](index_t k) { return wb[k]; });
     }
   });
 }
 
 template <typename T>
 void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
-                  MatrixView<const T> grid, MatrixView<T> out, int threads) {
+                  MatrixView<const T> grid, MatrixView<T> out, int threads, const index_t* rows) {
   const index_t P = indices.rows, nnz = indices.cols, C = grid.cols, G = grid.rows;
   threads = pick_threads(threads, saturating_mul(saturating_mul(P, nnz), C));
   require_shape(weights.rows, weights.cols, "blend: weights", P, nnz);
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const int nt = resolve_threads(threads);
   int bad = 0;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, kBlock * 16) reduction(| : bad)
   for (index_t p = 0; p < P; ++p) {
     for (index_t k = 0; k < nnz; ++k) bad |= bad_index(indices(p, k), G) ? 1 : 0;
     if (bad) continue;
+    const index_t o = rows ? rows[p] : p;
     for (index_t c = 0; c < C; ++c) {
       double acc = 0.0;
       for (index_t k = 0; k < nnz; ++k) acc += weights(p, k) * double(grid(indices(p, k), c));
-      out(p, c) = T(acc);
+      out(o, c) = T(acc);
     }
   }
   require(!bad, "blend: an index lies outside the grid");
@@ -436,7 +497,7 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
 template <typename T>
 void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
                             MatrixView<const T> values, MatrixView<T> out, index_t span,
-                            int threads, const index_t* perm, const index_t* ptr) {
+                            int threads, const index_t* perm, const index_t* ptr, bool sorted) {
   const index_t P = indices.rows, nnz = indices.cols, C = values.cols, G = out.rows;
   threads = pick_threads(threads, saturating_mul(saturating_mul(P, nnz), C));
   require_shape(weights.rows, weights.cols, "blend_transpose: weights", P, nnz);
@@ -445,9 +506,10 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   const TransposeLayout lay = transpose_layout(G, span);
   std::vector<index_t> own_perm, own_ptr;
   if (perm == nullptr || ptr == nullptr) {
+    require(!sorted, "blend_transpose: points in plan order need their plan");
     own_perm.resize(size_t(P));
     own_ptr.resize(size_t(lay.slabs + 1));
-    plan_transpose_stored(indices, lay, own_perm.data(), own_ptr.data(), threads);
+    plan_stored(indices, lay, own_perm.data(), own_ptr.data(), threads);
     perm = own_perm.data();
     ptr = own_ptr.data();
   }
@@ -455,20 +517,26 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   const index_t L = lay.slab;
   int bad = 0;
   // a row whose entries leave [s L, (s + 2) L) would race with the neighbouring slab: refused
-  for_slabs(lay, perm, ptr, threads, [&](index_t s, const index_t* rows, index_t n) {
+  for_slabs(lay, ptr, threads, [&](index_t s, index_t e, index_t n) {
+    fetch_rows(values, perm, e + kBlock, P);  // the next block's
     const index_t lo = s * L, hi = std::min(G, (s + 2) * L);
-    for (index_t b = 0; b < n; ++b) {
-      const index_t p = rows[b];
+    const index_t d0 = sorted ? e : 0;
+    const index_t* rows = sorted ? nullptr : perm + e;  // indices rows, else d0 + b
+    bool outside = false;
+    for (index_t b = 0; b < n; ++b)
       for (index_t k = 0; k < nnz; ++k) {
-        const index_t row = indices(p, k);
-        if (row < lo || row >= hi) {
-#pragma omp atomic write
-          bad = 1;
-          continue;
-        }
-        const double wk = weights(p, k);
-        for (index_t c = 0; c < C; ++c) out(row, c) += T(wk * double(values(p, c)));
+        const index_t row = indices(rows ? rows[b] : d0 + b, k);
+        outside |= row < lo || row >= hi;
       }
+    if (outside) {
+#pragma omp atomic write
+      bad = 1;
+      return;
+    }
+    for (index_t b = 0; b < n; ++b) {
+      const index_t d = rows ? rows[b] : d0 + b;
+      scatter_point(out, values, perm[e + b], nnz, [&](index_t k) { return indices(d, k); },
+                    [&](index_t k) { return weights(d, k); });
     }
   });
   require(!bad, "blend_transpose: an index lies outside the grid or beyond the declared span");
@@ -477,22 +545,22 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
 #define KRONPE_BLEND_Q(Q)                                                                      \
   template void WeightFunction::block<Q>(const MatrixView<const Q>&, const index_t*, index_t,   \
                                          index_t, index_t*, double*) const;                     \
-  template void plan_transpose_fly<Q>(const WeightFunction&, MatrixView<const Q>,              \
-                                      TransposeLayout, index_t*, index_t*, int);               \
+  template void plan_fly<Q>(const WeightFunction&, MatrixView<const Q>, TransposeLayout,       \
+                            index_t*, index_t*, int);                                          \
   template void compute_weights<Q>(const WeightFunction&, MatrixView<const Q>,                 \
                                    MatrixView<index_t>, MatrixView<double>, int);
 #define KRONPE_BLEND_TQ(T, Q)                                                                  \
   template void blend_fly<T, Q>(const WeightFunction&, MatrixView<const Q>,                    \
-                                MatrixView<const T>, MatrixView<T>, int);                      \
+                                MatrixView<const T>, MatrixView<T>, int, const index_t*);      \
   template void blend_transpose_fly<T, Q>(const WeightFunction&, MatrixView<const Q>,          \
                                           MatrixView<const T>, MatrixView<T>, int,             \
-                                          const index_t*, const index_t*);
+                                          const index_t*, const index_t*, bool);
 #define KRONPE_BLEND_T(T)                                                                      \
   template void blend_stored<T>(MatrixView<const index_t>, MatrixView<const double>,           \
-                                MatrixView<const T>, MatrixView<T>, int);                      \
+                                MatrixView<const T>, MatrixView<T>, int, const index_t*);      \
   template void blend_transpose_stored<T>(MatrixView<const index_t>, MatrixView<const double>, \
                                           MatrixView<const T>, MatrixView<T>, index_t, int,    \
-                                          const index_t*, const index_t*);
+                                          const index_t*, const index_t*, bool);
 KRONPE_BLEND_Q(float)
 KRONPE_BLEND_Q(double)
 KRONPE_BLEND_TQ(float, float)

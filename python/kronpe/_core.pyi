@@ -19,8 +19,8 @@ def blas_ready() -> bool:
 def blend_axis_weights(axes: Sequence[Axis], normalize: bool, axis: int, q: Descriptor, cell: Descriptor, w0: Descriptor, w1: Descriptor) -> None:
     """Per-axis cells and weight pairs of contiguous float64 coordinates (internal)."""
 
-def blend_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0) -> None:
-    """out (P, C) = B grid (G, C), weights on the fly (internal)."""
+def blend_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0, rows: Optional[Descriptor] = None) -> None:
+    """out (P, C) = B grid (G, C), weights on the fly; point p gives row rows[p] of out when rows is given (points in a plan's order, rows its perm) (internal)."""
 
 def blend_info(axes: Sequence[Axis]) -> Dict[str, Any]:
     """Grid size, strides, row span and transpose layout of a virtual grid (internal)."""
@@ -29,19 +29,19 @@ def blend_layout(grid_size: int, span: int) -> Tuple[int, int]:
     """(nodes per slab, slabs) of the deterministic transpose (internal)."""
 
 def blend_plan_fly(axes: Sequence[Axis], points: Descriptor, perm: Descriptor, slab_ptr: Descriptor, threads: int = 0) -> None:
-    """Bucket the points by output slab for blend_transpose_fly (internal)."""
+    """The plan: the points sorted by grid cell (perm) and the transpose's slab offsets (internal)."""
 
 def blend_plan_stored(indices: Descriptor, grid_size: int, span: int, perm: Descriptor, slab_ptr: Descriptor, threads: int = 0) -> None:
-    """Bucket stored rows by output slab for blend_transpose_stored (internal)."""
+    """The plan of stored rows: sorted by their smallest index (perm) and the transpose's slab offsets (internal)."""
 
-def blend_stored(indices: Descriptor, weights: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0) -> None:
-    """out (P, C) = B grid (G, C) from stored (indices, weights) (internal)."""
+def blend_stored(indices: Descriptor, weights: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0, rows: Optional[Descriptor] = None) -> None:
+    """out (P, C) = B grid (G, C) from stored (indices, weights); row p gives row rows[p] of out when rows is given (internal)."""
 
-def blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, values: Descriptor, out: Descriptor, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None) -> None:
-    """out (G, C) = B^T values (P, C), weights on the fly, deterministic (internal)."""
+def blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, values: Descriptor, out: Descriptor, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None, sorted: bool = False) -> None:
+    """out (G, C) = B^T values (P, C), weights on the fly, deterministic; sorted: the points are in the plan's order (internal)."""
 
-def blend_transpose_stored(indices: Descriptor, weights: Descriptor, values: Descriptor, out: Descriptor, span: int, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None) -> None:
-    """out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic (internal)."""
+def blend_transpose_stored(indices: Descriptor, weights: Descriptor, values: Descriptor, out: Descriptor, span: int, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None, sorted: bool = False) -> None:
+    """out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic; sorted: the rows are in the plan's order (internal)."""
 
 def blend_weights(axes: Sequence[Axis], normalize: bool, points: Descriptor, indices: Descriptor, weights: Descriptor, threads: int = 0) -> None:
     """Stored (indices, weights) of the points (internal)."""

@@ -13,13 +13,19 @@
 //   * stored: (indices, weights) arrays of shape (P, nnz), e.g. from `compute_weights`, or from
 //     the Python layer for embedders without a closed form here.
 //
-// Determinism: `blend` (gather) is parallel over points and exact-order per point. The scatter
+// Memory order: a plan (plan_fly / plan_stored, computed once per matrix) sorts the points
+// stably by their smallest index, the flat index of their cell's first corner. Gathers and
+// scatters that follow it walk the grid in order (neighbouring points share corners, rows of the
+// grid are read and written as streams) instead of jumping to a random cell per point.
+//
+// Determinism: `blend` (gather) is parallel over points and exact-order per point, in any
+// visiting order: its result does not depend on the plan or the thread count. The scatter
 // `blend_transpose` never uses atomics: the flat grid is cut into slabs of L consecutive nodes (L
-// depends on the grid size and the row span only, never on the thread count), the points are
-// stably bucketed by the slab of their smallest index (a `TransposePlan`), and the slabs are
+// depends on the grid size and the row span only, never on the thread count); in the plan's
+// order the points of a slab (by their smallest index) are contiguous, and the slabs are
 // processed in two phases (even slabs, then odd slabs) so that slabs running at the same time
 // never write the same node. Every node therefore sums its contributions in one fixed order
-// (phase, then point index): the result is bitwise identical for any number of threads.
+// (phase, then plan order): the result is bitwise identical for any number of threads.
 //
 // Values are (rows, channels) matrices with strides in elements; float and double. Points are
 // (P, D) with strides; float or double (weights are always computed in double). Indices are 64-bit.
@@ -144,36 +150,44 @@ struct TransposeLayout {
 };
 TransposeLayout transpose_layout(index_t grid_size, index_t span);
 
-// Plans: perm (P,) receives the points sorted stably by slab, ptr (NS + 1,) the slab offsets.
+// Plans: perm (P,) receives the points sorted stably by their smallest index (the cell's first
+// corner; for stored rows the smallest entry), ptr (NS + 1,) the offsets of the slabs in that
+// order. The same for any thread count; points already in that order cost one pass.
 template <typename Q>
-void plan_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
-                        index_t* perm, index_t* ptr, int threads);
-void plan_transpose_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
-                           index_t* ptr, int threads);
+void plan_fly(const WeightFunction& wf, MatrixView<const Q> points, TransposeLayout lay,
+              index_t* perm, index_t* ptr, int threads);
+void plan_stored(MatrixView<const index_t> indices, TransposeLayout lay, index_t* perm,
+                 index_t* ptr, int threads);
 
 // Stored form of B: indices (P, 2^D) and weights (P, 2^D) of every point.
 template <typename Q>
 void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
                      MatrixView<index_t> indices, MatrixView<double> weights, int threads);
 
-// out (P, C) = B grid (G, C), weights computed on the fly.
+// out (P, C) = B grid (G, C), weights computed on the fly. With `rows` (a permutation of [0, P))
+// point p gives row rows[p] of out: points given in a plan's order (points[perm], rows = perm)
+// are gathered in memory order, with the same bits as in any other order.
 template <typename T, typename Q>
 void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
-               MatrixView<T> out, int threads);
-// out (G, C) = B^T values (P, C), weights computed on the fly. `plan` may be null (then it is
-// computed here); otherwise it must come from plan_transpose_fly on the same points and layout.
+               MatrixView<T> out, int threads, const index_t* rows = nullptr);
+// out (G, C) = B^T values (P, C), weights computed on the fly. The plan (perm, ptr) may be null
+// (then it is computed here); otherwise it must come from plan_fly on the same points and
+// layout. With `sorted`, `points` are given in the plan's order (point e of them is point
+// perm[e], whose value is values row perm[e]): the points are then read as a stream.
 template <typename T, typename Q>
 void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
                          MatrixView<const T> values, MatrixView<T> out, int threads,
-                         const index_t* perm, const index_t* ptr);
+                         const index_t* perm, const index_t* ptr, bool sorted = false);
 
 // The same from stored (indices, weights) of shape (P, nnz); every index must be in [0, G).
 template <typename T>
 void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
-                  MatrixView<const T> grid, MatrixView<T> out, int threads);
+                  MatrixView<const T> grid, MatrixView<T> out, int threads,
+                  const index_t* rows = nullptr);
 template <typename T>
 void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const double> weights,
                             MatrixView<const T> values, MatrixView<T> out, index_t span,
-                            int threads, const index_t* perm, const index_t* ptr);
+                            int threads, const index_t* perm, const index_t* ptr,
+                            bool sorted = false);
 
 }  // namespace kronpe::blend

@@ -29,8 +29,15 @@ embedder's distance function D. Decisions (documented once, here):
   weight exactly 1 there; on the last node it belongs to the last cell with beta = 1.
 - **Outside points**: ``outside="error"`` (default) raises ValueError for a point outside the
   grid's range along some axis; ``"clamp"`` moves it onto the nearest boundary of that range.
-- **Determinism**: ``rmatvec`` (a scatter-add) bucketing points by output slab, with no atomics:
-  the result is bitwise the same for any number of threads (kronpe/blend.h).
+- **Memory order**: the first product computes a plan, once per matrix: the points sorted
+  (stably) by the flat index of their grid cell. ``matvec`` (a gather) and ``rmatvec`` (a
+  scatter) visit the points in that order, so that they walk the grid's memory in order instead
+  of jumping to a random cell per point; ``matvec`` gives the same bits in any order. Points that
+  are sorted already (``fit_points`` sorts its matrix) cost one pass to check. ``take`` starts
+  a new plan.
+- **Determinism**: ``rmatvec`` (a scatter-add) cuts the grid into slabs, whose points are
+  contiguous in the plan's order, and adds slabs that cannot overlap at the same time, with no
+  atomics: the result is bitwise the same for any number of threads (kronpe/blend.h).
 - **GPU**: points given as a CuPy array or a CUDA torch tensor are copied to the host once (for
   validation and the host-side structures) and kept on their device; ``matvec``/``rmatvec`` of
   device values run the CUDA kernels on the values' device and current stream and return the
@@ -378,7 +385,8 @@ class BlendingMatrix:
         self.on_the_fly = all(r in ("kernel", "linear") for r in self.rules)
         self._indices: Optional[np.ndarray] = None
         self._weights: Optional[np.ndarray] = None
-        self._plan: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        self._plan: Optional[Tuple[np.ndarray, np.ndarray, int, bool]] = None
+        self._ordered: dict = {}  # the points, or stored (indices, weights), in the plan's order
         # per (array kind, CUDA device): device copies of the points / stored weights, the plan
         self._device: dict = {}
         if on_device and unchanged:  # validated as they were: keep the device array
@@ -457,6 +465,7 @@ class BlendingMatrix:
         new._indices = np.ascontiguousarray(self.indices[rows])
         new._weights = np.ascontiguousarray(self.weights[rows])
         new._plan = None
+        new._ordered = {}
         new._device = {}
         new.on_the_fly = False
         return new
@@ -466,13 +475,11 @@ class BlendingMatrix:
         """The host points' descriptor (the array is held by ``self.points``)."""
         return _arrays.describe(self.points, "points")
 
-    def _transpose_plan(self) -> Tuple[np.ndarray, np.ndarray]:
+    def _order(self) -> Tuple[np.ndarray, np.ndarray, int, bool]:
+        """The plan (module docstring, memory order): (perm, slab offsets, span, whether perm is
+        the identity), computed once."""
         if self._plan is None:
-            P = self.points.shape[0]
-            if self.on_the_fly:
-                span = self.span
-            else:
-                span = int((self.indices.max(axis=1) - self.indices.min(axis=1)).max()) if P else 0
+            P, span = self.points.shape[0], self.span  # stored rows never span more (same strides)
             _, slabs = _core.blend_layout(self.grid_size, span)
             perm = np.empty(P, dtype=np.int64)
             ptr = np.empty(slabs + 1, dtype=np.int64)
@@ -481,8 +488,18 @@ class BlendingMatrix:
             else:
                 _core.blend_plan_stored(_arrays.describe(self.indices), self.grid_size, span, _arrays.describe(perm), _arrays.describe(ptr),
                                         self.threads)
-            self._plan = (perm, ptr, span)
+            self._plan = (perm, ptr, span, bool(np.all(perm[1:] > perm[:-1])))
         return self._plan
+
+    def _ordered_operands(self) -> tuple:
+        """The kernels' operands in the plan's order: (points,) or (indices, weights); the
+        matrix's own arrays when the points are in that order already."""
+        perm, _, _, identity = self._order()
+        key = "fly" if self.on_the_fly else "stored"
+        if key not in self._ordered:
+            own = (self.points,) if self.on_the_fly else (self.indices, self.weights)
+            self._ordered[key] = own if identity else tuple(np.ascontiguousarray(a[perm]) for a in own)
+        return tuple(_arrays.describe(a) for a in self._ordered[key])
 
     def matvec(self, v, out: Optional[np.ndarray] = None) -> np.ndarray:
         """B v: values on the grid -> values at the points.
@@ -506,12 +523,12 @@ class BlendingMatrix:
         v2 = _validate.separate(res, v2)
         r2 = res.reshape(P, v2.shape[1])
         if P and v2.shape[1]:
+            perm, _, _, identity = self._order()
+            ops, rows = self._ordered_operands(), None if identity else _arrays.describe(perm)
             if self.on_the_fly:
-                _core.blend_fly(self._axes, self.normalize, self._points_array(), _arrays.describe(v2, "v"), _arrays.describe(r2, "out"),
-                                self.threads)
+                _core.blend_fly(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
             else:
-                _core.blend_stored(_arrays.describe(self.indices), _arrays.describe(self.weights), _arrays.describe(v2, "v"), _arrays.describe(r2, "out"),
-                                   self.threads)
+                _core.blend_stored(*ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
         return like(res, v) if out is None else res
 
     def rmatvec(self, r, out: Optional[np.ndarray] = None) -> np.ndarray:
@@ -536,13 +553,13 @@ class BlendingMatrix:
         if P == 0 or r2.shape[1] == 0:
             g2[...] = 0
             return like(res, r) if out is None else res
-        perm, ptr, span = self._transpose_plan()
+        perm, ptr, span, _ = self._order()
+        ops, plan = self._ordered_operands(), (_arrays.describe(perm), _arrays.describe(ptr), True)
         if self.on_the_fly:
-            _core.blend_transpose_fly(self._axes, self.normalize, self._points_array(), _arrays.describe(r2, "r"),
-                                      _arrays.describe(g2, "out"), self.threads, _arrays.describe(perm), _arrays.describe(ptr))
+            _core.blend_transpose_fly(self._axes, self.normalize, *ops, _arrays.describe(r2, "r"), _arrays.describe(g2, "out"),
+                                      self.threads, *plan)
         else:
-            _core.blend_transpose_stored(_arrays.describe(self.indices), _arrays.describe(self.weights), _arrays.describe(r2, "r"), _arrays.describe(g2, "out"),
-                                         span, self.threads, _arrays.describe(perm), _arrays.describe(ptr))
+            _core.blend_transpose_stored(*ops, _arrays.describe(r2, "r"), _arrays.describe(g2, "out"), span, self.threads, *plan)
         return like(res, r) if out is None else res
 
     # -- GPU products -------------------------------------------------------------------------
