@@ -1,4 +1,4 @@
-"""The ``kronpe`` command: fit | demo | analyze."""
+"""The ``kronpe`` command: fit | fill | grid | demo | analyze."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PSNR peak (default: 1 for images and videos, max - min for .npy arrays)")
     _add_common(p)
 
+    p = sub.add_parser("fill", help="fill the missing pixels of an image (a mask, or random pixels dropped)")
+    p.add_argument("path", nargs="?", help="an image file (PNG/JPEG/TIFF)")
+    p.add_argument("--sample", help="a bundled real sample instead of a path (see kronpe.data.SAMPLES)")
+    p.add_argument("--size", type=int, default=None, help="with --sample: use a SIZE x SIZE version")
+    p.add_argument("--mask", default=None, help="an image of the same size: non-zero (white) pixels are filled")
+    p.add_argument("--missing", type=float, default=None, metavar="FRACTION",
+                   help="drop this fraction of the pixels at random and fill them (prints the PSNR on them)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --missing")
+    _add_common(p)
+
+    p = sub.add_parser("grid", help="fit scattered samples (.npy or .csv rows: coordinates, values) onto a grid")
+    p.add_argument("path", help="a .npy array or a .csv file, one sample per row: D coordinates, then the values")
+    p.add_argument("--shape", type=int, nargs="+", required=True, metavar="N",
+                   help="the grid to predict: samples per axis (D numbers)")
+    _add_common(p)
+
     p = sub.add_parser("demo", help="PSNR/time table over bundled real photographs and a video")
     p.add_argument("--quick", action="store_true", help="fewer signals and rows (a smoke run)")
     p.add_argument("--adam", action="store_true",
@@ -96,6 +112,10 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
         from .fit_cmd import run_fit
 
         return run_fit(args)
+    if args.command in ("fill", "grid"):
+        from . import jobs
+
+        return (jobs.run_fill if args.command == "fill" else jobs.run_grid)(args)
     if args.command == "demo":
         from .demo import run_demo
 
