@@ -366,6 +366,12 @@ def _expect_raises(expect: str) -> str:
     return "any" if expect == "either" else expect
 
 
+def draw_mutation(data, kw: dict, mutations) -> tuple:
+    """(param, mutation): one argument of ``kw`` and one of ``mutations(param, value)`` for it."""
+    param = data.draw(st.sampled_from(sorted(kw)))
+    return param, data.draw(st.sampled_from(mutations(param, kw[param])))
+
+
 def drive(label, fn, kwargs, param, mutation, blame=None, reference=None):
     """Call ``fn(**kwargs)`` with ``kwargs[param]`` replaced by the mutation."""
     tag, value, expect, clean = mutation
@@ -567,9 +573,7 @@ def _grid_param_mutations(param, value):
 @given(data=st.data())
 def test_fit_grid_bad_input(data):
     kw = _fit_grid_kwargs()
-    param = data.draw(st.sampled_from(sorted(kw)))
-    mut = data.draw(st.sampled_from(_grid_param_mutations(param, kw[param])))
-    drive("fit_grid", kronpe.fit_grid, kw, param, mut)
+    drive("fit_grid", kronpe.fit_grid, kw, *draw_mutation(data, kw, _grid_param_mutations))
 
 
 @settings_(80)
@@ -639,9 +643,7 @@ def _blend_param_mutations(param, value):
 @given(data=st.data())
 def test_blending_matrix_bad_input(data):
     kw = _blend_kwargs()
-    param = data.draw(st.sampled_from(sorted(kw)))
-    mut = data.draw(st.sampled_from(_blend_param_mutations(param, kw[param])))
-    drive("BlendingMatrix", kronpe.BlendingMatrix, kw, param, mut)
+    drive("BlendingMatrix", kronpe.BlendingMatrix, kw, *draw_mutation(data, kw, _blend_param_mutations))
 
 
 @settings_(110)
@@ -748,8 +750,7 @@ def test_analysis_bad_input(data):
         drive("embedded_distance", kronpe.embedded_distance, kw, param, data.draw(st.sampled_from(muts)))
     elif which == "sigma_for_spacing":
         kw = dict(spacing=0.01, k=1.6)
-        param = data.draw(st.sampled_from(sorted(kw)))
-        drive(which, kronpe.sigma_for_spacing, kw, param, data.draw(st.sampled_from(float_mutations(kw[param]))))
+        drive(which, kronpe.sigma_for_spacing, kw, *draw_mutation(data, kw, lambda _p, v: float_mutations(v)))
     else:
         fn = getattr(kronpe, which)
         pname = next(iter(__import__("inspect").signature(fn).parameters))
