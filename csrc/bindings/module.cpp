@@ -42,5 +42,6 @@ PYBIND11_MODULE(_core, m) {
   register_embed(m);
   register_mode_product(m);
   register_blend(m);
+  register_smooth(m);
   register_cuda(m);
 }

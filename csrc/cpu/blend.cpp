@@ -11,14 +11,8 @@
 #include <omp.h>
 #endif
 
-// The weight loops are compiled for AVX-512 and AVX2 machines too (x86-64 Linux, picked at load
-// time); CMakeLists.txt turns floating-point contraction off for this file, so that every clone
-// gives the bits of the baseline one.
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define KRONPE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KRONPE_CLONES
-#endif
+// The weight loops are KRONPE_CLONES (kronpe/common.h); CMakeLists.txt turns floating-point
+// contraction off for this file, so that every clone gives the bits of the baseline one.
 
 namespace kronpe::blend {
 namespace {

@@ -131,3 +131,18 @@ def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: flo
 
 def strided_copy(src: Descriptor, dst: Descriptor) -> None:
     """dst[...] = src[...] over a strided box (internal)."""
+
+def thin_plate(x: Descriptor, mask: Descriptor, lam: float, out: Descriptor, mode: str = "apply", b: Optional[Descriptor] = None, threads: int = 0) -> None:
+    """out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate penalty (internal)."""
+
+def thin_plate_diag(mask: Descriptor, lam: float, out: Descriptor, threads: int = 0) -> None:
+    """out = diag(mask + lam R) (internal)."""
+
+def thin_plate_cheb_start(x: Optional[Descriptor], b: Descriptor, mask: Descriptor, lam: float, theta: float, r: Descriptor, d: Descriptor, threads: int = 0) -> None:
+    """r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 (internal)."""
+
+def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Descriptor, lam: float, c1: float, c2: float, d_out: Descriptor, threads: int = 0) -> None:
+    """x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal)."""
+
+def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, threads: int = 0) -> None:
+    """dst = P^T src (restrict) or P src along one axis, linear interpolation, coarse node j at fine node 2 j (internal)."""

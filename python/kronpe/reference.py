@@ -349,3 +349,58 @@ def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: 
     Ks = [len(n) for n in nodes] if embedders is None else [e.K for e in embedders]
     w = penalised_solve(A, values.reshape(values.shape[0], -1), ridge, penalty_matrix(Ks, order, mixed))
     return w.reshape(tuple(Ks) + values.shape[1:])
+
+
+# ---- the thin-plate operator and the multigrid transfers (kronpe.solvers.multigrid) -----------------
+
+
+def thin_plate_matrix(shape, mask, lam: float) -> np.ndarray:
+    """A = diag(mask) + lam R, R the thin-plate penalty (``penalty_matrix(shape, 2, mixed=True)``)."""
+    shape = tuple(int(n) for n in shape)
+    return np.diag(np.asarray(mask, np.float64).ravel()) + lam * penalty_matrix(shape, 2, mixed=True)
+
+
+def thin_plate_apply(x, mask, lam: float) -> np.ndarray:
+    """A x (the grid's shape)."""
+    x = np.asarray(x, np.float64)
+    return (thin_plate_matrix(x.shape, mask, lam) @ x.ravel()).reshape(x.shape)
+
+
+def thin_plate_cheb_start(x, b, mask, lam: float, theta: float):
+    """(r, d): r = (b - A x) / diag(A), d = r / theta (x None: zero)."""
+    b = np.asarray(b, np.float64)
+    A = thin_plate_matrix(b.shape, mask, lam)
+    ax = 0.0 if x is None else A @ np.asarray(x, np.float64).ravel()
+    r = ((b.ravel() - ax) * _inverse_diag(A)).reshape(b.shape)
+    return r, r / theta
+
+
+def thin_plate_cheb_step(d, r, x, mask, lam: float, c1: float, c2: float):
+    """(r', x', d'): x' = x + d, r' = r - (A d) / diag(A), d' = c1 d + c2 r'."""
+    d = np.asarray(d, np.float64)
+    A = thin_plate_matrix(d.shape, mask, lam)
+    r2 = np.asarray(r, np.float64) - ((A @ d.ravel()) * _inverse_diag(A)).reshape(d.shape)
+    return r2, np.asarray(x, np.float64) + d, c1 * d + c2 * r2
+
+
+def _inverse_diag(A: np.ndarray) -> np.ndarray:
+    """1 / diag(A), 0 where the diagonal is 0 (a node with no data and no penalty)."""
+    d = np.diag(A)
+    return np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+
+
+def interpolation_matrix(n: int) -> np.ndarray:
+    """P (n, n // 2 + 1): linear interpolation from coarse node j at fine node 2 j."""
+    P = np.zeros((n, n // 2 + 1))
+    for k in range(n):
+        P[k, k // 2] += 1.0 if k % 2 == 0 else 0.5
+        if k % 2:
+            P[k, k // 2 + 1] += 0.5
+    return P
+
+
+def grid_transfer(src, axis: int, restrict: bool, n: int) -> np.ndarray:
+    """P^T src (restrict; src has n nodes along axis) or P src (prolong to n nodes) along axis."""
+    P = interpolation_matrix(n)
+    M = P.T if restrict else P
+    return np.moveaxis(np.tensordot(M, np.asarray(src, np.float64), axes=([1], [axis])), 0, axis)

@@ -11,6 +11,15 @@
 #define KRONPE_HD inline
 #endif
 
+// Hot loops compiled for AVX-512 and AVX2 machines too (x86-64 Linux, the clone picked at load
+// time); elsewhere plain functions.
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__CUDACC__)
+#define KRONPE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KRONPE_CLONES
+#endif
+
 namespace kronpe {
 
 using index_t = std::int64_t;  // every size or offset that a product of sizes can reach

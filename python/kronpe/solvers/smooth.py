@@ -1,5 +1,5 @@
 """The default fits of grids with holes and of scattered samples (MATH.md 3.6): a smoothness
-penalty on the model's values at grid resolution, solved by DCT-preconditioned CG.
+penalty on the model's values at grid resolution, solved by multigrid-preconditioned CG.
 
 Used by ``fit_grid(signal, mask=)`` and ``fit_points(points, values)`` when neither embedders
 nor a penalty is given. Decisions (documented once, here):
@@ -16,22 +16,26 @@ nor a penalty is given. Decisions (documented once, here):
   one spacing h (pixels, voxels), the nodes are that lattice over [0, 1] (every point on a node:
   B^T B is diagonal); otherwise nodes at half the mean sample spacing (about 2^D nodes per
   sample).
-- **Preconditioner**: ``(rho I + lambda R)^-1`` in the orthonormal DCT-II basis (exact for
-  reflective first differences, Garcia's smoothn for the others), rho the mean of B^T B's
-  diagonal (the sampling density).
+- **Solver**: conjugate gradients preconditioned by a multigrid V-cycle (:mod:`.multigrid`:
+  rediscretised coarse grids, Chebyshev smoothing, compiled thin-plate kernels) on grids of 1
+  to 3 axes; on more axes, ``(rho I + lambda R)^-1`` in the orthonormal DCT-II basis (Garcia's
+  smoothn). Stopping: the preconditioned residual, an estimate of the error, below TOL = 1e-3
+  of the solution's norm (on the photographs the held-out PSNR then lies within 0.01 dB of the
+  converged one; the normal equations' residual is no guide for small lambda).
 - **Start**: the normalised convolution, Gaussian blur (sigma = 1 node) of B^T y divided by the
   blur of B^T 1 (where that is tiny, the data's mean).
-- **Channels** are solved one after the other (contiguous FFTs and differences: twice as fast
-  as channels-last arrays), all with the one lambda chosen on the first channels' sum of errors.
+- **Channels** are solved one after the other (contiguous grids: the kernels' rows are
+  streams), all with the one lambda and one multigrid hierarchy.
 - **Precision**: float32 vectors and products (the photographs' 8 bits need no more), float64
-  preconditioner spectrum.
-- **Stopping**: relative residual of the normal equations 1e-4 (on astronaut the held-out PSNR
-  moves by < 0.01 dB beyond it).
-- **Choosing lambda** (``ridge=None``): the held-out sweep of :mod:`.penalised` (10% held out,
-  largest lambda first, warm starts) on the central window of at most 96 nodes per axis, lambda
-  = rho * 10^-k for k = 1..6; the window's problem has the same local balance between data and
-  penalty as the whole, so its best lambda serves the whole grid; the sweep costs a fraction of
-  one full solve. The final solve on the whole grid is started from the normalised convolution.
+  dot products and coarsest-grid factorisation.
+- **Choosing lambda** (``ridge=None``): held out on the whole grid. 10% of the nodes with data
+  are left out; the sum of the channels is fitted to the rest for lambda = rho 10^-k,
+  k = 0, 0.5, ..., 4 (largest first, each solve warm-started from the last and stopped early:
+  SWEEP_TOL, at most SWEEP_MAXITER iterations: the ranking of the lambdas settles long before
+  the solves converge), until the held-out error has risen twice; one parabolic step in log
+  lambda refines the best. Measured on five photographs with 25% random pixels, the chosen
+  lambda's PSNR lies within 0.02 dB of the best of the grid k = 0, 1, ..., 4 (the earlier
+  choice on a central 96^2 window missed by up to 0.3 dB: a window is not the whole image).
 """
 from __future__ import annotations
 
@@ -40,13 +44,18 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .krylov import SeparablePreconditioner, pcg, sweep_ridges
+from .multigrid import ThinPlateMG, thin_plate_apply
 from .penalty import DifferencePenalty
 
 Array = np.ndarray
 PENALTY = DifferencePenalty(2, mixed=True)
-TOL = 1e-4
-WINDOW = 96
-EXPONENTS = (0, 1, 2)
+TOL = 1e-3
+MG_MAX_AXES = 3
+EXPONENTS = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+SWEEP_TOL = 3e-3
+SWEEP_MAXITER = 4
+MIN_HOLDOUT = 20
+FALLBACK_EXPONENT = 2.0
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 START_SIGMA = 1.0
@@ -112,42 +121,68 @@ def start(data: DataTerm, rhs: Array) -> Array:
 
 
 def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: float, maxiter: int,
-          penalty: DifferencePenalty = PENALTY) -> Tuple[Array, int, Array]:
+          penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None) -> Tuple[Array, int, Array]:
+    """(M + lam R) W = rhs for W (N..., C) float32: multigrid-preconditioned CG on grids of 1 to 3
+    axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam), DCT-preconditioned CG on
+    more. Returns (W, iterations, per-channel stopping measure)."""
     D = len(data.shape)
-    M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
-    return pcg(lambda w: data(w) + np.float32(lam) * penalty.apply(w, D), M, rhs, x0, tol, maxiter)
+    if D > MG_MAX_AXES:
+        M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
+        return pcg(lambda w: data(w) + np.float32(lam) * penalty.apply(w, D), M, rhs, x0, tol, maxiter)
+    mg = hierarchy(data, lam) if mg is None else mg
+    operator = None
+    if data.sparse is not None:
+        def operator(v: Array) -> Array:
+            out = thin_plate_apply(v, mg.levels[0].m * 0, lam)  # lam R v
+            out += data(v[..., None])[..., 0]
+            return out
+    W = np.empty(rhs.shape, np.float32)
+    its, rels = 0, []
+    for c in range(rhs.shape[-1]):
+        W[..., c], it, rel = mg.solve(rhs[..., c], None if x0 is None else x0[..., c], tol, maxiter, operator)
+        its = max(its, it)
+        rels.append(rel)
+    return W, its, np.array(rels)
 
 
-def _window(shape: Sequence[int]) -> Tuple[slice, ...]:
-    return tuple(slice(max((n - WINDOW) // 2, 0), max((n - WINDOW) // 2, 0) + min(n, WINDOW)) for n in shape)
+def hierarchy(data: DataTerm, lam: Optional[float]) -> ThinPlateMG:
+    """The multigrid hierarchy of M + lam R (M lumped when not diagonal)."""
+    m = data.diag if data.sparse is None else np.asarray(data.sparse.sum(axis=1), np.float32).reshape(data.shape)
+    return ThinPlateMG(m, lam)
 
 
 def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[str, Any]]:
-    """lambda by the held-out sweep on the central window (module docstring).
+    """lambda held out on the whole grid (module docstring): HOLDOUT_FRACTION of the nodes with
+    data left out, the sum of the channels fitted for each lambda = rho 10^-k, k in EXPONENTS
+    (largest first, each solve warm-started from the last and stopped at SWEEP_TOL).
 
     Needs a diagonal data term (grids with holes, points on a lattice): the held-out samples are
     nodes with data, their values rhs / diag."""
-    win = _window(data.shape)
-    diag = data.diag[win]
-    r = rhs[win]
+    diag = data.diag
     obs = np.flatnonzero(diag > 0)
-    order = np.random.default_rng(HOLDOUT_SEED).permutation(obs.size)
-    hold = obs[order[:max(1, int(round(HOLDOUT_FRACTION * obs.size)))]]
-    train = diag.copy().ravel()
-    train[hold] = 0.0
-    train = train.reshape(diag.shape)
-    sub = DataTerm(diag.shape, train)
-    r_train = np.where((train > 0)[..., None], r, 0).astype(np.float32)
-    y_ho = (r.reshape(-1, r.shape[-1])[hold] / diag.ravel()[hold, None])
-    x = start(sub, r_train)
+    if obs.size < MIN_HOLDOUT:
+        return data.rho * 10.0 ** (-FALLBACK_EXPONENT), {"ridge_candidates": [], "holdout_errors": []}
+    rng = np.random.default_rng(HOLDOUT_SEED)
+    hold = rng.choice(obs, max(1, int(round(HOLDOUT_FRACTION * obs.size))), replace=False)
+    train = diag.copy()
+    train.flat[hold] = 0.0
+    y = rhs.sum(axis=-1, dtype=np.float32)[..., None]
+    y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
+    r_train = np.where((train > 0)[..., None], y, 0).astype(np.float32)
+    sub = DataTerm(train.shape, train)
+    mg = hierarchy(sub, None) if len(data.shape) <= MG_MAX_AXES else None
+    x0 = start(sub, r_train)
 
     def error(w):
-        return float(np.mean((w.reshape(-1, w.shape[-1])[hold] - y_ho) ** 2))
+        return float(np.mean((w.reshape(-1)[hold] - y_ho) ** 2))
 
     def run(lam, w):
-        return solve(sub, r_train, lam, x if w is None else w, TOL, maxiter)[0]
+        if mg is not None:
+            mg.set_ridge(lam)
+        return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, SWEEP_MAXITER), mg=mg)[0]
 
-    best, lams, errs = sweep_ridges(run, error, [data.rho * 10.0 ** (-k) for k in EXPONENTS], 10.0)
+    ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
+    best, lams, errs = sweep_ridges(run, error, [data.rho * 10.0 ** (-k) for k in EXPONENTS], ratio)
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 
 
@@ -165,14 +200,12 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
             info.update(extra)
     else:
         lam = float(ridge)
-    W = np.empty(rhs.shape, np.float32)
-    its, rels = [], []
-    for c in range(rhs.shape[-1]):  # one channel at a time: contiguous FFTs and differences (2x faster)
-        b = np.ascontiguousarray(rhs[..., c:c + 1])
-        W[..., c:c + 1], it, rel = solve(data, b, lam, start(data, b), TOL, maxiter)
-        its.append(int(it))
-        rels.append(float(rel.max()) if rel.size else 0.0)
-    info.update(iterations=max(its, default=0), channel_iterations=its, residual=max(rels, default=0.0),
-                converged=max(rels, default=0.0) <= TOL, tol=TOL, maxiter=maxiter, rho=data.rho,
-                penalty=repr(PENALTY), preconditioner="(rho I + lambda R)^-1 in the DCT-II basis")
+    W, its, rels = solve(data, rhs, lam, start(data, rhs), TOL, maxiter)
+    res = float(rels.max()) if rels.size else 0.0
+    mg = len(data.shape) <= MG_MAX_AXES
+    info.update(iterations=int(its), residual=res, converged=res <= TOL, tol=TOL, maxiter=maxiter, rho=data.rho,
+                penalty=repr(PENALTY),
+                preconditioner="a multigrid V-cycle (Chebyshev smoothing)" if mg else
+                "(rho I + lambda R)^-1 in the DCT-II basis",
+                stopping="||M r|| / ||W|| (error estimate)" if mg else "relative residual")
     return W, lam, info

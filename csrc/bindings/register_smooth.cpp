@@ -1,0 +1,167 @@
+// Bindings of the thin-plate operator and the multigrid transfers (kronpe/smooth.h), CPU only.
+// Every array is a host descriptor, C-contiguous, of one dtype and of the grid's shape (1 to 3
+// axes); kronpe.solvers.multigrid owns them and makes them so.
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "kronpe/smooth.h"
+
+namespace py = pybind11;
+using namespace kronpe;
+using bindings::Array;
+
+namespace {
+
+// The grid of `x` (1 to 3 axes, C-contiguous, host), padded to three axes.
+smooth::Grid grid_of(const Array& x, const char* name) {
+  bindings::require_host(x, name);
+  require(x.ndim() >= 1 && x.ndim() <= 3,
+          std::string(name) + " must have 1 to 3 axes, got " + std::to_string(x.ndim()));
+  smooth::Grid g;
+  const int pad = 3 - x.ndim();
+  index_t stride = 1;
+  bool empty = false;
+  for (int a = 0; a < x.ndim(); ++a) empty = empty || x.shape[a] == 0;
+  for (int a = x.ndim() - 1; a >= 0; --a) {
+    g.n[pad + a] = x.shape[a];
+    require(empty || x.shape[a] <= 1 || x.strides[a] == stride,
+            std::string(name) + " must be C-contiguous");
+    stride *= x.shape[a];
+  }
+  return g;
+}
+
+// Every array has x's grid, dtype and place; then f(grid, T{}).
+template <typename F>
+void same_grid(const Array& x, std::initializer_list<std::pair<const Array*, const char*>> others,
+               F&& f) {
+  const smooth::Grid g = grid_of(x, "x");
+  for (const auto& [a, name] : others) {
+    const smooth::Grid h = grid_of(*a, name);
+    require(a->ndim() == x.ndim() && h.n[0] == g.n[0] && h.n[1] == g.n[1] && h.n[2] == g.n[2],
+            std::string(name) + " must have x's shape");
+    require(a->dtype == x.dtype, std::string(name) + " must have x's dtype " + x.dtype);
+  }
+  bindings::dispatch1(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    f(g, T{});
+  });
+}
+
+template <typename T>
+T* p(const Array& a, const char* name) {
+  return bindings::data<T>(a, name);
+}
+
+}  // namespace
+
+void register_smooth(py::module_& m) {
+  m.def(
+      "thin_plate",
+      [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,
+         const std::optional<Array>& b, int threads) {
+        require(mode == "apply" || mode == "residual", "thin_plate: mode must be apply or residual");
+        if (mode == "residual") require(b.has_value(), "thin_plate: residual needs b");
+        const Array& bb = b ? *b : x;
+        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, [&](const smooth::Grid& g, auto t) {
+          using T = decltype(t);
+          const T* xp = p<const T>(x, "x");
+          const T* mp = p<const T>(mask, "mask");
+          const T* bp = p<const T>(bb, "b");
+          T* op = p<T>(out, "out");
+          py::gil_scoped_release release;
+          if (mode == "apply") smooth::thin_plate_apply<T>(g, xp, mp, T(lam), op, threads);
+          else smooth::thin_plate_residual<T>(g, xp, bp, mp, T(lam), op, threads);
+        });
+      },
+      py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("mode") = "apply",
+      py::arg("b") = py::none(), py::arg("threads") = 0,
+      "out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate "
+      "penalty (internal).");
+  m.def(
+      "thin_plate_diag",
+      [](const Array& mask, double lam, const Array& out, int threads) {
+        same_grid(mask, {{&out, "out"}}, [&](const smooth::Grid& g, auto t) {
+          using T = decltype(t);
+          const T* mp = p<const T>(mask, "mask");
+          T* op = p<T>(out, "out");
+          py::gil_scoped_release release;
+          smooth::thin_plate_diag<T>(g, mp, T(lam), op, threads);
+        });
+      },
+      py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("threads") = 0,
+      "out = diag(mask + lam R) (internal).");
+  m.def(
+      "thin_plate_cheb_start",
+      [](const std::optional<Array>& x, const Array& b, const Array& mask, double lam, double theta,
+         const Array& r, const Array& d, int threads) {
+        if (x) same_grid(b, {{&*x, "x"}}, [](const smooth::Grid&, auto) {});
+        same_grid(b, {{&mask, "mask"}, {&r, "r"}, {&d, "d"}}, [&](const smooth::Grid& g, auto t) {
+          using T = decltype(t);
+          const T* xp = x ? p<const T>(*x, "x") : nullptr;
+          const T* bp = p<const T>(b, "b");
+          const T* mp = p<const T>(mask, "mask");
+          T* rp = p<T>(r, "r");
+          T* dp = p<T>(d, "d");
+          py::gil_scoped_release release;
+          smooth::thin_plate_cheb_start<T>(g, xp, bp, mp, T(lam), T(theta), rp, dp, threads);
+        });
+      },
+      py::arg("x"), py::arg("b"), py::arg("mask"), py::arg("lam"), py::arg("theta"), py::arg("r"),
+      py::arg("d"), py::arg("threads") = 0,
+      "r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 "
+      "(internal).");
+  m.def(
+      "thin_plate_cheb_step",
+      [](const Array& d, const Array& r, const Array& x, const Array& mask, double lam, double c1,
+         double c2, const Array& d_out, int threads) {
+        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}},
+                  [&](const smooth::Grid& g, auto t) {
+                    using T = decltype(t);
+                    require(d.address != d_out.address, "thin_plate_cheb_step: d_out must not be d");
+                    const T* dp = p<const T>(d, "d");
+                    T* rp = p<T>(r, "r");
+                    T* xp = p<T>(x, "x");
+                    const T* mp = p<const T>(mask, "mask");
+                    T* op = p<T>(d_out, "d_out");
+                    py::gil_scoped_release release;
+                    smooth::thin_plate_cheb_step<T>(g, dp, rp, xp, mp, T(lam), T(c1), T(c2), op,
+                                                    threads);
+                  });
+      },
+      py::arg("d"), py::arg("r"), py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("c1"),
+      py::arg("c2"), py::arg("d_out"), py::arg("threads") = 0,
+      "x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal).");
+  m.def(
+      "grid_transfer",
+      [](const Array& src, const Array& dst, int axis, bool restrict_, int threads) {
+        bindings::require_host(src, "src");
+        bindings::require_host(dst, "dst");
+        require(src.ndim() == dst.ndim() && axis >= 0 && axis < src.ndim(),
+                "grid_transfer: axis out of range or ranks differ");
+        require(src.dtype == dst.dtype, "grid_transfer: dst must have src's dtype");
+        const index_t n = restrict_ ? src.shape[axis] : dst.shape[axis];
+        const index_t nc = restrict_ ? dst.shape[axis] : src.shape[axis];
+        require(n >= 1 && nc == smooth::coarse_length(n), "grid_transfer: coarse length must be n // 2 + 1");
+        index_t outer = 1, inner = 1;
+        for (int a = 0; a < src.ndim(); ++a) {
+          if (a == axis) continue;
+          require(src.shape[a] == dst.shape[a], "grid_transfer: shapes differ off the axis");
+          (a < axis ? outer : inner) *= src.shape[a];
+        }
+        grid_of(src, "src");  // C-contiguity (rank checked above: 1 to 3 axes)
+        grid_of(dst, "dst");
+        bindings::dispatch1(src.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* sp = p<const T>(src, "src");
+          T* dp = p<T>(dst, "dst");
+          py::gil_scoped_release release;
+          if (restrict_) smooth::restrict_axis<T>(outer, n, inner, sp, dp, threads);
+          else smooth::prolong_axis<T>(outer, n, inner, sp, dp, threads);
+        });
+      },
+      py::arg("src"), py::arg("dst"), py::arg("axis"), py::arg("restrict"), py::arg("threads") = 0,
+      "dst = P^T src (restrict) or P src along one axis, linear interpolation, coarse node j at "
+      "fine node 2 j (internal).");
+}

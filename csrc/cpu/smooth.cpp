@@ -1,0 +1,313 @@
+// kronpe C++ core: the thin-plate operator and the multigrid transfers on the CPU (see
+// kronpe/smooth.h for the definitions).
+#include "kronpe/smooth.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#ifdef KRONPE_OPENMP
+#include <omp.h>
+#endif
+
+
+namespace kronpe::smooth {
+namespace {
+
+// Nodes per thread below which a kernel runs serially: these passes take well under a
+// millisecond per million nodes, less than a fork/join costs on a busy machine.
+constexpr index_t kMinNodesPerThread = index_t(1) << 20;
+
+int pick_threads(int threads, index_t nodes) {
+  checked_threads(threads);
+#ifdef KRONPE_OPENMP
+  const index_t cap = threads > 0 ? threads : omp_get_max_threads();
+  return int(std::max<index_t>(1, std::min<index_t>(cap, nodes / kMinNodesPerThread)));
+#else
+  return 1;
+#endif
+}
+
+void check_grid(const Grid& g) {
+  for (int a = 0; a < 3; ++a) require(g.n[a] >= 0, "smooth: negative grid size");
+  checked_mul(checked_mul(g.n[0], g.n[1], "smooth: grid"), g.n[2], "smooth: grid");
+}
+
+// The bands of D2^T D2 (five: offsets -2..2) and D1^T D1 (three: -1..1) along an axis of n
+// nodes, stored offset-major: band[(a + w) * n + k] = (D^T D)[k][k + a] (0 out of range).
+template <typename T>
+std::vector<T> gram_band(index_t n, int q) {
+  const int w = q;  // half bandwidth
+  std::vector<double> band(std::size_t((2 * w + 1) * n), 0.0);
+  const double c2[3] = {1.0, -2.0, 1.0}, c1[2] = {-1.0, 1.0};
+  const double* c = q == 2 ? c2 : c1;
+  for (index_t r = 0; r + q < n; ++r)  // row r of D touches nodes r..r+q
+    for (int u = 0; u <= q; ++u)
+      for (int v = 0; v <= q; ++v) band[std::size_t((v - u + w) * n + r + u)] += c[u] * c[v];
+  return std::vector<T>(band.begin(), band.end());
+}
+
+template <typename T>
+struct Bands {
+  Grid g;
+  std::vector<T> p[3], t[3];  // D2^T D2 and D1^T D1 along each axis
+  explicit Bands(const Grid& grid) : g(grid) {
+    for (int a = 0; a < 3; ++a) {
+      p[a] = gram_band<T>(g.n[a], 2);
+      t[a] = gram_band<T>(g.n[a], 1);
+    }
+  }
+  T P(int axis, int off, index_t k) const { return p[axis][std::size_t((off + 2) * g.n[axis] + k)]; }
+  T Tm(int axis, int off, index_t k) const { return t[axis][std::size_t((off + 1) * g.n[axis] + k)]; }
+  const T* P2(int off) const { return p[2].data() + (off + 2) * g.n[2]; }
+  const T* T2(int off) const { return t[2].data() + (off + 1) * g.n[2]; }
+};
+
+// acc[0..n2) = (R x)[i0, i1, :].
+template <typename T>
+KRONPE_CLONES void r_row(const Bands<T>& B, const T* __restrict x, index_t i0, index_t i1,
+                         T* __restrict acc) {
+  const index_t n1 = B.g.n[1], n2 = B.g.n[2];
+  auto row = [&](index_t j0, index_t j1) { return x + (j0 * n1 + j1) * n2; };
+  for (index_t i = 0; i < n2; ++i) acc[i] = T(0);
+  auto axpy = [&](T c, const T* __restrict src) {
+    for (index_t i = 0; i < n2; ++i) acc[i] += c * src[i];
+  };
+  // terms whose coefficient does not vary along axis 2: D2^T D2 along axes 0 and 1, the 0-1
+  // mixed term (a zero band entry is exactly an out-of-range neighbour: skipped)
+  for (int a = -2; a <= 2; ++a) {
+    const T c0 = B.P(0, a, i0), c1 = B.P(1, a, i1);
+    if (c0 != T(0)) axpy(c0, row(i0 + a, i1));
+    if (c1 != T(0)) axpy(c1, row(i0, i1 + a));
+  }
+  for (int a = -1; a <= 1; ++a) {
+    const T ta = B.Tm(0, a, i0);
+    if (ta == T(0)) continue;
+    for (int b = -1; b <= 1; ++b) {
+      const T c = T(2) * ta * B.Tm(1, b, i1);
+      if (c != T(0)) axpy(c, row(i0 + a, i1 + b));
+    }
+  }
+  if (n2 <= 1) return;
+  // terms along axis 2: D2^T D2 and the 0-2, 1-2 mixed terms, coefficients per node
+  const T* xr = row(i0, i1);
+  for (int a = -2; a <= 2; ++a) {
+    const T* __restrict c = B.P2(a);
+    const index_t lo = std::max<index_t>(0, -a), hi = std::min<index_t>(n2, n2 - a);
+    for (index_t i = lo; i < hi; ++i) acc[i] += c[i] * xr[i + a];
+  }
+  for (int axis = 0; axis < 2; ++axis)
+    for (int a = -1; a <= 1; ++a) {
+      const T s = T(2) * B.Tm(axis, a, axis == 0 ? i0 : i1);
+      if (s == T(0)) continue;
+      const T* src = axis == 0 ? row(i0 + a, i1) : row(i0, i1 + a);
+      for (int b = -1; b <= 1; ++b) {
+        const T* __restrict c = B.T2(b);
+        const index_t lo = std::max<index_t>(0, -b), hi = std::min<index_t>(n2, n2 - b);
+        for (index_t i = lo; i < hi; ++i) acc[i] += s * c[i] * src[i + b];
+      }
+    }
+}
+
+// diag(R) along the row (i0, i1, :).
+template <typename T>
+void r_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
+  const index_t n2 = B.g.n[2];
+  const T p01 = B.P(0, 0, i0) + B.P(1, 0, i1);
+  const T t0 = B.Tm(0, 0, i0), t1 = B.Tm(1, 0, i1);
+  const T* p2 = B.P2(0);
+  const T* t2 = B.T2(0);
+  for (index_t i = 0; i < n2; ++i) out[i] = p01 + p2[i] + T(2) * (t0 * t1 + (t0 + t1) * t2[i]);
+}
+
+// Runs row(i0, i1, acc, dg, offset) over every row of the grid, rows split among threads; acc
+// and dg are per-thread scratch rows (R x and diag(R) of the row when `with_diag`).
+template <typename T, typename Row>
+void for_rows(const Grid& g, int threads, Row&& row) {
+  check_grid(g);
+  const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
+  if (g.size() == 0) return;
+  const int nt = pick_threads(threads, g.size());
+#ifdef KRONPE_OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+  {
+    std::vector<T> acc(static_cast<std::size_t>(n2)), dg(static_cast<std::size_t>(n2));
+#ifdef KRONPE_OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], acc.data(), dg.data(), r * n2);
+  }
+  (void)nt;
+}
+
+// 1 / a, or 0 for a node whose row of A is zero (no data, no penalty: it is left as it is).
+template <typename T>
+inline T inverse(T a) {
+  return a > T(0) ? T(1) / a : T(0);
+}
+
+// The per-row epilogues, with every pointer restrict-qualified so that they vectorise. acc is
+// (R x) of the row, dg diag(R) of the row.
+template <typename T>
+KRONPE_CLONES void apply_row(index_t n, const T* __restrict x, const T* __restrict m, T lam,
+                             const T* __restrict acc, T* __restrict out) {
+  for (index_t i = 0; i < n; ++i) out[i] = m[i] * x[i] + lam * acc[i];
+}
+
+template <typename T>
+KRONPE_CLONES void residual_row(index_t n, const T* __restrict x, const T* __restrict b,
+                                const T* __restrict m, T lam, const T* __restrict acc,
+                                T* __restrict out) {
+  for (index_t i = 0; i < n; ++i) out[i] = b[i] - (m[i] * x[i] + lam * acc[i]);
+}
+
+template <typename T>
+KRONPE_CLONES void start_row(index_t n, const T* __restrict x, const T* __restrict b,
+                             const T* __restrict m, T lam, T inv_theta, const T* __restrict acc,
+                             const T* __restrict dg, T* __restrict r, T* __restrict d) {
+  if (x) {
+    for (index_t i = 0; i < n; ++i) {
+      const T res = (b[i] - (m[i] * x[i] + lam * acc[i])) * inverse(m[i] + lam * dg[i]);
+      r[i] = res;
+      d[i] = res * inv_theta;
+    }
+  } else {
+    for (index_t i = 0; i < n; ++i) {
+      const T res = b[i] * inverse(m[i] + lam * dg[i]);
+      r[i] = res;
+      d[i] = res * inv_theta;
+    }
+  }
+}
+
+template <typename T>
+KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T* __restrict x,
+                            const T* __restrict m, T lam, T c1, T c2, const T* __restrict acc,
+                            const T* __restrict dg, T* __restrict d_out) {
+  for (index_t i = 0; i < n; ++i) {
+    const T di = d[i];
+    const T ri = r[i] - (m[i] * di + lam * acc[i]) * inverse(m[i] + lam * dg[i]);
+    r[i] = ri;
+    x[i] += di;
+    d_out[i] = c1 * di + c2 * ri;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads) {
+  const Bands<T> B(g);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o) {
+    r_row(B, x, i0, i1, acc);
+    apply_row(g.n[2], x + o, m + o, lam, acc, out + o);
+  });
+}
+
+template <typename T>
+void thin_plate_residual(const Grid& g, const T* x, const T* b, const T* m, T lam, T* out,
+                         int threads) {
+  const Bands<T> B(g);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o) {
+    r_row(B, x, i0, i1, acc);
+    residual_row(g.n[2], x + o, b + o, m + o, lam, acc, out + o);
+  });
+}
+
+template <typename T>
+void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T lam, T theta,
+                           T* r, T* d, int threads) {
+  const Bands<T> B(g);
+  const T inv_theta = T(1) / theta;
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o) {
+    if (x) r_row(B, x, i0, i1, acc);
+    r_diag_row(B, i0, i1, dg);
+    start_row(g.n[2], x ? x + o : nullptr, b + o, m + o, lam, inv_theta, acc, dg, r + o, d + o);
+  });
+}
+
+template <typename T>
+void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T lam, T c1, T c2,
+                          T* d_out, int threads) {
+  const Bands<T> B(g);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o) {
+    r_row(B, d, i0, i1, acc);
+    r_diag_row(B, i0, i1, dg);
+    step_row(g.n[2], d + o, r + o, x + o, m + o, lam, c1, c2, acc, dg, d_out + o);
+  });
+}
+
+template <typename T>
+void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads) {
+  const Bands<T> B(g);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T* dg, index_t o) {
+    r_diag_row(B, i0, i1, dg);
+    for (index_t i = 0; i < g.n[2]; ++i) out[o + i] = m[o + i] + lam * dg[i];
+  });
+}
+
+namespace {
+
+// Runs f(dst_row, src_plane, k) for every (outer index, node k along the axis) of a transfer
+// between n fine and n / 2 + 1 coarse nodes; `out_n` nodes are written (nc restricting, n
+// prolonging), rows of `inner` elements.
+template <typename T, typename F>
+void for_transfer(const char* what, index_t outer, index_t n, index_t inner, index_t in_n,
+                  index_t out_n, const T* src, T* dst, int threads, F&& f) {
+  require(outer >= 0 && n >= 1 && inner >= 0, std::string(what) + ": bad shape");
+  checked_mul(checked_mul(outer, n, what), inner, what);
+  const int nt = pick_threads(threads, outer * n * inner);
+#ifdef KRONPE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+#endif
+  for (index_t o = 0; o < outer; ++o)
+    for (index_t k = 0; k < out_n; ++k) f(dst + (o * out_n + k) * inner, src + o * in_n * inner, k);
+  (void)nt;
+}
+
+}  // namespace
+
+template <typename T>
+void restrict_axis(index_t outer, index_t n, index_t inner, const T* f, T* c, int threads) {
+  const index_t nc = coarse_length(n);
+  for_transfer("restrict_axis", outer, n, inner, n, nc, f, c, threads,
+               [&](T* __restrict dst, const T* src, index_t j) {
+                 const index_t k = 2 * j;
+                 for (index_t i = 0; i < inner; ++i) dst[i] = k < n ? src[k * inner + i] : T(0);
+                 for (index_t kk : {k - 1, k + 1})
+                   if (kk >= 0 && kk < n)
+                     for (index_t i = 0; i < inner; ++i) dst[i] += T(0.5) * src[kk * inner + i];
+               });
+}
+
+template <typename T>
+void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, int threads) {
+  const index_t nc = coarse_length(n);
+  for_transfer("prolong_axis", outer, n, inner, nc, n, c, f, threads,
+               [&](T* __restrict dst, const T* src, index_t k) {
+                 const T* a = src + (k / 2) * inner;
+                 if (k % 2 == 0) {
+                   for (index_t i = 0; i < inner; ++i) dst[i] = a[i];
+                 } else {
+                   const T* b = a + inner;  // k / 2 + 1 <= n / 2 < nc
+                   for (index_t i = 0; i < inner; ++i) dst[i] = T(0.5) * (a[i] + b[i]);
+                 }
+               });
+}
+
+#define KRONPE_SMOOTH_INSTANTIATE(T)                                                            \
+  template void thin_plate_apply<T>(const Grid&, const T*, const T*, T, T*, int);              \
+  template void thin_plate_residual<T>(const Grid&, const T*, const T*, const T*, T, T*, int); \
+  template void thin_plate_cheb_start<T>(const Grid&, const T*, const T*, const T*, T, T, T*,  \
+                                         T*, int);                                              \
+  template void thin_plate_cheb_step<T>(const Grid&, const T*, T*, T*, const T*, T, T, T, T*,  \
+                                        int);                                                   \
+  template void thin_plate_diag<T>(const Grid&, const T*, T, T*, int);                         \
+  template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
+  template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, int);
+
+KRONPE_SMOOTH_INSTANTIATE(float)
+KRONPE_SMOOTH_INSTANTIATE(double)
+
+}  // namespace kronpe::smooth

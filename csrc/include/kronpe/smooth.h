@@ -1,0 +1,64 @@
+// kronpe C++ core: the thin-plate smoothing operator on a grid and the grid transfers of its
+// multigrid solver (MATH.md 3.6; the solver lives in kronpe.solvers.multigrid).
+//
+// A grid has up to three axes, row-major and contiguous; fewer axes are padded with leading axes
+// of length 1. On it,
+//
+//     A x = m * x + lam * R x,
+//     R = sum_i D2_i^T D2_i + 2 sum_{i<j} (D1_i^T D1_i) (x) (D1_j^T D1_j)
+//
+// (D_q the q-th difference matrix along an axis, with no rows on an axis of length <= q: the
+// penalty DifferencePenalty(2, mixed=True), the discrete thin-plate energy), m >= 0 a diagonal
+// (the data term: the mask, or the lumped sampling density). The kernels are fused passes of
+// this operator:
+//
+//   apply     out = A x
+//   residual  out = b - A x
+//   cheb_start  r = (b - A x) / diag(A),  d = r / theta  (two outputs; x null: x = 0)
+//   cheb_step   x += d,  r -= (A d) / diag(A),  d_out = c1 d + c2 r   (d read, d_out written)
+//
+// (the first and later steps of a Chebyshev smoother on diag(A)^-1 A; a node whose row of A is
+// zero has diag(A)^-1 = 0 there). Each output node is
+// computed by one thread in a fixed order: results do not depend on the thread count.
+//
+// Transfers between a grid and the next coarser one along one axis (linear interpolation, coarse
+// node j at fine node 2 j, n_coarse = n / 2 + 1), arrays viewed as (outer, n, inner):
+//   restrict_axis  c[j] = f[2j] + (f[2j - 1] + f[2j + 1]) / 2   (P^T, terms in range)
+//   prolong_axis   f[2j] = c[j],  f[2j + 1] = (c[j] + c[j + 1]) / 2   (P)
+#pragma once
+#include "kronpe/common.h"
+
+namespace kronpe::smooth {
+
+// The shape of a grid padded to three axes, n[0] * n[1] * n[2] nodes.
+struct Grid {
+  index_t n[3] = {1, 1, 1};
+  index_t size() const { return n[0] * n[1] * n[2]; }
+};
+
+// n / 2 + 1: the coarse length of an axis of n >= 3 nodes.
+inline index_t coarse_length(index_t n) { return n / 2 + 1; }
+
+template <typename T>
+void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads);
+template <typename T>
+void thin_plate_residual(const Grid& g, const T* x, const T* b, const T* m, T lam, T* out,
+                         int threads);
+template <typename T>
+void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T lam, T theta,
+                           T* r, T* d, int threads);
+template <typename T>
+void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T lam, T c1, T c2,
+                          T* d_out, int threads);
+// diag(A), for Jacobi-type smoothers and the tests.
+template <typename T>
+void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads);
+
+// (outer, n, inner) -> (outer, n / 2 + 1, inner), n >= 1 (n <= 2: nodes at 0 [and 2]).
+template <typename T>
+void restrict_axis(index_t outer, index_t n, index_t inner, const T* f, T* c, int threads);
+// (outer, nc, inner) -> (outer, n, inner) with nc == n / 2 + 1.
+template <typename T>
+void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, int threads);
+
+}  // namespace kronpe::smooth

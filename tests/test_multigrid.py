@@ -1,0 +1,138 @@
+"""The thin-plate operator's kernels and the multigrid transfers against kronpe.reference, and the
+multigrid-preconditioned CG of kronpe.solvers.multigrid against dense solves."""
+import numpy as np
+import pytest
+
+from _samples import CPU, LAYOUTS
+from kronpe import _core, reference
+from kronpe.solvers import multigrid
+from kronpe.solvers.multigrid import ThinPlateMG
+
+SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
+RTOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def _case(rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    m = (rng.random(shape) < 0.4).astype(dtype) * rng.random(shape).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    return x, m, b
+
+
+def _close(got, want, dtype):
+    scale = max(float(np.abs(want).max()) if want.size else 0.0, 1.0)
+    np.testing.assert_allclose(got, want, rtol=0, atol=RTOL[dtype] * scale * 10)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_apply_residual_diag_match_reference(rng, shape, dtype):
+    x, m, b = _case(rng, shape, dtype)
+    lam = 0.37
+    want = reference.thin_plate_apply(x, m, lam)
+    _close(multigrid.thin_plate_apply(x, m, lam), want, dtype)
+    out = np.empty_like(x)
+    _core.thin_plate(x, m, lam, out, "residual", b)
+    _close(out, b - want, dtype)
+    _core.thin_plate_diag(m, lam, out)
+    _close(out, np.diag(reference.thin_plate_matrix(shape, m, lam)).reshape(shape), dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_chebyshev_kernels_match_reference(rng, shape, dtype):
+    x, m, b = _case(rng, shape, dtype)
+    lam, theta, c1, c2 = 0.21, 2.25, 0.4, 0.7
+    for x0 in (x, None):
+        r, d = np.empty_like(x), np.empty_like(x)
+        _core.thin_plate_cheb_start(x0, b, m, lam, theta, r, d)
+        r_ref, d_ref = reference.thin_plate_cheb_start(x0, b, m, lam, theta)
+        _close(r, r_ref, dtype)
+        _close(d, d_ref, dtype)
+    d_out = np.empty_like(x)
+    x2 = x.copy()
+    _core.thin_plate_cheb_step(d, r, x2, m, lam, c1, c2, d_out)
+    r_ref, x_ref, d_ref = reference.thin_plate_cheb_step(d_ref, r_ref, x, m, lam, c1, c2)
+    _close(r, r_ref, dtype)
+    _close(x2, x_ref, dtype)
+    _close(d_out, d_ref, dtype)
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if all(n > 0 for n in s)] + [(0, 5), (4, 0, 3)], ids=str)
+def test_grid_transfers_match_reference(rng, shape, dtype):
+    for axis in range(len(shape)):
+        n = shape[axis]
+        f = rng.standard_normal(shape).astype(dtype)
+        cs = list(shape)
+        cs[axis] = n // 2 + 1 if n else 1
+        if n == 0:
+            continue
+        c = np.empty(cs, dtype)
+        _core.grid_transfer(f, c, axis, True)
+        _close(c, reference.grid_transfer(f, axis, True, n), dtype)
+        back = np.empty(shape, dtype)
+        _core.grid_transfer(c, back, axis, False)
+        _close(back, reference.grid_transfer(c, axis, False, n), dtype)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_apply_takes_any_layout(rng, layout, dtype):
+    shape = (6, 7, 5)
+    x, m, _ = _case(rng, shape, dtype)
+    if layout == "broadcast":
+        x = np.ascontiguousarray(np.broadcast_to(x[:1], shape))
+    got = multigrid.thin_plate_apply(CPU.view(x, layout), CPU.view(m, "contiguous" if layout == "broadcast" else layout), 0.5)
+    _close(got, reference.thin_plate_apply(x, m, 0.5), dtype)
+
+
+def test_kernels_refuse_bad_arrays(rng):
+    x = np.zeros((4, 5), np.float32)
+    out = np.empty_like(x)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.thin_plate(x.T.copy().T, x, 1.0, out)
+    with pytest.raises(ValueError, match="shape"):
+        _core.thin_plate(x, np.zeros((5, 4), np.float32), 1.0, out)
+    with pytest.raises(ValueError, match="dtype"):
+        _core.thin_plate(x, x.astype(np.float64), 1.0, out)
+    with pytest.raises(ValueError, match="1 to 3 axes"):
+        _core.thin_plate(np.zeros((2,) * 4), np.zeros((2,) * 4), 1.0, np.zeros((2,) * 4))
+    with pytest.raises(ValueError, match="residual needs b"):
+        _core.thin_plate(x, x, 1.0, out, "residual")
+    with pytest.raises(ValueError, match="d_out must not be d"):
+        _core.thin_plate_cheb_step(x, out, out.copy(), x, 1.0, 0.5, 0.5, x)
+    with pytest.raises(ValueError, match="n // 2 \\+ 1"):
+        _core.grid_transfer(x, np.zeros((4, 4), np.float32), 1, True)
+
+
+@pytest.mark.parametrize("shape,lam", [((37,), 0.3), ((33, 40), 1e-3), ((31, 17), 1.0), ((12, 11, 10), 1e-2), ((2, 70), 0.1)],
+                         ids=str)
+def test_pcg_matches_dense_solve(rng, shape, lam):
+    m = (rng.random(shape) < 0.3).astype(np.float64)
+    b = m * rng.standard_normal(shape)
+    want = np.linalg.solve(reference.thin_plate_matrix(shape, m, lam), b.ravel()).reshape(shape)
+    mg = ThinPlateMG(m, lam, dtype=np.float64)
+    assert len(mg.levels) > 1 or np.prod(shape) <= multigrid.COARSEST
+    x, its, rel = mg.solve(b, None, 1e-10, 200)
+    assert rel <= 1e-10
+    np.testing.assert_allclose(x, want, rtol=0, atol=1e-7 * np.abs(want).max())
+    assert its < 40  # the V-cycle makes CG converge in a few tens of iterations at most
+
+
+def test_vcycle_is_a_symmetric_preconditioner(rng):
+    shape = (29, 34)
+    m = (rng.random(shape) < 0.25).astype(np.float64)
+    mg = ThinPlateMG(m, 1e-2, dtype=np.float64)
+    u, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    Mu = mg.vcycle(u).copy()
+    Mv = mg.vcycle(v).copy()
+    assert abs(np.vdot(Mu, v) - np.vdot(u, Mv)) < 1e-10 * np.linalg.norm(Mu) * np.linalg.norm(v)
+    assert np.vdot(Mu, u) > 0
+
+
+def test_iterations_do_not_grow_with_the_grid(rng):
+    """The multigrid preconditioner's point: about as many iterations on 256^2 as on 64^2."""
+    its = []
+    for n in (64, 256):
+        m = (np.random.default_rng(0).random((n, n)) < 0.25).astype(np.float32)
+        y = np.sin(np.linspace(0, 6, n))[:, None] * np.cos(np.linspace(0, 4, n))[None, :]
+        _, it, _ = ThinPlateMG(m, 1e-3).solve((m * y).astype(np.float32), None, 1e-4, 100)
+        its.append(it)
+    assert its[1] <= its[0] + 3, its
