@@ -100,11 +100,13 @@ def test_fit_generalises_on_a_smooth_signal(rng):
     f = lambda p: np.sin(3 * p[:, 0]) * np.cos(2 * p[:, 1]) + 0.5 * p[:, 0]  # noqa: E731
     pts = rng.random((1500, 2))
     test = rng.random((500, 2))
-    m = fit_points(pts, f(pts), None)  # automatic embedders, grid and ridge
+    m = fit_points(pts, f(pts), None)  # the defaults: thin-plate values on a grid by density, lambda held out
     err = np.sqrt(np.mean((m.predict(test) - f(test)) ** 2))
     assert err < 0.01, err
-    assert all(e.margin > 0 for e in m.embedders)
+    assert m.info["grid"] == "half the mean sample spacing" and m.weights.shape == (79, 79)  # 2 / h + 1 nodes
     assert m.ridge > 0 and "holdout_errors" in m.info
+    auto = fit_points(pts, f(pts), embedders=None, ridge=1e-4)  # a ridge given: the automatic embedders
+    assert all(e.margin > 0 for e in auto.embedders)
     # the chosen lambda is the candidate with the smallest held-out error
     k = int(np.argmin(m.info["holdout_errors"]))
     assert m.ridge == m.info["ridge_candidates"][k]

@@ -321,9 +321,11 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         points runs on their GPU.
     values : array (P,) or (P, *channels)
     embedders : embedder, list of D embedders, or None
-        None chooses Gaussians from the sampling density (module docstring); with nothing else
-        given either (grid, ridge, penalty) and points on a lattice (pixels, voxels), the default
-        smooth fit of :mod:`kronpe.solvers.smooth` (thin-plate penalty on the lattice's values).
+        With nothing else given either (grid, ridge, penalty) and D <= 3: the default smooth fit
+        of :mod:`kronpe.solvers.smooth`, values on a grid with a thin-plate penalty, lambda held
+        out, multigrid-preconditioned CG; the grid is the points' lattice when they lie on one
+        (pixels, voxels), else half the mean sample spacing (multilinear blending). Otherwise
+        None chooses Gaussians from the sampling density (module docstring).
     grid : shape or list of node arrays, optional
         The virtual grid (default: K_base + 1 nodes per axis over [0, 1]).
     ridge : float >= 0 or "auto"
@@ -360,10 +362,8 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         raise ValueError("points must hold at least one point, got P = 0")
     vals, channels = _values(values, pts.shape[0])
     D = pts.shape[1]
-    lattice = None
-    if embedders is None and grid is None and pen is None and lam_arg is None:
+    if embedders is None and grid is None and pen is None and lam_arg is None and D <= smooth.MG_MAX_AXES:
         lattice = smooth.lattice_grid(pts.astype(np.float64))
-    if lattice is not None:
         return _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0)
     if embedders is None:
         embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
@@ -426,14 +426,23 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
                    t0, info["preconditioner"])
 
 
-def _fit_smooth(pts, vals, channels, nodes, normalize, threads, t0) -> PointModel:
-    """The default fit of points on a lattice (kronpe.solvers.smooth): every point on a node."""
+def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointModel:
+    """The default fit (kronpe.solvers.smooth): on the points' lattice when they lie on one
+    (every point on a node: a diagonal data term), else on a grid at half the mean sample
+    spacing, blended multilinearly (a sparse data term)."""
+    nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in smooth.density_grid(pts)]
     B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
     s = vals.reshape(pts.shape[0], -1).astype(np.float32)
     shape = B.grid_shape
-    counts = B.rmatvec(np.ones(B.shape[0])).reshape(shape)
     rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
-    W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None)
+    if lattice is not None:
+        counts = B.rmatvec(np.ones(B.shape[0])).reshape(shape)
+        W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None)
+    else:
+        S = B.to_scipy()
+        W, lam, info = smooth.fit(smooth.DataTerm(shape, sparse=(S.T @ S).tocsr().astype(np.float32)), rhs, None,
+                                  samples=(S, s))
+    info["grid"] = "the points' lattice" if lattice is not None else "half the mean sample spacing"
     return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
                    info["preconditioner"])
 

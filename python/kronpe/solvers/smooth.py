@@ -47,7 +47,7 @@ nor a penalty is given. Decisions (documented once, here):
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -140,9 +140,11 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
     mg = hierarchy(data, lam) if mg is None else mg
     operator = None
     if data.sparse is not None:
+        zeros = np.zeros(data.shape, np.float32)
+
         def operator(v: Array) -> Array:
-            out = thin_plate_apply(v, mg.levels[0].m * 0, lam)  # lam R v
-            out += data(v[..., None])[..., 0]
+            out = thin_plate_apply(v, zeros, lam)  # lam R v
+            out += np.asarray(data.sparse @ v.reshape(-1), np.float32).reshape(v.shape)
             return out
     # channels in their principal basis (module docstring), the strongest first: its norm sets
     # the error scale of the others
@@ -186,29 +188,59 @@ def hierarchy(data: DataTerm, lam: Optional[float]) -> ThinPlateMG:
 
 
 def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[str, Any]]:
-    """lambda held out on the whole grid (module docstring): HOLDOUT_FRACTION of the nodes with
-    data left out, the sum of the channels fitted for each lambda = rho 10^-k, k in EXPONENTS
-    (largest first, each one CG iteration warm-started from the last: module docstring).
-
-    Needs a diagonal data term (grids with holes, points on a lattice): the held-out samples are
-    nodes with data, their values rhs / diag."""
+    """lambda held out on the whole grid (module docstring) for a diagonal data term (grids with
+    holes, points on a lattice): the held-out samples are nodes with data, their values
+    rhs / diag."""
     diag = data.diag
     obs = np.flatnonzero(diag > 0)
     if obs.size < MIN_HOLDOUT:
         return data.rho * 10.0 ** (-FALLBACK_EXPONENT), {"ridge_candidates": [], "holdout_errors": []}
-    rng = np.random.default_rng(HOLDOUT_SEED)
-    hold = rng.choice(obs, max(1, int(round(HOLDOUT_FRACTION * obs.size))), replace=False)
+    hold = _holdout(obs.size)
+    hold = obs[hold]
     train = diag.copy()
     train.flat[hold] = 0.0
     y = rhs.sum(axis=-1, dtype=np.float32)[..., None]
     y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
     r_train = np.where((train > 0)[..., None], y, 0).astype(np.float32)
-    sub = DataTerm(train.shape, train)
-    mg = hierarchy(sub, None) if len(data.shape) <= MG_MAX_AXES else None
-    x0 = start(sub, r_train)
 
     def error(w):
         return float(np.mean((w.reshape(-1)[hold] - y_ho) ** 2))
+
+    return _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter)
+
+
+def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxiter: int
+                        ) -> Tuple[float, Dict[str, Any]]:
+    """lambda held out among scattered samples: B the (P, G) blending matrix (scipy CSR), values
+    (P, C); HOLDOUT_FRACTION of the points left out, their error measured through their rows of B."""
+    P = B.shape[0]
+    if P < MIN_HOLDOUT:
+        return rho * 10.0 ** (-FALLBACK_EXPONENT), {"ridge_candidates": [], "holdout_errors": []}
+    hold = _holdout(P)
+    keep = np.ones(P, bool)
+    keep[hold] = False
+    y = values.sum(axis=-1, dtype=np.float64)
+    Bt, Bh = B[keep], B[hold]
+    sub = DataTerm(shape, sparse=(Bt.T @ Bt).tocsr().astype(np.float32))
+    r_train = np.asarray(Bt.T @ y[keep], np.float32).reshape(tuple(shape) + (1,))
+
+    def error(w):
+        return float(np.mean((Bh @ w.reshape(-1).astype(np.float64) - y[hold]) ** 2))
+
+    return _sweep(sub, r_train, error, rho, maxiter)
+
+
+def _holdout(n: int) -> Array:
+    """HOLDOUT_FRACTION of range(n), drawn with HOLDOUT_SEED."""
+    rng = np.random.default_rng(HOLDOUT_SEED)
+    return rng.choice(n, max(1, int(round(HOLDOUT_FRACTION * n))), replace=False)
+
+
+def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: float, maxiter: int
+           ) -> Tuple[float, Dict[str, Any]]:
+    """The held-out sweep over lambda = rho 10^-k, k in EXPONENTS (module docstring)."""
+    mg = hierarchy(sub, None) if len(sub.shape) <= MG_MAX_AXES else None
+    x0 = start(sub, r_train)
 
     def run(lam, w):
         if mg is not None:
@@ -216,22 +248,25 @@ def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[
         return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, SWEEP_MAXITER), mg=mg)[0]
 
     ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
-    best, lams, errs = sweep_ridges(run, error, [data.rho * 10.0 ** (-k) for k in EXPONENTS], ratio)
+    best, lams, errs = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio)
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 
 
-def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[int] = None
-        ) -> Tuple[Array, float, Dict[str, Any]]:
-    """The default smooth fit: (grid values (N..., C) float32, lambda, info)."""
+def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[int] = None,
+        samples: Optional[Tuple[Any, Array]] = None) -> Tuple[Array, float, Dict[str, Any]]:
+    """The default smooth fit: (grid values (N..., C) float32, lambda, info). ``samples`` = (B,
+    values) for a sparse data term B^T B: the held-out choice of lambda needs the points."""
     rhs = np.asarray(rhs, np.float32)
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
     info: Dict[str, Any] = {}
     if ridge is None:
         if data.diag is None:
-            lam = data.rho * 10.0 ** (-3)
+            if samples is None:
+                raise ValueError("choosing lambda for a sparse data term needs the samples")
+            lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter)
         else:
             lam, extra = choose_ridge(data, rhs, maxiter)
-            info.update(extra)
+        info.update(extra)
     else:
         lam = float(ridge)
     W, its, rels = solve(data, rhs, lam, start(data, rhs), TOL, maxiter)
