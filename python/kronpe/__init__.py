@@ -17,6 +17,7 @@ from .solvers.points import ConvergenceWarning, PointModel, fit_points  # noqa: 
 from .solvers.fit import GridModel, GridPlan, fit_grid  # noqa: E402
 from .solvers.penalty import DifferencePenalty  # noqa: E402
 from .resampling import resample, upsample  # noqa: E402
+from .solvers.saving import ModelFileError, ModelVersionError, load  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 
 __version__ = _core.build_info()["version"]
@@ -80,6 +81,10 @@ __all__ = [
     # everyday jobs
     "upsample",
     "resample",
+    # models to and from files
+    "load",
+    "ModelFileError",
+    "ModelVersionError",
     # analysis
     "stable_rank",
     "embedded_distance",
