@@ -136,6 +136,8 @@ def load(path: Union[str, "os.PathLike[str]"]):
     where = repr(p)
     if not os.path.isfile(p):
         raise ModelFileError(f"model file does not exist: {where}")
+    if not zipfile.is_zipfile(p):
+        raise ModelFileError(f"{where} is not a kronpe model file (.npz, a zip archive written by model.save)")
     try:
         with np.load(p, allow_pickle=False) as z:
             entries = {k: z[k] for k in z.files}
