@@ -77,6 +77,8 @@ def save_model(model, path) -> None:
     from .fit import GridModel
     from .points import PointModel
 
+    if not isinstance(model, (GridModel, PointModel)):
+        raise TypeError(f"model must be a kronpe GridModel or PointModel, got {type(model).__name__}")
     p = _path_arg(path)
     arrays: Dict[str, np.ndarray] = {"weights": np.asarray(model.weights), "ridge": np.asarray(model.ridge, float)}
     header: Dict[str, Any] = {"embedders": [_embedder_entry(e) for e in model.embedders],
@@ -85,13 +87,11 @@ def save_model(model, path) -> None:
         header["kind"] = "grid"
         if model.gcv is not None:
             arrays["gcv"] = np.asarray(model.gcv, float)
-    elif isinstance(model, PointModel):
+    else:
         header["kind"] = "points"
         header["normalize"] = bool(model.normalize)
         for i, g in enumerate(model.grid_coords):
             arrays[f"grid_{i}"] = np.asarray(g, np.float64)
-    else:
-        raise TypeError(f"model must be a kronpe GridModel or PointModel, got {type(model).__name__}")
     with open(p, "wb") as f:
         np.savez(f, format=np.array(FORMAT), format_version=np.array(FORMAT_VERSION),
                  kronpe_version=np.array(str(__version__)), header=np.array(json.dumps(header)), **arrays)
