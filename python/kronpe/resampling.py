@@ -88,8 +88,10 @@ def _axis_matrix(n: int, N: int) -> "scipy.sparse.csr_matrix":  # noqa: F821
     half = (ORDER + 1) / 2.0
     first = np.maximum(np.floor(a - half - 0.5).astype(np.int64), -m)  # centres k + 1/2 in reach
     last = np.minimum(np.ceil(b + half - 0.5).astype(np.int64), n - 1 + m)
-    rows = np.repeat(np.arange(N), last - first + 1)
-    cols = np.concatenate([np.arange(f, l + 1) for f, l in zip(first, last)]) if N else np.zeros(0, np.int64)
+    counts = last - first + 1
+    rows = np.repeat(np.arange(N), counts)
+    starts = np.cumsum(counts) - counts  # where each row's run begins
+    cols = first[rows] + (np.arange(rows.size) - starts[rows])
     centre = cols + 0.5
     vals = (_antiderivative(b[rows] - centre) - _antiderivative(a[rows] - centre)) / (b[rows] - a[rows])
     F = sparse.csr_matrix((vals, (rows, pad_index[cols + m])), shape=(N, n))  # F E: duplicates add
