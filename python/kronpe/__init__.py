@@ -16,6 +16,8 @@ from .solvers.blending import BlendingMatrix  # noqa: E402
 from .solvers.points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
 from .solvers.fit import GridModel, GridPlan, fit_grid  # noqa: E402
 from .solvers.penalty import DifferencePenalty  # noqa: E402
+from .resampling import resample, upsample  # noqa: E402
+from .solvers.saving import ModelFileError, ModelVersionError, load  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 
 __version__ = _core.build_info()["version"]
@@ -76,6 +78,13 @@ __all__ = [
     "fit_points",
     "PointModel",
     "ConvergenceWarning",
+    # everyday jobs
+    "upsample",
+    "resample",
+    # models to and from files
+    "load",
+    "ModelFileError",
+    "ModelVersionError",
     # analysis
     "stable_rank",
     "embedded_distance",

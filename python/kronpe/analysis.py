@@ -12,7 +12,6 @@ Coordinates are the papers' grid x = linspace(0, 1, N + 1)[:-1] unless given.
 from __future__ import annotations
 
 import math
-import sys
 from typing import Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -200,9 +199,9 @@ def stable_rank_bound(embedder: Embedder, N: int) -> Optional[float]:
 
 
 def _progress(total: int, progress: bool, desc: str):
-    from tqdm.auto import tqdm
+    from ._progress import bar
 
-    return tqdm(total=total, disable=not progress, desc=desc, leave=False, file=sys.stderr)
+    return bar(total, progress, desc)
 
 
 def stable_rank_vs_sigma(Ns: Sequence[int], sigmas: Sequence[float], K: int, progress: bool = False) -> np.ndarray:

@@ -17,9 +17,9 @@ dependency), so no download is ever needed:
   ``load_video`` for the exact path. The papers' video experiments (seed 000 Table 3) use
   128 x 128 x 128 crops of real videos, trained on their 64^3 regular subsample; the default
   arguments give that shape.
-- ``load_image(path)``, ``load_array(path)``, ``load_frames(folder)`` and ``load_file(path)``
-  read user files: PNG/JPEG/TIFF/BMP images, ``.npy`` arrays of any dimension, and folders of
-  frame images.
+- ``load_image(path)``, ``load_array(path)``, ``load_nifti(path)``, ``load_frames(folder)`` and
+  ``load_file(path)`` read user files: PNG/JPEG/TIFF/BMP images, ``.npy`` arrays of any
+  dimension, NIfTI volumes (with nibabel installed) and folders of frame images.
 - ``psnr(a, b, peak=1.0)``: peak signal-to-noise ratio in dB.
 
 Every bad argument raises ValueError naming the argument.
@@ -298,6 +298,24 @@ def load_array(path: PathLike) -> np.ndarray:
     return arr
 
 
+def load_nifti(path: PathLike) -> np.ndarray:
+    """Read a NIfTI volume (``.nii`` / ``.nii.gz``, through nibabel: ``pip install nibabel``) as a
+    float array of its voxel values (scaling applied), axes as stored."""
+    p = _existing("path", path)
+    try:
+        import nibabel
+    except ImportError:
+        raise ValueError(f"reading NIfTI files needs nibabel (pip install nibabel): {str(p)!r}") from None
+    try:
+        arr = np.asarray(nibabel.load(str(p)).get_fdata(dtype=np.float64))
+    except Exception as exc:  # nibabel raises many kinds; all mean "not a volume we can read"
+        raise ValueError(f"path could not be read as a NIfTI volume ({exc}): {str(p)!r}") from None
+    if arr.size == 0:
+        raise ValueError(f"NIfTI volume {p.name!r} is empty (shape {arr.shape})")
+    _validate.finite(f"NIfTI volume {p.name!r}", arr)
+    return arr
+
+
 def load_frames(folder: PathLike) -> np.ndarray:
     """Read a folder of frame images (sorted by name) as a video (T, H, W[, 3]) in [0, 1]."""
     p = _existing("folder", folder)
@@ -328,11 +346,13 @@ def load_file(path: PathLike) -> Tuple[np.ndarray, str]:
     suffix = p.suffix.lower()
     if suffix == ".npy":
         return load_array(p), "array"
+    if p.name.lower().endswith((".nii", ".nii.gz")):
+        return load_nifti(p), "array"
     if suffix in _IMAGE_SUFFIXES:
         return load_image(p), "image"
     raise ValueError(
-        f"path must be an image ({', '.join(_IMAGE_SUFFIXES)}), a .npy array or a folder of "
-        f"frames, got {str(p)!r}"
+        f"path must be an image ({', '.join(_IMAGE_SUFFIXES)}), a .npy array, a NIfTI volume (.nii, "
+        f".nii.gz) or a folder of frames, got {str(p)!r}"
     )
 
 
@@ -387,6 +407,7 @@ __all__ = [
     "load_image",
     "load_array",
     "load_frames",
+    "load_nifti",
     "load_file",
     "psnr",
     "psnr_of_mse",

@@ -404,3 +404,33 @@ def grid_transfer(src, axis: int, restrict: bool, n: int) -> np.ndarray:
     P = interpolation_matrix(n)
     M = P.T if restrict else P
     return np.moveaxis(np.tensordot(M, np.asarray(src, np.float64), axes=([1], [axis])), 0, axis)
+
+
+# ---- resampling (kronpe.resampling) ----------------------------------------------------------------
+
+
+def resample_area_1d(y: np.ndarray,  # (n, *rest) pixel means
+                     N: int, order: int = 2, margin: int = 2, q: int = 256) -> np.ndarray:
+    """The area-consistent spline resampling of ``kronpe.resample`` along axis 0, the obvious way:
+    the B-spline basis (centres at the pixel centres, coefficients mirrored at the ends) sampled at
+    q midpoints per input pixel and per output pixel, a dense solve for the coefficients whose
+    pixel means are y, and the pixel means at the N output pixels. Midpoint-rule accurate
+    (about 1e-6 at q = 256), independent of the kernel's closed forms."""
+    y = np.asarray(y, dtype=np.float64)
+    n = y.shape[0]
+    pad_index = np.pad(np.arange(n), margin, mode="symmetric")
+    centres = np.arange(-margin, n + margin) + 0.5  # in input-pixel units
+    E = np.zeros((n + 2 * margin, n))
+    E[np.arange(n + 2 * margin), pad_index] = 1.0  # coefficient k stands for c[pad_index[k]]
+
+    def means(edges):  # (len(edges) - 1, n): pixel means of the (mirrored) basis
+        lo, hi = edges[:-1], edges[1:]
+        t = (np.arange(q) + 0.5) / q
+        u = lo[:, None] + (hi - lo)[:, None] * t[None, :]  # (pixels, q)
+        basis = _formulas.bspline(u[..., None] - centres, order)  # (pixels, q, K)
+        return basis.mean(axis=1) @ E
+
+    A = means(np.arange(n + 1, dtype=np.float64))
+    F = means(np.arange(N + 1, dtype=np.float64) * (n / N))
+    c = np.linalg.solve(A, y.reshape(n, -1))
+    return (F @ c).reshape((N,) + y.shape[1:])

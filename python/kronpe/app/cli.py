@@ -1,14 +1,17 @@
-"""The ``kronpe`` command: fit | fill | grid | demo | analyze."""
+"""The ``kronpe`` command: fit | upsample | resample | fill | grid | predict | demo | analyze."""
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="turn the progress bars off")
     p.add_argument("--out", default="kronpe-out", help="folder for the files written (default: kronpe-out)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (the numbers and the files written) instead of text")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "and the last has <= 4 entries (default auto)")
     p.add_argument("--peak", type=float, default=None,
                    help="PSNR peak (default: 1 for images and videos, max - min for .npy arrays)")
+    p.add_argument("--save", default=None, metavar="MODEL.npz", help="save the fitted model (kronpe predict reads it)")
+    _add_common(p)
+
+    p = sub.add_parser("upsample", help="upsample an image (PNG out) or an array (.npy out) by a scale or to a size")
+    p.add_argument("path", help="an image (PNG/JPEG/TIFF), a .npy array or a NIfTI volume (.nii, .nii.gz; needs nibabel)")
+    p.add_argument("--scale", type=float, default=None, help="scale factor of every spatial axis (e.g. 2)")
+    p.add_argument("--size", type=int, nargs=2, default=None, metavar=("W", "H"), help="images: the output size")
+    _add_common(p)
+
+    p = sub.add_parser("resample", help="resample an N-D array (video, volume) to a new shape (.npy out)")
+    p.add_argument("path", help="a .npy array, a NIfTI volume (.nii, .nii.gz; needs nibabel) or an image")
+    p.add_argument("--shape", type=int, nargs="+", required=True, metavar="N",
+                   help="new sizes of the leading axes (the remaining axes are carried along)")
+    _add_common(p)
+
+    p = sub.add_parser("predict", help="evaluate a saved model (kronpe fit/grid --save) on a grid (.npy out)")
+    p.add_argument("model", help="a model file written by --save or model.save (.npz)")
+    p.add_argument("--shape", type=int, nargs="+", required=True, metavar="N", help="samples per axis of the grid")
     _add_common(p)
 
     p = sub.add_parser("fill", help="fill the missing pixels of an image (a mask, or random pixels dropped)")
@@ -65,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a .npy array or a .csv file, one sample per row: D coordinates, then the values")
     p.add_argument("--shape", type=int, nargs="+", required=True, metavar="N",
                    help="the grid to predict: samples per axis (D numbers)")
+    p.add_argument("--save", default=None, metavar="MODEL.npz", help="save the fitted model (kronpe predict reads it)")
     _add_common(p)
 
     p = sub.add_parser("demo", help="PSNR/time table over bundled real photographs and a video")
@@ -107,15 +129,25 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
     if args.command == "analyze":
         from .analyze import run_analyze
 
-        return run_analyze(out=args.out, progress=not args.no_progress)
+        if not args.json:
+            return run_analyze(out=args.out, progress=not args.no_progress)
+        import contextlib
+
+        from .output import Output
+
+        report = Output(args, "analyze")
+        with contextlib.redirect_stdout(sys.stderr):  # the text goes to stderr, the JSON to stdout
+            status = run_analyze(out=args.out, progress=False)
+        report.put(files=sorted(str(f) for f in Path(args.out).glob("fig*.png")))
+        return status or report.done()
     if args.command == "fit":
         from .fit_cmd import run_fit
 
         return run_fit(args)
-    if args.command in ("fill", "grid"):
+    if args.command in ("fill", "grid", "upsample", "resample", "predict"):
         from . import jobs
 
-        return (jobs.run_fill if args.command == "fill" else jobs.run_grid)(args)
+        return getattr(jobs, f"run_{args.command}")(args)
     if args.command == "demo":
         from .demo import run_demo
 

@@ -10,7 +10,25 @@ import numpy as np
 
 from .. import data
 from .._adapters import validate as _validate
+from .output import Output
 from .protocol import Case, check_stride, fmt as _fmt
+
+
+def _out_dir(args) -> Path:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _save_model(args, model) -> List[Path]:
+    """``--save PATH``: the fitted model to PATH (``model.save``); the file written, if any."""
+    path = getattr(args, "save", None)
+    if path is None:
+        return []
+    if not str(path).lower().endswith(".npz"):
+        raise ValueError(f"--save must name a .npz file, got {path!r}")
+    model.save(path)
+    return [Path(path)]
 
 def _resolve_layout(arr: np.ndarray, kind: str, channels: str) -> int:
     """D (the number of sampled axes) of a loaded signal; the rest are channels."""
@@ -111,35 +129,46 @@ def run_fit(args) -> int:
         peak = 1.0 if kind in ("image", "video") else float(signal.max() - signal.min()) or 1.0
     peak = _validate.positive_float("peak", peak)
 
+    report = Output(args, "fit")
     channels = signal.shape[ndim:]
-    print(f"signal: {stem} ({kind}), shape {signal.shape}: {ndim} sampled {'axis' if ndim == 1 else 'axes'}"
-          + (f", channels {channels}" if channels else ""))
+    report.say(f"signal: {stem} ({kind}), shape {signal.shape}: {ndim} sampled {'axis' if ndim == 1 else 'axes'}"
+               + (f", channels {channels}" if channels else ""))
+    report.put(signal=stem, kind=kind, shape=signal.shape, ndim=ndim)
     case = Case(stem, signal, ndim, stride, peak, fraction=fraction, seed=getattr(args, "seed", 0))
     total = int(np.prod(signal.shape[:ndim]))
     if case.scattered:
-        print(f"training: a random {fraction:g} of the samples (--random, seed {case.seed}), "
-              f"{int(case.mask.sum())} of {total} samples")
+        report.say(f"training: a random {fraction:g} of the samples (--random, seed {case.seed}), "
+                   f"{int(case.mask.sum())} of {total} samples")
+        report.put(training=int(case.mask.sum()))
     else:
         n_train = int(np.prod([-(-n // stride) for n in signal.shape[:ndim]]))
-        print(f"training: one sample in {stride} per axis (--stride), {n_train} of {total} samples")
+        report.say(f"training: one sample in {stride} per axis (--stride), {n_train} of {total} samples")
+        report.put(training=n_train)
 
-    model, pred, fit_s, pred_s = fit_case(case)
-    tr, ho = case.score(pred)
-    embs = getattr(model, "embedders", None)
-    if embs:
-        print("embedders: " + ", ".join(repr(e) for e in embs))
-    print(f"ridge: {float(model.ridge):.4g}")
-    info = getattr(model, "info", None)
-    if info and "iterations" in info:
-        print(f"solver: {info['iterations']} iterations, relative residual {float(info.get('residual', float('nan'))):.2e}"
-              + ("" if info.get("converged", True) else " (NOT converged)"))
-    print(f"train PSNR: {tr:.2f} dB   held-out PSNR: {_fmt(ho, 2)} dB   (peak {peak:g})")
-    print(f"time: fit {fit_s:.3f} s, predict {pred_s:.3f} s")
+    with report.steps(["fit and predict", "write"]) as steps:
+        model, pred, fit_s, pred_s = fit_case(case)
+        steps.next()
+        tr, ho = case.score(pred)
+        embs = getattr(model, "embedders", None)
+        if embs:
+            report.say("embedders: " + ", ".join(repr(e) for e in embs))
+        report.say(f"ridge: {float(model.ridge):.4g}")
+        report.put(embedders=[repr(e) for e in embs or []], ridge=float(model.ridge))
+        info = getattr(model, "info", None)
+        if info and "iterations" in info:
+            report.say(f"solver: {info['iterations']} iterations, relative residual "
+                       f"{float(info.get('residual', float('nan'))):.2e}"
+                       + ("" if info.get("converged", True) else " (NOT converged)"))
+            report.put(iterations=info["iterations"], converged=bool(info.get("converged", True)))
+        report.say(f"train PSNR: {tr:.2f} dB   held-out PSNR: {_fmt(ho, 2)} dB   (peak {peak:g})")
+        report.say(f"time: fit {fit_s:.3f} s, predict {pred_s:.3f} s")
+        report.put(train_psnr_db=tr, heldout_psnr_db=ho, peak=peak, fit_seconds=fit_s, predict_seconds=pred_s)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    lo, hi = (0.0, 1.0) if kind in ("image", "video") else (float(signal.min()), float(signal.max()))
-    files = _write_pictures(out, stem, "input", signal, ndim, lo, hi)
-    files += _write_pictures(out, stem, "fit", pred.astype(np.float32), ndim, lo, hi)
-    print("wrote " + ", ".join(str(f) for f in files))
-    return 0
+        out = _out_dir(args)
+        lo, hi = (0.0, 1.0) if kind in ("image", "video") else (float(signal.min()), float(signal.max()))
+        files = _write_pictures(out, stem, "input", signal, ndim, lo, hi)
+        files += _write_pictures(out, stem, "fit", pred.astype(np.float32), ndim, lo, hi)
+        files += _save_model(args, model)
+        steps.next()
+    report.wrote(files)
+    return report.done()

@@ -1,5 +1,7 @@
 """The everyday jobs of the command line (not evaluations): ``kronpe fill`` fills the missing
-pixels of an image, ``kronpe grid`` fits scattered samples onto a grid.
+pixels of an image, ``kronpe grid`` fits scattered samples onto a grid, ``kronpe upsample`` /
+``resample`` resample an image or an N-D array (``kronpe.upsample`` / ``kronpe.resample``), and
+``kronpe predict`` evaluates a saved model (``kronpe.load``) on a grid.
 
 - ``kronpe fill IMAGE --mask MASK.png``: the mask's non-zero (white) pixels are the ones to fill,
   as in OpenCV's inpainting masks; ``--missing FRACTION`` drops that fraction of the pixels at
@@ -11,7 +13,15 @@ pixels of an image, ``kronpe grid`` fits scattered samples onto a grid.
   (grid sample i of N at i / N); when some lie outside, every axis is rescaled from the points'
   bounding box to [0, 1] (said in the output). The fit is ``kronpe.fit_points`` with its defaults,
   predicted at ``kronpe.data.grid_coords(shape)``. Writes ``<stem>_grid.npy`` and, in 2-D,
-  ``<stem>_grid.png``.
+  ``<stem>_grid.png``; ``--save MODEL.npz`` keeps the fitted model.
+- ``kronpe upsample IMAGE --scale S | --size W H`` writes ``<stem>_upsample.png`` (an image) or
+  ``<stem>_upsample.npy`` (a ``.npy`` / NIfTI array: every axis but a last one of 1-4 entries is
+  scaled); ``kronpe resample ARRAY --shape N_1 ... N_D`` resamples the leading D axes and writes
+  ``<stem>_resample.npy`` (images: ``.png``). Pixels are means over their areas (kronpe.resampling).
+- ``kronpe predict MODEL.npz --shape N_1 ... N_D`` writes ``<stem>_predict.npy`` (and a picture in
+  2-D) of the model at ``kronpe.data.grid_coords(shape)``.
+
+Every command takes ``--json`` (one JSON object on stdout: the numbers and the files written).
 """
 from __future__ import annotations
 
@@ -22,8 +32,14 @@ import numpy as np
 
 from .. import data
 from .._adapters import validate as _validate
-from .fit_cmd import _load_for_fit, _write_pictures
+from ..solvers.grid import _guess_ndim
+from .fit_cmd import _load_for_fit, _out_dir, _save_model, _write_pictures
+from .output import Output
 from .protocol import random_mask
+
+
+def _shape_arg(sizes, name: str = "--shape"):
+    return tuple(_validate.positive_int(name, n) for n in sizes)
 
 
 def _missing_mask(args, shape) -> np.ndarray:
@@ -46,6 +62,7 @@ def run_fill(args) -> int:
     """``kronpe fill IMAGE|--sample NAME --mask MASK | --missing FRACTION``."""
     import kronpe
 
+    report = Output(args, "fill")
     img, kind, stem = _load_for_fit(args)
     if kind != "image":
         raise ValueError(f"fill needs an image (PNG/JPEG/TIFF), got a {kind}")
@@ -55,21 +72,28 @@ def run_fill(args) -> int:
     if not observed.any():
         raise ValueError("the mask marks every pixel as missing: nothing to fill from")
     keep = observed if img.ndim == 2 else observed[..., None]
-    print(f"image: {stem}, {shape[1]} x {shape[0]}, {int(missing.sum())} of {missing.size} pixels to fill")
-    t0 = time.perf_counter()
-    model = kronpe.fit_grid(np.where(keep, img, np.nan), mask=observed)
-    pred = np.clip(model.predict_grid(data.grid_coords(shape)), 0.0, 1.0).astype(np.float32)
-    seconds = time.perf_counter() - t0
-    filled = np.where(keep, img, pred)
-    print(f"time: {seconds:.3f} s (fit + predict)")
-    if args.missing is not None:
-        print(f"PSNR on the dropped pixels: {data.psnr(img[missing], pred[missing]):.2f} dB")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    files = _write_pictures(out, stem, "holes", np.where(keep, img, 0.0), 2, 0.0, 1.0)
-    files += _write_pictures(out, stem, "filled", filled, 2, 0.0, 1.0)
-    print("wrote " + ", ".join(str(f) for f in files))
-    return 0
+    report.say(f"image: {stem}, {shape[1]} x {shape[0]}, {int(missing.sum())} of {missing.size} pixels to fill")
+    report.put(image=stem, shape=shape, missing=int(missing.sum()))
+    with report.steps(["fit", "predict", "write"]) as steps:
+        t0 = time.perf_counter()
+        model = kronpe.fit_grid(np.where(keep, img, np.nan), mask=observed)
+        steps.next()
+        pred = np.clip(model.predict_grid(data.grid_coords(shape)), 0.0, 1.0).astype(np.float32)
+        seconds = time.perf_counter() - t0
+        steps.next()
+        filled = np.where(keep, img, pred)
+        report.say(f"time: {seconds:.3f} s (fit + predict)")
+        report.put(seconds=seconds)
+        if args.missing is not None:
+            dropped = data.psnr(img[missing], pred[missing])
+            report.say(f"PSNR on the dropped pixels: {dropped:.2f} dB")
+            report.put(psnr_dropped_db=dropped)
+        out = _out_dir(args)
+        files = _write_pictures(out, stem, "holes", np.where(keep, img, 0.0), 2, 0.0, 1.0)
+        files += _write_pictures(out, stem, "filled", filled, 2, 0.0, 1.0)
+        steps.next()
+    report.wrote(files)
+    return report.done()
 
 
 def _load_points(path: str) -> np.ndarray:
@@ -97,7 +121,8 @@ def run_grid(args) -> int:
     """``kronpe grid POINTS --shape N_1 ... N_D``."""
     import kronpe
 
-    shape = tuple(_validate.positive_int("--shape", n) for n in args.shape)
+    report = Output(args, "grid")
+    shape = _shape_arg(args.shape)
     table = _load_points(args.path)
     D = len(shape)
     if table.shape[1] <= D:
@@ -107,18 +132,118 @@ def run_grid(args) -> int:
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     if (lo < 0).any() or (hi > 1).any():
         pts = (pts - lo) / np.where(hi > lo, hi - lo, 1.0)
-        print("coordinates outside [0, 1]: each axis rescaled from the points' bounding box")
-    print(f"points: {pts.shape[0]} in {D}-D, {vals.shape[1]} value column(s); grid {shape}")
-    t0 = time.perf_counter()
-    model = kronpe.fit_points(pts, vals[:, 0] if vals.shape[1] == 1 else vals)
-    grid = np.asarray(model.predict_grid(data.grid_coords(shape)))
-    print(f"time: {time.perf_counter() - t0:.3f} s (fit + predict)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = Path(args.path).stem or "points"
-    files = [out / f"{stem}_grid.npy"]
-    np.save(files[0], grid)
+        report.say("coordinates outside [0, 1]: each axis rescaled from the points' bounding box")
+        report.put(rescaled=True)
+    report.say(f"points: {pts.shape[0]} in {D}-D, {vals.shape[1]} value column(s); grid {shape}")
+    report.put(points=pts.shape[0], value_columns=vals.shape[1], shape=shape)
+    with report.steps(["fit", "predict", "write"]) as steps:
+        t0 = time.perf_counter()
+        model = kronpe.fit_points(pts, vals[:, 0] if vals.shape[1] == 1 else vals)
+        steps.next()
+        grid = np.asarray(model.predict_grid(data.grid_coords(shape)))
+        seconds = time.perf_counter() - t0
+        steps.next()
+        report.say(f"time: {seconds:.3f} s (fit + predict)")
+        report.put(seconds=seconds)
+        out = _out_dir(args)
+        stem = Path(args.path).stem or "points"
+        files = [out / f"{stem}_grid.npy"]
+        np.save(files[0], grid)
+        if D == 2:
+            files += _write_pictures(out, stem, "grid", grid, 2, float(vals.min()), float(vals.max()))
+        files += _save_model(args, model)
+        steps.next()
+    report.wrote(files)
+    return report.done()
+
+
+# ---- upsample, resample, predict -------------------------------------------------------------------
+
+
+def _write_result(out: Path, stem: str, tag: str, result: np.ndarray, kind: str, D: int) -> list:
+    """An image as PNG (clipped to [0, 1]); any other array as .npy (plus a picture in 2-D)."""
+    if kind == "image":
+        return _write_pictures(out, stem, tag, result.astype(np.float32), 2, 0.0, 1.0)
+    path = out / f"{stem}_{tag}.npy"
+    np.save(path, result)
+    files = [path]
     if D == 2:
-        files += _write_pictures(out, stem, "grid", grid, 2, float(vals.min()), float(vals.max()))
-    print("wrote " + ", ".join(str(f) for f in files))
-    return 0
+        files += _write_pictures(out, stem, tag, result, 2, float(result.min()), float(result.max()))
+    return files
+
+
+def _resample_job(args, command: str, shape_of) -> int:
+    """Read PATH, resample to ``shape_of(array, kind)`` (D sizes), write the result."""
+    import kronpe
+
+    report = Output(args, command)
+    arr, kind = data.load_file(args.path)
+    stem = Path(args.path).name.split(".")[0] or "signal"
+    shape = shape_of(arr, kind)
+    D = len(shape)
+    if D > arr.ndim:
+        raise ValueError(f"{len(shape)} sizes given but {args.path!r} has only {arr.ndim} axes (shape {arr.shape})")
+    report.say(f"{kind}: {stem}, shape {arr.shape} -> {tuple(shape) + arr.shape[D:]}")
+    report.put(input=str(args.path), kind=kind, input_shape=arr.shape, shape=tuple(shape) + arr.shape[D:])
+    with report.steps(["resample", "write"]) as steps:
+        t0 = time.perf_counter()
+        result = kronpe.resample(arr, shape)
+        seconds = time.perf_counter() - t0
+        steps.next()
+        report.say(f"time: {seconds:.3f} s")
+        report.put(seconds=seconds)
+        files = _write_result(_out_dir(args), stem, command, result, kind, D)
+        steps.next()
+    report.wrote(files)
+    return report.done()
+
+
+def run_upsample(args) -> int:
+    """``kronpe upsample IMAGE|ARRAY --scale S | --size W H``: kronpe.upsample, PNG out (arrays: .npy)."""
+    if (args.scale is None) == (args.size is None):
+        raise ValueError("give exactly one of --scale S or --size W H")
+
+    def shape_of(arr, kind):
+        D = _guess_ndim(arr.shape)  # images: 2; arrays: all axes but a last one of 1-4 entries
+        if args.size is not None:
+            if kind != "image":
+                raise ValueError("--size W H applies to images; use --scale, or kronpe resample --shape for arrays")
+            w, h = _shape_arg(args.size, "--size")
+            return (h, w)
+        scale = _validate.positive_float("--scale", args.scale)
+        if not np.isfinite(scale):
+            raise ValueError(f"--scale must be a finite positive number, got {args.scale}")
+        return tuple(max(1, int(round(n * scale))) for n in arr.shape[:D])
+
+    return _resample_job(args, "upsample", shape_of)
+
+
+def run_resample(args) -> int:
+    """``kronpe resample ARRAY --shape N_1 ... N_D``: kronpe.resample of the leading D axes, .npy out."""
+    return _resample_job(args, "resample", lambda arr, kind: _shape_arg(args.shape))
+
+
+def run_predict(args) -> int:
+    """``kronpe predict MODEL.npz --shape N_1 ... N_D``: a saved model on a grid, .npy (and PNG in 2-D)."""
+    import kronpe
+
+    report = Output(args, "predict")
+    model = kronpe.load(args.model)
+    shape = _shape_arg(args.shape)
+    if len(shape) != model.ndim:
+        raise ValueError(f"--shape must give {model.ndim} sizes (the model's axes), got {len(shape)}")
+    kind = type(model).__name__
+    report.say(f"model: {args.model} ({kind}, {model.ndim}-D, channels {tuple(model.channels)}); grid {shape}")
+    report.put(model=str(args.model), model_kind=kind, shape=shape)
+    with report.steps(["predict", "write"]) as steps:
+        t0 = time.perf_counter()
+        grid = np.asarray(model.predict_grid(data.grid_coords(shape)))
+        seconds = time.perf_counter() - t0
+        steps.next()
+        report.say(f"time: {seconds:.3f} s")
+        report.put(seconds=seconds)
+        stem = Path(args.model).name.split(".")[0] or "model"
+        files = _write_result(_out_dir(args), stem, "predict", grid, "array", len(shape))
+        steps.next()
+    report.wrote(files)
+    return report.done()

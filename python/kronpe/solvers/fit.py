@@ -116,6 +116,12 @@ class GridModel:
         r = self.ridge if np.ndim(self.ridge) else f"{float(self.ridge):.4g}"
         return f"GridModel(weights={self.weights.shape} {self.weights.dtype}, ridge={r}, embedders={self.embedders})"
 
+    def save(self, path) -> None:
+        """Write the model to ``path`` (``.npz``, no pickle; ``kronpe.load`` reads it back)."""
+        from .saving import save_model
+
+        save_model(self, path)
+
     def predict_grid(self, coords) -> np.ndarray:
         """Values on the grid of ``coords`` (D 1-D arrays in [0, 1], any lengths).
 

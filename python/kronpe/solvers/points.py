@@ -129,6 +129,12 @@ class PointModel:
             self._grid_values = V.reshape(V.shape[:D] + self.channels).astype(self.weights.dtype)
         return self._grid_values
 
+    def save(self, path) -> None:
+        """Write the model to ``path`` (``.npz``, no pickle; ``kronpe.load`` reads it back)."""
+        from .saving import save_model
+
+        save_model(self, path)
+
     def predict(self, points, outside: str = "error") -> np.ndarray:
         """Values at points (P, D) in [0, 1]: (P, *channels), through the fitted blend.
 

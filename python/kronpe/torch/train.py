@@ -14,7 +14,6 @@ Tri d = 2.5/256.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -87,7 +86,7 @@ def train(
     progress : bool
         Show a tqdm progress bar (on stderr).
     """
-    from tqdm.auto import tqdm
+    from .._progress import bar as _bar
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
@@ -101,7 +100,7 @@ def train(
     opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     hist = History()
     t0 = time.perf_counter()
-    with tqdm(total=steps, disable=not progress, file=sys.stderr, desc=desc, leave=False) as bar:
+    with _bar(steps, progress, desc) as bar:
         for step in range(1, steps + 1):
             opt.zero_grad(set_to_none=True)
             loss = torch.mean((forward() - target) ** 2)
