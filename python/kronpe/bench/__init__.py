@@ -87,19 +87,23 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
     records: List[dict] = []
     from tqdm.auto import tqdm
 
+    probes = []  # the GEMM rate before every case too: on a shared machine the best probe counts
     with tqdm(selected, disable=None if progress else True, unit="case") as bar:
         for case in bar:
             bar.set_postfix_str(case.group[:40])
+            probes.append(gemm_rate(side, rounds=2)["best"])
             records += measure(case, rounds)
     gemm_after, copy_after = gemm_rate(side), copy_bandwidth()
     gemm = gemm_before if gemm_before["best"] >= gemm_after["best"] else gemm_after
+    gemm = dict(gemm, best=max([gemm["best"]] + probes))
     return {
         "kronpe_bench": 1,
         "datetime": started,
         "argv": list(argv) if argv is not None else None,
         "quick": quick,
         "machine_info": machine_info(),
-        "rates": {"gemm_flops": gemm["best"], "gemm": {"before": gemm_before, "after": gemm_after},
+        "rates": {"gemm_flops": gemm["best"], "gemm": {"before": gemm_before, "after": gemm_after,
+                                                                   "per_case": probes},
                   "copy_Bps": max(copy_before, copy_after), "copy": {"before": copy_before, "after": copy_after}},
         "benchmarks": records,
     }
