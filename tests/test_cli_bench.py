@@ -63,7 +63,7 @@ def test_compare_two_files_names_faster_and_slower(tmp_path, capsys):
 
 
 def test_compare_against_a_run(tmp_path, capsys):
-    args = ["bench", "--suite", "chains", "-k", "D=3 32->32", "--rounds", "1", "--no-progress", "--no-plots"]
+    args = ["bench", "--quick", "--suite", "chains", "-k", "D=3 32->32", "--rounds", "1", "--no-progress", "--no-plots"]
     assert main(args + ["--out", str(tmp_path / "a")]) == 0
     capsys.readouterr()
     assert main(args + ["--out", str(tmp_path / "b"), "--compare", str(tmp_path / "a" / "bench.json")]) == 0
