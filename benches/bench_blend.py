@@ -39,6 +39,7 @@ if _PY not in sys.path:
 
 import kronpe  # noqa: E402
 from kronpe import BlendingMatrix  # noqa: E402
+from kronpe.bench.blend import bincount_transpose, blend_bytes, fancy_blend, matrices  # noqa: E402
 
 P_BLEND = 1_000_000
 GRID = (512, 512)
@@ -127,7 +128,7 @@ def test_blend(benchmark, blend_case, copy_bandwidth, method):
         nbytes = c["idx"].nbytes + c["stored"].weights.nbytes + out.nbytes
     elif method == "numpy fancy indexing":
         idx, w, v = c["idx"], c["w32"], c["v"]
-        fn = lambda: np.einsum("pk,pkc->pc", w, v[idx])  # noqa: E731
+        fn = lambda: fancy_blend(idx, w, v)  # noqa: E731
         nbytes = idx.nbytes + w.nbytes + out.nbytes
     else:
         csr, v = c["csr"], c["v"]
@@ -153,12 +154,8 @@ def test_blend_transpose(benchmark, blend_case, copy_bandwidth, method):
         fn = lambda: c["stored"].rmatvec(r)  # noqa: E731
         nbytes = c["idx"].nbytes + c["stored"].weights.nbytes + r.nbytes + G * CHANNELS * 4
     elif method == "numpy fancy indexing":
-        idx, w = c["idx"].ravel(), c["w32"]
-
-        def fn():
-            return np.stack([np.bincount(idx, weights=(w * r[:, ch, None]).ravel(), minlength=G)
-                             for ch in range(CHANNELS)], axis=1)
-
+        idx, w = c["idx"], c["w32"]
+        fn = lambda: bincount_transpose(idx, w, r, G)  # noqa: E731
         nbytes = c["idx"].nbytes + w.nbytes + r.nbytes + G * CHANNELS * 4
     else:
         csr_t = c["csr_t"]
@@ -184,20 +181,8 @@ def _bw_matrices(case: str):
     weights with sigma one grid spacing)."""
     if case not in _BW_MATRICES:
         _, grid, frac = next(c for c in BW_CASES if c[0] == case)
-        P = int(round(frac * np.prod(grid)))
-        pts = np.random.default_rng(11).random((P, len(grid)))
-        emb = [kronpe.Gaussian(m, 1.0 / m) for m in grid]
-        _BW_MATRICES[case] = (BlendingMatrix(pts, grid, emb), BlendingMatrix(pts, grid, emb).store())
+        _BW_MATRICES[case] = matrices(grid, frac)
     return _BW_MATRICES[case]
-
-
-def blend_bytes(B, channels: int, itemsize: int, stored: bool) -> int:
-    """Bytes a blend (or its transpose) must touch: the points, or the stored indices and
-    weights; the 2^D grid values of every point; the P values at the points (the result of
-    ``B @ v``, the input of ``B.T @ r``)."""
-    P = B.shape[0]
-    src = (B.indices.nbytes + B.weights.nbytes) if stored else B.points.nbytes
-    return src + P * B.nnz_per_row * channels * itemsize + P * channels * itemsize
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -242,7 +227,8 @@ def test_blend_bandwidth(benchmark, case, op, form, channels, dtype):
     med = benchmark.stats.stats.median
     benchmark.extra_info.update(case=case, op=op, form=form, channels=channels, dtype=dtype, points=P,
                                 bytes=int(nbytes), GBps=nbytes / med / 1e9, copy_GBps=copy_bw / 1e9,
-                                fraction_of_copy=nbytes / med / copy_bw, method=f"kronpe {op} {form}")
+                                fraction_of_copy=nbytes / med / copy_bw, method=f"kronpe {op} {form}",
+                                peer=False)
 
 
 # ---- fit_points on a photograph -----------------------------------------------------------------

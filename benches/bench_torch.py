@@ -26,6 +26,7 @@ the same blending matrix, so they compute the same model; ``test_equal_loss_afte
 checks that 200 Adam steps give the same loss.
 
 Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group
+(interleaved, with the other suites: kronpe bench --suite torch)
 """
 from __future__ import annotations
 
@@ -42,157 +43,27 @@ if _PY not in sys.path:  # benches run from the source tree when kronpe is not i
 torch = pytest.importorskip("torch")
 kt = pytest.importorskip("kronpe.torch")
 
-from kronpe import embedders as E  # noqa: E402
-from kronpe.torch._ops import _cpu  # noqa: E402
-from kronpe.torch.modules import sort_plan  # noqa: E402
+# the models, setups and the products alone are kronpe.bench.torch_steps' (``kronpe bench --suite torch``)
+from kronpe.bench.torch_steps import (  # noqa: E402
+    CASES,
+    K,
+    make_models,
+    products_alone,
+    setup_grid,
+    setup_points,
+    stepper,
+)
 
-K = 256
-LR = 0.1  # the official scripts' Adam learning rate for complex encodings
 ROUNDS = 40
-
-_CACHE: dict = {}
-
-
-def _image() -> np.ndarray:
-    from skimage import data
-
-    return (data.astronaut() / 255.0).astype(np.float32)  # (512, 512, 3) in [0, 1]
-
-
-def setup_grid():
-    if "grid" not in _CACHE:
-        img = _image()
-        target = torch.from_numpy(np.ascontiguousarray(img[::2, ::2]))  # (256, 256, 3)
-        emb = E.Gaussian(K, 0.004)
-        enc = kt.ComplexEncoding([emb, emb], 3)
-        coords = [torch.arange(256, dtype=torch.float64) / 256] * 2
-        bases = [b.contiguous() for b in enc.bases(coords)]  # (256, K) float32, flushed
-        _CACHE["grid"] = dict(target=target, bases=bases, embs=[emb, emb])
-    return _CACHE["grid"]
-
-
-def setup_points():
-    if "points" not in _CACHE:
-        img = _image()
-        n = img.shape[0]
-        rng = np.random.default_rng(0)
-        pick = rng.choice(n * n, size=n * n // 4, replace=False)
-        mesh = np.stack(np.meshgrid(np.arange(n) / n, np.arange(n) / n, indexing="ij"), -1).reshape(-1, 2)
-        emb = E.Gaussian(K, 0.005)
-        enc = kt.ComplexEncoding([emb, emb], 3)  # virtual grid: K + 1 nodes per axis
-        # rows in grid order (as fit_points_adam does; the loss does not depend on the order)
-        plan, order = sort_plan(enc.plan(torch.from_numpy(mesh[pick])))
-        bases = [getattr(enc, f"node_basis_{i}") for i in range(2)]  # float32, pruned
-        target = torch.from_numpy(img.reshape(-1, 3)[pick])[order]  # (P, 3)
-        _CACHE["points"] = dict(target=target, plan=plan, bases=bases, embs=[emb, emb], grid=enc.grid_coords)
-    return _CACHE["points"]
-
-
-# ---- the models -------------------------------------------------------------------------------------
-
-
-class OfficialGrid(torch.nn.Module):
-    """Psi_1 @ W_c @ Psi_2^T per channel with torch matmuls, flattened to (N^2, C) (Kron_MLP)."""
-
-    def __init__(self, bases, C=3):
-        super().__init__()
-        self.P1, self.P2 = bases
-        self.weight = torch.nn.Parameter(torch.zeros(C, self.P1.shape[1], self.P2.shape[1]))
-
-    def grid(self):
-        return (self.P1 @ self.weight @ self.P2.T).flatten(1, 2).transpose(0, 1)  # (N1 N2, C)
-
-    def forward(self):
-        return self.grid()
-
-
-class OfficialPoints(OfficialGrid):
-    """The whole virtual grid as above, then indexed and summed (Indexing_Blend_Kron_MLP)."""
-
-    def __init__(self, bases, plan, C=3):
-        super().__init__(bases, C)
-        self.idx, self.w = plan.indices, plan.weights.float()
-
-    def forward(self):
-        return (self.grid()[self.idx] * self.w.unsqueeze(-1)).sum(1)  # (P, C)
-
-
-class KronpeGrid(torch.nn.Module):
-    def __init__(self, embs, bases, C=3):
-        super().__init__()
-        self.enc = kt.ComplexEncoding(embs, C)
-        self.bases = bases
-
-    def forward(self):
-        return kt.multi_mode_product(self.enc.weight, self.bases)  # (N1, N2, C)
-
-
-class KronpePoints(torch.nn.Module):
-    def __init__(self, embs, grid, plan, C=3):
-        super().__init__()
-        self.enc = kt.ComplexEncoding(embs, C, grid=list(grid))
-        self.plan = plan
-
-    def forward(self):
-        return self.enc.forward_plan(self.plan)
-
-
-def make_models(case: str):
-    """{method: (model, target in that model's layout)}."""
-    if case == "grid":
-        s = setup_grid()
-        t = s["target"]
-        return {"kronpe": (KronpeGrid(s["embs"], s["bases"]), t),
-                "official": (OfficialGrid(s["bases"]), t.reshape(-1, 3))}
-    s = setup_points()
-    return {"kronpe": (KronpePoints(s["embs"], s["grid"], s["plan"]), s["target"]),
-            "official": (OfficialPoints(s["bases"], s["plan"]), s["target"])}
-
-
-def stepper(model, target, lr=LR):
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = torch.mean((model() - target) ** 2)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
-
-
-def products_alone(case: str, backend: str):
-    """The GEMMs of one step: V = W x_1 P1 x_2 P2 (forward), dW = G x_1 P1^T x_2 P2^T (backward),
-    3 channels: with torch.matmul (channels first, batched) or with kronpe's compiled chain
-    (channels last, carried)."""
-    s = setup_grid() if case == "grid" else setup_points()
-    P1, P2 = s["bases"]
-    if backend == "torch.matmul":
-        W = torch.randn(3, P1.shape[1], P2.shape[1])
-        G = torch.randn(3, P1.shape[0], P2.shape[0])
-
-        def run():
-            return (P1 @ W @ P2.T).permute(1, 2, 0), (P1.T @ G @ P2).permute(1, 2, 0)
-    else:
-        W = torch.randn(P1.shape[1], P2.shape[1], 3)
-        G = torch.randn(P1.shape[0], P2.shape[0], 3)
-        P1T, P2T = P1.T.contiguous(), P2.T.contiguous()
-
-        def run():
-            return _cpu.multi_mode_product(W, [P1, P2], [0, 1]), _cpu.multi_mode_product(G, [P1T, P2T], [0, 1])
-    return run
 
 
 # ---- benchmarks ---------------------------------------------------------------------------------------
-
-CASES = ["grid", "points"]
-
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("method", ["kronpe", "official"])
 def test_step(benchmark, case, method):
     benchmark.group = f"torch Adam step: {case}"
+    benchmark.extra_info.update(method=f"{method} Adam step", peer=method != "kronpe")
     model, target = make_models(case)[method]
     step = stepper(model, target)
     loss0 = float(step().detach())
@@ -206,6 +77,7 @@ def test_step(benchmark, case, method):
 @pytest.mark.parametrize("backend", ["torch.matmul", "kronpe chain"])
 def test_products_alone(benchmark, case, backend):
     benchmark.group = f"torch Adam step: {case}"
+    benchmark.extra_info.update(method=f"products alone, {backend}", peer=backend == "torch.matmul")
     run = products_alone(case, backend)
     V, dW = benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=2)
     s = setup_grid() if case == "grid" else setup_points()
@@ -229,40 +101,3 @@ def test_equal_loss_after_200_steps(benchmark, case):
     benchmark.extra_info.update(loss_kronpe=a, loss_official=b, loss_first=losses["kronpe"][0])
     assert losses["kronpe"][-1] < 0.2 * losses["kronpe"][0]
     assert abs(a - b) <= 1e-3 * abs(b), f"loss after {STEPS_CHECKED} steps: kronpe {a}, official {b}"
-
-
-# ---- interleaved timing (python benches/bench_torch.py) --------------------------------------------
-
-
-def interleaved(rounds: int = 40) -> str:
-    """Every method once per round, in rotating order, so that a shared machine's load shifts
-    hit all of them alike; returns a Markdown table of min and median times and the ratios."""
-    import time
-
-    lines = ["| case | method | min (ms) | median (ms) |", "|---|---|---:|---:|"]
-    ratios = []
-    for case in CASES:
-        fns = {f"step {name}": stepper(m, t) for name, (m, t) in make_models(case).items()}
-        fns.update({f"products alone, {b}": products_alone(case, b) for b in ("torch.matmul", "kronpe chain")})
-        names = list(fns)
-        times = {n: [] for n in names}
-        for n in names:  # warm-up
-            fns[n]()
-        for r in range(rounds):
-            for n in names[r % len(names):] + names[: r % len(names)]:
-                t0 = time.perf_counter()
-                fns[n]()
-                times[n].append(time.perf_counter() - t0)
-        stat = {n: (min(v) * 1e3, float(np.median(v)) * 1e3) for n, v in times.items()}
-        for n in names:
-            lines.append(f"| {case} | {n} | {stat[n][0]:.2f} | {stat[n][1]:.2f} |")
-        for label, a, b in [("official step / kronpe step", "step official", "step kronpe"),
-                            ("kronpe step / its products (kronpe chain)", "step kronpe", "products alone, kronpe chain"),
-                            ("kronpe step / products (torch.matmul)", "step kronpe", "products alone, torch.matmul")]:
-            ratios.append(f"| {case} | {label} | {stat[a][0] / stat[b][0]:.2f} | {stat[a][1] / stat[b][1]:.2f} |")
-    return "\n".join(lines + ["", "| case | ratio | of min | of median |", "|---|---|---:|---:|"] + ratios)
-
-
-if __name__ == "__main__":
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
-    print(interleaved(int(sys.argv[1]) if len(sys.argv) > 1 else 40))

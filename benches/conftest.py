@@ -2,7 +2,8 @@
 
 Run them with ``python -m pytest benches --benchmark-only`` (plain ``pytest`` collects tests/
 only). Each benchmark sets ``benchmark.group`` so that kronpe and its baselines land in one
-table, records its floating-point operation count in ``benchmark.extra_info["flops"]`` where one
+table (the cases, peers and checks are kronpe.bench's: ``kronpe bench`` runs the same ones with its
+own interleaved timer), records its floating-point operation count in ``benchmark.extra_info["flops"]`` where one
 is defined, and asserts that its result is right. ``benches/report.py`` turns the JSON of a run
 (``--benchmark-json=FILE``) into ratio tables.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -20,25 +21,8 @@ _PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _PY not in sys.path:
     sys.path.insert(0, _PY)
 
-
-def chain_flops(shape: Sequence[int], out_sizes: Sequence[int], order: Sequence[int]) -> int:
-    """Multiply-adds x 2 of the mode-n chain that maps axis k from shape[k] to out_sizes[k],
-    contracting the axes in ``order`` (trailing axes beyond len(out_sizes) are carried)."""
-    cur = list(shape)
-    flops = 0
-    for k in order:
-        rest = int(np.prod(cur)) // cur[k]
-        flops += 2 * rest * cur[k] * out_sizes[k]
-        cur[k] = out_sizes[k]
-    return flops
-
-
-def cheapest_chain_flops(shape: Sequence[int], out_sizes: Sequence[int]) -> int:
-    """The fewest flops over every contraction order of the chain (D <= 4 here: brute force)."""
-    from itertools import permutations
-
-    d = len(out_sizes)
-    return min(chain_flops(shape, out_sizes, order) for order in permutations(range(d)))
+# the cases, peers and checks live in kronpe.bench (``kronpe bench`` runs the same ones)
+from kronpe.bench.chains import chain_flops, cheapest_chain_flops, relative_error  # noqa: E402,F401
 
 
 def run_timed(benchmark, fn: Callable, rounds: int, *args):
@@ -48,10 +32,7 @@ def run_timed(benchmark, fn: Callable, rounds: int, *args):
 
 def assert_close(got, want, rtol: float, what: str) -> None:
     """max |got - want| <= rtol * max |want| (a relative check that tolerates cancellation)."""
-    got = np.asarray(got, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    err = float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-300)
+    err = relative_error(got, want)
     assert err <= rtol, f"{what}: relative error {err:.3g} > {rtol:g}"
 
 

@@ -1,4 +1,4 @@
-"""The ``kronpe`` command: fit | upsample | resample | fill | grid | predict | demo | analyze."""
+"""The ``kronpe`` command: fit | upsample | resample | fill | grid | predict | demo | analyze | bench."""
 from __future__ import annotations
 
 import argparse
@@ -94,6 +94,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adam", action="store_true",
                    help="add the papers' gradient-descent rows (Adam through kronpe.torch; needs torch, slow)")
     _add_common(p)
+
+    p = sub.add_parser("bench", help="the benchmark suite against its peers: table, JSON and plots")
+    p.add_argument("--quick", action="store_true", help="the small cases only (under a minute)")
+    p.add_argument("--suite", action="append", metavar="NAME",
+                   help="run only these suites (repeat or comma-separate): chains, fits, blend, scattered, "
+                        "torch, cuda (default: all)")
+    p.add_argument("-k", "--match", default=None, metavar="REGEX",
+                   help="run only the groups whose name matches REGEX (e.g. 'D=3')")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: per case)")
+    p.add_argument("--compare", nargs="+", metavar="JSON",
+                   help="OLD.json: print what got faster or slower than that run; OLD.json NEW.json: compare "
+                        "two runs without measuring")
+    p.add_argument("--threshold", type=float, default=0.1,
+                   help="with --compare: a change counts beyond this fraction (default 0.1)")
+    p.add_argument("--no-plots", action="store_true", help="do not write the PNG plots")
+    _add_common(p)
     return parser
 
 
@@ -148,6 +164,10 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
         from . import jobs
 
         return getattr(jobs, f"run_{args.command}")(args)
+    if args.command == "bench":
+        from .bench_cmd import run_bench
+
+        return run_bench(args)
     if args.command == "demo":
         from .demo import run_demo
 

@@ -1,0 +1,45 @@
+"""``kronpe bench``: the benchmark suite with its peers in the same run (kronpe.bench).
+
+Writes ``bench.md`` (the table), ``bench.json`` (every timing and the machine) and ``bench-<suite>.png``
+(time against size, per method; with matplotlib) into ``--out``; prints the table (``--json``: the
+JSON document instead) and, with ``--compare OLD.json``, what got faster or slower.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def run_bench(args) -> int:
+    from .. import bench
+    from ..bench import report
+
+    if args.rounds is not None and args.rounds < 1:
+        raise ValueError(f"--rounds must be a positive integer, got {args.rounds}")
+    if args.threshold <= 0 or args.threshold >= 1:
+        raise ValueError(f"--threshold must lie in (0, 1), got {args.threshold}")
+    if args.compare is not None and len(args.compare) > 2:
+        raise ValueError(f"--compare takes OLD.json or OLD.json NEW.json, got {len(args.compare)} files")
+    old = [report.load(p) for p in args.compare] if args.compare else []
+    if len(old) == 2:  # two files: compare them, measure nothing
+        print(report.compare(old[0], old[1], args.threshold))
+        return 0
+    suites = [s for item in (args.suite or []) for s in item.split(",") if s] or None
+    doc = bench.run(suites, quick=args.quick, match=args.match, rounds=args.rounds,
+                    progress=not args.no_progress and sys.stderr.isatty(), argv=sys.argv[1:])
+    os.makedirs(args.out, exist_ok=True)
+    table = report.markdown(doc)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        f.write(report.dumps(doc))
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(table + "\n")
+    pngs = [] if args.no_plots else report.plots(doc, args.out)
+    if args.json:
+        print(report.dumps(doc))
+    else:
+        print(table)
+        print(f"wrote {os.path.join(args.out, 'bench.md')}, bench.json" + (f" and {len(pngs)} plot(s)" if pngs else ""))
+    if old:
+        print("", file=sys.stderr if args.json else sys.stdout)
+        print(report.compare(old[0], doc, args.threshold), file=sys.stderr if args.json else sys.stdout)
+    return 0

@@ -1,0 +1,219 @@
+"""The engine of ``kronpe bench``: cases, interleaved timing, the machine's reference rates.
+
+A :class:`Case` is one comparison (a group of the table): inputs built once by ``setup``, then
+every :class:`Method` (kronpe's and its peers') run on them. :func:`measure` calls each method
+once to warm up and checks its result (``Case.check``: an ``AssertionError`` marks the row as
+wrong, never silently timed), then times the methods in interleaved rounds (round r runs every
+method once, in an order rotated by r), so that every method sees the same load on a shared
+machine. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
+the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
+``extra_info``), so ``benches/report.py`` and ``--compare`` read both.
+
+The files of ``benches/`` run the same cases under pytest-benchmark (``benches/conftest.py``).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+@dataclass
+class Method:
+    """One row of a case: ``fn(state)`` returns the result that ``Case.check`` judges.
+
+    ``peer``: False for kronpe's own rows (they are compared to the best peer); ``needs``: modules
+    that must import, else the row is reported as skipped."""
+
+    name: str
+    fn: Callable[[Any], Any]
+    peer: bool = True
+    needs: Sequence[str] = ()
+
+
+@dataclass
+class Case:
+    """A group of the table: ``setup()`` builds the state once (a dict; ``flops`` or ``bytes`` in
+    it give the work of one call, per method under ``work[method]``); ``check(state, method,
+    result)`` asserts the result (it may return extra figures, e.g. a PSNR, for the row)."""
+
+    suite: str
+    group: str
+    setup: Callable[[], Dict[str, Any]]
+    methods: List[Method]
+    check: Optional[Callable[[Dict[str, Any], str, Any], Optional[dict]]] = None
+    rounds: int = 5
+    quick: bool = False
+    size: float = 0.0  # the x axis of the plots (elements, pixels, points)
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+def missing_module(names: Sequence[str]) -> Optional[str]:
+    """The first of ``names`` that does not import (any failure counts), or None."""
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a peer that fails to import for any reason is skipped
+            return name
+    return None
+
+
+def _stats(times: List[float]) -> dict:
+    return {
+        "min": min(times), "max": max(times), "median": statistics.median(times),
+        "mean": statistics.fmean(times),
+        "stddev": statistics.stdev(times) if len(times) > 1 else 0.0,
+        "rounds": len(times), "data": list(times),
+    }
+
+
+def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
+    """Records (pytest-benchmark's layout) of every method of ``case``, timed interleaved."""
+    state = case.setup()
+    live: List[Method] = []
+    records: Dict[str, dict] = {}
+    for m in case.methods:
+        rec = {"group": case.group, "name": m.name, "suite": case.suite, "params": dict(case.params),
+               "extra_info": {"method": m.name, "peer": m.peer, "size": case.size}}
+        work = state.get("work", {}).get(m.name, {})
+        for key in ("flops", "bytes"):
+            value = work.get(key, state.get(key))
+            if value:
+                rec["extra_info"][key] = float(value)
+        records[m.name] = rec
+        missing = missing_module(m.needs)
+        if missing:
+            rec["skipped"] = f"{missing} does not import"
+            continue
+        try:
+            result = m.fn(state)  # warm-up, and the result to check
+        except Exception as exc:  # a peer that fails here (version, memory) is reported, not fatal
+            rec["skipped"] = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            continue
+        if case.check is not None:
+            try:
+                extra = case.check(state, m.name, result)
+            except AssertionError as exc:
+                rec["skipped"] = f"wrong result: {exc}"
+                continue
+            rec["extra_info"].update(extra or {})
+        del result
+        live.append(m)
+    times: Dict[str, List[float]] = {m.name: [] for m in live}
+    n = max(1, case.rounds if rounds is None else rounds)
+    for r in range(n):
+        for i in range(len(live)):
+            m = live[(i + r) % len(live)]
+            t0 = time.perf_counter()
+            m.fn(state)
+            times[m.name].append(time.perf_counter() - t0)
+    for name, ts in times.items():
+        records[name]["stats"] = _stats(ts)
+    return [records[m.name] for m in case.methods]
+
+
+# ---- the machine ----------------------------------------------------------------------------------
+
+
+def gemm_rate(n: int = 2048, rounds: int = 5) -> dict:
+    """The machine's float32 GEMM rate (flop/s of the fastest round): NumPy's matmul and the BLAS
+    that kronpe calls (SciPy's), the faster of the two is the reference."""
+    import numpy as np
+    from scipy.linalg import blas
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    af, bf = np.asfortranarray(a), np.asfortranarray(b)
+    out = {}
+    for name, fn in (("numpy.matmul", lambda: np.matmul(a, b)), ("scipy sgemm", lambda: blas.sgemm(1.0, af, bf))):
+        fn()
+        best = min(_timed(fn) for _ in range(rounds))
+        out[name] = 2.0 * n**3 / best
+    out["best"] = max(out.values())
+    out["n"] = n
+    return out
+
+
+def copy_bandwidth(nbytes: int = 64 << 20, rounds: int = 5) -> float:
+    """Bytes per second (read + write) of a NumPy copy of ``nbytes``, fastest round."""
+    import numpy as np
+
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    return 2.0 * a.nbytes / min(_timed(lambda: np.copyto(b, a)) for _ in range(rounds))
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas_libraries() -> List[dict]:
+    """The BLAS libraries loaded (threadpoolctl when installed; else NumPy's config)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        keys = ("internal_api", "version", "architecture", "num_threads", "prefix")
+        return [{k: i.get(k) for k in keys} for i in threadpool_info() if i.get("user_api") == "blas"]
+    except Exception:  # threadpoolctl is optional
+        pass
+    try:
+        import numpy as np
+
+        cfg = np.show_config(mode="dicts")
+        return [{"numpy": cfg.get("Build Dependencies", {}).get("blas", {})}]
+    except Exception:
+        return []
+
+
+def machine_info() -> dict:
+    """CPU, cores, BLAS, thread settings and versions of what the run measured."""
+    import numpy as np
+    import scipy
+
+    import kronpe
+
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+                "kronpe": kronpe.__version__}
+    for mod in ("torch", "tensorly", "pyfastkron", "skimage", "matplotlib"):
+        try:
+            module = __import__(mod)
+            versions[mod] = getattr(module, "__version__", "?")
+        except Exception:
+            versions[mod] = None
+    try:
+        load = os.getloadavg()
+    except OSError:  # pragma: no cover - not on every platform
+        load = None
+    return {
+        "cpu": _cpu_model(),
+        "machine": platform.machine(),
+        "system": platform.platform(),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "blas": _blas_libraries(),
+        "kronpe_build": {k: str(v) for k, v in kronpe.build_info().items()},
+        "env": {k: os.environ[k] for k in sorted(os.environ)
+                if k.startswith(("OMP_", "OPENBLAS_", "MKL_", "KRONPE_"))},
+        "versions": versions,
+        "loadavg_at_start": load,
+    }

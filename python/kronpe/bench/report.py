@@ -1,0 +1,239 @@
+"""Tables, comparisons and plots of a benchmark document (``kronpe bench`` JSON, or
+pytest-benchmark JSON whose benchmarks carry ``extra_info["method"]``).
+
+Every row: the median time (minimum in brackets), the ratio to the best peer of its group
+(median / best peer's median: < 1 is faster than every peer), and the rate reached, GFLOP/s as a
+fraction of the machine's GEMM rate or GB/s as a fraction of its copy bandwidth, whichever work
+the case declares.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import OrderedDict
+from typing import Dict, List, Optional, Tuple
+
+#: a chain of at least this many flops counts as "large" for the GEMM-rate target
+LARGE_FLOPS = 5e8
+
+
+def load(path: str) -> dict:
+    """A benchmark document from ``path`` (ValueError naming the file when it is not one)."""
+    with open(path) as f:
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not a benchmark JSON file: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise ValueError(f"{path} is not a benchmark JSON file (no 'benchmarks' list)")
+    return doc
+
+
+def method(b: dict) -> str:
+    return b.get("extra_info", {}).get("method", b.get("name", "?"))
+
+
+def is_peer(b: dict) -> bool:
+    info = b.get("extra_info", {})
+    return bool(info["peer"]) if "peer" in info else not method(b).startswith("kronpe")
+
+
+def _timed(b: dict) -> bool:
+    return "stats" in b and not b.get("skipped")
+
+
+def rates(doc: dict) -> Tuple[float, float]:
+    """(GEMM flop/s, copy bytes/s) of the run: kronpe bench's ``rates``; in pytest-benchmark
+    JSON the fastest round of the ``blas_rate`` benchmark and the copy probes' ``copy_GBps``."""
+    r = doc.get("rates")
+    if r:
+        return float(r["gemm_flops"]), float(r["copy_Bps"])
+    gemm = [b["extra_info"]["flops"] / b["stats"]["min"] for b in doc["benchmarks"]
+            if b.get("extra_info", {}).get("blas_rate")]
+    copy = [b["extra_info"]["copy_GBps"] * 1e9 for b in doc["benchmarks"] if "copy_GBps" in b.get("extra_info", {})]
+    return (max(gemm) if gemm else math.nan), (max(copy) if copy else math.nan)
+
+
+def groups(doc: dict) -> "OrderedDict[str, List[dict]]":
+    out: "OrderedDict[str, List[dict]]" = OrderedDict()
+    for b in doc["benchmarks"]:
+        if b.get("group") and not b.get("extra_info", {}).get("blas_rate"):
+            out.setdefault(b["group"], []).append(b)
+    return out
+
+
+def rows(doc: dict) -> List[dict]:
+    """One dict per benchmark: group, method, peer, median, min, vs_best_peer, rate, fraction, unit."""
+    gemm, copy = rates(doc)
+    out = []
+    for group, bs in groups(doc).items():
+        timed = [b for b in bs if _timed(b)]
+        peers = [b["stats"]["median"] for b in timed if is_peer(b)]
+        best = min(peers) if peers else math.nan
+        for b in sorted(timed, key=lambda b: b["stats"]["median"]) + [b for b in bs if not _timed(b)]:
+            info = b.get("extra_info", {})
+            row = dict(group=group, method=method(b), peer=is_peer(b), suite=b.get("suite", ""),
+                       skipped=b.get("skipped"), size=info.get("size"), psnr=info.get("psnr"),
+                       flops=info.get("flops"), bytes=info.get("bytes"))
+            if _timed(b):
+                med = b["stats"]["median"]
+                row.update(median=med, min=b["stats"]["min"], vs_best_peer=med / best)
+                if info.get("flops"):
+                    row.update(rate=info["flops"] / med / 1e9, unit="GFLOP/s", fraction=info["flops"] / med / gemm)
+                elif info.get("bytes"):
+                    row.update(rate=info["bytes"] / med / 1e9, unit="GB/s", fraction=info["bytes"] / med / copy)
+            out.append(row)
+    return out
+
+
+def _ms(t: float) -> str:
+    digits = 3 if t < 0.01 else 2 if t < 0.1 else 1 if t < 1 else 0
+    return f"{t * 1e3:.{digits}f}"
+
+
+def machine_line(doc: dict) -> str:
+    m = doc.get("machine_info", {})
+    gemm, copy = rates(doc)
+    blas = "; ".join(
+        ", ".join(str(v) for v in (b.get("internal_api"), b.get("version"), b.get("architecture"),
+                                   f"{b.get('num_threads')} threads") if v)
+        for b in m.get("blas", []) if isinstance(b, dict) and "internal_api" in b)
+    env = " ".join(f"{k}={v}" for k, v in m.get("env", {}).items())
+    cpu = m.get("cpu", "?")
+    if isinstance(cpu, dict):  # pytest-benchmark's py-cpuinfo record
+        cpu = cpu.get("brand_raw", "?")
+    parts = [str(cpu), f"{m.get('cores_usable', m.get('cores', '?'))} cores"]
+    if blas:
+        parts.append(f"BLAS: {blas}")
+    if env:
+        parts.append(env)
+    parts.append(f"GEMM rate {gemm / 1e9:.1f} GFLOP/s (float32, fastest round), copy {copy / 1e9:.1f} GB/s")
+    return "Machine: " + "; ".join(parts)
+
+
+def markdown(doc: dict) -> str:
+    """The table of every row, then the summary against the targets."""
+    lines = [machine_line(doc), "",
+             "| group | method | median ms (min) | vs best peer | rate | of GEMM / copy | PSNR |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows(doc):
+        name = r["method"]
+        if r.get("median") is None:
+            lines.append(f"| {r['group']} | {name} | skipped: {r['skipped']} | | | | |")
+            continue
+        vs = "" if math.isnan(r["vs_best_peer"]) else f"{r['vs_best_peer']:.2f}x"
+        rate = f"{r['rate']:.1f} {r['unit']}" if "rate" in r else ""
+        frac = f"{100 * r['fraction']:.0f}% {'GEMM' if r['unit'] == 'GFLOP/s' else 'copy'}" if "rate" in r else ""
+        psnr = "" if r["psnr"] is None else f"{r['psnr']:.2f}"
+        lines.append(f"| {r['group']} | {name} | {_ms(r['median'])} ({_ms(r['min'])}) | {vs} | {rate} | {frac} | {psnr} |")
+    lines += ["", "vs best peer: median time / the fastest peer's median time in the same group (< 1: kronpe "
+              "faster). Rates: the case's flops (cheapest order) or bytes touched per median time.", ""]
+    lines += summary(doc)
+    return "\n".join(lines)
+
+
+def summary(doc: dict) -> List[str]:
+    """kronpe's rows against their best peers (worst first), and the chains' GEMM-rate target."""
+    rs = [r for r in rows(doc) if not r["peer"] and r.get("median") is not None
+          and not math.isnan(r["vs_best_peer"])]
+    if not rs:
+        return []
+    out = ["Summary:", ""]
+    best_kron: Dict[str, dict] = {}
+    for r in rs:  # per group, kronpe's fastest row against the best peer
+        if r["group"] not in best_kron or r["median"] < best_kron[r["group"]]["median"]:
+            best_kron[r["group"]] = r
+    ratios = sorted(best_kron.values(), key=lambda r: -r["vs_best_peer"])
+    behind = [r for r in ratios if r["vs_best_peer"] > 1.0]
+    out.append(f"- kronpe's fastest row / best peer, per group: median "
+               f"{statistics.median(r['vs_best_peer'] for r in ratios):.2f}x over {len(ratios)} groups; "
+               f"{len(behind)} group(s) behind a peer" + (": " + ", ".join(
+                   f"{r['group']} {r['vs_best_peer']:.2f}x" for r in behind) if behind else ""))
+    chains = [r for r in rs if r["group"].startswith("mode chain") and r["method"] == "kronpe"]
+    large = [r for r in chains if (r.get("flops") or 0) >= LARGE_FLOPS]
+    if chains:
+        fr = [r["fraction"] for r in chains if "fraction" in r]
+        out.append(f"- mode-n chains: kronpe at {100 * min(fr):.0f}% to {100 * max(fr):.0f}% of the GEMM rate "
+                   f"(median {100 * statistics.median(fr):.0f}%)" + (
+                       f"; at >= {LARGE_FLOPS:.0e} flops {100 * min(r['fraction'] for r in large):.0f}% to "
+                       f"{100 * max(r['fraction'] for r in large):.0f}%" if large else ""))
+    out.append("")
+    return out
+
+
+def compare(old: dict, new: dict, threshold: float = 0.1) -> str:
+    """What got faster or slower (median time ratio new / old beyond 1 +- threshold), per row
+    present in both documents; then the rows only one of them has."""
+    def index(doc):
+        return {(b["group"], method(b)): b for b in doc["benchmarks"] if _timed(b)}
+
+    a, b = index(old), index(new)
+    lines = ["| group | method | old ms | new ms | new / old | |", "|---|---|---:|---:|---:|---|"]
+    changed = {"faster": 0, "slower": 0, "same": 0}
+    for key in [k for k in b if k in a]:
+        to, tn = a[key]["stats"]["median"], b[key]["stats"]["median"]
+        ratio = tn / to
+        verdict = "faster" if ratio < 1 - threshold else "slower" if ratio > 1 + threshold else "same"
+        changed[verdict] += 1
+        mark = {"faster": "faster", "slower": "**slower**", "same": ""}[verdict]
+        lines.append(f"| {key[0]} | {key[1]} | {_ms(to)} | {_ms(tn)} | {ratio:.2f} | {mark} |")
+    only_old = [k for k in a if k not in b]
+    only_new = [k for k in b if k not in a]
+    lines += ["", f"{changed['faster']} faster, {changed['slower']} slower, {changed['same']} within "
+              f"{100 * threshold:.0f}% (median times; rows in both runs: {sum(changed.values())})"]
+    if only_old:
+        lines.append(f"only in the old run: {', '.join(f'{g} / {m}' for g, m in only_old)}")
+    if only_new:
+        lines.append(f"only in the new run: {', '.join(f'{g} / {m}' for g, m in only_new)}")
+    return "\n".join(lines)
+
+
+def plots(doc: dict, out_dir: str) -> List[str]:
+    """One PNG per suite: median time against the case size, one line per method (log-log);
+    nothing (an empty list) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # matplotlib is optional for the harness
+        return []
+    import os
+
+    by_suite: Dict[str, Dict[str, List[Tuple[float, float]]]] = {}
+    for r in rows(doc):
+        if r.get("median") is None or not r.get("size"):
+            continue
+        by_suite.setdefault(r["suite"] or "benchmarks", {}).setdefault(r["method"], []).append((r["size"], r["median"]))
+    paths = []
+    for suite, methods in by_suite.items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, pts in sorted(methods.items()):
+            pts.sort()
+            xs, ys = zip(*pts)
+            ax.plot(xs, [y * 1e3 for y in ys], marker="o", lw=2.0 if name.startswith("kronpe") else 1.0,
+                    label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("size (elements, pixels or points)")
+        ax.set_ylabel("median time (ms)")
+        ax.set_title(f"kronpe bench: {suite}")
+        ax.legend(fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+        path = os.path.join(out_dir, f"bench-{suite}.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=1, default=float)
+
+
+def target_rows(doc: dict, prefix: Optional[str] = None) -> List[dict]:
+    """kronpe's rows (optionally of groups starting with ``prefix``) with their ratios."""
+    return [r for r in rows(doc) if not r["peer"] and r.get("median") is not None
+            and (prefix is None or r["group"].startswith(prefix))]

@@ -1,0 +1,200 @@
+"""One Adam training step of a complex-encoding linear model: kronpe.torch against the official
+formulation and against the step's matrix products alone (the ``torch`` suite of ``kronpe bench``).
+
+Signal: the astronaut photograph (skimage.data.astronaut, RGB, 512 x 512, values in [0, 1]).
+
+- grid: the 256 x 256 regular subsample (seed 000 Table 1 protocol), K = 256 Gaussians per axis
+  (sigma = 0.004, the papers' gradient-descent setting). The model is W x_1 Psi_1 x_2 Psi_2.
+- points: 25% of the 512 x 512 pixels at random (seed 000 Table 2), K = 256 (sigma = 0.005, the
+  official random-points script), blended from a virtual grid of 257 x 257 nodes.
+
+Methods (CPU, float32): kronpe's ``ComplexEncoding`` through torch.ops.kronpe, backward through the
+ops' adjoints, Adam; the official formulation written as the official code writes it (our own code,
+not a copy: weights (C, K, K), ``Psi_1 @ W @ Psi_2^T`` per channel; the points by indexing the whole
+virtual grid and summing with the blending weights), autograd for the backward; and the four GEMMs
+of a step alone, with torch.matmul and with kronpe's compiled chain. Both formulations use the same
+pruned bases and blending matrix, so they compute the same model (benches/bench_torch.py checks
+that 200 Adam steps give the same loss).
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import torch
+
+import kronpe.torch as kt
+from kronpe import embedders as E
+from kronpe.torch._ops import _cpu
+from kronpe.torch.modules import sort_plan
+
+from .harness import Case, Method
+
+K = 256
+LR = 0.1  # the official scripts' Adam learning rate for complex encodings
+
+_CACHE: dict = {}
+
+
+def _image() -> np.ndarray:
+    from skimage import data
+
+    return (data.astronaut() / 255.0).astype(np.float32)  # (512, 512, 3) in [0, 1]
+
+
+def setup_grid():
+    if "grid" not in _CACHE:
+        img = _image()
+        target = torch.from_numpy(np.ascontiguousarray(img[::2, ::2]))  # (256, 256, 3)
+        emb = E.Gaussian(K, 0.004)
+        enc = kt.ComplexEncoding([emb, emb], 3)
+        coords = [torch.arange(256, dtype=torch.float64) / 256] * 2
+        bases = [b.contiguous() for b in enc.bases(coords)]  # (256, K) float32, flushed
+        _CACHE["grid"] = dict(target=target, bases=bases, embs=[emb, emb])
+    return _CACHE["grid"]
+
+
+def setup_points():
+    if "points" not in _CACHE:
+        img = _image()
+        n = img.shape[0]
+        rng = np.random.default_rng(0)
+        pick = rng.choice(n * n, size=n * n // 4, replace=False)
+        mesh = np.stack(np.meshgrid(np.arange(n) / n, np.arange(n) / n, indexing="ij"), -1).reshape(-1, 2)
+        emb = E.Gaussian(K, 0.005)
+        enc = kt.ComplexEncoding([emb, emb], 3)  # virtual grid: K + 1 nodes per axis
+        # rows in grid order (as fit_points_adam does; the loss does not depend on the order)
+        plan, order = sort_plan(enc.plan(torch.from_numpy(mesh[pick])))
+        bases = [getattr(enc, f"node_basis_{i}") for i in range(2)]  # float32, pruned
+        target = torch.from_numpy(img.reshape(-1, 3)[pick])[order]  # (P, 3)
+        _CACHE["points"] = dict(target=target, plan=plan, bases=bases, embs=[emb, emb], grid=enc.grid_coords)
+    return _CACHE["points"]
+
+
+# ---- the models -------------------------------------------------------------------------------------
+
+
+class OfficialGrid(torch.nn.Module):
+    """Psi_1 @ W_c @ Psi_2^T per channel with torch matmuls, flattened to (N^2, C) (Kron_MLP)."""
+
+    def __init__(self, bases, C=3):
+        super().__init__()
+        self.P1, self.P2 = bases
+        self.weight = torch.nn.Parameter(torch.zeros(C, self.P1.shape[1], self.P2.shape[1]))
+
+    def grid(self):
+        return (self.P1 @ self.weight @ self.P2.T).flatten(1, 2).transpose(0, 1)  # (N1 N2, C)
+
+    def forward(self):
+        return self.grid()
+
+
+class OfficialPoints(OfficialGrid):
+    """The whole virtual grid as above, then indexed and summed (Indexing_Blend_Kron_MLP)."""
+
+    def __init__(self, bases, plan, C=3):
+        super().__init__(bases, C)
+        self.idx, self.w = plan.indices, plan.weights.float()
+
+    def forward(self):
+        return (self.grid()[self.idx] * self.w.unsqueeze(-1)).sum(1)  # (P, C)
+
+
+class KronpeGrid(torch.nn.Module):
+    def __init__(self, embs, bases, C=3):
+        super().__init__()
+        self.enc = kt.ComplexEncoding(embs, C)
+        self.bases = bases
+
+    def forward(self):
+        return kt.multi_mode_product(self.enc.weight, self.bases)  # (N1, N2, C)
+
+
+class KronpePoints(torch.nn.Module):
+    def __init__(self, embs, grid, plan, C=3):
+        super().__init__()
+        self.enc = kt.ComplexEncoding(embs, C, grid=list(grid))
+        self.plan = plan
+
+    def forward(self):
+        return self.enc.forward_plan(self.plan)
+
+
+def make_models(case: str):
+    """{method: (model, target in that model's layout)}."""
+    if case == "grid":
+        s = setup_grid()
+        t = s["target"]
+        return {"kronpe": (KronpeGrid(s["embs"], s["bases"]), t),
+                "official": (OfficialGrid(s["bases"]), t.reshape(-1, 3))}
+    s = setup_points()
+    return {"kronpe": (KronpePoints(s["embs"], s["grid"], s["plan"]), s["target"]),
+            "official": (OfficialPoints(s["bases"], s["plan"]), s["target"])}
+
+
+def stepper(model, target, lr=LR):
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.mean((model() - target) ** 2)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def products_alone(case: str, backend: str):
+    """The GEMMs of one step: V = W x_1 P1 x_2 P2 (forward), dW = G x_1 P1^T x_2 P2^T (backward),
+    3 channels: with torch.matmul (channels first, batched) or with kronpe's compiled chain
+    (channels last, carried)."""
+    s = setup_grid() if case == "grid" else setup_points()
+    P1, P2 = s["bases"]
+    if backend == "torch.matmul":
+        W = torch.randn(3, P1.shape[1], P2.shape[1])
+        G = torch.randn(3, P1.shape[0], P2.shape[0])
+
+        def run():
+            return (P1 @ W @ P2.T).permute(1, 2, 0), (P1.T @ G @ P2).permute(1, 2, 0)
+    else:
+        W = torch.randn(P1.shape[1], P2.shape[1], 3)
+        G = torch.randn(P1.shape[0], P2.shape[0], 3)
+        P1T, P2T = P1.T.contiguous(), P2.T.contiguous()
+
+        def run():
+            return _cpu.multi_mode_product(W, [P1, P2], [0, 1]), _cpu.multi_mode_product(G, [P1T, P2T], [0, 1])
+    return run
+
+
+# ---- benchmarks ---------------------------------------------------------------------------------------
+
+
+CASES = ["grid", "points"]
+
+
+def cases() -> List[Case]:
+    out = []
+    for case in CASES:
+        def setup(case=case):
+            s = setup_grid() if case == "grid" else setup_points()
+            fns = {f"{name} Adam step": stepper(m, t) for name, (m, t) in make_models(case).items()}
+            fns.update({f"products alone, {b}": products_alone(case, b) for b in ("torch.matmul", "kronpe chain")})
+            P1, P2 = s["bases"]
+            flops = 2 * 2 * 3 * (P1.shape[0] * P1.shape[1] * P2.shape[1] + P1.shape[0] * P2.shape[0] * P2.shape[1])
+            return dict(fns=fns, flops=flops)
+
+        def check(s, method, result):
+            if method.endswith("Adam step"):
+                loss = float(result.detach())
+                assert np.isfinite(loss), f"loss {loss}"
+                return {"loss": loss}
+            return None
+
+        ms = [Method("kronpe Adam step", lambda s: s["fns"]["kronpe Adam step"](), peer=False),
+              Method("official Adam step", lambda s: s["fns"]["official Adam step"]()),
+              Method("products alone, kronpe chain", lambda s: s["fns"]["products alone, kronpe chain"](), peer=False),
+              Method("products alone, torch.matmul", lambda s: s["fns"]["products alone, torch.matmul"]())]
+        out.append(Case("torch", f"torch Adam step: {case}", setup, ms, check, rounds=20, quick=case == "grid",
+                        size=float(256 * 256 if case == "grid" else 512 * 512 // 4), params=dict(case=case)))
+    return out

@@ -1,0 +1,145 @@
+"""`kronpe bench` (kronpe.app.bench_cmd over kronpe.bench): end to end in a subprocess on a tiny
+selection, --compare, bad flags, and the harness's timing and report logic on made-up cases."""
+import json
+import os
+import subprocess
+import sys
+
+import kronpe
+import numpy as np
+import pytest
+from kronpe import bench
+from kronpe.app.cli import main
+from kronpe.bench import report
+from kronpe.bench.harness import Case, Method, measure
+
+_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(kronpe.__file__)))
+
+
+def _doc(times, gemm=100e9, copy=10e9):
+    """A made-up document: {(group, method): (median seconds, peer, flops)}."""
+    benches = []
+    for (group, m), (t, peer, flops) in times.items():
+        benches.append({"group": group, "name": m, "suite": "chains",
+                        "extra_info": {"method": m, "peer": peer, "flops": flops, "size": 10.0},
+                        "stats": {"median": t, "min": t * 0.9, "rounds": 3}})
+    return {"rates": {"gemm_flops": gemm, "copy_Bps": copy}, "machine_info": {}, "benchmarks": benches}
+
+
+def test_bench_quick_end_to_end_in_a_subprocess(tmp_path):
+    env = dict(os.environ, PYTHONPATH=_PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kronpe", "bench", "--quick", "--suite", "chains", "-k", "D=3 32->32",
+         "--rounds", "2", "--no-progress", "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert {"cpu", "cores", "blas", "versions", "env"} <= set(doc["machine_info"])
+    assert doc["rates"]["gemm_flops"] > 1e8 and doc["rates"]["copy_Bps"] > 1e7
+    rows = {b["name"]: b for b in doc["benchmarks"]}
+    assert {b["group"] for b in doc["benchmarks"]} == {"mode chain D=3 32->32"}
+    k = rows["kronpe"]
+    assert k["stats"]["rounds"] == 2 and 0 < k["stats"]["min"] <= k["stats"]["median"]
+    assert k["extra_info"]["flops"] == 3 * 2 * 32**4 and k["extra_info"]["peer"] is False
+    assert rows["numpy.einsum"]["extra_info"]["peer"] is True and "stats" in rows["numpy.einsum"]
+    table = (tmp_path / "bench.md").read_text()
+    assert "| mode chain D=3 32->32 | kronpe |" in table and "% GEMM" in table
+    assert table.strip() in proc.stdout  # what it prints is what it writes
+    assert (tmp_path / "bench-chains.png").stat().st_size > 1000
+
+
+def test_compare_two_files_names_faster_and_slower(tmp_path, capsys):
+    old = _doc({("g", "kronpe"): (1.0, False, 1e9), ("g", "peer"): (1.0, True, 1e9), ("g", "gone"): (1.0, True, 0)})
+    new = _doc({("g", "kronpe"): (0.5, False, 1e9), ("g", "peer"): (1.5, True, 1e9), ("g", "new"): (1.0, True, 0)})
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    assert main(["bench", "--compare", str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| g | kronpe | 1000 | 500.0 | 0.50 | faster |" in out
+    assert "| g | peer | 1000 | 1500 | 1.50 | **slower** |" in out
+    assert "1 faster, 1 slower, 0 within 10%" in out
+    assert "only in the old run: g / gone" in out and "only in the new run: g / new" in out
+
+
+def test_compare_against_a_run(tmp_path, capsys):
+    args = ["bench", "--quick", "--suite", "chains", "-k", "D=3 32->32", "--rounds", "1", "--no-progress", "--no-plots"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    assert main(args + ["--out", str(tmp_path / "b"), "--compare", str(tmp_path / "a" / "bench.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| mode chain D=3 32->32 | kronpe |" in out and "new / old" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "nope"], "suite must be one of"),
+    (["--rounds", "0"], "--rounds must be a positive integer"),
+    (["--threshold", "2"], "--threshold must lie in (0, 1)"),
+    (["-k", "no such group"], "no benchmark matches"),
+    (["--compare", "MISSING.json"], "MISSING.json"),
+    (["--compare", "a.json", "b.json", "c.json"], "--compare takes OLD.json or OLD.json NEW.json"),
+    (["--rounds", "many"], "invalid int value"),
+    (["--bogus"], "unrecognized arguments"),
+])
+def test_bad_flags_give_one_line_errors(argv, message, tmp_path, capsys):
+    assert main(["bench", "--no-progress", "--out", str(tmp_path)] + argv) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("kronpe: error:") and message in last, err
+
+
+def test_compare_rejects_a_file_that_is_not_a_benchmark(tmp_path, capsys):
+    (tmp_path / "x.json").write_text("[1, 2]")
+    (tmp_path / "y.json").write_text("not json")
+    for name in ("x.json", "y.json"):
+        assert main(["bench", "--compare", str(tmp_path / name), str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("kronpe: error:") and name in err and "not a benchmark JSON file" in err
+
+
+def test_rows_give_the_ratio_to_the_best_peer_and_the_fraction_of_gemm():
+    doc = _doc({("g", "kronpe"): (2.0, False, 1e11), ("g", "slow peer"): (4.0, True, 1e11),
+                ("g", "fast peer"): (1.0, True, 1e11)}, gemm=1e11)
+    rows = {r["method"]: r for r in report.rows(doc)}
+    assert rows["kronpe"]["vs_best_peer"] == pytest.approx(2.0)
+    assert rows["fast peer"]["vs_best_peer"] == pytest.approx(1.0)
+    assert rows["kronpe"]["fraction"] == pytest.approx(0.5) and rows["kronpe"]["rate"] == pytest.approx(50.0)
+    text = report.markdown(doc)
+    assert "1 group(s) behind a peer: g 2.00x" in text
+
+
+def test_measure_interleaves_checks_and_skips():
+    calls = []
+
+    def make(name, value):
+        def fn(state):
+            calls.append(name)
+            return value
+        return fn
+
+    def check(state, method, result):
+        assert result == 1, "wrong"
+        return {"psnr": 30.0}
+
+    case = Case("t", "g", lambda: {"flops": 10}, [
+        Method("kronpe", make("kronpe", 1), peer=False), Method("peer", make("peer", 1)),
+        Method("wrong peer", make("wrong", 2)), Method("absent peer", make("absent", 1), needs=("no_such_module_x",)),
+        Method("raising peer", lambda s: 1 / 0)], check, rounds=3)
+    recs = {r["name"]: r for r in measure(case)}
+    assert recs["kronpe"]["stats"]["rounds"] == 3 and recs["kronpe"]["extra_info"]["psnr"] == 30.0
+    assert recs["wrong peer"]["skipped"].startswith("wrong result") and "stats" not in recs["wrong peer"]
+    assert "no_such_module_x does not import" in recs["absent peer"]["skipped"]
+    assert recs["raising peer"]["skipped"].startswith("failed: ZeroDivisionError")
+    assert calls.count("wrong") == 1 and "absent" not in calls  # never timed
+    # rounds interleaved: after the warm-ups, round r starts with method r mod 2
+    assert calls[3:] == ["kronpe", "peer", "peer", "kronpe", "kronpe", "peer"]
+
+
+def test_every_suite_lists_its_cases_and_the_quick_ones_are_few():
+    every = bench.cases()
+    quick = bench.cases(quick=True)
+    suites = {c.suite for c in every}
+    assert {"chains", "fits", "blend", "scattered"} <= suites
+    assert 0 < len(quick) < len(every)
+    assert all(np.isfinite(c.size) for c in every)
+    assert len({c.group for c in every}) == len(every)  # one group per case
