@@ -216,10 +216,10 @@ def _pad_odd(x: "da.Array", pads: Sequence[int]) -> "da.Array":
         if p == 0:
             continue
         n = x.shape[k]
-        take = lambda sl: x[(slice(None),) * k + (sl,)]  # noqa: E731
-        first, last = take(slice(0, 1)), take(slice(n - 1, n))
-        before = 2 * first - take(slice(p, 0, -1))
-        after = 2 * last - take(slice(n - 2, n - 2 - p if n - 2 - p >= 0 else None, -1))
+        lead = (slice(None),) * k
+        first, last = x[lead + (slice(0, 1),)], x[lead + (slice(n - 1, n),)]
+        before = 2 * first - x[lead + (slice(p, 0, -1),)]
+        after = 2 * last - x[lead + (slice(n - 2, n - 2 - p if n - 2 - p >= 0 else None, -1),)]
         x = da.concatenate([before, x, after], axis=k)
     return x
 
@@ -349,7 +349,7 @@ class _PartitionedBlend:
         return out[:, 0] if one else out
 
     def rmatvec(self, r: "da.Array") -> np.ndarray:
-        r = r.rechunk(((tuple(self.rows),) + tuple((c,) for c in r.shape[1:])))
+        r = r.rechunk((tuple(self.rows),) + tuple((c,) for c in r.shape[1:]))
         blocks = r.to_delayed().reshape(-1)
         partial = [dask.delayed(_part_blend_t, pure=True)(p, b) for p, b in zip(self.parts, blocks)]
         return np.asarray(_tree_sum(partial).compute())
