@@ -104,11 +104,17 @@ def main(argv=None) -> None:
     ap.add_argument("--chunk", type=int, default=128)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="1GB")
+    ap.add_argument("--block-mb", type=int, default=16, help="kronpe.dask.BLOCK_BYTES in MB")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-memory", action="store_true", help="skip the in-memory runs (a volume that does not fit)")
     ap.add_argument("--dir", default=None, help="where the temporary directory goes (default: the system's)")
     args = ap.parse_args(argv)
+    import dask
     from distributed import Client, LocalCluster
+
+    import kronpe.dask
+
+    kronpe.dask.BLOCK_BYTES = args.block_mb << 20
 
     n, m = args.n, 4 * args.n // 3
     tmp = tempfile.mkdtemp(prefix="kronpe-bench-dask-", dir=args.dir)
@@ -116,12 +122,14 @@ def main(argv=None) -> None:
     try:
         src, dst = os.path.join(tmp, "in.zarr"), os.path.join(tmp, "out.zarr")
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          memory_limit=args.memory_limit, dashboard_address=None, env=env,
-                          local_directory=tmp) as cluster, Client(cluster):
+                          memory_limit=args.memory_limit, dashboard_address=":0", env=env,
+                          local_directory=tmp) as cluster, Client(cluster), \
+                dask.config.set({"array.rechunk.method": "tasks"}):
             make_volume(src, n, args.chunk)
             gb_in, gb_out = n**3 * 4 / 1e9, m**3 * 4 / 1e9
             print(f"volume {n}^3 float32 ({gb_in:.2f} GB) -> {m}^3 ({gb_out:.2f} GB), chunks {args.chunk}^3, "
-                  f"{args.workers} workers x 1 thread, memory limit {args.memory_limit} each; "
+                  f"{args.workers} workers x 1 thread, memory limit {args.memory_limit} each, blocks of "
+                  f"{args.block_mb} MB; "
                   f"in memory: {os.environ.get('OPENBLAS_NUM_THREADS', 'all')} BLAS threads", flush=True)
             t_mem, t_dask, err = [], [], None
             for r in range(args.repeats):
@@ -160,7 +168,7 @@ def test_dask_upsample_small(benchmark, tmp_path):
     n, m = 96, 128
     src, dst = str(tmp_path / "in.zarr"), str(tmp_path / "out.zarr")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, memory_limit="1GB") as cluster, distributed.Client(cluster):
+                                  dashboard_address=":0", memory_limit="1GB") as cluster, distributed.Client(cluster):
         make_volume(src, n, 32)
         _, ref = run_memory(src, n, m)
         benchmark.group = "upsample 96^3 -> 128^3"

@@ -26,7 +26,7 @@ def client():
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the worker plugin below
     env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, worker_dashboard_address=None,
+                                  dashboard_address=":0", worker_dashboard_address=":0",
                                   env=env) as cluster, distributed.Client(cluster) as c:
         yield c
 
