@@ -126,6 +126,9 @@ def multi_mode_product(
     """
     _validate.choice("order", order, ("K", "C"))
     matrices = _matrix_list(matrices)
+    kd = _arrays.dask_api(T)
+    if kd is not None:  # a dask T: a dask array, the chain run block by block (kronpe.dask)
+        return kd.multi_mode_product(T, matrices, modes, order)
     on_device = [x for x in [T, *matrices] if _arrays.is_device(x)]
     if on_device:
         return _device_chain(T, matrices, modes, order, on_device[0])
@@ -210,7 +213,7 @@ def mode_product(T: Any, A: Any, mode: int, order: str = "K"):
     array, shape of ``T`` with n_mode replaced by m
     """
     _validate.integer("mode", mode)
-    ndim = len((T if _arrays.is_device(T) else _as_float("T", T)).shape)
+    ndim = len((T if _arrays.is_device(T) or _arrays.is_dask(T) else _as_float("T", T)).shape)
     if not -ndim <= mode < ndim:
         raise ValueError(f"mode: axis {mode} is out of range for T with {ndim} axes")
     return multi_mode_product(T, [A], [mode], order=order)

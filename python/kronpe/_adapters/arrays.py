@@ -69,6 +69,21 @@ def is_device(x: Any) -> bool:
     return False
 
 
+def is_dask(x: Any) -> bool:
+    """True for a dask array (dask is not imported to find out)."""
+    return type(x).__module__.startswith("dask.")
+
+
+def dask_api(*xs: Any):
+    """The module :mod:`kronpe.dask` when any of ``xs`` is a dask array, else None: the one test
+    by which the public functions hand dask arrays to it."""
+    if not any(is_dask(x) for x in xs):
+        return None
+    from .. import dask as kronpe_dask
+
+    return kronpe_dask
+
+
 def to_numpy(x: Any, name: str = "array") -> np.ndarray:
     """A NumPy view of a CPU array (torch CPU tensors share memory, gradients are dropped)."""
     k = kind(x)

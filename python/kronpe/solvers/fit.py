@@ -132,6 +132,9 @@ class GridModel:
         coords = _coords_list(coords)
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} arrays (one per grid axis), got {len(coords)}")
+        kd = _arrays.dask_api(self.weights)
+        if kd is not None:  # dask weights: a dask array, blocks predicted on the workers
+            return kd.predict_grid(self, coords)
         dt = self.weights.dtype
         template = coords[0] if coords else None
         coords = [_validate.coords_1d(f"coords[{i}]", c, np.float64) for i, c in enumerate(coords)]
@@ -158,6 +161,9 @@ class GridModel:
         -------
         np.ndarray, shape (P, *channels)
         """
+        kd = _arrays.dask_api(self.weights)
+        if kd is not None:
+            return kd.predict_points(self, points, chunk)
         pts = _validate.real_array("points", points)
         D = self.ndim
         if pts.ndim != 2 or pts.shape[1] != D:
@@ -299,9 +305,11 @@ class GridPlan:
             self._cast["s"] = _outer([a.s for a in self._axes])
         return self._cast["s"]
 
-    def _filter(self, ridge: float, dt) -> np.ndarray:
-        """s / (s^2 + ridge) over the products s of singular values (ridge 0: pseudo-inverse)."""
-        s = self._products()
+    def _filter(self, ridge: float, dt, s: Optional[np.ndarray] = None) -> np.ndarray:
+        """s / (s^2 + ridge) over the products s of singular values (ridge 0: pseudo-inverse), all
+        of them or the block ``s`` of them (kronpe.dask filters its blocks of Z0 one at a time)."""
+        if s is None:
+            s = self._products()
         if ridge > 0:
             return (s / (s * s + ridge)).astype(dt)
         rcond = self.rcond
@@ -309,7 +317,7 @@ class GridPlan:
             eps = np.finfo(dt).eps
             rows = int(np.prod([a.U.shape[0] for a in self._axes]))
             rcond = max(rows, int(np.prod(self.K))) * eps
-        smax = float(s.max()) if s.size else 0.0
+        smax = math.prod(float(a.s.max()) if a.s.size else 0.0 for a in self._axes)  # = max of all products
         with np.errstate(divide="ignore"):
             return np.where(s > rcond * smax, 1.0 / s, 0.0).astype(dt)
 
@@ -361,8 +369,11 @@ class GridPlan:
             mask = _validate.bool_array("mask", mask, self.shape)
             if any(self.pads):
                 raise ValueError("pad must be 0 with a mask (reflected samples of missing values are unknown)")
-        S = _signal_arg(signal, self.shape, mask)
         nb = _validate.nonnegative_int("batch_axes", batch_axes)
+        kd = _arrays.dask_api(signal)
+        if kd is not None:
+            return kd.fit_plan(self, signal, ridge, nb, mask)
+        S = _signal_arg(signal, self.shape, mask)
         if nb > S.ndim - self.ndim:
             raise ValueError(f"batch_axes={nb} but the signal has only {S.ndim - self.ndim} axes after the grid axes")
         return self._fit(S, ridge, nb, mask)
@@ -523,7 +534,8 @@ def fit_grid(
     -------
     GridModel
     """
-    s = _validate.real_array("signal", signal)
+    kd = _arrays.dask_api(signal)
+    s = signal if kd is not None else _validate.real_array("signal", signal)
     if width is not None:
         _validate.choice("width", width, ("gcv",))
     D = _grid_ndim(tuple(np.shape(s)), ndim, embedders, coords)
@@ -538,13 +550,17 @@ def fit_grid(
         mask = _validate.bool_array("mask", mask, shape)
         if width is not None:
             raise ValueError("width='gcv' cannot be combined with a mask (GCV needs every sample)")
-        if embedders is None and penalty is None and default_coords and pad is None:
+        if embedders is None and penalty is None and default_coords and pad is None and kd is None:
             return _fit_smooth(s, shape, mask, _ridge_arg(ridge))
     if embedders is None:
         embedders = default_embedders(coords)
         pad = (_DEFAULT_PAD if mask is None else 0) if pad is None else pad
     plan = GridPlan(coords, _embedders_arg(embedders, D), ridge=_ridge_arg(ridge), rcond=rcond,
                     pad=0 if pad is None else pad, penalty=penalty, tol=tol, maxiter=maxiter)
+    if kd is not None:
+        if width is not None:
+            raise ValueError("width='gcv' is not available for dask signals: give the embedders' widths")
+        return kd.fit_plan(plan, s, plan.ridge, 0, mask)
     if mask is not None:
         return plan.fit(s, mask=mask)
     S = _signal_arg(s, shape)

@@ -353,6 +353,9 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     PointModel
     """
     t0 = time.perf_counter()
+    kd = _arrays.dask_api(points, values)
+    if kd is not None:  # points partitioned along their first axis: CG as map-reduce (kronpe.dask)
+        return kd.fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, penalty)
     pts_in = _arrays.to_host(points, "points") if _arrays.is_device(points) else _validate.real_array("points", points)
     D = pts_in.shape[1] if pts_in.ndim == 2 else None
     if D == 0:
@@ -404,6 +407,14 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
             info.update(extra)
     else:
         lam = lam_arg
+    z = _solve(prob, s_sorted, lam, tol, maxiter, info)
+    return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize, vals.dtype, channels,
+                   t0, info["preconditioner"])
+
+
+def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info: Dict[str, Any]) -> np.ndarray:
+    """The CG solve of one fit in the SVD basis (module docstring), its report added to ``info``.
+    ``prob.B`` may be any blending operator (kronpe.dask passes one partitioned over workers)."""
     rhs = prob.adjoint(s_sorted, precise=True)
     z, it, rel = _pcg(prob, rhs, lam, None, tol, maxiter)
     bn = np.sqrt(cdot(rhs, rhs))
@@ -428,8 +439,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         preconditioner="diag(rho s^2 + lambda) in the per-axis SVD basis", rho=prob.rho,
         products=np.dtype(prob.dtype).name, float64_iterations=int(refined),
     )
-    return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize, vals.dtype, channels,
-                   t0, info["preconditioner"])
+    return z
 
 
 def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointModel:
