@@ -103,7 +103,7 @@ def test_fit_generalises_on_a_smooth_signal(rng):
     m = fit_points(pts, f(pts), None)  # the defaults: thin-plate values on a grid by density, lambda held out
     err = np.sqrt(np.mean((m.predict(test) - f(test)) ** 2))
     assert err < 0.01, err
-    assert m.info["grid"] == "half the mean sample spacing" and m.weights.shape == (79, 79)  # 2 / h + 1 nodes
+    assert m.info["grid"] == "NODES_PER_SPACING nodes per mean sample spacing" and m.weights.shape == (157, 157)
     assert m.ridge > 0 and "holdout_errors" in m.info
     auto = fit_points(pts, f(pts), embedders=None, ridge=1e-4)  # a ridge given: the automatic embedders
     assert all(e.margin > 0 for e in auto.embedders)

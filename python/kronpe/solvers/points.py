@@ -330,7 +330,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
         With nothing else given either (grid, ridge, penalty) and D <= 3: the default smooth fit
         of :mod:`kronpe.solvers.smooth`, values on a grid with a thin-plate penalty, lambda held
         out, multigrid-preconditioned CG; the grid is the points' lattice when they lie on one
-        (pixels, voxels), else half the mean sample spacing (multilinear blending). Otherwise
+        (pixels, voxels), else a few nodes per mean sample spacing (multilinear blending). Otherwise
         None chooses Gaussians from the sampling density (module docstring).
     grid : shape or list of node arrays, optional
         The virtual grid (default: K_base + 1 nodes per axis over [0, 1]).
@@ -444,7 +444,7 @@ def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info:
 
 def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointModel:
     """The default fit (kronpe.solvers.smooth): on the points' lattice when they lie on one
-    (every point on a node: a diagonal data term), else on a grid at half the mean sample
+    (every point on a node: a diagonal data term), else on a grid of a few nodes per mean sample
     spacing, blended multilinearly (a sparse data term)."""
     nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in smooth.density_grid(pts)]
     B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
@@ -458,7 +458,7 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
         S = B.to_scipy()
         W, lam, info = smooth.fit(smooth.DataTerm(shape, sparse=(S.T @ S).tocsr().astype(np.float32)), rhs, None,
                                   samples=(S, s))
-    info["grid"] = "the points' lattice" if lattice is not None else "half the mean sample spacing"
+    info["grid"] = "the points' lattice" if lattice is not None else "NODES_PER_SPACING nodes per mean sample spacing"
     return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
                    info["preconditioner"])
 

@@ -14,8 +14,12 @@ nor a penalty is given. Decisions (documented once, here):
   second differences along the axes 26.53 dB, thin-plate 26.91 dB.
 - **Grid for scattered points** (``lattice_grid``): when every axis's coordinates are multiples of
   one spacing h (pixels, voxels), the nodes are that lattice over [0, 1] (every point on a node:
-  B^T B is diagonal); otherwise nodes at half the mean sample spacing (about 2^D nodes per
-  sample).
+  B^T B is diagonal); otherwise NODES_PER_SPACING nodes per mean sample spacing along each axis
+  (the values are blended multilinearly to the points: the finer grid, the smaller that
+  representation's error). Measured with as many random off-grid points as 25% of the pixels
+  (PSNR at every pixel centre): 2 / 3 / 4 nodes per spacing gave camera 128^2 25.38 / 25.72 /
+  25.75 dB (RBF thin-plate 25.62) and chelsea 31.51 / 31.58 / 31.65 dB (RBF 31.60) at 0.16 /
+  0.43 / 1.08 s: 4 in 1-D and 2-D; 2 in 3-D (8 nodes per sample already).
 - **Solver**: conjugate gradients preconditioned by a multigrid V-cycle (:mod:`.multigrid`:
   rediscretised coarse grids, Chebyshev smoothing, compiled thin-plate kernels) on grids of 1
   to 3 axes; on more axes, ``(rho I + lambda R)^-1`` in the orthonormal DCT-II basis (Garcia's
@@ -68,6 +72,7 @@ HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 START_SIGMA = 1.0
 LATTICE_RTOL = 1e-6
+NODES_PER_SPACING = {1: 4.0, 2: 4.0, 3: 2.0}
 
 
 class DataTerm:
@@ -104,11 +109,12 @@ def lattice_grid(points: Array) -> Optional[List[Array]]:
 
 
 def density_grid(points: Array) -> List[int]:
-    """Nodes per axis at half the mean sample spacing (module docstring)."""
+    """Nodes per axis at 1 / NODES_PER_SPACING[D] of the mean sample spacing (module docstring)."""
     P, D = points.shape
     ext = np.maximum(points.max(axis=0) - points.min(axis=0), 1.0 / max(P, 2))
     h = (float(np.prod(ext)) / P) ** (1.0 / D)
-    return [int(min(max(np.ceil(2.0 / h) + 1, 3), 1 << 14)) for _ in range(D)]
+    f = NODES_PER_SPACING.get(D, 2.0)
+    return [int(min(max(np.ceil(f / h) + 1, 3), 1 << 14)) for _ in range(D)]
 
 
 def start(data: DataTerm, rhs: Array) -> Array:
