@@ -167,8 +167,6 @@ def cases() -> List[Case]:
     plan = [("camera", 128, 3, True)] + [(n, None, 3, False) for n in IMAGES]
     for task, methods in (("scattered", SCATTERED), ("masked", MASKED)):
         for name, size, rounds, quick in plan:
-            if task == "masked" and name not in ("camera", "astronaut"):
-                continue
             label = name if size is None else f"{name} {size}x{size}"
 
             def setup(name=name, task=task, size=size):
