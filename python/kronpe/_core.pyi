@@ -132,6 +132,21 @@ def set_blas(sgemm: int, dgemm: int) -> None:
 def set_blas64(sgemm: int, dgemm: int) -> None:
     """Hand over the addresses of an ILP64 Fortran BLAS sgemm and dgemm (64-bit integers; internal)."""
 
+def set_mode_layout_penalty(penalty: Sequence[float]) -> None:
+    """Replace the CPU planner's layout penalties (internal; kronpe.ops measures them)."""
+
+def set_mode_layout_measured(on: bool) -> None:
+    """Measure the CPU planner's GEMM layouts per shape class (on) or use fixed penalties (internal; kronpe.ops turns it on)."""
+
+def mode_layout_table() -> List[List[float]]:
+    """The layout measurements: (m, k, rest, elem_size, FrontKeep, FrontRotate, BackKeep, BackRotate time / fastest) per shape class (internal)."""
+
+def clear_mode_layout_table() -> None:
+    """Forget the layout measurements (internal)."""
+
+def mode_cost_model() -> Dict[str, Any]:
+    """The CPU planner's cost model in force (internal)."""
+
 def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
     """Replace the planner's cost model (internal, for tuning)."""
 
