@@ -75,3 +75,47 @@ def test_core_stubs_cover_the_module():
     stub = pathlib.Path(kronpe.__file__).with_name("_core.pyi")
     names = {n.name for n in ast.parse(stub.read_text()).body if isinstance(n, ast.FunctionDef)}
     assert names == {n for n in dir(_core) if not n.startswith("_")}
+
+
+def test_numpy_blas_is_preferred():
+    """With NumPy's ILP64 OpenBLAS loaded, kronpe calls it (one BLAS thread pool per process)."""
+    from kronpe._adapters import blas
+
+    if blas._numpy_ilp64() is None:
+        pytest.skip("NumPy is not linked to an ILP64 OpenBLAS here")
+    assert blas.which() == "numpy" and _core.blas_int_bits() == 64
+    assert "NumPy's" in kronpe.build_info()["blas"]
+
+
+@pytest.mark.parametrize("choice", ["scipy", "numpy", "mkl"])
+def test_kronpe_blas_variable(choice):
+    """KRONPE_BLAS=scipy forces SciPy's LP64 BLAS and gives the same products; a bad value is a
+    named ValueError at import."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from kronpe._adapters import blas
+
+    if choice == "numpy" and blas._numpy_ilp64() is None:
+        pytest.skip("NumPy is not linked to an ILP64 OpenBLAS here")
+    code = textwrap.dedent("""
+        import numpy as np, kronpe
+        from kronpe import _core
+        from kronpe._adapters import blas
+        rng = np.random.default_rng(0)
+        T = rng.standard_normal((9, 8, 7)); A = [rng.standard_normal((5, 9)), rng.standard_normal((6, 8))]
+        err = np.abs(kronpe.multi_mode_product(T, A) - np.einsum("abc,xa,yb->xyc", T, *A)).max()
+        print(blas.which(), _core.blas_int_bits(), err)
+    """)
+    env = dict(os.environ, KRONPE_BLAS=choice)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kronpe.__file__)), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if choice == "mkl":
+        assert r.returncode != 0 and "ValueError: KRONPE_BLAS must be" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    which, bits, err = r.stdout.split()
+    assert which == choice and int(bits) == (32 if choice == "scipy" else 64)
+    assert float(err) < 1e-12

@@ -163,3 +163,33 @@ def test_planner_sizes_never_wrap():
     assert plan.index("1:") < plan.index("0:")
     with pytest.raises(ValueError, match="overflows 64-bit"):
         _core.mode_chain_plan([2**32, 2**32], [2**32, 1], [0], [3], 4, False)
+
+
+@pytest.mark.parametrize("layouts", ["fixed", "measured"])
+def test_chain_layout_modes_agree(layouts):
+    """Both ways of costing the GEMM layouts (KRONPE_CHAIN_LAYOUTS) give the reference result;
+    the measured one records its shape classes, and the mode goes back to the default after."""
+    from kronpe import ops
+
+    rng = np.random.default_rng(5)
+    T = rng.standard_normal((6, 33, 17, 2)).astype(np.float32)
+    mats = [rng.standard_normal((m, n)).astype(np.float32) for m, n in ((9, 6), (20, 33), (5, 17))]
+    want = np.einsum("abcd,ia,jb,kc->ijkd", T.astype(np.float64), *[a.astype(np.float64) for a in mats])
+    try:
+        ops._chain_layouts(layouts)
+        assert _core.mode_cost_model()["layout_measured"] == (layouts == "measured")
+        got = kronpe.multi_mode_product(T, mats)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        if layouts == "measured":
+            table = _core.mode_layout_table()
+            assert table and all(len(r) == 8 and min(r[4:]) == 1.0 for r in table)
+    finally:
+        ops._chain_layouts("")
+    assert not _core.mode_cost_model()["layout_measured"]
+
+
+def test_chain_layout_mode_bad_value():
+    from kronpe import ops
+
+    with pytest.raises(ValueError, match="KRONPE_CHAIN_LAYOUTS"):
+        ops._chain_layouts("fast")

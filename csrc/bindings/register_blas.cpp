@@ -21,15 +21,34 @@ index_t leading(const Array& a, const char* name) {
 }  // namespace
 
 void register_blas(py::module_& m) {
-  m.def(
-      "set_blas",
-      [](std::uintptr_t sgemm, std::uintptr_t dgemm) {
-        require(sgemm != 0 && dgemm != 0, "set_blas: null BLAS function address");
-        set_blas(reinterpret_cast<sgemm_fn>(sgemm), reinterpret_cast<dgemm_fn>(dgemm));
-      },
-      py::arg("sgemm"), py::arg("dgemm"),
-      "Hand over the addresses of the Fortran BLAS sgemm and dgemm (internal).");
-  m.def("blas_ready", &blas_ready, "Whether set_blas was called.");
+  // set_blas / set_blas64: two addresses in, checked non-null, handed to `set` as `Fn`s.
+  auto setter = [&m](const char* name, auto set, const char* doc) {
+    using S = decltype(set);
+    m.def(
+        name,
+        [name, set](std::uintptr_t sgemm, std::uintptr_t dgemm) {
+          require(sgemm != 0 && dgemm != 0, std::string(name) + ": null BLAS function address");
+          S::apply(sgemm, dgemm);
+        },
+        py::arg("sgemm"), py::arg("dgemm"), doc);
+  };
+  struct Lp64 {
+    static void apply(std::uintptr_t s, std::uintptr_t d) {
+      set_blas(reinterpret_cast<sgemm_fn>(s), reinterpret_cast<dgemm_fn>(d));
+    }
+  };
+  struct Ilp64 {
+    static void apply(std::uintptr_t s, std::uintptr_t d) {
+      set_blas64(reinterpret_cast<sgemm64_fn>(s), reinterpret_cast<dgemm64_fn>(d));
+    }
+  };
+  setter("set_blas", Lp64{}, "Hand over the addresses of the Fortran BLAS sgemm and dgemm (internal).");
+  setter("set_blas64", Ilp64{},
+         "Hand over the addresses of an ILP64 Fortran BLAS sgemm and dgemm (64-bit integers; "
+         "internal).");
+  m.def("blas_ready", &blas_ready, "Whether set_blas or set_blas64 was called.");
+  m.def("blas_int_bits", &blas_int_bits,
+        "64 (ILP64 BLAS), 32 (LP64) or 0 (none set): the integers of the BLAS in use.");
   m.def(
       "gemm",
       [](const Array& a, const Array& b, const Array& c, bool trans_a, bool trans_b,

@@ -6,6 +6,7 @@
 #include "args.h"
 #include "kronpe/cuda.h"
 #include "kronpe/mode_product.h"
+#include "kronpe/mode_product_plan.h"
 
 namespace py = pybind11;
 using namespace kronpe;
@@ -154,6 +155,38 @@ void register_mode_product(py::module_& m) {
       },
       py::arg("rate_f32"), py::arg("half"), py::arg("call"), py::arg("copy_f32"),
       "Replace the planner's cost model (internal, for tuning).");
+  m.def(
+      "set_mode_layout_penalty",
+      [](const std::vector<double>& penalty) {
+        require(penalty.size() == 5,
+                "set_mode_layout_penalty: 5 penalties (FrontKeep, FrontRotate, BackKeep, "
+                "BackRotate, Batched)");
+        set_mode_layout_penalty(penalty.data());
+      },
+      py::arg("penalty"),
+      "Replace the CPU planner's layout penalties (internal; kronpe.ops measures them).");
+  m.def("set_mode_layout_measured", &set_mode_layout_measured, py::arg("on"),
+        "Measure the CPU planner's GEMM layouts per shape class (on) or use fixed penalties "
+        "(internal; kronpe.ops turns it on).");
+  m.def("mode_layout_table", &mode_layout_table,
+        "The layout measurements: (m, k, rest, elem_size, FrontKeep, FrontRotate, BackKeep, "
+        "BackRotate time / fastest) per shape class (internal).");
+  m.def("clear_mode_layout_table", &clear_mode_layout_table,
+        "Forget the layout measurements (internal).");
+  m.def(
+      "mode_cost_model",
+      []() {
+        const ModeCostModel& cm = cpu_cost_model();
+        py::dict d;
+        d["rate_f32"] = cm.rate_f32;
+        d["half"] = cm.half;
+        d["call"] = cm.call;
+        d["copy_f32"] = cm.copy_f32;
+        d["layout_penalty"] = std::vector<double>(cm.layout_penalty, cm.layout_penalty + 5);
+        d["layout_measured"] = cm.layout_factor != nullptr;
+        return d;
+      },
+      "The CPU planner's cost model in force (internal).");
   m.def(
       "mode_chain_plan",
       [](const std::vector<index_t>& shape, const std::vector<index_t>& strides,

@@ -29,19 +29,28 @@ double gemm_flops_cost(const ModeCostModel& cm, index_t m, index_t n, index_t k,
   return 2.0 * double(m) * double(n) * double(k) / (rate * eff(cm, m) * eff(cm, n) * eff(cm, k));
 }
 
-double slowdown(const ModeCostModel& cm, StepKind kind, index_t k) {
+// How much slower than the best layout a step of `kind` runs: the matrix has `rows` rows, the
+// buffer `rest` other columns, k is contracted.
+double slowdown(const ModeCostModel& cm, StepKind kind, index_t rows, index_t k, index_t rest,
+                int elem_size) {
+  if (cm.layout_factor) return cm.layout_factor(kind, rows, k, rest, elem_size);
   return 1.0 + cm.layout_penalty[int(kind)] * 64.0 / double(std::max<index_t>(k, 1));
 }
 
 // One GEMM of layout `kind`: (m x k) times (k x n) in the row-major sense, k contracted.
 double gemm_cost(const ModeCostModel& cm, StepKind kind, index_t m, index_t n, index_t k,
                  int elem_size) {
-  return gemm_flops_cost(cm, m, n, k, elem_size) * slowdown(cm, kind, k) + cm.call;
+  // the chain matrix is the (rows x k) side: M for FrontKeep / BackRotate, else N
+  const bool left = kind == StepKind::FrontKeep || kind == StepKind::BackRotate;
+  const index_t rows = left ? m : n, rest = left ? n : m;
+  return gemm_flops_cost(cm, m, n, k, elem_size) * slowdown(cm, kind, rows, k, rest, elem_size) +
+         cm.call;
 }
 
 double batched_cost(const ModeCostModel& cm, index_t batch, index_t m, index_t n, index_t k,
                     int elem_size) {
-  const double f = gemm_flops_cost(cm, m, n, k, elem_size) * slowdown(cm, StepKind::Batched, k);
+  const double f = gemm_flops_cost(cm, m, n, k, elem_size) *
+                   slowdown(cm, StepKind::Batched, m, k, n, elem_size);
   if (cm.batched_one_call) return double(batch) * f + cm.call;
   return double(batch) * (f + cm.call);
 }
@@ -312,6 +321,20 @@ void set_mode_cost_model(double rate_f32, double half, double call, double copy_
   cm.call = call;
   cm.copy_f32 = copy_f32;
   g_cpu_model_version.fetch_add(1);  // every thread's cached programs are stale now
+}
+
+void set_mode_layout_penalty(const double* penalty) {
+  for (int i = 0; i < 5; ++i)
+    if (!(penalty[i] >= 0 && penalty[i] < 1e6))
+      throw ArgumentError("set_mode_layout_penalty: penalties must be finite and >= 0");
+  ModeCostModel& cm = cpu_model();
+  for (int i = 0; i < 5; ++i) cm.layout_penalty[i] = penalty[i];
+  g_cpu_model_version.fetch_add(1);
+}
+
+void set_mode_layout_factor(double (*factor)(StepKind, index_t, index_t, index_t, int)) {
+  cpu_model().layout_factor = factor;
+  g_cpu_model_version.fetch_add(1);
 }
 
 const ModeCostModel& cpu_cost_model() { return cpu_model(); }

@@ -5,29 +5,58 @@
 
 namespace kronpe {
 namespace {
+// One library at a time: LP64 (32-bit counts) or ILP64 (64-bit counts).
 sgemm_fn g_sgemm = nullptr;
 dgemm_fn g_dgemm = nullptr;
+sgemm64_fn g_sgemm64 = nullptr;
+dgemm64_fn g_dgemm64 = nullptr;
 
 constexpr index_t kMaxBlas = INT_MAX;
 
-inline void call(const char* ta, const char* tb, int m, int n, int k, const float* alpha,
-                 const float* a, int lda, const float* b, int ldb, const float* beta, float* c,
-                 int ldc) {
-  g_sgemm(ta, tb, &m, &n, &k, alpha, a, &lda, b, &ldb, beta, c, &ldc);
+template <typename T, typename F32, typename F64>
+inline auto pick(F32 f32, F64 f64) {
+  if constexpr (sizeof(T) == 4) return f32;
+  else return f64;
 }
-inline void call(const char* ta, const char* tb, int m, int n, int k, const double* alpha,
-                 const double* a, int lda, const double* b, int ldb, const double* beta,
-                 double* c, int ldc) {
-  g_dgemm(ta, tb, &m, &n, &k, alpha, a, &lda, b, &ldb, beta, c, &ldc);
+
+// One ?gemm call; counts fit the library's integer (LP64 ones are blocked below).
+template <typename T>
+inline void call(const char* ta, const char* tb, index_t m, index_t n, index_t k, const T* alpha,
+                 const T* a, index_t lda, const T* b, index_t ldb, const T* beta, T* c,
+                 index_t ldc) {
+  if (g_sgemm64 != nullptr) {
+    const long long M = m, N = n, K = k, la = lda, lb = ldb, lc = ldc;
+    pick<T>(g_sgemm64, g_dgemm64)(ta, tb, &M, &N, &K, alpha, a, &la, b, &lb, beta, c, &lc);
+  } else {
+    const int M = int(m), N = int(n), K = int(k), la = int(lda), lb = int(ldb), lc = int(ldc);
+    pick<T>(g_sgemm, g_dgemm)(ta, tb, &M, &N, &K, alpha, a, &la, b, &lb, beta, c, &lc);
+  }
 }
 }  // namespace
 
 void set_blas(sgemm_fn s, dgemm_fn d) {
+  g_sgemm64 = nullptr;
+  g_dgemm64 = nullptr;
   g_sgemm = s;
   g_dgemm = d;
 }
 
-bool blas_ready() { return g_sgemm != nullptr && g_dgemm != nullptr; }
+void set_blas64(sgemm64_fn s, dgemm64_fn d) {
+  g_sgemm = nullptr;
+  g_dgemm = nullptr;
+  g_sgemm64 = s;
+  g_dgemm64 = d;
+}
+
+bool blas_ready() {
+  return (g_sgemm != nullptr && g_dgemm != nullptr) ||
+         (g_sgemm64 != nullptr && g_dgemm64 != nullptr);
+}
+
+int blas_int_bits() {
+  if (g_sgemm64 != nullptr && g_dgemm64 != nullptr) return 64;
+  return g_sgemm != nullptr && g_dgemm != nullptr ? 32 : 0;
+}
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a,
@@ -39,11 +68,15 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, 
       for (index_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  if (lda > kMaxBlas || ldb > kMaxBlas || ldc > kMaxBlas)
-    throw ArgumentError("gemm: a leading dimension exceeds the 32-bit BLAS interface");
   // Row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T.
   const char* tb = trans_b ? "T" : "N";
   const char* ta = trans_a ? "T" : "N";
+  if (blas_int_bits() == 64) {
+    call<T>(tb, ta, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
+    return;
+  }
+  if (lda > kMaxBlas || ldb > kMaxBlas || ldc > kMaxBlas)
+    throw ArgumentError("gemm: a leading dimension exceeds the 32-bit BLAS interface");
   // Block over m and n so every count fits in an int (k blocks accumulate through beta).
   for (index_t i0 = 0; i0 < m; i0 += kMaxBlas) {
     const index_t mb = std::min(kMaxBlas, m - i0);
@@ -54,8 +87,7 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, 
         const T be = p0 == 0 ? beta : T(1);
         const T* ab = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
         const T* bb = trans_b ? b + j0 * ldb + p0 : b + p0 * ldb + j0;
-        call(tb, ta, int(nb), int(mb), int(kb), &alpha, bb, int(ldb), ab, int(lda), &be,
-             c + i0 * ldc + j0, int(ldc));
+        call<T>(tb, ta, nb, mb, kb, &alpha, bb, ldb, ab, lda, &be, c + i0 * ldc + j0, ldc);
       }
     }
   }

@@ -13,8 +13,11 @@ from kronpe._adapters.arrays import Descriptor
 #: a grid axis of the blending kernels: (nodes, kind, param), nodes 1-D float64 host memory
 Axis = Tuple[Descriptor, int, float]
 
+def blas_int_bits() -> int:
+    """64 (ILP64 BLAS), 32 (LP64) or 0 (none set): the integers of the BLAS in use."""
+
 def blas_ready() -> bool:
-    """Whether set_blas was called."""
+    """Whether set_blas or set_blas64 was called."""
 
 def blend_axis_weights(axes: Sequence[Axis], normalize: bool, axis: int, q: Descriptor, cell: Descriptor, w0: Descriptor, w1: Descriptor) -> None:
     """Per-axis cells and weight pairs of contiguous float64 coordinates (internal)."""
@@ -125,6 +128,24 @@ def multi_mode_product(src: Descriptor, matrices: Sequence[Descriptor], modes: S
 
 def set_blas(sgemm: int, dgemm: int) -> None:
     """Hand over the addresses of the Fortran BLAS sgemm and dgemm (internal)."""
+
+def set_blas64(sgemm: int, dgemm: int) -> None:
+    """Hand over the addresses of an ILP64 Fortran BLAS sgemm and dgemm (64-bit integers; internal)."""
+
+def set_mode_layout_penalty(penalty: Sequence[float]) -> None:
+    """Replace the CPU planner's layout penalties (internal; kronpe.ops measures them)."""
+
+def set_mode_layout_measured(on: bool) -> None:
+    """Measure the CPU planner's GEMM layouts per shape class (on) or use fixed penalties (internal; kronpe.ops turns it on)."""
+
+def mode_layout_table() -> List[List[float]]:
+    """The layout measurements: (m, k, rest, elem_size, FrontKeep, FrontRotate, BackKeep, BackRotate time / fastest) per shape class (internal)."""
+
+def clear_mode_layout_table() -> None:
+    """Forget the layout measurements (internal)."""
+
+def mode_cost_model() -> Dict[str, Any]:
+    """The CPU planner's cost model in force (internal)."""
 
 def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
     """Replace the planner's cost model (internal, for tuning)."""

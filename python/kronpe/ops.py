@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -32,6 +33,24 @@ __all__ = ["mode_product", "multi_mode_product"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+
+
+def _chain_layouts(mode: str) -> None:
+    """How the CPU planner costs the four GEMM layouts of a step: "fixed" (default: the built-in
+    penalties, plans never depend on timings) or "measured" (a short timing per shape class, the
+    first time a plan needs it, kept for the process). From ``KRONPE_CHAIN_LAYOUTS``.
+
+    "measured" is not the default because on the 2-core EPYC of benches/README.md (OpenBLAS,
+    Haswell kernels) the layouts differ by 10% or less at the measured size, the plans it picks
+    were 1.6x-1.8x slower on two chain rows and no faster elsewhere, and at default BLAS threads
+    on a loaded machine each new shape class cost ~0.3 s of stalled timings."""
+    mode = mode.strip().lower() or "fixed"
+    if mode not in ("measured", "fixed"):
+        raise ValueError(f"KRONPE_CHAIN_LAYOUTS must be 'measured' or 'fixed', got {mode!r}")
+    _core.set_mode_layout_measured(mode == "measured")
+
+
+_chain_layouts(os.environ.get("KRONPE_CHAIN_LAYOUTS", ""))
 
 
 def _as_float(name: str, x: Any) -> np.ndarray:

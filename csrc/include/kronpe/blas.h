@@ -1,6 +1,7 @@
 // kronpe C++ core: the CPU BLAS. The library is not linked: the Python layer hands over the
-// addresses of sgemm/dgemm of the BLAS that SciPy already loaded (scipy.linalg.cython_blas),
-// so kronpe multiplies matrices with the very library NumPy and SciPy use.
+// addresses of sgemm/dgemm of a BLAS the process already loaded (NumPy's OpenBLAS when it can be
+// identified, so that NumPy users keep one BLAS thread pool, else SciPy's through
+// scipy.linalg.cython_blas), so kronpe multiplies matrices with the very library they use.
 #pragma once
 #include "kronpe/common.h"
 
@@ -14,8 +15,21 @@ using dgemm_fn = void (*)(const char*, const char*, const int*, const int*, cons
                           const double*, const double*, const int*, const double*, const int*,
                           const double*, double*, const int*);
 
+// The same with 64-bit integers (ILP64, e.g. NumPy's OpenBLAS, symbols with the suffix 64_).
+using sgemm64_fn = void (*)(const char*, const char*, const long long*, const long long*,
+                            const long long*, const float*, const float*, const long long*,
+                            const float*, const long long*, const float*, float*,
+                            const long long*);
+using dgemm64_fn = void (*)(const char*, const char*, const long long*, const long long*,
+                            const long long*, const double*, const double*, const long long*,
+                            const double*, const long long*, const double*, double*,
+                            const long long*);
+
 void set_blas(sgemm_fn s, dgemm_fn d);
+void set_blas64(sgemm64_fn s, dgemm64_fn d);
 bool blas_ready();
+// 64 for an ILP64 library, 32 for LP64, 0 before set_blas / set_blas64.
+int blas_int_bits();
 
 // Row-major GEMM: C (m x n) = alpha * op(A) (m x k) @ op(B) (k x n) + beta * C.
 // lda/ldb/ldc are row strides in elements of the row-major matrices as stored (before op).

@@ -20,6 +20,9 @@
 // order is not the logical one, one permuting copy writes the result; otherwise the last GEMM
 // writes straight into the destination.
 #pragma once
+#include <array>
+#include <vector>
+
 #include "kronpe/common.h"
 #include "kronpe/mode_product_plan.h"
 
@@ -42,5 +45,16 @@ void multi_mode_product(int ndim, const index_t* shape, const T* src, const inde
 template <typename T>
 void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* src_strides,
                   T* dst, const index_t* dst_strides);
+
+// The CPU planner's GEMM layouts, measured: on, each step's layout cost comes from a short
+// timing of the four layouts per shape class (extents rounded to powers of two), taken the
+// first time a plan needs that class and kept for the process; off, the fixed penalties of
+// ModeCostModel. Either way plans are cached and deterministic for a given table.
+void set_mode_layout_measured(bool on);
+// The measurements so far: (m, k, rest, element size, then time / fastest for FrontKeep,
+// FrontRotate, BackKeep, BackRotate) per class.
+std::vector<std::array<double, 8>> mode_layout_table();
+// Forget the measurements (the next plans measure again).
+void clear_mode_layout_table();
 
 }  // namespace kronpe

@@ -52,10 +52,17 @@ struct ModeCostModel {
   bool batched_one_call = false;
   int id = 0;  // distinguishes models in the plan caches (0: the CPU model)
   // Per StepKind (FrontKeep, FrontRotate, BackKeep, BackRotate, Batched): a GEMM of that layout
-  // takes 1 + penalty * 64 / k times as long, k the contracted extent. Measured with OpenBLAS on
-  // the 2-core AVX machine: X A^T (BackKeep) is the fastest layout; at k = 64 the others run at
-  // 0.55 (A X), 0.7 (X^T A^T) and 0.75 (A X^T) of its rate, at k = 512 at 0.9-1.0.
+  // takes 1 + penalty * 64 / k times as long, k the contracted extent. These defaults were
+  // measured with OpenBLAS on a 2-core AVX Xeon (X A^T fastest; at k = 64 the others at 0.55 (A X),
+  // 0.7 (X^T A^T) and 0.75 (A X^T) of its rate); they differ between machines and BLAS kernels,
+  // so kronpe.ops measures them on first use and sets them with set_mode_layout_penalty.
   double layout_penalty[5] = {0.85, 0.45, 0.0, 0.3, 0.85};
+  // When set, replaces the penalties: how many times longer than the fastest of the four
+  // layouts a GEMM of layout `kind` takes (>= 1) when an (m x k) matrix meets a buffer with
+  // `rest` columns (Batched: one matrix of the batch, read as FrontKeep). The CPU backend
+  // measures these once per shape class (kronpe::set_mode_layout_measured).
+  double (*layout_factor)(StepKind kind, index_t m, index_t k, index_t rest, int elem_size) =
+      nullptr;
 };
 
 // The CPU model in use (calibrated on a 2-core AVX2 machine with OpenBLAS).
@@ -132,6 +139,12 @@ bool copy_dims(int ndim, const index_t* shape, const index_t* src_strides,
 // half-efficiency extent, the fixed cost of one GEMM call (seconds) and of copying one float32
 // element (seconds).
 void set_mode_cost_model(double rate_f32, double half, double call, double copy_f32);
+// Replace the CPU model's layout penalties (5 values in StepKind order, each >= 0). Plans are
+// deterministic for given penalties: every thread's cached programs are dropped.
+void set_mode_layout_penalty(const double* penalty);
+// Install (or, with nullptr, remove) the CPU model's measured layout factors (see
+// ModeCostModel::layout_factor); every thread's cached programs are dropped.
+void set_mode_layout_factor(double (*factor)(StepKind, index_t, index_t, index_t, int));
 
 // Scratch of an executor: pieces aligned to kChainAlign bytes (the base too).
 constexpr std::size_t kChainAlign = 256;

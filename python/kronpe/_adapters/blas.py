@@ -1,13 +1,25 @@
-"""Hand the C++ core the BLAS that SciPy already loaded (DESIGN.md, "Decisions taken").
+"""Hand the C++ core a BLAS the process already loaded (DESIGN.md, "Decisions taken").
 
-SciPy exports its BLAS as PyCapsules in ``scipy.linalg.cython_blas.__pyx_capi__``. We check
-each capsule's signature string (LP64 Fortran ``?gemm``: 32-bit ``int`` counts, arguments by
-pointer) before taking its address, so a changed SciPy fails loudly instead of corrupting memory.
+First choice: NumPy's own OpenBLAS. NumPy's wheels link an ILP64 OpenBLAS whose symbols carry the
+suffix ``64_`` (``scipy_sgemm_64_``); SciPy's wheels load a second, LP64 copy. Two copies mean
+two thread pools, and on a small machine the idle threads of one spin while the other works
+(benches/README.md: 0.50 ms alone, 75.6 ms right after a NumPy call). So kronpe looks the symbols
+up through NumPy's extension module (``dlsym`` searches the libraries it depends on), and takes
+them only when the library says it was built with 64-bit integers (``openblas_get_config``
+names ``USE64BITINT``): a NumPy user then has one BLAS and one pool.
+
+Otherwise (NumPy built against another BLAS, MKL, Accelerate...): SciPy's BLAS, which SciPy
+exports as PyCapsules in ``scipy.linalg.cython_blas.__pyx_capi__``. We check each capsule's
+signature string (LP64 Fortran ``?gemm``: 32-bit ``int`` counts, arguments by pointer) before
+taking its address, so a changed SciPy fails loudly instead of corrupting memory.
+``KRONPE_BLAS=scipy`` forces SciPy's (``numpy`` asks for NumPy's and fails if it is not found).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
+from typing import Optional, Tuple
 
 _EXPECTED = {
     "sgemm": ("void (char *, char *, int *, int *, int *", "cython_blas_s *"),
@@ -32,22 +44,92 @@ def _address(capi: dict, name: str) -> int:
     return int(_get_pointer(capsule, signature))
 
 
+#: (prefix, suffix) of the ILP64 OpenBLAS builds NumPy ships (scipy-openblas64) or links
+_ILP64_NAMES = (("scipy_", "64_"), ("", "64_"))
+
+
+def _numpy_module_path() -> str:
+    try:
+        from numpy._core import _multiarray_umath as mod  # NumPy 2
+    except ImportError:  # pragma: no cover - NumPy 1
+        from numpy.core import _multiarray_umath as mod
+    return mod.__file__
+
+
+def _numpy_ilp64() -> Optional[Tuple[int, int, str]]:
+    """(sgemm, dgemm, config) of NumPy's ILP64 OpenBLAS, or None when it is not one."""
+    try:
+        lib = ctypes.CDLL(_numpy_module_path())  # already loaded: the same handle, no new copy
+    except (OSError, ImportError, AttributeError):  # pragma: no cover - static or odd builds
+        return None
+    for prefix, suffix in _ILP64_NAMES:
+        try:
+            sgemm = getattr(lib, f"{prefix}sgemm_{suffix}")
+            dgemm = getattr(lib, f"{prefix}dgemm_{suffix}")
+            config = getattr(lib, f"{prefix}openblas_get_config{suffix}")
+        except AttributeError:
+            continue
+        config.restype, config.argtypes = ctypes.c_char_p, []
+        text = (config() or b"").decode(errors="replace")
+        if "USE64BITINT" not in text.split():
+            continue
+        return (ctypes.cast(sgemm, ctypes.c_void_p).value, ctypes.cast(dgemm, ctypes.c_void_p).value,
+                text)
+    return None
+
+
+#: which library init() wired: "numpy" or "scipy" (None before init)
+_chosen: Optional[str] = None
+_numpy_config = ""
+
+
+def which() -> Optional[str]:
+    """The BLAS kronpe calls: "numpy" (NumPy's OpenBLAS) or "scipy" (SciPy's cython_blas)."""
+    return _chosen
+
+
 @functools.lru_cache(maxsize=None)
 def blas_name() -> str:
-    """Name and version of the BLAS SciPy was built with (the one kronpe calls)."""
+    """Name, version and origin of the BLAS kronpe calls."""
+    if _chosen == "numpy":
+        try:
+            import numpy
+
+            blas = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+            name = f"{blas.get('name', 'openblas')} {blas.get('version', '')}".strip()
+        except Exception:  # pragma: no cover - very old NumPy
+            name = " ".join(_numpy_config.split()[:2]) or "openblas"
+        return f"{name} (NumPy's, ILP64)"
     try:
         import scipy
 
         cfg = scipy.show_config(mode="dicts")
         blas = cfg["Build Dependencies"]["blas"]
-        return f"{blas.get('name', 'unknown')} {blas.get('version', '')}".strip()
+        name = f"{blas.get('name', 'unknown')} {blas.get('version', '')}".strip()
     except Exception:  # pragma: no cover - very old SciPy
-        return "scipy cython_blas"
+        name = "scipy cython_blas"
+    return f"{name} (SciPy's)"
 
 
 def init(core) -> None:
-    """Give ``core`` (the compiled module) the addresses of sgemm and dgemm."""
+    """Give ``core`` (the compiled module) the addresses of sgemm and dgemm: NumPy's ILP64
+    OpenBLAS when found (``KRONPE_BLAS=scipy`` skips it), else SciPy's."""
+    global _chosen, _numpy_config
+    want = os.environ.get("KRONPE_BLAS", "").strip().lower()
+    if want not in ("", "numpy", "scipy"):
+        raise ValueError(f"KRONPE_BLAS must be 'numpy' or 'scipy', got {want!r}")
+    if want != "scipy":
+        found = _numpy_ilp64()
+        if found is not None:
+            core.set_blas64(found[0], found[1])
+            _chosen, _numpy_config = "numpy", found[2]
+            blas_name.cache_clear()
+            return
+        if want == "numpy":
+            raise RuntimeError("KRONPE_BLAS=numpy: NumPy's BLAS is not an ILP64 OpenBLAS kronpe can find")
     from scipy.linalg import cython_blas
 
     capi = cython_blas.__pyx_capi__
     core.set_blas(_address(capi, "sgemm"), _address(capi, "dgemm"))
+    _chosen = "scipy"
+    blas_name.cache_clear()
