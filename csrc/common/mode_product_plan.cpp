@@ -316,6 +316,17 @@ void set_mode_cost_model(double rate_f32, double half, double call, double copy_
 
 const ModeCostModel& cpu_cost_model() { return cpu_model(); }
 
+const ModeCostModel& library_cost_model() {
+  static const ModeCostModel cm = [] {
+    ModeCostModel m;
+    m.call = 8e-6;  // a Python-level torch call
+    m.batched_one_call = true;
+    m.id = 2;
+    return m;
+  }();
+  return cm;
+}
+
 std::string ModePlan::describe() const {
   std::ostringstream o;
   if (copy_input) o << "copy_input; ";

@@ -1,8 +1,17 @@
-"""CPU implementations of the ops: kronpe's compiled kernels on torch CPU tensors.
+"""CPU implementations of the ops on torch CPU tensors.
 
-Each function validates its arguments (the same checks as the fake implementations), allocates
-a contiguous output tensor and hands the core descriptors of the tensors
-(:func:`kronpe._adapters.arrays.describe`).
+Each function validates its arguments (the same checks as the fake implementations) and
+allocates a contiguous output tensor.
+
+- ``multi_mode_product``: kronpe's chain planner (mode order, layouts, no unfold copies) lowers
+  the chain to a program of strided copies and (batched) GEMMs
+  (``_core.mode_chain_program``, planned with the core's "library" cost model), and
+  :func:`run_program` runs that program with torch itself: ``torch.mm`` / ``torch.bmm`` with
+  ``out=`` on ``as_strided`` views and ``Tensor.copy_``. So a torch model's products run on
+  torch's BLAS and torch's thread pool (``torch.get_num_threads()``), not on SciPy's OpenBLAS
+  beside them; the extension still never links libtorch.
+- ``blend`` / ``blend_transpose``: kronpe's compiled kernels, handed descriptors of the tensors
+  (:func:`kronpe._adapters.arrays.describe`) and ``torch.get_num_threads()`` as their thread count.
 """
 from __future__ import annotations
 
@@ -16,8 +25,79 @@ from .._adapters.arrays import cast, describe
 from ._checks import blend_output, check_blend, check_blend_transpose, check_mmp
 
 
+#: (shape, strides, modes, rows, element size) -> the lowered program (ops, workspace)
+_PROGRAMS: Dict[tuple, tuple] = {}
+_MAX_PROGRAMS = 256
+
+
+def program(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> tuple:
+    """The chain's program (ops, workspace elements), planned by the core once per layout."""
+    rows = tuple(int(A.shape[0]) for A in matrices)
+    key = (tuple(T.shape), T.stride(), tuple(modes), rows, T.element_size())
+    prog = _PROGRAMS.get(key)
+    if prog is None:
+        ops, workspace, _order, _in, _out = _core.mode_chain_program(
+            list(T.shape), list(T.stride()), list(modes), list(rows), T.element_size(), False, "library")
+        prog = (tuple(ops), int(workspace))
+        if len(_PROGRAMS) >= _MAX_PROGRAMS:
+            _PROGRAMS.clear()
+        _PROGRAMS[key] = prog
+    return prog
+
+
+def _operand(buf: torch.Tensor, base: int, rows: int, cols: int, ld: int, trans: bool, batch: int, stride: int):
+    """A rows x cols operand stored row-major with row stride ``ld`` (its transpose when
+    ``trans``) at ``buf``'s storage offset ``base``; batched along a leading axis."""
+    strides = (1, ld) if trans else (ld, 1)
+    if batch == 1:
+        return buf.as_strided((rows, cols), strides, base)
+    return buf.as_strided((batch, rows, cols), (stride,) + strides, base)
+
+
+def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tensor], out: torch.Tensor) -> None:
+    """Run a lowered chain (see ``kronpe::ChainOp``) with torch: buffers 0 (``T``), 1 and 2 (two
+    work buffers of ``workspace`` elements), 3 (``out``); offsets are relative to each buffer."""
+    work = T.new_empty(2 * workspace) if workspace else None
+    bufs = ((T, T.storage_offset()), (work, 0), (work, workspace), (out, out.storage_offset()))
+    for op in ops:
+        src, base_s = bufs[op[1]]
+        dst, base_d = bufs[op[2]]
+        if op[0] == "copy":
+            _, _, _, shape, s_strides, d_strides = op
+            dst.as_strided(shape, d_strides, base_d).copy_(src.as_strided(shape, s_strides, base_s))
+            continue
+        _, _, _, j, left, mtrans, btrans, M, N, K, ldb, ldc, batch, sb, sc = op
+        A = matrices[j].mT if mtrans else matrices[j]
+        if left:  # C_b = op(A) (M x K) @ X_b (K x N)
+            X = _operand(src, base_s, K, N, ldb, btrans, batch, sb)
+            L, R = (A if batch == 1 else A.expand(batch, M, K)), X
+        else:  # C_b = X_b (M x K) @ op(A) (K x N)
+            X = _operand(src, base_s, M, K, ldb, btrans, batch, sb)
+            L, R = X, (A if batch == 1 else A.expand(batch, K, N))
+        C = _operand(dst, base_d, M, N, ldc, False, batch, sc)
+        if batch == 1:
+            torch.mm(L, R, out=C)
+        else:
+            torch.bmm(L, R, out=C)
+
+
+def _chain_shape(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]):
+    """The result's shape when the chain is valid (a quick test for the common case), else the
+    detailed checks' ValueError (:func:`check_mmp`)."""
+    shape = list(T.shape)
+    ok = T.dtype in (torch.float32, torch.float64) and len(matrices) == len(modes) == len(set(modes))
+    if ok:
+        for A, m in zip(matrices, modes):
+            if not (0 <= m < len(shape) and A.dim() == 2 and A.dtype == T.dtype and A.device == T.device
+                    and A.shape[1] == T.shape[m]):
+                ok = False
+                break
+            shape[m] = A.shape[0]
+    return shape if ok else check_mmp(T, matrices, modes)
+
+
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
-    shape = check_mmp(T, matrices, modes)
+    shape = _chain_shape(T, matrices, modes)
     out = T.new_empty(shape)  # C-contiguous, as the fake implementation says
     if out.numel() == 0:
         return out
@@ -25,9 +105,9 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
         return out.copy_(T)
     if any(A.shape[1] == 0 for A in matrices):  # an empty contraction: the sum of nothing
         return out.zero_()
-    # the chain planner reads any strides; the result is written in C order (any_layout=False)
-    _core.multi_mode_product(describe(T, "T"), [describe(A, "matrices") for A in matrices], list(modes),
-                             describe(out, "out"), False)
+    # kronpe plans (any input strides; the result in C order), torch runs the GEMMs and copies
+    ops, workspace = program(T, matrices, modes)
+    run_program(ops, workspace, T, matrices, out)
     return out
 
 
