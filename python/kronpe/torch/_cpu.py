@@ -111,6 +111,12 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     return out
 
 
+def _threads() -> int:
+    """The thread count handed to kronpe's kernels: at most torch's (a negative count is a cap;
+    small products still run on fewer threads), on the OpenMP runtime torch shares."""
+    return -torch.get_num_threads()
+
+
 class _Schedule:
     """What blend_transpose needs of an indices tensor besides its values: the largest row span,
     the index range (checked once) and the bucketing of the rows by output slab."""
@@ -146,7 +152,7 @@ def _schedule(indices: torch.Tensor, num_nodes: int) -> _Schedule:
         sc.perm = torch.empty(indices.shape[0], dtype=torch.int64)
         sc.ptr = torch.empty(slabs + 1, dtype=torch.int64)
         _core.blend_plan_stored(describe(indices, "indices"), num_nodes, sc.span, describe(sc.perm),
-                                describe(sc.ptr), 0)
+                                describe(sc.ptr), _threads())
     i = id(indices)
     sc.ref = weakref.ref(indices, lambda _r, i=i: _SCHEDULES.pop(i, None))
     _SCHEDULES[i] = sc
@@ -161,7 +167,7 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
     w64 = cast(weights, "float64")  # a local: it must outlive the call
     # the kernel checks every index against the grid (ValueError) before writing
     _core.blend_stored(describe(indices, "indices"), describe(w64, "weights"), describe(values, "values"),
-                       describe(out), 0)
+                       describe(out), _threads())
     return out
 
 
@@ -182,5 +188,5 @@ def blend_transpose(
         )
     w64 = cast(weights, "float64")  # a local: it must outlive the call
     _core.blend_transpose_stored(describe(indices, "indices"), describe(w64, "weights"), describe(rows, "rows"),
-                                 describe(out), sc.span, 0, describe(sc.perm), describe(sc.ptr))
+                                 describe(out), sc.span, _threads(), describe(sc.perm), describe(sc.ptr))
     return out
