@@ -82,6 +82,12 @@ def cuda_built() -> bool:
 
 def cuda_device_count() -> int: ...
 
+def set_num_threads(n: int) -> None:
+    """Threads of kronpe's CPU kernels when a call gives none; 0: OpenMP's default (internal)."""
+
+def get_num_threads() -> int:
+    """Threads of kronpe's CPU kernels when a call gives none (internal)."""
+
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 
