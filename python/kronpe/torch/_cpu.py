@@ -7,7 +7,8 @@ allocates a contiguous output tensor.
   the chain to a program of strided copies and (batched) GEMMs
   (``_core.mode_chain_program``, planned with the core's "library" cost model), and
   :func:`run_program` runs that program with torch itself: ``torch.mm`` / ``torch.bmm`` with
-  ``out=`` on ``as_strided`` views and ``Tensor.copy_``. So a torch model's products run on
+  ``out=`` on ``as_strided`` views (the permuting copies, single-threaded, with kronpe's
+  cache-blocked ``strided_copy``). So a torch model's products run on
   torch's BLAS and torch's thread pool (``torch.get_num_threads()``), not on SciPy's OpenBLAS
   beside them; the extension still never links libtorch.
 - ``blend`` / ``blend_transpose``: kronpe's compiled kernels, handed descriptors of the tensors
@@ -15,6 +16,7 @@ allocates a contiguous output tensor.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Dict, List
 
@@ -22,7 +24,7 @@ import torch
 
 from .. import _core
 from .._adapters.arrays import cast, describe
-from ._checks import blend_output, check_blend, check_blend_transpose, check_mmp
+from ._checks import blend_output, check_blend, check_blend_transpose, mmp_shape
 
 
 #: (shape, strides, modes, rows, element size) -> the lowered program (ops, workspace)
@@ -45,6 +47,24 @@ def program(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> 
     return prog
 
 
+_LOCAL = threading.local()
+_KEEP_WORKSPACE = 64 << 20  # bytes kept between calls (per thread and dtype)
+
+
+def _workspace(T: torch.Tensor, n: int) -> torch.Tensor:
+    """n elements of scratch in T's dtype, kept between calls on this thread (a fresh
+    allocation of megabytes costs the kernel's page zeroing at every call)."""
+    cache = getattr(_LOCAL, "work", None)
+    if cache is None:
+        cache = _LOCAL.work = {}
+    buf = cache.get(T.dtype)
+    if buf is None or buf.numel() < n:
+        buf = torch.empty(n, dtype=T.dtype)
+        if n * buf.element_size() <= _KEEP_WORKSPACE:
+            cache[T.dtype] = buf
+    return buf
+
+
 def _operand(buf: torch.Tensor, base: int, rows: int, cols: int, ld: int, trans: bool, batch: int, stride: int):
     """A rows x cols operand stored row-major with row stride ``ld`` (its transpose when
     ``trans``) at ``buf``'s storage offset ``base``; batched along a leading axis."""
@@ -57,14 +77,15 @@ def _operand(buf: torch.Tensor, base: int, rows: int, cols: int, ld: int, trans:
 def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tensor], out: torch.Tensor) -> None:
     """Run a lowered chain (see ``kronpe::ChainOp``) with torch: buffers 0 (``T``), 1 and 2 (two
     work buffers of ``workspace`` elements), 3 (``out``); offsets are relative to each buffer."""
-    work = T.new_empty(2 * workspace) if workspace else None
+    work = _workspace(T, 2 * workspace) if workspace else None
     bufs = ((T, T.storage_offset()), (work, 0), (work, workspace), (out, out.storage_offset()))
     for op in ops:
         src, base_s = bufs[op[1]]
         dst, base_d = bufs[op[2]]
-        if op[0] == "copy":
+        if op[0] == "copy":  # kronpe's cache-blocked copy: twice torch's copy_ on these transposes
             _, _, _, shape, s_strides, d_strides = op
-            dst.as_strided(shape, d_strides, base_d).copy_(src.as_strided(shape, s_strides, base_s))
+            _core.strided_copy(describe(src.as_strided(shape, s_strides, base_s)),
+                               describe(dst.as_strided(shape, d_strides, base_d)))
             continue
         _, _, _, j, left, mtrans, btrans, M, N, K, ldb, ldc, batch, sb, sc = op
         A = matrices[j].mT if mtrans else matrices[j]
@@ -81,23 +102,8 @@ def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tenso
             torch.bmm(L, R, out=C)
 
 
-def _chain_shape(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]):
-    """The result's shape when the chain is valid (a quick test for the common case), else the
-    detailed checks' ValueError (:func:`check_mmp`)."""
-    shape = list(T.shape)
-    ok = T.dtype in (torch.float32, torch.float64) and len(matrices) == len(modes) == len(set(modes))
-    if ok:
-        for A, m in zip(matrices, modes):
-            if not (0 <= m < len(shape) and A.dim() == 2 and A.dtype == T.dtype and A.device == T.device
-                    and A.shape[1] == T.shape[m]):
-                ok = False
-                break
-            shape[m] = A.shape[0]
-    return shape if ok else check_mmp(T, matrices, modes)
-
-
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
-    shape = _chain_shape(T, matrices, modes)
+    shape = mmp_shape(T, matrices, modes)
     out = T.new_empty(shape)  # C-contiguous, as the fake implementation says
     if out.numel() == 0:
         return out

@@ -29,7 +29,7 @@ import torch
 
 from . import _cpu
 from . import _cuda
-from ._checks import check_blend, check_blend_transpose, check_mmp, real_tensor
+from ._checks import check_blend, check_blend_transpose, check_mmp, mmp_shape, real_tensor
 
 __all__ = ["multi_mode_product", "blend", "blend_transpose", "KERNELS", "register_kernels"]
 
@@ -55,7 +55,7 @@ def _mmp_steps_op(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int
     kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product")
     if kernel is None:
         _no_kernel("multi_mode_product", T.device)
-    check_mmp(T, matrices, modes)
+    mmp_shape(T, matrices, modes)
     Ys = [T]
     for j in _chain_order(matrices):
         Ys.append(kernel(Ys[-1], [matrices[j]], [modes[j]]))
@@ -100,7 +100,7 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
         if not steps:
             ctx.save_for_backward(T, *mats)
             return kernel(T, list(mats), modes)
-        check_mmp(T, mats, modes)
+        mmp_shape(T, mats, modes)
         Ys = [T]
         for j in _chain_order(mats):
             Ys.append(kernel(Ys[-1], [mats[j]], [modes[j]]))
