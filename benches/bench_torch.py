@@ -18,14 +18,19 @@ Methods, one group per case (same device: CPU; float32; one process):
   indexing it with the corner indices and summing with the blending weights
   (``(V[idx] * w[..., None]).sum(1)``), autograd for the backward.
 - matrix products alone: the four GEMMs of a step (two forward, two for dW), with torch.matmul
-  and with kronpe's compiled chain (no autograd, no loss, no Adam, no blending).
+  and with kronpe's chain (kronpe's plan run on torch's GEMMs; no autograd, no loss, no Adam,
+  no blending).
+- the op alone: ``torch.ops.kronpe.multi_mode_product`` forward + backward (gradients to T and
+  every matrix) against the same chain as D ``torch.tensordot`` calls, D = 2, 3, K = 64, 256.
 
 Both formulations use the same basis matrices (entries below eps^2 of the largest pruned,
 as ComplexEncoding does: kronpe.torch.modules.prune_basis) and
 the same blending matrix, so they compute the same model; ``test_equal_loss_after_200_steps``
 checks that 200 Adam steps give the same loss.
 
-Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group
+Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group, or
+``python benches/bench_torch.py [rounds] [--load] [--parts steps,mmp]`` for the interleaved
+tables of benches/README_torch.md.
 """
 from __future__ import annotations
 

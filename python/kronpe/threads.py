@@ -8,6 +8,13 @@ products on SciPy's BLAS (OpenBLAS in SciPy's wheels). :func:`set_num_threads` s
 and thread pool, and kronpe's kernels use ``torch.get_num_threads()`` threads (at most; small
 products run on fewer). kronpe and torch load the same OpenMP runtime (one ``libgomp.so.1`` per
 process), so kronpe's kernels add no thread pool beside torch's.
+
+Busy-waiting: libgomp's threads spin for a while after each parallel region before they sleep
+(its default when ``OMP_WAIT_POLICY`` is unset). That policy belongs to the runtime, is read once
+when it loads, and is the same for torch's operators and kronpe's kernels; measured here (2
+threads), the 20 ms after a torch 1024^2 matmul burn 6.5 ms of CPU and after a kronpe blend of
+2M points 2.5 ms; with ``OMP_WAIT_POLICY=passive`` both burn none. On a machine shared with other
+busy processes set ``OMP_WAIT_POLICY=passive`` (for torch and kronpe alike) before starting Python.
 """
 from __future__ import annotations
 
