@@ -1,11 +1,18 @@
 """kronpe's kernels as torch custom ops with autograd: ``torch.ops.kronpe.*``.
 
-Three ops, each a ``torch.library.custom_op`` with a fake (meta) implementation for
-``torch.compile`` and a backward made of kronpe ops, so that double backward works:
+Three public ops, each with a fake (meta) implementation for ``torch.compile`` / ``torch.export``
+and a backward made of kronpe ops, so that double backward works:
 
 - ``multi_mode_product(T, matrices, modes)``: T x_{modes[0]} matrices[0] x ... (MATH.md 3.1).
-  Adjoint wrt T: the same chain with the transposed matrices. Adjoint wrt matrix j:
-  G_(j) U_(j)^T with U = T x_{i != j} A_i (a mode-product chain, then one matrix product).
+  A CompositeImplicitAutograd op over two custom ops: ``multi_mode_product_chain`` (the fused
+  chain in the planner's order; its adjoint recomputes what it needs) and, when autograd will
+  want the matrices' gradients, ``multi_mode_product_steps`` (the chain one mode at a time,
+  returning every intermediate, so that the backward reuses them as autograd through single-mode
+  products would: D forward products, D for the gradient chain, D contractions). Eager calls on
+  real tensors run the same computation through the device's kernel and an autograd.Function,
+  without the custom ops' Python machinery. The adjoint (:func:`_chain_adjoint`): wrt T the chain
+  with the transposed matrices; wrt A_j the contraction of the gradient chain with the forward
+  intermediate over every axis but mode j.
 - ``blend(values, indices, weights)``: out[p] = sum_s weights[p, s] * values[indices[p, s]]
   (the blending matrix B of MATH.md 3.3 applied to the flattened virtual grid, (G, C) -> (P, C)).
 - ``blend_transpose(rows, indices, weights, num_nodes)``: B^T, a scatter-add (P, C) -> (G, C).
@@ -16,10 +23,10 @@ get none. The blending weights come from :class:`kronpe.BlendingMatrix` (NumPy),
 not flow back to the point coordinates themselves: callers treat points as data.
 
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
-call kronpe's compiled core with ``data_ptr()`` and strides (the extension never links libtorch);
-the CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and
-raise RuntimeError when kronpe was built without CUDA. Both are registered by
-:func:`register_kernels`.
+(:mod:`kronpe.torch._cpu`) run the planner's chain program on torch's own GEMMs and call kronpe's
+compiled blend kernels with ``data_ptr()`` and strides (the extension never links libtorch); the
+CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise
+RuntimeError when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
 """
 from __future__ import annotations
 
