@@ -84,8 +84,10 @@ def _mmp_composite(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[in
     # Eager calls on real tensors skip the custom ops' Python machinery (the autograd wrapper,
     # pytree flattening: ~0.1 ms a call, as much as the GEMMs of a 64 x 64 chain): the device's
     # kernel directly, or under autograd the same computation and adjoint in an
-    # autograd.Function. Traced calls (torch.compile, export, fake tensors) take the custom ops.
-    if (not torch.compiler.is_compiling() and type(T) in _PLAIN and all(type(A) in _PLAIN for A in matrices)):
+    # autograd.Function. Traced calls (torch.compile, export, fake tensors) and torch.func
+    # transforms take the custom ops.
+    if (not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active()
+            and type(T) in _PLAIN and all(type(A) in _PLAIN for A in matrices)):
         kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product")
         if kernel is not None:
             if not (torch.is_grad_enabled() and (T.requires_grad or any(A.requires_grad for A in matrices))):
