@@ -11,9 +11,9 @@ process), so kronpe's kernels add no thread pool beside torch's.
 
 Busy-waiting: libgomp's threads spin for a while after each parallel region before they sleep
 (its default when ``OMP_WAIT_POLICY`` is unset). That policy belongs to the runtime, is read once
-when it loads, and is the same for torch's operators and kronpe's kernels; measured here (2
-threads), the 20 ms after a torch 1024^2 matmul burn 6.5 ms of CPU and after a kronpe blend of
-2M points 2.5 ms; with ``OMP_WAIT_POLICY=passive`` both burn none. On a machine shared with other
+when it loads, and is the same for torch's operators and kronpe's kernels (benches/omp_spin.py:
+with 2 threads the 20 ms after a torch 1024^2 matmul burn ~9 ms of CPU, after a kronpe blend of
+2 M points ~5 ms; with ``OMP_WAIT_POLICY=passive`` both burn none). On a machine shared with other
 busy processes set ``OMP_WAIT_POLICY=passive`` (for torch and kronpe alike) before starting Python.
 """
 from __future__ import annotations
