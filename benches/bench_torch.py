@@ -18,7 +18,10 @@ Methods, one group per case (same device: CPU; float32; one process):
   indexing it with the corner indices and summing with the blending weights
   (``(V[idx] * w[..., None]).sum(1)``), autograd for the backward.
 - matrix products alone: the four GEMMs of a step (two forward, two for dW), with torch.matmul
-  and with kronpe's compiled chain (no autograd, no loss, no Adam, no blending).
+  and with kronpe's chain (kronpe's plan run on torch's GEMMs; no autograd, no loss, no Adam,
+  no blending).
+- the op alone: ``torch.ops.kronpe.multi_mode_product`` forward + backward (gradients to T and
+  every matrix) against the same chain as D ``torch.tensordot`` calls, D = 2, 3, K = 64, 256.
 
 Both formulations use the same basis matrices (entries below eps^2 of the largest pruned,
 as ComplexEncoding does: kronpe.torch.modules.prune_basis) and
@@ -26,7 +29,9 @@ the same blending matrix, so they compute the same model; ``test_equal_loss_afte
 checks that 200 Adam steps give the same loss.
 
 Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group
-(interleaved, with the other suites: kronpe bench --suite torch)
+(interleaved, with the other suites: kronpe bench --suite torch), or
+``python benches/bench_torch.py [rounds] [--load] [--parts steps,mmp]`` for the interleaved
+tables of benches/README_torch.md.
 """
 from __future__ import annotations
 
@@ -101,3 +106,117 @@ def test_equal_loss_after_200_steps(benchmark, case):
     benchmark.extra_info.update(loss_kronpe=a, loss_official=b, loss_first=losses["kronpe"][0])
     assert losses["kronpe"][-1] < 0.2 * losses["kronpe"][0]
     assert abs(a - b) <= 1e-3 * abs(b), f"loss after {STEPS_CHECKED} steps: kronpe {a}, official {b}"
+
+
+# ---- the op alone: multi_mode_product forward + backward against torch.tensordot ------------------
+
+MMP_CASES = [(2, 64), (2, 256), (3, 64), (3, 256)]
+
+
+def mmp_fwd_bwd(D: int, K: int, method: str):
+    """One forward and backward of the chain T x_1 A_1 ... x_D A_D, T of shape (K,)*D and A_i
+    (K, K), float32, gradients to T and every A_i: ``torch.ops.kronpe.multi_mode_product`` or
+    the chain as D ``torch.tensordot`` calls (each contracts axis 0 and appends the new one at
+    the end, so D of them give the result in order), autograd for the backward."""
+    g = torch.Generator().manual_seed(0)
+    T = torch.randn((K,) * D, generator=g).requires_grad_()
+    mats = [torch.randn(K, K, generator=g).div_(K**0.5).requires_grad_() for _ in range(D)]
+    G = torch.randn((K,) * D, generator=g)
+    modes = list(range(D))
+
+    def run():
+        for t in (T, *mats):
+            t.grad = None
+        if method == "kronpe op":
+            out = torch.ops.kronpe.multi_mode_product(T, mats, modes)
+        else:
+            out = T
+            for A in mats:
+                out = torch.tensordot(out, A, dims=([0], [1]))
+        out.backward(G)
+        return out
+
+    return run
+
+
+@pytest.mark.parametrize("D, K", MMP_CASES, ids=[f"D={d} K={k}" for d, k in MMP_CASES])
+@pytest.mark.parametrize("method", ["kronpe op", "torch.tensordot"])
+def test_mmp_forward_backward(benchmark, D, K, method):
+    benchmark.group = f"torch multi_mode_product fwd+bwd: D={D} K={K}"
+    run = mmp_fwd_bwd(D, K, method)
+    out = benchmark.pedantic(run, rounds=3 if K**D > 10**6 else ROUNDS, iterations=1, warmup_rounds=1)
+    assert out.shape == (K,) * D and torch.isfinite(out).all()
+
+
+# ---- interleaved timing (python benches/bench_torch.py) --------------------------------------------
+
+
+def _rotating(fns: dict, rounds: int) -> dict:
+    """Every function once per round, in rotating order, so that a shared machine's load shifts
+    hit all of them alike: {name: (min, median)} in ms."""
+    import time
+
+    names = list(fns)
+    times = {n: [] for n in names}
+    for n in names:  # warm-up
+        fns[n]()
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t0)
+    return {n: (min(v) * 1e3, float(np.median(v)) * 1e3) for n, v in times.items()}
+
+
+def interleaved(rounds: int = 40, parts=("steps", "mmp")) -> str:
+    """Markdown tables of min and median times and the ratios of the steps and of the op alone."""
+    lines = ["| case | method | min (ms) | median (ms) |", "|---|---|---:|---:|"]
+    ratios = []
+    if "steps" in parts:
+        for case in CASES:
+            fns = {f"step {name}": stepper(m, t) for name, (m, t) in make_models(case).items()}
+            fns.update({f"products alone, {b}": products_alone(case, b) for b in ("torch.matmul", "kronpe chain")})
+            stat = _rotating(fns, rounds)
+            for n in fns:
+                lines.append(f"| {case} | {n} | {stat[n][0]:.2f} | {stat[n][1]:.2f} |")
+            for label, a, b in [("kronpe step / official step", "step kronpe", "step official"),
+                                ("official step / kronpe step", "step official", "step kronpe"),
+                                ("kronpe chain / torch.matmul (products alone)", "products alone, kronpe chain",
+                                 "products alone, torch.matmul")]:
+                ratios.append(f"| {case} | {label} | {stat[a][0] / stat[b][0]:.2f} | {stat[a][1] / stat[b][1]:.2f} |")
+    if "mmp" in parts:
+        for D, K in MMP_CASES:
+            case = f"mmp fwd+bwd D={D} K={K}"
+            fns = {m: mmp_fwd_bwd(D, K, m) for m in ("kronpe op", "torch.tensordot")}
+            stat = _rotating(fns, max(3, rounds // 8) if K**D > 10**6 else rounds)
+            for n in fns:
+                lines.append(f"| {case} | {n} | {stat[n][0]:.2f} | {stat[n][1]:.2f} |")
+            a, b = stat["kronpe op"], stat["torch.tensordot"]
+            ratios.append(f"| {case} | kronpe op / tensordot chain | {a[0] / b[0]:.2f} | {a[1] / b[1]:.2f} |")
+    return "\n".join(lines + ["", "| case | ratio | of min | of median |", "|---|---|---:|---:|"] + ratios)
+
+
+def _busy_core():
+    """Another process busy on one core (``python -c "while 1: pass"``), for the loaded runs."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="interleaved timing of kronpe.torch against plain torch")
+    ap.add_argument("rounds", nargs="?", type=int, default=40)
+    ap.add_argument("--parts", default="steps,mmp", help="steps, mmp or both (comma-separated)")
+    ap.add_argument("--load", action="store_true", help="run with another process busy on one core")
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    busy = _busy_core() if args.load else None
+    try:
+        print(f"torch threads: {torch.get_num_threads()}, load: {'one busy core' if busy else 'none'}")
+        print(interleaved(args.rounds, tuple(args.parts.split(","))))
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()

@@ -447,6 +447,66 @@ def test_seed004_transformer_values():
                                E.Transformer(5, 100)(u), atol=1e-12)
 
 
+def _neuralop_sinusoidal(x, L, embedding_type="transformer", max_positions=10000):
+    """neuraloperator 2.0's SinusoidalEmbedding.forward written out from its algorithm (the
+    package is not a dependency): frequencies (1 / P) ** (arange(L) / L * 2) (NeRF: 2 ** arange(L)
+    * pi), an outer product with x, sin and cos stacked last, flattened per point."""
+    batched = x.dim() == 3
+    xb = x if batched else x.unsqueeze(0)
+    k = torch.arange(0, L)
+    freqs = 2**k * torch.pi if embedding_type == "nerf" else (1 / max_positions) ** (k / L * 2)
+    ang = torch.einsum("bij,k->bijk", xb, freqs.to(xb.dtype))
+    out = torch.stack((ang.sin(), ang.cos()), dim=-1).reshape(xb.shape[0], xb.shape[1], -1)
+    return out if batched else out.squeeze(0)
+
+
+@pytest.mark.parametrize("embedding_type", ["transformer", "nerf"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_neuralop_convention(embedding_type, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 40, 3, generator=g, dtype=torch.float64).to(dtype) * 6
+    L, P = 4, 1000
+    emb = kt.SinusoidalEmbedding(3, L, embedding_type, max_positions=P, convention="neuralop")
+    out = emb(x)
+    assert out.shape == (2, 40, 2 * L * 3) and out.dtype == dtype
+    # the formula: w_k = (1 / P)^(2k / L) (NeRF: 2^k pi); channel c at columns 2Lc.., sin/cos interleaved
+    w = np.array([(1 / P) ** (2 * k / L) if embedding_type == "transformer" else 2.0**k * np.pi for k in range(L)])
+    xn = x.double().numpy()
+    for c in range(3):
+        for k in range(L):
+            # neuraloperator rounds its frequencies to float32 (also for float64 inputs): the
+            # angle w_k x is off by about 2 ulp of float32 of its size
+            tol = 1e-6 + 3e-7 * w[k] * 6
+            np.testing.assert_allclose(_np(out[..., 2 * L * c + 2 * k]), np.sin(w[k] * xn[..., c]), atol=tol)
+            np.testing.assert_allclose(_np(out[..., 2 * L * c + 2 * k + 1]), np.cos(w[k] * xn[..., c]), atol=tol)
+    # neuraloperator's computation, batched and not: the same numbers bit for bit
+    torch.testing.assert_close(out, _neuralop_sinusoidal(x, L, embedding_type, P), rtol=0, atol=0)
+    torch.testing.assert_close(emb(x[0]), _neuralop_sinusoidal(x[0], L, embedding_type, P), rtol=0, atol=0)
+
+
+def test_neuralop_and_seed_conventions_differ_for_two_or_more_frequencies():
+    x = torch.linspace(0, 6, 30, dtype=torch.float64).reshape(-1, 1)
+    seed = kt.SinusoidalEmbedding(1, 1, "transformer", 100)
+    nop = kt.SinusoidalEmbedding(1, 1, "transformer", 100, convention="neuralop")
+    torch.testing.assert_close(seed(x), nop(x))  # L = 1: only w_0 = 1
+    seed3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100)
+    nop3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100, convention="neuralop")
+    np.testing.assert_allclose(_np(seed3.freqs), [1, 100 ** (-1 / 3), 100 ** (-2 / 3)], rtol=1e-15)
+    np.testing.assert_allclose(_np(nop3.freqs), [1, 100 ** (-2 / 3), 100 ** (-4 / 3)], rtol=1e-6)
+    assert not torch.allclose(seed3(x), nop3(x))
+    with pytest.raises(ValueError, match="convention must be one of"):
+        kt.SinusoidalEmbedding(1, 3, convention="neuraloperator")
+
+
+def test_neuralop_package_agrees_when_installed():
+    nop = pytest.importorskip("neuralop.layers.embeddings")
+    x = torch.rand(2, 25, 2) * 6
+    for kind in ("transformer", "nerf"):
+        theirs = nop.SinusoidalEmbedding(2, 5, kind, max_positions=500)(x)
+        ours = kt.SinusoidalEmbedding(2, 5, kind, max_positions=500, convention="neuralop")(x)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
 def test_seed004_nerf_values_and_modulation():
     x = _tutorial_x()
     L, m = 3, 2.5

@@ -1,6 +1,7 @@
 // kronpe._core: one PYBIND11_MODULE, one register_<family>() per binding file.
 #include "common.h"
 #include "kronpe/cuda.h"
+#include "kronpe/threads.h"
 
 #ifndef KRONPE_VERSION
 #define KRONPE_VERSION "dev"
@@ -38,6 +39,11 @@ PYBIND11_MODULE(_core, m) {
     return d;
   });
   m.def("cuda_device_count", &kronpe::cuda::device_count);
+  m.def("set_num_threads", &kronpe::set_default_threads, py::arg("n"),
+        "Threads of kronpe's CPU kernels when a call gives none; 0: OpenMP's default (internal, "
+        "see kronpe.set_num_threads).");
+  m.def("get_num_threads", &kronpe::default_threads,
+        "Threads of kronpe's CPU kernels when a call gives none (internal).");
   register_blas(m);
   register_embed(m);
   register_mode_product(m);

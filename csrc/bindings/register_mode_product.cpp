@@ -1,6 +1,7 @@
 // Bindings of the mode-n products (kronpe/mode_product.h), CPU and CUDA side by side: the same
 // descriptors in, the kernel of the arrays' place. kronpe.ops allocates the result.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "args.h"
@@ -187,6 +188,39 @@ void register_mode_product(py::module_& m) {
         return d;
       },
       "The CPU planner's cost model in force (internal).");
+  m.def(
+      "mode_chain_program",
+      [](const std::vector<index_t>& shape, const std::vector<index_t>& strides,
+         const std::vector<int>& modes, const std::vector<index_t>& out_rows, int elem_size,
+         bool any_layout, const std::string& model) {
+        require(strides.size() == shape.size() && out_rows.size() == modes.size(),
+                "mode_chain_program: inconsistent lengths");
+        require(model == "cpu" || model == "library",
+                "mode_chain_program: model must be 'cpu' or 'library'");
+        const ModeCostModel& cm = model == "cpu" ? cpu_cost_model() : library_cost_model();
+        const ChainProgram prog =
+            mode_chain_program(int(shape.size()), shape.data(), strides.data(), int(modes.size()),
+                               modes.data(), out_rows.data(), elem_size, any_layout, cm);
+        py::list ops;
+        for (const ChainOp& op : prog.ops) {
+          if (op.kind == ChainOp::copy)
+            ops.append(py::make_tuple("copy", int(op.src), int(op.dst), op.shape, op.src_strides,
+                                      op.dst_strides));
+          else
+            ops.append(py::make_tuple("gemm", int(op.src), int(op.dst), op.matrix, op.matrix_left,
+                                      op.matrix_trans, op.buffer_trans, op.M, op.N, op.K,
+                                      op.ld_buffer, op.ldc, op.batch, op.stride_buffer,
+                                      op.stride_c));
+        }
+        return py::make_tuple(ops, prog.workspace, prog.out_order, prog.in_size, prog.out_size);
+      },
+      py::arg("shape"), py::arg("strides"), py::arg("modes"), py::arg("out_rows"),
+      py::arg("elem_size") = 4, py::arg("any_layout") = false, py::arg("model") = "cpu",
+      "The lowered program of a mode-product chain for an executor outside the core: (ops, "
+      "workspace, out_order, in_size, out_size); buffers 0 input, 1 and 2 work, 3 output; ops "
+      "('copy', src, dst, shape, src_strides, dst_strides) or ('gemm', src, dst, matrix, "
+      "matrix_left, matrix_trans, buffer_trans, M, N, K, ld_buffer, ldc, batch, stride_buffer, "
+      "stride_c), as kronpe::ChainOp (internal).");
   m.def(
       "mode_chain_plan",
       [](const std::vector<index_t>& shape, const std::vector<index_t>& strides,

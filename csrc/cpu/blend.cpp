@@ -1,5 +1,6 @@
 // kronpe C++ core: blending-matrix kernels on the CPU (see kronpe/blend.h for the conventions).
 #include "kronpe/blend.h"
+#include "kronpe/threads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,22 +20,24 @@ namespace {
 
 int resolve_threads(int threads) {
 #ifdef KRONPE_OPENMP
-  return threads > 0 ? threads : omp_get_max_threads();
+  return threads > 0 ? threads : default_threads();
 #else
   (void)threads;
   return 1;
 #endif
 }
 
-// Threads for a kernel of `work` multiply-adds: the caller's count when given (> 0), else
-// OpenMP's default reduced so that each thread gets at least kMinWorkPerThread (small products
-// run serially: on a busy machine fork/join and barriers cost more than they save). The results
-// never depend on the count.
+// Threads for a kernel of `work` multiply-adds: the caller's count when given (> 0), else at
+// most -threads (< 0: a cap, kronpe.torch passes torch.get_num_threads() so) or kronpe's default
+// (0, kronpe/threads.h), reduced so that each thread gets at least kMinWorkPerThread (small
+// products run serially: on a busy machine fork/join and barriers cost more than they save).
+// The results never depend on the count.
 constexpr index_t kMinWorkPerThread = index_t(1) << 20;
 int pick_threads(int threads, index_t work) {
-  if (checked_threads(threads) > 0) return threads;
+  const int cap = threads < 0 ? -checked_threads(-threads) : checked_threads(threads);
+  if (cap > 0) return cap;
   const index_t by_work = std::max<index_t>(1, work / kMinWorkPerThread);
-  return int(std::min<index_t>(resolve_threads(0), by_work));
+  return int(std::min<index_t>(cap < 0 ? -cap : resolve_threads(0), by_work));
 }
 
 inline bool bad_index(index_t idx, index_t size) {

@@ -19,6 +19,7 @@ from .solvers.penalty import DifferencePenalty  # noqa: E402
 from .resampling import resample, upsample  # noqa: E402
 from .solvers.saving import ModelFileError, ModelVersionError, load  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
+from .threads import get_num_threads, set_num_threads  # noqa: E402
 
 __version__ = _core.build_info()["version"]
 
@@ -66,6 +67,8 @@ def build_info() -> dict:
 __all__ = [
     "build_info",
     "__version__",
+    "set_num_threads",
+    "get_num_threads",
     # mode-n products and grid fits
     "mode_product",
     "multi_mode_product",

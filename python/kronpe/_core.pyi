@@ -85,6 +85,12 @@ def cuda_built() -> bool:
 
 def cuda_device_count() -> int: ...
 
+def set_num_threads(n: int) -> None:
+    """Threads of kronpe's CPU kernels when a call gives none; 0: OpenMP's default (internal)."""
+
+def get_num_threads() -> int:
+    """Threads of kronpe's CPU kernels when a call gives none (internal)."""
+
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 
@@ -119,6 +125,10 @@ def embed_fourier(x: Descriptor, out: Descriptor, omega: Descriptor, layout: str
 
 def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0) -> None:
     """c = alpha op(a) op(b) + beta c, row-major host matrices (internal)."""
+
+def mode_chain_program(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False, model: str = "cpu") -> Tuple[List[tuple], int, List[int], int, int]:
+    """The lowered program of a chain for an executor outside the core: (ops, workspace,
+    out_order, in_size, out_size); model "cpu" or "library" (internal)."""
 
 def mode_chain_plan(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False) -> str:
     """The planned steps of a mode-product chain, as text (internal)."""

@@ -68,6 +68,11 @@ struct ModeCostModel {
 // The CPU model in use (calibrated on a 2-core AVX2 machine with OpenBLAS).
 const ModeCostModel& cpu_cost_model();
 
+// The model of a host executor outside the core that runs each program op as one call of
+// another library (kronpe.torch's: torch.mm / torch.bmm / copy_ from Python): a strided batch is
+// one call, and every call costs a few microseconds of dispatch.
+const ModeCostModel& library_cost_model();
+
 // Plan a chain. shape/strides: the input tensor (strides in elements, any sign); modes: the
 // logical axes contracted, distinct; out_rows: m for each mode; elem_size: 4 or 8;
 // any_layout: the result may be left in any dense axis order (no final permuting copy);

@@ -133,3 +133,63 @@ def init(core) -> None:
     core.set_blas(_address(capi, "sgemm"), _address(capi, "dgemm"))
     _chosen = "scipy"
     blas_name.cache_clear()
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=None)
+def _thread_controls():
+    """(set, get) of the thread count of the BLAS kronpe calls (``which()``), or None. NumPy's
+    ILP64 OpenBLAS: ``[scipy_]openblas_set_num_threads64_`` through NumPy's module; SciPy's: the
+    file that holds its sgemm (asking the dynamic loader, dladdr), then OpenBLAS's
+    ``[scipy_]openblas_set_num_threads`` / ``..._get_num_threads`` in it."""
+    from scipy.linalg import cython_blas
+
+    if _chosen == "numpy":
+        try:
+            lib = ctypes.CDLL(_numpy_module_path())
+        except (OSError, ImportError, AttributeError):  # pragma: no cover
+            return None
+        for prefix, suffix in _ILP64_NAMES:
+            setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+            getter = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            if setter is not None and getter is not None:
+                setter.argtypes, setter.restype = [ctypes.c_int], None
+                getter.argtypes, getter.restype = [], ctypes.c_int
+                return setter, getter
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        info = _DlInfo()
+        if not libc.dladdr(ctypes.c_void_p(_address(cython_blas.__pyx_capi__, "sgemm")), ctypes.byref(info)):
+            return None
+        lib = ctypes.CDLL(info.dli_fname.decode())
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - no dladdr (not glibc/macOS)
+        return None
+    for prefix in ("scipy_openblas", "openblas"):
+        setter = getattr(lib, f"{prefix}_set_num_threads", None)
+        getter = getattr(lib, f"{prefix}_get_num_threads", None)
+        if setter is not None and getter is not None:
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            return setter, getter
+    return None
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set the thread count of the BLAS kronpe calls (OpenBLAS); False when it has no such control."""
+    controls = _thread_controls()
+    if controls is None:
+        return False
+    controls[0](int(n))
+    return True
+
+
+def blas_threads():
+    """The thread count of the BLAS kronpe calls, or None when it cannot be read."""
+    controls = _thread_controls()
+    return None if controls is None else int(controls[1]())

@@ -7,7 +7,8 @@ Importing this subpackage registers ``torch.ops.kronpe.multi_mode_product``, ``b
 Modules: :class:`ComplexEncoding` (the Kronecker encoding with a trainable linear head, on
 points or grids), :class:`SimpleEncoding`, :class:`LearnableFourierFeatures` (seed 002,
 Algorithm 1), :class:`SinusoidalEmbedding` (seed 004) and :class:`EmbedderModule` (any kronpe
-embedder, differentiable in torch). Training: :mod:`kronpe.torch.train`.
+embedder, differentiable in torch). A differentiable closed-form fit layer: :func:`fit_grid` and
+:class:`GridFit` (:mod:`kronpe.torch.fit`). Training: :mod:`kronpe.torch.train`.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without torch
     raise ImportError("kronpe.torch needs PyTorch (pip install torch)") from exc
 
+from .fit import GridFit, fit_grid
 from ._ops import KERNELS, blend, blend_transpose, multi_mode_product, register_kernels
 from .modules import (
     BlendPlan,
@@ -30,12 +32,14 @@ __all__ = [
     "BlendPlan",
     "ComplexEncoding",
     "EmbedderModule",
+    "GridFit",
     "KERNELS",
     "LearnableFourierFeatures",
     "SimpleEncoding",
     "SinusoidalEmbedding",
     "blend",
     "blend_transpose",
+    "fit_grid",
     "multi_mode_product",
     "register_kernels",
 ]

@@ -56,6 +56,21 @@ def check_mmp(T: torch.Tensor, matrices: Sequence[torch.Tensor], modes: Sequence
     return shape
 
 
+def mmp_shape(T: torch.Tensor, matrices: Sequence[torch.Tensor], modes: Sequence[int]) -> List:
+    """The chain's output shape when it is valid, by a quick test for the common case (eager
+    calls pay a few microseconds); otherwise :func:`check_mmp`'s ValueError."""
+    shape = list(T.shape)
+    ok = T.dtype in _FLOATS and len(matrices) == len(modes) == len(set(modes))
+    if ok:
+        for A, m in zip(matrices, modes):
+            if not (0 <= m < len(shape) and A.dim() == 2 and A.dtype == T.dtype and A.device == T.device
+                    and A.shape[1] == T.shape[m]):
+                ok = False
+                break
+            shape[m] = A.shape[0]
+    return shape if ok else check_mmp(T, matrices, modes)
+
+
 def check_blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, name: str) -> None:
     torch._check_value(
         values.dim() == 2, lambda: f"{name} must be 2-D (rows, channels), got shape {tuple(values.shape)}"

@@ -1,11 +1,22 @@
-"""CPU implementations of the ops: kronpe's compiled kernels on torch CPU tensors.
+"""CPU implementations of the ops on torch CPU tensors.
 
-Each function validates its arguments (the same checks as the fake implementations), allocates
-a contiguous output tensor and hands the core descriptors of the tensors
-(:func:`kronpe._adapters.arrays.describe`).
+Each function validates its arguments (the same checks as the fake implementations) and
+allocates a contiguous output tensor.
+
+- ``multi_mode_product``: kronpe's chain planner (mode order, layouts, no unfold copies) lowers
+  the chain to a program of strided copies and (batched) GEMMs
+  (``_core.mode_chain_program``, planned with the core's "library" cost model), and
+  :func:`run_program` runs that program with torch itself: ``torch.mm`` / ``torch.bmm`` with
+  ``out=`` on ``as_strided`` views (the permuting copies, single-threaded, with kronpe's
+  cache-blocked ``strided_copy``). So a torch model's products run on
+  torch's BLAS and torch's thread pool (``torch.get_num_threads()``), not on SciPy's OpenBLAS
+  beside them; the extension still never links libtorch.
+- ``blend`` / ``blend_transpose``: kronpe's compiled kernels, handed descriptors of the tensors
+  (:func:`kronpe._adapters.arrays.describe`) and ``torch.get_num_threads()`` as their thread count.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Dict, List
 
@@ -13,11 +24,86 @@ import torch
 
 from .. import _core
 from .._adapters.arrays import cast, describe
-from ._checks import blend_output, check_blend, check_blend_transpose, check_mmp
+from ._checks import blend_output, check_blend, check_blend_transpose, mmp_shape
+
+
+#: (shape, strides, modes, rows, element size) -> the lowered program (ops, workspace)
+_PROGRAMS: Dict[tuple, tuple] = {}
+_MAX_PROGRAMS = 256
+
+
+def program(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> tuple:
+    """The chain's program (ops, workspace elements), planned by the core once per layout."""
+    rows = tuple(int(A.shape[0]) for A in matrices)
+    key = (tuple(T.shape), T.stride(), tuple(modes), rows, T.element_size())
+    prog = _PROGRAMS.get(key)
+    if prog is None:
+        ops, workspace, _order, _in, _out = _core.mode_chain_program(
+            list(T.shape), list(T.stride()), list(modes), list(rows), T.element_size(), False, "library")
+        prog = (tuple(ops), int(workspace))
+        if len(_PROGRAMS) >= _MAX_PROGRAMS:
+            _PROGRAMS.clear()
+        _PROGRAMS[key] = prog
+    return prog
+
+
+_LOCAL = threading.local()
+_KEEP_WORKSPACE = 64 << 20  # bytes kept between calls (per thread and dtype)
+
+
+def _workspace(T: torch.Tensor, n: int) -> torch.Tensor:
+    """n elements of scratch in T's dtype, kept between calls on this thread (a fresh
+    allocation of megabytes costs the kernel's page zeroing at every call)."""
+    cache = getattr(_LOCAL, "work", None)
+    if cache is None:
+        cache = _LOCAL.work = {}
+    buf = cache.get(T.dtype)
+    if buf is None or buf.numel() < n:
+        buf = torch.empty(n, dtype=T.dtype)
+        if n * buf.element_size() <= _KEEP_WORKSPACE:
+            cache[T.dtype] = buf
+    return buf
+
+
+def _operand(buf: torch.Tensor, base: int, rows: int, cols: int, ld: int, trans: bool, batch: int, stride: int):
+    """A rows x cols operand stored row-major with row stride ``ld`` (its transpose when
+    ``trans``) at ``buf``'s storage offset ``base``; batched along a leading axis."""
+    strides = (1, ld) if trans else (ld, 1)
+    if batch == 1:
+        return buf.as_strided((rows, cols), strides, base)
+    return buf.as_strided((batch, rows, cols), (stride,) + strides, base)
+
+
+def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tensor], out: torch.Tensor) -> None:
+    """Run a lowered chain (see ``kronpe::ChainOp``) with torch: buffers 0 (``T``), 1 and 2 (two
+    work buffers of ``workspace`` elements), 3 (``out``); offsets are relative to each buffer."""
+    work = _workspace(T, 2 * workspace) if workspace else None
+    bufs = ((T, T.storage_offset()), (work, 0), (work, workspace), (out, out.storage_offset()))
+    for op in ops:
+        src, base_s = bufs[op[1]]
+        dst, base_d = bufs[op[2]]
+        if op[0] == "copy":  # kronpe's cache-blocked copy: twice torch's copy_ on these transposes
+            _, _, _, shape, s_strides, d_strides = op
+            _core.strided_copy(describe(src.as_strided(shape, s_strides, base_s)),
+                               describe(dst.as_strided(shape, d_strides, base_d)))
+            continue
+        _, _, _, j, left, mtrans, btrans, M, N, K, ldb, ldc, batch, sb, sc = op
+        A = matrices[j].mT if mtrans else matrices[j]
+        if left:  # C_b = op(A) (M x K) @ X_b (K x N)
+            X = _operand(src, base_s, K, N, ldb, btrans, batch, sb)
+            L, R = (A if batch == 1 else A.expand(batch, M, K)), X
+        else:  # C_b = X_b (M x K) @ op(A) (K x N)
+            X = _operand(src, base_s, M, K, ldb, btrans, batch, sb)
+            L, R = X, (A if batch == 1 else A.expand(batch, K, N))
+        C = _operand(dst, base_d, M, N, ldc, False, batch, sc)
+        if batch == 1:
+            torch.mm(L, R, out=C)
+        else:
+            torch.bmm(L, R, out=C)
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
-    shape = check_mmp(T, matrices, modes)
+    shape = mmp_shape(T, matrices, modes)
     out = T.new_empty(shape)  # C-contiguous, as the fake implementation says
     if out.numel() == 0:
         return out
@@ -25,10 +111,16 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
         return out.copy_(T)
     if any(A.shape[1] == 0 for A in matrices):  # an empty contraction: the sum of nothing
         return out.zero_()
-    # the chain planner reads any strides; the result is written in C order (any_layout=False)
-    _core.multi_mode_product(describe(T, "T"), [describe(A, "matrices") for A in matrices], list(modes),
-                             describe(out, "out"), False)
+    # kronpe plans (any input strides; the result in C order), torch runs the GEMMs and copies
+    ops, workspace = program(T, matrices, modes)
+    run_program(ops, workspace, T, matrices, out)
     return out
+
+
+def _threads() -> int:
+    """The thread count handed to kronpe's kernels: at most torch's (a negative count is a cap;
+    small products still run on fewer threads), on the OpenMP runtime torch shares."""
+    return -torch.get_num_threads()
 
 
 class _Schedule:
@@ -66,7 +158,7 @@ def _schedule(indices: torch.Tensor, num_nodes: int) -> _Schedule:
         sc.perm = torch.empty(indices.shape[0], dtype=torch.int64)
         sc.ptr = torch.empty(slabs + 1, dtype=torch.int64)
         _core.blend_plan_stored(describe(indices, "indices"), num_nodes, sc.span, describe(sc.perm),
-                                describe(sc.ptr), 0)
+                                describe(sc.ptr), _threads())
     i = id(indices)
     sc.ref = weakref.ref(indices, lambda _r, i=i: _SCHEDULES.pop(i, None))
     _SCHEDULES[i] = sc
@@ -81,7 +173,7 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
     w64 = cast(weights, "float64")  # a local: it must outlive the call
     # the kernel checks every index against the grid (ValueError) before writing
     _core.blend_stored(describe(indices, "indices"), describe(w64, "weights"), describe(values, "values"),
-                       describe(out), 0)
+                       describe(out), _threads())
     return out
 
 
@@ -102,5 +194,5 @@ def blend_transpose(
         )
     w64 = cast(weights, "float64")  # a local: it must outlive the call
     _core.blend_transpose_stored(describe(indices, "indices"), describe(w64, "weights"), describe(rows, "rows"),
-                                 describe(out), sc.span, 0, describe(sc.perm), describe(sc.ptr))
+                                 describe(out), sc.span, _threads(), describe(sc.perm), describe(sc.ptr))
     return out

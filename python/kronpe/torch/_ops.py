@@ -1,11 +1,18 @@
 """kronpe's kernels as torch custom ops with autograd: ``torch.ops.kronpe.*``.
 
-Three ops, each a ``torch.library.custom_op`` with a fake (meta) implementation for
-``torch.compile`` and a backward made of kronpe ops, so that double backward works:
+Three public ops, each with a fake (meta) implementation for ``torch.compile`` / ``torch.export``
+and a backward made of kronpe ops, so that double backward works:
 
 - ``multi_mode_product(T, matrices, modes)``: T x_{modes[0]} matrices[0] x ... (MATH.md 3.1).
-  Adjoint wrt T: the same chain with the transposed matrices. Adjoint wrt matrix j:
-  G_(j) U_(j)^T with U = T x_{i != j} A_i (a mode-product chain, then one matrix product).
+  A CompositeImplicitAutograd op over two custom ops: ``multi_mode_product_chain`` (the fused
+  chain in the planner's order; its adjoint recomputes what it needs) and, when autograd will
+  want the matrices' gradients, ``multi_mode_product_steps`` (the chain one mode at a time,
+  returning every intermediate, so that the backward reuses them as autograd through single-mode
+  products would: D forward products, D for the gradient chain, D contractions). Eager calls on
+  real tensors run the same computation through the device's kernel and an autograd.Function,
+  without the custom ops' Python machinery. The adjoint (:func:`_chain_adjoint`): wrt T the chain
+  with the transposed matrices; wrt A_j the contraction of the gradient chain with the forward
+  intermediate over every axis but mode j.
 - ``blend(values, indices, weights)``: out[p] = sum_s weights[p, s] * values[indices[p, s]]
   (the blending matrix B of MATH.md 3.3 applied to the flattened virtual grid, (G, C) -> (P, C)).
 - ``blend_transpose(rows, indices, weights, num_nodes)``: B^T, a scatter-add (P, C) -> (G, C).
@@ -16,10 +23,10 @@ get none. The blending weights come from :class:`kronpe.BlendingMatrix` (NumPy),
 not flow back to the point coordinates themselves: callers treat points as data.
 
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
-call kronpe's compiled core with ``data_ptr()`` and strides (the extension never links libtorch);
-the CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and
-raise RuntimeError when kronpe was built without CUDA. Both are registered by
-:func:`register_kernels`.
+(:mod:`kronpe.torch._cpu`) run the planner's chain program on torch's own GEMMs and call kronpe's
+compiled blend kernels with ``data_ptr()`` and strides (the extension never links libtorch); the
+CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise
+RuntimeError when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ import torch
 
 from . import _cpu
 from . import _cuda
-from ._checks import check_blend, check_blend_transpose, check_mmp, real_tensor
+from ._checks import check_blend, check_blend_transpose, check_mmp, mmp_shape, real_tensor
 
 __all__ = ["multi_mode_product", "blend", "blend_transpose", "KERNELS", "register_kernels"]
 
@@ -43,9 +50,84 @@ def _no_kernel(name: str, device: torch.device):
     )
 
 
-@torch.library.custom_op("kronpe::multi_mode_product", mutates_args=())
+@torch.library.custom_op("kronpe::multi_mode_product_chain", mutates_args=())
 def _mmp_op(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
     _no_kernel("multi_mode_product", T.device)
+
+
+@torch.library.custom_op("kronpe::multi_mode_product_steps", mutates_args=())
+def _mmp_steps_op(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> List[torch.Tensor]:
+    """[Y_1, ..., Y_D]: the chain one mode at a time in :func:`_chain_order` (Y_D is the
+    product), so that autograd keeps the intermediates the matrices' gradients need."""
+    kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product")
+    if kernel is None:
+        _no_kernel("multi_mode_product", T.device)
+    mmp_shape(T, matrices, modes)
+    Ys = [T]
+    for j in _chain_order(matrices):
+        Ys.append(kernel(Ys[-1], [matrices[j]], [modes[j]]))
+    return Ys[1:]
+
+
+# The public op: the fused chain, or, when autograd will want the matrices' gradients, the steps
+# (the same products one mode at a time; the backward then reuses their intermediates as
+# autograd does through single-mode products, instead of recomputing them).
+_LIB = torch.library.Library("kronpe", "FRAGMENT")
+_LIB.define("multi_mode_product(Tensor T, Tensor[] matrices, int[] modes) -> Tensor")
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _mmp_composite(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
+    steps = len(matrices) > 1 and torch.is_grad_enabled() and any(A.requires_grad for A in matrices)
+    # Eager calls on real tensors skip the custom ops' Python machinery (the autograd wrapper,
+    # pytree flattening: ~0.1 ms a call, as much as the GEMMs of a 64 x 64 chain): the device's
+    # kernel directly, or under autograd the same computation and adjoint in an
+    # autograd.Function. Traced calls (torch.compile, export, fake tensors) and torch.func
+    # transforms take the custom ops.
+    if (not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active()
+            and type(T) in _PLAIN and all(type(A) in _PLAIN for A in matrices)):
+        kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product")
+        if kernel is not None:
+            if not (torch.is_grad_enabled() and (T.requires_grad or any(A.requires_grad for A in matrices))):
+                return kernel(T, matrices, modes)
+            return _KronpeMultiModeProduct.apply(T, list(modes), steps, kernel, *matrices)
+    if steps:
+        return torch.ops.kronpe.multi_mode_product_steps(T, matrices, modes)[-1]
+    return torch.ops.kronpe.multi_mode_product_chain(T, matrices, modes)
+
+
+class _KronpeMultiModeProduct(torch.autograd.Function):
+    """The op's eager autograd: the fused chain (``steps`` False) or the per-mode steps whose
+    intermediates the backward reuses, and :func:`_chain_adjoint`, as the custom ops do."""
+
+    @staticmethod
+    def forward(ctx, T, modes, steps, kernel, *mats):
+        ctx.modes = modes
+        ctx.n = len(mats)
+        if not steps:
+            ctx.save_for_backward(T, *mats)
+            return kernel(T, list(mats), modes)
+        mmp_shape(T, mats, modes)
+        Ys = [T]
+        for j in _chain_order(mats):
+            Ys.append(kernel(Ys[-1], [mats[j]], [modes[j]]))
+        ctx.save_for_backward(T, *mats, *Ys[1:-1])
+        return Ys[-1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        T, *rest = ctx.saved_tensors
+        mats, Ys = rest[: ctx.n], [T, *rest[ctx.n:]]
+        if torch.is_grad_enabled():  # a double backward: the saved intermediates are not in its graph
+            Ys = [T]
+        gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, _chain_order(mats), Ys,
+                                ctx.needs_input_grad[0], ctx.needs_input_grad[4:])
+        return (gT, None, None, None, *gA)
+
+
+_LIB.impl("multi_mode_product", _mmp_composite, "CompositeImplicitAutograd")
 
 
 @torch.library.custom_op("kronpe::blend", mutates_args=())
@@ -63,6 +145,17 @@ def _blend_t_op(
 @_mmp_op.register_fake
 def _(T, matrices, modes):
     return T.new_empty(check_mmp(T, matrices, modes))
+
+
+@_mmp_steps_op.register_fake
+def _(T, matrices, modes):
+    shape = list(T.shape)
+    check_mmp(T, matrices, modes)
+    out = []
+    for j in _chain_order(matrices):
+        shape[modes[j]] = matrices[j].shape[0]
+        out.append(T.new_empty(shape))
+    return out
 
 
 @_blend_op.register_fake
@@ -87,39 +180,84 @@ def _mmp_setup(ctx, inputs, output):
     ctx.save_for_backward(T, *matrices)
 
 
-def _mmp_backward(ctx, grad):
-    T, *mats = ctx.saved_tensors
-    modes = ctx.modes
-    needs_T = ctx.needs_input_grad[0]
-    needs_A = ctx.needs_input_grad[1]  # one flag per matrix
-    gT = None
-    if needs_T:
-        gT = multi_mode_product(grad, [A.mT for A in mats], modes)
+def _chain_order(matrices) -> List[int]:
+    """The order of a chain's modes for autograd: the modes that shrink the tensor most (least
+    m_j / n_j) first. The backward runs it in reverse on the gradient, where the same modes grow
+    it most, so both chains stay small."""
+    return sorted(range(len(matrices)), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
+
+
+def _eager(*tensors) -> bool:
+    """Whether a backward may call the kernels directly rather than the ops: plain tensors (not
+    traced or fake) with grad mode off, i.e. no double backward is being recorded."""
+    return not torch.is_grad_enabled() and all(type(t) is torch.Tensor for t in tensors)
+
+
+def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
+    """Reverse-mode through the chain Y_k = Y_{k-1} x_{s_k} A_{s_k} (Y_0 = T, s = ``order``), as
+    autograd would through D single-mode products: G_D = grad, dA_{s_k} = <G_k, Y_{k-1}> over
+    every axis but mode s_k, G_{k-1} = G_k x_{s_k} A_{s_k}^T, dT = G_0. ``Ys[k]`` is Y_k where
+    given; missing ones (None, or past the list's end) are recomputed, as far as a matrix that
+    needs a gradient asks. ``grad`` may be a list (the gradient of every Y_k, k = 1..D; None
+    where there is none)."""
+    grads = grad if isinstance(grad, (list, tuple)) else [None] * (len(order) - 1) + [grad]
+    direct = _eager(T, *mats, *(g for g in grads if g is not None))
+    kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product") if direct else None
+    mmp = kernel if kernel is not None else (lambda X, As, ms: multi_mode_product(X, As, ms))
     gA: List[Optional[torch.Tensor]] = [None] * len(mats)
-    for j, (A, m) in enumerate(zip(mats, modes)):
-        if not needs_A[j]:
+    if not any(needs_A) and all(g is None for g in grads[:-1]):
+        gT = mmp(grads[-1], [A.mT for A in mats], list(modes)) if needs_T else None
+        return gT, gA
+    last = max((k for k, j in enumerate(order) if needs_A[j]), default=0)  # Y_0 .. Y_last needed
+    Ys = list(Ys[: last + 1])
+    for k in range(last + 1):
+        if k >= len(Ys):
+            Ys.append(None)
+        if Ys[k] is None:
+            j = order[k - 1]
+            Ys[k] = mmp(Ys[k - 1], [mats[j]], [modes[j]])
+    G = None
+    for k in range(len(order) - 1, -1, -1):
+        if grads[k] is not None:
+            G = grads[k] if G is None else G + grads[k]
+        if G is None:
             continue
-        others = [i for i in range(len(mats)) if i != j]
-        axes = [a for a in range(T.dim()) if a != m]
-        # dA_j[a, b] = sum over every axis but m of grad[..a..] * U[..b..], U = T x_{i != j} A_i.
-        # Or contract grad with A_i^T first (H = grad x_{i != j} A_i^T) against T: whichever of
-        # U and H is smaller.
-        size_u = T.numel() // max(T.shape[m], 1) * A.shape[1]
-        size_h = grad.numel() // max(grad.shape[m], 1) * A.shape[0]
-        for i in others:
-            size_u = size_u // max(T.shape[modes[i]], 1) * mats[i].shape[0]
-            size_h = size_h // max(grad.shape[modes[i]], 1) * mats[i].shape[1]
-        if not others:
-            gA[j] = torch.tensordot(grad, T, dims=(axes, axes))
-        elif size_u <= size_h:
-            U = multi_mode_product(T, [mats[i] for i in others], [modes[i] for i in others])
-            gA[j] = torch.tensordot(grad, U, dims=(axes, axes))
-        else:
-            H = multi_mode_product(grad, [mats[i].mT for i in others], [modes[i] for i in others])
-            gA[j] = torch.tensordot(H, T, dims=(axes, axes))
+        j, m = order[k], modes[order[k]]
+        if needs_A[j]:
+            axes = [a for a in range(T.dim()) if a != m]
+            gA[j] = torch.tensordot(G, Ys[k], dims=(axes, axes))
+        if not needs_T and not any(needs_A[i] for i in order[:k]):
+            break
+        G = mmp(G, [mats[j].mT], [m])
+    else:
+        return (G if needs_T else None), gA
+    return None, gA
+
+
+def _mmp_backward(ctx, grad):
+    """The fused chain's adjoint (:func:`_chain_adjoint`, its intermediates recomputed)."""
+    T, *mats = ctx.saved_tensors
+    gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, _chain_order(mats), [T],
+                            ctx.needs_input_grad[0], ctx.needs_input_grad[1])
     # ``modes`` (ints) gets None; an empty list must come back as an empty list (torch's
     # structure check counts it as a list of optional tensors)
-    return gT, gA, (None if modes else [])
+    return gT, gA, (None if ctx.modes else [])
+
+
+def _steps_setup(ctx, inputs, output):
+    T, matrices, modes = inputs
+    ctx.modes = list(modes)
+    ctx.n = len(matrices)
+    ctx.save_for_backward(T, *matrices, *output[:-1])
+    ctx.set_materialize_grads(False)  # the intermediates get no gradient: None, not zeros
+
+
+def _steps_backward(ctx, grads):
+    T, *rest = ctx.saved_tensors
+    mats, Ys = rest[: ctx.n], [T, *rest[ctx.n:]]
+    gT, gA = _chain_adjoint(list(grads), T, mats, ctx.modes, _chain_order(mats), Ys,
+                            ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+    return gT, gA, (None if ctx.modes else [])
 
 
 def _gather_dot(table: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -159,6 +297,7 @@ def _blend_t_backward(ctx, grad):
 
 
 _mmp_op.register_autograd(_mmp_backward, setup_context=_mmp_setup)
+_mmp_steps_op.register_autograd(_steps_backward, setup_context=_steps_setup)
 _blend_op.register_autograd(_blend_backward, setup_context=_blend_setup)
 _blend_t_op.register_autograd(_blend_t_backward, setup_context=_blend_t_setup)
 

@@ -487,13 +487,19 @@ class SinusoidalEmbedding(nn.Module):
 
     For 0 <= k < L each channel value p gives g(p)_{2k} = sin(w_k p), g(p)_{2k+1} = cos(w_k p):
 
-    - ``"transformer"``: w_k = max_positions^(-k / L)
-    - ``"nerf"``: w_k = 2^k pi
+    - ``"transformer"``: w_k = max_positions^(-k / L) (``convention="seed"``, the default: the
+      tutorial's formula, as kronpe.Transformer: ``SinusoidalEmbedding(1, L, "transformer", P)``
+      on 2 pi x equals ``kronpe.Transformer(L, P)`` on x), or w_k = (1 / max_positions)^(2k / L)
+      (``convention="neuralop"``);
+    - ``"nerf"``: w_k = 2^k pi (both conventions).
 
-    (These are the tutorial's formulas. The neuralop class it demonstrates computes the
-    transformer exponent as k / in_channels, which equals k / L only when L = C; kronpe follows
-    the formula, as kronpe.Transformer does: ``SinusoidalEmbedding(1, L, "transformer", P)`` on
-    2 pi x equals ``kronpe.Transformer(L, P)`` on x.)
+    The two transformer conventions differ for L >= 2: neuraloperator 2.0's
+    ``neuralop.layers.embeddings.SinusoidalEmbedding`` computes its frequencies as
+    ``(1 / max_positions) ** (arange(L) / L * 2)``, i.e. the exponent 2k / L, not the k / L its
+    docstring (and the tutorial) write. ``convention="neuralop"`` reproduces that class exactly:
+    the same frequencies, computed as it computes them (in float32, then cast to x's dtype), and
+    the same channel order (channel c occupies columns 2Lc .. 2L(c+1)-1, sin and cos
+    interleaved), so a model trained with one loads into the other.
 
     Inputs are (batch, N, C) or (N, C); the output stacks the channels' embeddings one after the
     other (channel c occupies columns 2Lc .. 2L(c+1)-1, sin and cos interleaved), the layout of
@@ -507,8 +513,9 @@ class SinusoidalEmbedding(nn.Module):
 
     def __init__(self, in_channels: int, num_frequencies: Optional[int] = None,
                  embedding_type: str = "transformer", max_positions: float = 10000,
-                 include_input: bool = False):
+                 include_input: bool = False, convention: str = "seed"):
         super().__init__()
+        self.convention = _validate.choice("convention", convention, ("seed", "neuralop"))
         in_channels = _validate.positive_int("in_channels", in_channels)
         L = in_channels if num_frequencies is None else _validate.positive_int("num_frequencies", num_frequencies)
         _validate.check_budget("num_frequencies", 16 * L, "use fewer frequencies")
@@ -519,11 +526,18 @@ class SinusoidalEmbedding(nn.Module):
         self.embedding_type = embedding_type
         self.max_positions = max_positions
         self.include_input = bool(include_input)
-        k = torch.arange(L, dtype=torch.float64)
-        if embedding_type == "nerf":
-            freqs = 2.0**k * math.pi
+        if self.convention == "neuralop":  # as neuraloperator computes them: float32 arithmetic
+            k = torch.arange(0, L)
+            if embedding_type == "nerf":
+                freqs = 2**k * torch.pi
+            else:
+                freqs = (1 / max_positions) ** (k / L * 2)
         else:
-            freqs = float(max_positions) ** (-k / L)
+            k = torch.arange(L, dtype=torch.float64)
+            if embedding_type == "nerf":
+                freqs = 2.0**k * math.pi
+            else:
+                freqs = float(max_positions) ** (-k / L)
         self.register_buffer("freqs", freqs, persistent=False)
 
     @property
@@ -559,4 +573,5 @@ class SinusoidalEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_channels={self.in_channels}, num_frequencies={self.num_frequencies}, "
-                f"embedding_type={self.embedding_type!r}, max_positions={self.max_positions}")
+                f"embedding_type={self.embedding_type!r}, max_positions={self.max_positions}, "
+                f"convention={self.convention!r}")

@@ -1,0 +1,97 @@
+"""kronpe.set_num_threads / get_num_threads, and kronpe.torch's kernels sharing torch's threads."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import kronpe
+from kronpe._adapters import blas
+
+
+@pytest.fixture
+def restore_threads():
+    before, before_blas = kronpe.get_num_threads(), blas.blas_threads()
+    yield
+    kronpe.set_num_threads(None)
+    if before_blas is not None:
+        blas.set_blas_threads(before_blas)
+    assert kronpe.get_num_threads() == before
+
+
+def test_set_and_get(restore_threads):
+    kronpe.set_num_threads(1)
+    assert kronpe.get_num_threads() == 1
+    if blas.blas_threads() is not None:  # SciPy's OpenBLAS follows
+        assert blas.blas_threads() == 1
+    kronpe.set_num_threads(3)
+    assert kronpe.get_num_threads() == 3
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (10**6, ValueError), ("2", TypeError),
+                                        (1.5, TypeError)])
+def test_bad_counts_name_the_argument(bad, error):
+    with pytest.raises(error, match="^n must be an integer"):
+        kronpe.set_num_threads(bad)
+
+
+def test_results_do_not_depend_on_the_count(restore_threads):
+    rng = np.random.default_rng(0)
+    points = rng.random((20000, 2))
+    values = rng.standard_normal((33 * 33, 3))
+    out = {}
+    for n in (1, 2):
+        kronpe.set_num_threads(n)
+        B = kronpe.BlendingMatrix(points, (33, 33), [kronpe.Gaussian(32, 0.02)] * 2)
+        out[n] = (B @ values, B.T @ (B @ values), kronpe.Gaussian(64, 0.02)(points[:, 0]))
+    for a, b in zip(out[1], out[2]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_one_openmp_runtime_with_torch():
+    """kronpe's OpenMP kernels run on the runtime torch loaded: one libgomp in a process that
+    imports torch and kronpe (a fresh one: other libraries the suite imports, e.g. pyfastkron,
+    bring their own)."""
+    pytest.importorskip("torch")
+    if not kronpe.build_info()["openmp"]:
+        pytest.skip("built without OpenMP")
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, kronpe.torch as kt\n"
+        "idx = torch.randint(0, 100, (5000, 4))\n"
+        "kt.blend(torch.randn(100, 3), idx, torch.rand(5000, 4))\n"
+        "torch.randn(512, 512) @ torch.randn(512, 512)\n"
+        "libs = {l.split()[-1] for l in open('/proc/self/maps') if 'gomp' in l or 'libiomp' in l}\n"
+        "print(len({p.rsplit('/', 1)[-1] for p in libs}), sorted(libs))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "1", out.stdout
+
+
+def test_torch_kernels_follow_torch_threads():
+    """kronpe.torch's blend gives the same result on 1 thread and on torch's default."""
+    torch = pytest.importorskip("torch")
+    import kronpe.torch as kt
+
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 4000, (300000, 4), generator=g)
+    w = torch.rand(300000, 4, generator=g)
+    V = torch.randn(4000, 3, generator=g)
+    R = torch.randn(300000, 3, generator=g)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kt.blend(V, idx, w), kt.blend_transpose(R, idx, w, 4000)
+        torch.set_num_threads(max(2, before))
+        many = kt.blend(V, idx, w), kt.blend_transpose(R, idx, w, 4000)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, many):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
