@@ -153,14 +153,7 @@ def _thread_controls():
             lib = ctypes.CDLL(_numpy_module_path())
         except (OSError, ImportError, AttributeError):  # pragma: no cover
             return None
-        for prefix, suffix in _ILP64_NAMES:
-            setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-            getter = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
-            if setter is not None and getter is not None:
-                setter.argtypes, setter.restype = [ctypes.c_int], None
-                getter.argtypes, getter.restype = [], ctypes.c_int
-                return setter, getter
-        return None
+        return _controls_in(lib, [(f"{p}openblas_", s) for p, s in _ILP64_NAMES])
     try:
         libc = ctypes.CDLL(None)
         libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
@@ -170,9 +163,14 @@ def _thread_controls():
         lib = ctypes.CDLL(info.dli_fname.decode())
     except (OSError, AttributeError, TypeError):  # pragma: no cover - no dladdr (not glibc/macOS)
         return None
-    for prefix in ("scipy_openblas", "openblas"):
-        setter = getattr(lib, f"{prefix}_set_num_threads", None)
-        getter = getattr(lib, f"{prefix}_get_num_threads", None)
+    return _controls_in(lib, [("scipy_openblas_", ""), ("openblas_", "")])
+
+
+def _controls_in(lib, names):
+    """The first (set, get) pair ``{prefix}set_num_threads{suffix}`` / ``..get..`` in ``lib``."""
+    for prefix, suffix in names:
+        setter = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+        getter = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
         if setter is not None and getter is not None:
             setter.argtypes, setter.restype = [ctypes.c_int], None
             getter.argtypes, getter.restype = [], ctypes.c_int
