@@ -150,13 +150,19 @@ def run_fit(args) -> int:
         steps.next()
         tr, ho = case.score(pred)
         embs = getattr(model, "embedders", None)
-        if embs:
+        if embs and all(e is None for e in embs):  # the smooth default: values on a grid
+            info0 = getattr(model, "info", {}) or {}
+            report.say(f"model: values on a {'x'.join(str(n) for n in model.weights.shape[:len(embs)])} grid "
+                       f"({info0.get('grid', 'grid')}), penalty {info0.get('penalty', '')}, "
+                       f"{info0.get('preconditioner', '')}")
+        elif embs:
             report.say("embedders: " + ", ".join(repr(e) for e in embs))
         report.say(f"ridge: {float(model.ridge):.4g}")
         report.put(embedders=[repr(e) for e in embs or []], ridge=float(model.ridge))
         info = getattr(model, "info", None)
         if info and "iterations" in info:
-            report.say(f"solver: {info['iterations']} iterations, relative residual "
+            measure = "error estimate" if "error estimate" in str(info.get("stopping", "")) else "relative residual"
+            report.say(f"solver: {info['iterations']} iterations, {measure} "
                        f"{float(info.get('residual', float('nan'))):.2e}"
                        + ("" if info.get("converged", True) else " (NOT converged)"))
             report.put(iterations=info["iterations"], converged=bool(info.get("converged", True)))
