@@ -136,3 +136,33 @@ def test_iterations_do_not_grow_with_the_grid(rng):
         _, it, _ = ThinPlateMG(m, 1e-3).solve((m * y).astype(np.float32), None, 1e-4, 100)
         its.append(it)
     assert its[1] <= its[0] + 3, its
+
+
+@pytest.mark.parametrize("D", [1, 3])
+def test_smooth_defaults_fit_scattered_points_in_1d_and_3d(D):
+    """fit_points' defaults off any lattice (sparse data term, multigrid on its lumped diagonal,
+    lambda held out among the points) in 1-D and 3-D."""
+    from kronpe import fit_points
+
+    rng = np.random.default_rng(5)
+    f = lambda p: np.cos(2.0 * p.sum(axis=1)) + 0.3 * p[:, 0]  # noqa: E731
+    pts = rng.random((400 if D == 1 else 3000, D))
+    test = rng.random((300, D)) * 0.8 + 0.1
+    m = fit_points(pts, f(pts))
+    assert m.info["grid"].startswith("NODES_PER_SPACING") and m.weights.ndim == D
+    assert "holdout_errors" in m.info and m.info["converged"]
+    err = np.sqrt(np.mean((m.predict(test) - f(test)) ** 2))
+    assert err < (1e-3 if D == 1 else 0.02), err
+
+
+def test_smooth_defaults_on_a_lattice_volume():
+    """A 3-D grid with holes: fit_grid(mask=) through the multigrid path fills a smooth volume."""
+    from kronpe import fit_grid
+
+    n = (12, 14, 10)
+    x = [np.arange(k) / k for k in n]
+    vol = np.sin(3 * x[0])[:, None, None] + np.cos(2 * x[1])[None, :, None] * x[2][None, None, :]
+    mask = np.random.default_rng(0).random(n) < 0.3
+    m = fit_grid(np.where(mask, vol, np.nan), mask=mask)
+    filled = m.predict_grid([np.arange(k) / k for k in n])
+    assert np.sqrt(np.mean((filled[~mask] - vol[~mask]) ** 2)) < 0.02
