@@ -191,3 +191,12 @@ def test_mixed_precision_products(rng):
     assert fast.info["residual"] <= 1e-4
     rel = np.linalg.norm(fast.weights - exact.weights) / np.linalg.norm(exact.weights)
     assert rel < 1e-2
+
+
+def test_default_fit_refuses_a_grid_over_the_memory_budget(monkeypatch):
+    """The default fit's grid follows the sample density: too many points for the memory budget
+    give a MemoryError naming the argument, before anything large is allocated."""
+    monkeypatch.setenv("KRONPE_MEMORY_BUDGET", str(100 * 2**20))
+    pts = np.random.default_rng(0).random((2_000_000, 2)).astype(np.float32)
+    with pytest.raises(MemoryError, match="points: this needs"):
+        fit_points(pts, pts[:, 0])

@@ -447,6 +447,10 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
     (every point on a node: a diagonal data term), else on a grid of a few nodes per mean sample
     spacing, blended multilinearly (a sparse data term)."""
     nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in smooth.density_grid(pts)]
+    # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
+    _validate.check_array_budget("points", [n.size for n in nodes] + [12 + 2 * max(1, math.prod(channels))], 4,
+                                 "the default fit's grid follows the sample density: give embedders and a grid, "
+                                 "or fewer points")
     B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
     s = vals.reshape(pts.shape[0], -1).astype(np.float32)
     shape = B.grid_shape
