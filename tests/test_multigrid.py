@@ -166,3 +166,8 @@ def test_smooth_defaults_on_a_lattice_volume():
     m = fit_grid(np.where(mask, vol, np.nan), mask=mask)
     filled = m.predict_grid([np.arange(k) / k for k in n])
     assert np.sqrt(np.mean((filled[~mask] - vol[~mask]) ** 2)) < 0.02
+
+
+@pytest.mark.parametrize("shape", [(9,), (5, 7), (3, 4, 2)], ids=str)
+def test_coarsest_matrix_is_the_penalty(shape):
+    np.testing.assert_array_equal(multigrid._dense_penalty(shape), reference.penalty_matrix(shape, 2, mixed=True))

@@ -132,11 +132,9 @@ def _dense_penalty(shape: Tuple[int, ...]) -> Array:
     """R as a dense (n, n) matrix (the coarsest grids only: n <= COARSEST)."""
     from .penalty import DifferencePenalty
 
-    pen = DifferencePenalty(2, mixed=True)
     n = int(np.prod(shape))
-    E = np.eye(n).reshape((n,) + shape)
-    R = pen.apply(E.reshape((n,) + shape).transpose(tuple(range(1, len(shape) + 1)) + (0,)), len(shape))
-    R = R.reshape(n, n)
+    unit = np.eye(n).reshape(tuple(shape) + (n,))  # column j: the j-th unit grid, as a trailing channel
+    R = DifferencePenalty(2, mixed=True).apply(unit, len(shape)).reshape(n, n)
     R.setflags(write=False)
     return R
 
