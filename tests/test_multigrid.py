@@ -8,7 +8,7 @@ from kronpe import _core, reference
 from kronpe.solvers import multigrid
 from kronpe.solvers.multigrid import ThinPlateMG
 
-SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
+SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (2, 9), (3, 8), (4, 5), (5, 5), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
 RTOL = {np.float32: 2e-5, np.float64: 1e-12}
 
 
@@ -171,3 +171,22 @@ def test_smooth_defaults_on_a_lattice_volume():
 @pytest.mark.parametrize("shape", [(9,), (5, 7), (3, 4, 2)], ids=str)
 def test_coarsest_matrix_is_the_penalty(shape):
     np.testing.assert_array_equal(multigrid._dense_penalty(shape), reference.penalty_matrix(shape, 2, mixed=True))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099])
+def test_dot_matches_reference(rng, n, dtype):
+    a = rng.standard_normal(n).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype)
+    want = reference.dot(a, b)
+    assert abs(_core.dot(a, b) - want) <= 1e-12 * max(1.0, float(np.abs(a).dot(np.abs(b))))
+    assert _core.dot(a.reshape(1, n), b.reshape(1, n)) == pytest.approx(want, abs=1e-9)
+
+
+def test_dot_refuses_bad_arrays():
+    a = np.zeros((4, 6), np.float32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.dot(a[:, ::2], a[:, ::2])
+    with pytest.raises(ValueError, match="shape"):
+        _core.dot(a, a[:3])
+    with pytest.raises(ValueError, match="dtype"):
+        _core.dot(a, a.astype(np.float64))

@@ -134,6 +134,35 @@ void register_smooth(py::module_& m) {
       py::arg("c2"), py::arg("d_out"), py::arg("threads") = 0,
       "x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal).");
   m.def(
+      "dot",
+      [](const Array& a, const Array& b) {
+        bindings::require_host(a, "a");
+        bindings::require_host(b, "b");
+        require(a.shape == b.shape, "dot: b must have a's shape");
+        require(a.dtype == b.dtype, "dot: b must have a's dtype " + a.dtype);
+        index_t n = 1, stride = 1;
+        for (int d = a.ndim() - 1; d >= 0; --d) {
+          n *= a.shape[d];
+        }
+        for (int d = a.ndim() - 1; d >= 0; --d) {
+          require(n == 0 || a.shape[d] <= 1 || (a.strides[d] == stride && b.strides[d] == stride),
+                  "dot: a and b must be C-contiguous");
+          stride *= a.shape[d];
+        }
+        double out = 0.0;
+        bindings::dispatch1(a.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* ap = p<const T>(a, "a");
+          const T* bp = p<const T>(b, "b");
+          py::gil_scoped_release release;
+          out = smooth::dot<T>(n, ap, bp);
+        });
+        return out;
+      },
+      py::arg("a"), py::arg("b"),
+      "sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double "
+      "(internal).");
+  m.def(
       "grid_transfer",
       [](const Array& src, const Array& dst, int axis, bool restrict_, int threads) {
         bindings::require_host(src, "src");

@@ -177,3 +177,6 @@ def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Desc
 
 def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, threads: int = 0) -> None:
     """dst = P^T src (restrict) or P src along one axis, linear interpolation, coarse node j at fine node 2 j (internal)."""
+
+def dot(a: Descriptor, b: Descriptor) -> float:
+    """sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double (internal)."""

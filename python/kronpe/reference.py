@@ -434,3 +434,8 @@ def resample_area_1d(y: np.ndarray,  # (n, *rest) pixel means
     F = means(np.arange(N + 1, dtype=np.float64) * (n / N))
     c = np.linalg.solve(A, y.reshape(n, -1))
     return (F @ c).reshape((N,) + y.shape[1:])
+
+
+def dot(a, b) -> float:
+    """sum(a * b) in float64."""
+    return float(np.dot(np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()))

@@ -61,4 +61,9 @@ void restrict_axis(index_t outer, index_t n, index_t inner, const T* f, T* c, in
 template <typename T>
 void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, int threads);
 
+// sum_i a[i] b[i] over n contiguous values, accumulated in double (the Krylov solvers' inner
+// products: no BLAS call, whose threads would spin against the kernels).
+template <typename T>
+double dot(index_t n, const T* a, const T* b);
+
 }  // namespace kronpe::smooth

@@ -41,7 +41,7 @@ Array = np.ndarray
 DEGREE = 3
 LMAX = 4.0
 ALPHA = 8.0
-COARSEST = 128
+COARSEST = 64
 MIN_NODES = 3
 
 
