@@ -206,8 +206,7 @@ def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[
     obs = np.flatnonzero(diag > 0)
     if obs.size < MIN_HOLDOUT:
         return data.rho * 10.0 ** (-FALLBACK_EXPONENT), {"ridge_candidates": [], "holdout_errors": []}
-    hold = _holdout(obs.size)
-    hold = obs[hold]
+    hold = obs[_holdout(obs.size)]
     train = diag.copy()
     train.flat[hold] = 0.0
     y = rhs.sum(axis=-1, dtype=np.float32)[..., None]
