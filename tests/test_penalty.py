@@ -137,6 +137,7 @@ def test_grid_auto_ridge_with_penalty(rng):
     (np.ones((9, 7), bool), ValueError, "mask must have shape"),
     (np.ones((9, 8)), TypeError, "mask must be a boolean array"),
     ("all", TypeError, "mask must be a boolean array"),
+    (np.zeros((9, 8), bool), ValueError, "mask marks no observed value"),
 ])
 def test_bad_masks(rng, mask, exc, match):
     coords, embs, S, _ = _grid_problem(rng, 2)
@@ -199,6 +200,22 @@ def test_default_masked_grid_fills_holes(rng):
     err = np.sqrt(np.mean((pred[~mask] - img[~mask]) ** 2))
     blur = np.sqrt(np.mean((img[~mask] - img[mask].mean()) ** 2))
     assert err < 0.02 * blur  # a smooth signal is filled almost exactly
+
+
+def test_default_fits_stay_in_the_samples_range(rng):
+    """The defaults clip the grid values to each channel's sample range: a step edge, whose
+    thin-plate fit overshoots on both sides, stays within [min, max] of the samples."""
+    n = 48
+    img = np.zeros((n, n, 2), np.float32)
+    img[:, n // 2:, 0] = 1.0
+    img[..., 1] = 2.0 - 3.0 * img[..., 0]  # another range per channel: [-1, 2]
+    mask = rng.random((n, n)) < 0.3
+    for m in (fit_grid(np.where(mask[..., None], img, np.nan), mask=mask, ridge=1e-4),
+              fit_points(np.argwhere(mask) / n, img[mask])):
+        assert 0 < m.info["clipped"] < 0.5
+        w = m.weights.reshape(-1, 2)
+        assert w[:, 0].min() >= 0 and w[:, 0].max() <= 1 and w[:, 1].min() >= -1 and w[:, 1].max() <= 2
+        assert w[:, 0].max() == 1 and w[:, 1].min() == -1  # clipped, not rescaled
 
 
 def test_default_points_on_a_lattice(rng):

@@ -164,7 +164,7 @@ void register_smooth(py::module_& m) {
       "(internal).");
   m.def(
       "grid_transfer",
-      [](const Array& src, const Array& dst, int axis, bool restrict_, int threads) {
+      [](const Array& src, const Array& dst, int axis, bool restrict_, bool add, int threads) {
         bindings::require_host(src, "src");
         bindings::require_host(dst, "dst");
         require(src.ndim() == dst.ndim() && axis >= 0 && axis < src.ndim(),
@@ -187,10 +187,11 @@ void register_smooth(py::module_& m) {
           T* dp = p<T>(dst, "dst");
           py::gil_scoped_release release;
           if (restrict_) smooth::restrict_axis<T>(outer, n, inner, sp, dp, threads);
-          else smooth::prolong_axis<T>(outer, n, inner, sp, dp, threads);
+          else smooth::prolong_axis<T>(outer, n, inner, sp, dp, add, threads);
         });
       },
-      py::arg("src"), py::arg("dst"), py::arg("axis"), py::arg("restrict"), py::arg("threads") = 0,
-      "dst = P^T src (restrict) or P src along one axis, linear interpolation, coarse node j at "
+      py::arg("src"), py::arg("dst"), py::arg("axis"), py::arg("restrict"), py::arg("add") = false,
+      py::arg("threads") = 0,
+      "dst = P^T src (restrict) or P src (dst += P src with add) along one axis, linear interpolation, coarse node j at "
       "fine node 2 j (internal).");
 }

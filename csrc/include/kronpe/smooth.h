@@ -24,7 +24,7 @@
 // Transfers between a grid and the next coarser one along one axis (linear interpolation, coarse
 // node j at fine node 2 j, n_coarse = n / 2 + 1), arrays viewed as (outer, n, inner):
 //   restrict_axis  c[j] = f[2j] + (f[2j - 1] + f[2j + 1]) / 2   (P^T, terms in range)
-//   prolong_axis   f[2j] = c[j],  f[2j + 1] = (c[j] + c[j + 1]) / 2   (P)
+//   prolong_axis   f[2j] = c[j],  f[2j + 1] = (c[j] + c[j + 1]) / 2   (P; or f += P c)
 #pragma once
 #include "kronpe/common.h"
 
@@ -57,9 +57,11 @@ void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads);
 // (outer, n, inner) -> (outer, n / 2 + 1, inner), n >= 1 (n <= 2: nodes at 0 [and 2]).
 template <typename T>
 void restrict_axis(index_t outer, index_t n, index_t inner, const T* f, T* c, int threads);
-// (outer, nc, inner) -> (outer, n, inner) with nc == n / 2 + 1.
+// (outer, nc, inner) -> (outer, n, inner) with nc == n / 2 + 1; add: f += P c instead of f = P c
+// (the coarse-grid correction, without a temporary).
 template <typename T>
-void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, int threads);
+void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, bool add,
+                  int threads);
 
 // sum_i a[i] b[i] over n contiguous values, accumulated in double (the Krylov solvers' inner
 // products: no BLAS call, whose threads would spin against the kernels).

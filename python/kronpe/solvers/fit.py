@@ -366,7 +366,7 @@ class GridPlan:
         """
         ridge = self.ridge if ridge is None else _ridge_arg(ridge)
         if mask is not None:
-            mask = _validate.bool_array("mask", mask, self.shape)
+            mask = _observed_mask(mask, self.shape)
             if any(self.pads):
                 raise ValueError("pad must be 0 with a mask (reflected samples of missing values are unknown)")
         nb = _validate.nonnegative_int("batch_axes", batch_axes)
@@ -473,6 +473,14 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
     return embs
 
 
+def _observed_mask(mask, shape) -> np.ndarray:
+    """The validated boolean mask (True = observed), with at least one observed value."""
+    mask = _validate.bool_array("mask", mask, shape)
+    if mask.size and not mask.any():
+        raise ValueError("mask marks no observed value (every entry is False); at least one True is needed")
+    return mask
+
+
 def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) -> GridModel:
     """The default fit of a grid with holes (kronpe.solvers.smooth): Triangle(N_i) embedders
     (the identity at the default coordinates), thin-plate penalty, multigrid-preconditioned CG."""
@@ -483,7 +491,8 @@ def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) 
     _validate.check_array_budget("signal", list(shape) + [12 + 2 * max(1, int(np.prod(chans)))], 4,
                                  "the fill of a grid with holes needs about 12 + 2 C float32 values per node")
     flat = S.reshape(shape + (-1,))
-    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), flat, None if ridge == "gcv" else float(ridge))
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), flat, None if ridge == "gcv" else float(ridge),
+                              value_range=smooth.sample_range(flat[mask]))
     return GridModel(W.reshape(shape + chans).astype(S.dtype, copy=False), [Triangle(n) for n in shape], lam,
                      info=info)
 
@@ -550,7 +559,7 @@ def fit_grid(
     default_coords = coords is None
     coords = _coords_arg(coords, shape)
     if mask is not None:
-        mask = _validate.bool_array("mask", mask, shape)
+        mask = _observed_mask(mask, shape)
         if width is not None:
             raise ValueError("width='gcv' cannot be combined with a mask (GCV needs every sample)")
         if embedders is None and penalty is None and default_coords and pad is None and kd is None:

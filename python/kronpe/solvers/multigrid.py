@@ -73,13 +73,26 @@ def restrict(f: Array, axes: Tuple[int, ...], bufs: Optional[List[Array]] = None
     return f
 
 
-def prolong(c: Array, axes: Tuple[int, ...], shape: Tuple[int, ...], bufs: Optional[List[Array]] = None) -> Array:
-    """``P c`` along ``axes`` up to ``shape``, into ``bufs`` (one per axis, reversed) if given."""
+def prolong(c: Array, axes: Tuple[int, ...], shape: Tuple[int, ...], bufs: Optional[List[Array]] = None,
+            out: Optional[Array] = None, add: bool = False) -> Array:
+    """``P c`` along ``axes`` up to ``shape``, through ``bufs`` (one per axis, reversed) if given,
+    the last pass into ``out`` if given (``add``: ``out += P c``, in that pass)."""
     shapes = [tuple(shape)] + _coarse_shapes(shape, axes)[:-1]
+    if not axes:  # P is the identity
+        if out is None:
+            return c.copy()
+        if add:
+            out += c
+        else:
+            np.copyto(out, c)
+        return out
     for i, a in enumerate(reversed(axes)):
-        s = shapes[len(axes) - 1 - i]
-        f = np.empty(s, c.dtype) if bufs is None else bufs[i]
-        _core.grid_transfer(c, f, a, False)
+        last = i == len(axes) - 1
+        if last and out is not None:
+            f = out
+        else:
+            f = np.empty(shapes[len(axes) - 1 - i], c.dtype) if bufs is None else bufs[i]
+        _core.grid_transfer(c, f, a, False, add and last and out is not None)
         c = f
     return c
 
@@ -111,6 +124,7 @@ class _Level:
         # work arrays, allocated once: x and b of this level's V-cycle, the residual, the
         # smoother's vectors, the transfers' intermediate grids
         self.x, self.b, self.res, self.r, self.d, self.d2 = (np.empty_like(self.m) for _ in range(6))
+        self.fx = self.fr = None  # full multigrid's iterate and residual (allocated when first needed)
         cs = _coarse_shapes(self.shape, self.axes)
         self.down = [np.empty(s, m.dtype) for s in cs]
         self.up = [np.empty(s, m.dtype) for s in ([tuple(self.shape)] + cs[:-1])[::-1]]
@@ -193,42 +207,76 @@ class ThinPlateMG:
         C = self.levels[level + 1]
         restrict(L.res, L.axes, L.down[:-1] + [C.b])
         ec = self.vcycle(C.b, level + 1)
-        x += prolong(ec, L.axes, L.shape, L.up)
+        prolong(ec, L.axes, L.shape, L.up, out=x, add=True)
         L.smooth(x, b)
         return x
+
+    def fmg(self, b: Array, out: Optional[Array] = None, cycles: int = 1) -> Array:
+        """Full multigrid from zero: b restricted down to the coarsest grid, solved there, then on
+        each finer grid the prolonged solution corrected by ``cycles`` V-cycles. An approximation
+        of A^-1 b, close to each grid's discretisation error, at the cost of about 4/3
+        ``cycles`` V-cycles: the start of CG (module docstring)."""
+        levels = self.levels
+        b = np.ascontiguousarray(b, dtype=levels[0].m.dtype)
+        for L in levels:
+            if L.fx is None:  # full multigrid's iterate and residual on each level
+                L.fx, L.fr = np.empty_like(L.m), np.empty_like(L.m)
+        bs = [b]  # the coarse right-hand sides live in each level's b: a V-cycle on a level
+        for L, C in zip(levels[:-1], levels[1:]):  # writes only the b's below it
+            restrict(bs[-1], L.axes, L.down[:-1] + [C.b])
+            bs.append(C.b)
+        x = levels[-1].fx
+        x.reshape(-1)[:] = np.einsum("ij,j->i", self._inverse, bs[-1].reshape(-1).astype(np.float64))
+        for lev in range(len(levels) - 2, -1, -1):
+            L = levels[lev]
+            xf = out if lev == 0 and out is not None else L.fx
+            prolong(x, L.axes, L.shape, L.up, out=xf)
+            for _ in range(cycles):
+                _core.thin_plate(xf, L.m, L.lam, L.fr, "residual", bs[lev])
+                xf += self.vcycle(L.fr, lev)
+            x = xf
+        if out is not None and x is not out:  # a single level
+            np.copyto(out, x)
+            return out
+        return x  # a work array of the finest level, overwritten by the next call
 
     def solve(self, b: Array, x0: Optional[Array] = None, tol: float = 1e-3, maxiter: int = 100,
               operator: Optional[Callable[[Array], Array]] = None, scale: Optional[float] = None
               ) -> Tuple[Array, int, float]:
-        """PCG for A x = b (A = ``operator`` or the hierarchy's finest matrix), stopped when
+        """PCG for A x = b (A = ``operator`` or the hierarchy's finest matrix) from ``x0`` (None: the
+        full multigrid approximation, ``fmg``), stopped when
         ||z|| <= tol * ``scale`` (default ||x||), z the preconditioned residual; tol <= 0: after
         exactly ``maxiter`` iterations. Returns (x, iterations, ||z|| / scale at the end)."""
         L = self.levels[0]
         dt = L.m.dtype
         b = np.ascontiguousarray(b, dtype=dt)
+        Ap = np.empty_like(b)
         if operator is None:
             def operator(v: Array) -> Array:
-                return thin_plate_apply(v, L.m, L.lam)
-        x = np.zeros_like(b) if x0 is None else np.array(x0, dtype=dt, copy=True).reshape(b.shape)
-        r = b - operator(x) if x0 is not None else b.copy()
+                _core.thin_plate(v, L.m, L.lam, Ap)
+                return Ap
+        x = self.fmg(b, np.empty_like(b)) if x0 is None else np.array(x0, dtype=dt, copy=True).reshape(b.shape)
+        r = b - operator(x)
         z = self.vcycle(r).copy()
+        rel = self._error(x, z, scale)
+        if tol > 0 and rel <= tol:
+            return x, 0, rel
         p = z.copy()
+        tmp = np.empty_like(b)
         rz = _dot(r, z)
-        rel = np.inf
         it = 0
         for it in range(1, maxiter + 1):
             Ap = operator(p)
             pAp = _dot(p, Ap)
             if not pAp > 0:
                 break
-            a = rz / pAp
-            x += np.asarray(a, dt) * p
-            r -= np.asarray(a, dt) * Ap
+            a = np.asarray(rz / pAp, dt)
+            x += np.multiply(p, a, out=tmp)
+            r -= np.multiply(Ap, a, out=tmp)
             if it == maxiter and tol <= 0:
                 break  # a fixed number of iterations: no error estimate wanted (sweeps)
             np.copyto(z, self.vcycle(r))
-            xn = np.sqrt(_dot(x, x)) if scale is None else scale
-            rel = float(np.sqrt(_dot(z, z)) / xn) if xn > 0 else 0.0
+            rel = self._error(x, z, scale)
             if rel <= tol:
                 break
             rz_new = _dot(r, z)
@@ -237,8 +285,17 @@ class ThinPlateMG:
             rz = rz_new
         return x, it, rel
 
+    @staticmethod
+    def _error(x: Array, z: Array, scale: Optional[float]) -> float:
+        """||z|| / scale (default ||x||): the stopping measure."""
+        xn = np.sqrt(_dot(x, x)) if scale is None else scale
+        zn = np.sqrt(_dot(z, z))
+        return float(zn / xn) if xn > 0 else (0.0 if zn == 0 else np.inf)
+
 
 def _dot(a: Array, b: Array) -> float:
-    # NumPy's own pairwise sum accumulated in float64 (not BLAS: its threads spin against the
-    # kernels' on a busy machine, 20x slower here)
+    # the compiled loop accumulating in float64 (not BLAS: its threads spin against the kernels'
+    # on a busy machine, 20x slower here); NumPy's pairwise sum for other layouts
+    if a.dtype == b.dtype and a.flags.c_contiguous and b.flags.c_contiguous and a.shape == b.shape:
+        return _core.dot(a, b)
     return float(np.sum(a * b, dtype=np.float64))

@@ -457,11 +457,11 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
     rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
     if lattice is not None:
         counts = B.rmatvec(np.ones(B.shape[0])).reshape(shape)
-        W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None)
+        W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None, value_range=smooth.sample_range(s))
     else:
         S = B.to_scipy()
         W, lam, info = smooth.fit(smooth.DataTerm(shape, sparse=(S.T @ S).tocsr().astype(np.float32)), rhs, None,
-                                  samples=(S, s))
+                                  samples=(S, s), value_range=smooth.sample_range(s))
     info["grid"] = "the points' lattice" if lattice is not None else "NODES_PER_SPACING nodes per mean sample spacing"
     return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
                    info["preconditioner"])

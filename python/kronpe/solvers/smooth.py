@@ -45,6 +45,13 @@ nor a penalty is given. Decisions (documented once, here):
   five photographs with 25% random pixels, the chosen lambda's PSNR lies within 0.02 dB of the
   best of the grid k = 0, 1, ..., 4 (the earlier choice on a central 96^2 window missed by up to
   0.3 dB: a window is not the whole image). Cost: about one V-cycle per lambda tried.
+- **Clipped to the samples' range**: the grid values are clipped, channel by channel, to the
+  [min, max] of the samples (``info["clipped"]``: the fraction of values that were outside).
+  The thin-plate fit overshoots next to edges; the truth of an image lies within its samples'
+  range far more often than not. Measured on five photographs with 25% random pixels: astronaut
+  26.914 -> 26.946 dB (inpaint_biharmonic, which clips the same way, 26.944), camera +0.004,
+  coffee +0.002, chelsea and rocket +0.000/+0.001. Predictions blend clipped values with convex
+  weights, so they lie in the range too.
 - **No BLAS/LAPACK** in the solve (dot products, channel mixing and the coarsest inverse use
   NumPy's own loops): on a busy machine OpenBLAS's threads spin against the kernels (a 176^2
   Cholesky factorisation took 70 ms there and slowed every kernel after it).
@@ -56,7 +63,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .krylov import SeparablePreconditioner, pcg, sweep_ridges
-from .multigrid import ThinPlateMG, thin_plate_apply
+from .multigrid import ThinPlateMG, _dot, thin_plate_apply
 from .penalty import DifferencePenalty
 
 Array = np.ndarray
@@ -155,39 +162,56 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
     # channels in their principal basis (module docstring), the strongest first: its norm sets
     # the error scale of the others
     C = rhs.shape[-1]
-    V = principal_basis(rhs)
-    b = _mix(rhs, V)
-    start_ = None if x0 is None else _mix(x0, V)
-    W = np.empty(rhs.shape, np.float32)
+    planes = _planes(rhs)
+    V = principal_basis(planes)
+    b = _mix_planes(planes, V)
+    start_ = None if x0 is None else _mix_planes(_planes(x0), V)
+    W = []
     its, rels, scale = 0, [], None
     for c in range(C):
-        W[..., c], it, rel = mg.solve(b[..., c], None if start_ is None else start_[..., c], tol, maxiter, operator,
-                                      scale)
+        w, it, rel = mg.solve(b[c], None if start_ is None else start_[c], tol, maxiter, operator, scale)
+        W.append(w)
         if scale is None and tol > 0:
-            scale = max(float(np.sqrt(np.sum(W[..., c] * W[..., c], dtype=np.float64))), 1e-30)
+            scale = max(float(np.sqrt(_dot(w, w))), 1e-30)
         its = max(its, it)
         rels.append(rel)
-    return _mix(W, V.T) if C > 1 else W, its, np.array(rels)
+    out = np.empty(rhs.shape, np.float32)
+    for c, w in enumerate(_mix_planes(W, V.T)):
+        out[..., c] = w
+    return out, its, np.array(rels)
 
 
-def _mix(X: Array, V: Array) -> Array:
-    """X (..., C) @ V (C, C') in X's dtype, as C broadcast multiply-adds (no BLAS threads; NumPy's
-    einsum took 5 ms for a 512^2 RGB image, this 1 ms)."""
-    V = V.astype(X.dtype)
-    out = X[..., :1] * V[0]
-    for c in range(1, X.shape[-1]):
-        out += X[..., c:c + 1] * V[c]
+def _planes(X: Array) -> List[Array]:
+    """The channels of X (..., C) as C contiguous float32 arrays (mixing strided channels took
+    5 ms for a 512^2 RGB image; copied once, 1 ms)."""
+    return [np.ascontiguousarray(X[..., c], dtype=np.float32) for c in range(X.shape[-1])]
+
+
+def _mix_planes(planes: List[Array], V: Array) -> List[Array]:
+    """sum_k V[k, c] planes[k] for every column c, as broadcast multiply-adds in float32 (no BLAS
+    threads)."""
+    V = np.asarray(V, np.float32)
+    if len(planes) == 1 and V[0, 0] == 1:
+        return [planes[0]]
+    out = []
+    for c in range(V.shape[1]):
+        o = planes[0] * V[0, c]
+        for k in range(1, len(planes)):
+            o += planes[k] * V[k, c]
+        out.append(o)
     return out
 
 
-def principal_basis(rhs: Array) -> Array:
+def principal_basis(planes: List[Array]) -> Array:
     """The orthonormal (C, C) basis of the channels' second moments, strongest first (the
-    identity for one channel)."""
-    C = rhs.shape[-1]
+    identity for one channel); ``planes`` the C channels as arrays of one shape."""
+    C = len(planes)
     if C == 1:
         return np.ones((1, 1), np.float32)
-    flat = rhs.reshape(-1, C).astype(np.float64)
-    S = np.einsum("pi,pj->ij", flat, flat)  # NumPy's loops, no BLAS threads
+    S = np.empty((C, C))
+    for i in range(C):
+        for j in range(i + 1):
+            S[i, j] = S[j, i] = _dot(planes[i], planes[j])  # compiled, float64, no BLAS threads
     w, V = np.linalg.eigh(S)
     return np.ascontiguousarray(V[:, ::-1], dtype=np.float32)
 
@@ -250,7 +274,7 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
            ) -> Tuple[float, Dict[str, Any]]:
     """The held-out sweep over lambda = rho 10^-k, k in EXPONENTS (module docstring)."""
     mg = hierarchy(sub, None) if len(sub.shape) <= MG_MAX_AXES else None
-    x0 = start(sub, r_train)
+    x0 = None if mg is not None and sub.sparse is None else start(sub, r_train)  # None: full multigrid's start
 
     def run(lam, w):
         if mg is not None:
@@ -262,10 +286,19 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 
 
+def sample_range(values: Array) -> Tuple[Array, Array]:
+    """Per-channel (min, max) of samples (P, C), ignoring NaN (the clip of ``fit``)."""
+    v = np.asarray(values, np.float32).reshape(values.shape[0], -1)
+    return np.nanmin(v, axis=0), np.nanmax(v, axis=0)
+
+
 def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[int] = None,
-        samples: Optional[Tuple[Any, Array]] = None) -> Tuple[Array, float, Dict[str, Any]]:
+        samples: Optional[Tuple[Any, Array]] = None, value_range: Optional[Tuple[Array, Array]] = None
+        ) -> Tuple[Array, float, Dict[str, Any]]:
     """The default smooth fit: (grid values (N..., C) float32, lambda, info). ``samples`` = (B,
-    values) for a sparse data term B^T B: the held-out choice of lambda needs the points."""
+    values) for a sparse data term B^T B: the held-out choice of lambda needs the points.
+    ``value_range`` = per-channel (min, max) of the samples: the grid values are clipped to it
+    (module docstring)."""
     rhs = np.asarray(rhs, np.float32)
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
     info: Dict[str, Any] = {}
@@ -279,7 +312,14 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
         info.update(extra)
     else:
         lam = float(ridge)
-    W, its, rels = solve(data, rhs, lam, start(data, rhs), TOL, maxiter)
+    fmg = len(data.shape) <= MG_MAX_AXES and data.sparse is None
+    x0 = None if fmg else start(data, rhs)  # None: full multigrid's start (module docstring)
+    W, its, rels = solve(data, rhs, lam, x0, TOL, maxiter)
+    if value_range is not None and W.size:
+        lo, hi = (np.asarray(v, np.float32).reshape(-1) for v in value_range)
+        clipped = (W < lo) | (W > hi)
+        info["clipped"] = float(np.mean(clipped))
+        np.clip(W, lo, hi, out=W)
     res = float(rels.max()) if rels.size else 0.0
     mg = len(data.shape) <= MG_MAX_AXES
     info.update(iterations=int(its), residual=res, converged=res <= TOL, tol=TOL, maxiter=maxiter, rho=data.rho,
