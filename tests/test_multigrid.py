@@ -193,9 +193,45 @@ def test_smooth_defaults_on_a_lattice_volume():
     assert np.sqrt(np.mean((filled[~mask] - vol[~mask]) ** 2)) < 0.02
 
 
-@pytest.mark.parametrize("shape", [(9,), (5, 7), (3, 4, 2)], ids=str)
-def test_coarsest_matrix_is_the_penalty(shape):
-    np.testing.assert_array_equal(multigrid._dense_penalty(shape), reference.penalty_matrix(shape, 2, mixed=True))
+HIERARCHY_SHAPES = [(1,), (2,), (5,), (70,), (300,), (3, 70), (30, 17), (2, 40), (1, 1, 90), (9, 10, 11), (4, 3, 30)]
+
+
+@pytest.mark.parametrize("shape", HIERARCHY_SHAPES, ids=str)
+def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype):
+    """The compiled hierarchy (kronpe/multigrid.h) against reference.thin_plate_vcycle / _fmg:
+    grids, coarse data terms, one V-cycle, full multigrid; m with zeros (nodes without data)."""
+    m = (rng.random(shape) < 0.4) * rng.random(shape)
+    b = rng.standard_normal(shape)
+    lam = 0.05
+    mg = ThinPlateMG(m, lam, dtype=dtype)
+    want_levels = reference.thin_plate_hierarchy(m, multigrid.COARSEST)
+    assert mg.levels == [lv[0].shape for lv in want_levels]
+    for lev, (mm, _) in enumerate(want_levels):
+        _close(np.array(mg._h.data_term(lev)).reshape(mm.shape), mm, dtype)
+    kw = dict(degree=multigrid.DEGREE, lmax=multigrid.LMAX, alpha=multigrid.ALPHA, coarsest=multigrid.COARSEST)
+    v = reference.thin_plate_vcycle(b, m, lam, **kw)
+    f = reference.thin_plate_fmg(b, m, lam, **kw)
+    tol = 1e-9 if dtype == np.float64 else 2e-3
+    for got, want in ((mg.vcycle(b.astype(dtype)), v), (mg.fmg(b.astype(dtype)), f)):
+        assert got.dtype == dtype and got.shape == shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, np.abs(want).max()))
+
+
+def test_hierarchy_refuses_bad_input():
+    with pytest.raises(ValueError, match="at least one node"):
+        ThinPlateMG(np.zeros((0, 4)))
+    with pytest.raises(ValueError, match="m must be finite and >= 0"):
+        ThinPlateMG(np.full((5, 5), -1.0))
+    mg = ThinPlateMG(np.ones((9, 8)), 0.1)
+    with pytest.raises(ValueError, match="finest grid's shape"):
+        mg._h.vcycle(np.zeros((8, 9), np.float32), np.zeros((8, 9), np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        mg._h.vcycle(np.zeros((9, 8)), np.zeros((9, 8)))
+    b = np.zeros((9, 8), np.float32)
+    with pytest.raises(ValueError, match="x must not be b"):
+        mg._h.pcg(b, b, True, 1e-3, 10)
+    with pytest.raises(ValueError, match="set_ridge"):
+        ThinPlateMG(np.ones((9, 8))).solve(b)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099])

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "args.h"
+#include "kronpe/multigrid.h"
 #include "kronpe/smooth.h"
 
 namespace py = pybind11;
@@ -54,9 +55,104 @@ T* p(const Array& a, const char* name) {
   return bindings::data<T>(a, name);
 }
 
+// The finest grid's arrays of a hierarchy: its shape (padded) and dtype T.
+template <typename P, typename T>
+P* finest(const smooth::ThinPlateHierarchy<T>& h, const Array& a, const char* name) {
+  const smooth::Grid g = grid_of(a, name);
+  const smooth::Grid& f = h.grid(0);
+  require(g.n[0] == f.n[0] && g.n[1] == f.n[1] && g.n[2] == f.n[2],
+          std::string(name) + " must have the finest grid's shape");
+  return p<P>(a, name);
+}
+
+template <typename T>
+void register_hierarchy(py::module_& m, const char* name) {
+  using H = smooth::ThinPlateHierarchy<T>;
+  py::class_<H>(m, name,
+                "The multigrid hierarchy of diag(m) + lam R on a grid of 1 to 3 axes (kronpe/multigrid.h; "
+                "internal: kronpe.solvers.multigrid.ThinPlateMG wraps it).")
+      .def(py::init([](const Array& mm, int degree, double lmax, double alpha, index_t coarsest, int threads) {
+             const smooth::Grid g = grid_of(mm, "m");
+             smooth::MultigridOptions o;
+             o.degree = degree;
+             o.lmax = lmax;
+             o.alpha = alpha;
+             o.coarsest = coarsest;
+             o.threads = threads;
+             const T* mp = p<const T>(mm, "m");
+             py::gil_scoped_release release;
+             return std::make_unique<H>(g, mp, o);
+           }),
+           py::arg("m"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"), py::arg("coarsest"),
+           py::arg("threads") = 0)
+      .def("set_lambda", [](H& h, double lam) { h.set_lambda(lam); }, py::arg("lam"))
+      .def(
+          "set_data_term",
+          [](H& h, const Array& mm) {
+            const T* mp = finest<const T>(h, mm, "m");
+            py::gil_scoped_release release;
+            h.set_data_term(mp);
+          },
+          py::arg("m"), "a new data term on the same grid (lam kept)")
+      .def_property_readonly("lam", &H::lambda)
+      .def_property_readonly("shapes",
+                             [](const H& h) {
+                               std::vector<std::vector<index_t>> out;
+                               for (int l = 0; l < h.levels(); ++l) {
+                                 const smooth::Grid& g = h.grid(l);
+                                 out.push_back({g.n[0], g.n[1], g.n[2]});
+                               }
+                               return out;
+                             },
+                             "every level's grid, padded to three axes, finest first")
+      .def("data_term",
+           [](const H& h, int level) {
+             require(level >= 0 && level < h.levels(), "data_term: level out of range");
+             const auto& v = h.data_term(level);
+             return std::vector<double>(v.begin(), v.end());
+           },
+           py::arg("level"))
+      .def(
+          "vcycle",
+          [](H& h, const Array& b, const Array& x) {
+            const T* bp = finest<const T>(h, b, "b");
+            T* xp = finest<T>(h, x, "x");
+            py::gil_scoped_release release;
+            h.vcycle(bp, xp);
+          },
+          py::arg("b"), py::arg("x"), "x = V b, one V-cycle from zero")
+      .def(
+          "fmg",
+          [](H& h, const Array& b, const Array& x, int cycles) {
+            const T* bp = finest<const T>(h, b, "b");
+            T* xp = finest<T>(h, x, "x");
+            require(b.address != x.address, "fmg: x must not be b");
+            py::gil_scoped_release release;
+            h.fmg(bp, xp, cycles);
+          },
+          py::arg("b"), py::arg("x"), py::arg("cycles") = 1, "x = the full multigrid approximation of A^-1 b")
+      .def(
+          "pcg",
+          [](H& h, const Array& b, const Array& x, bool from_x, double tol, index_t maxiter, double scale) {
+            const T* bp = finest<const T>(h, b, "b");
+            T* xp = finest<T>(h, x, "x");
+            require(b.address != x.address, "pcg: x must not be b");
+            smooth::PcgResult r;
+            {
+              py::gil_scoped_release release;
+              r = h.pcg(bp, xp, from_x, tol, maxiter, scale);
+            }
+            return py::make_tuple(r.iterations, r.error);
+          },
+          py::arg("b"), py::arg("x"), py::arg("from_x"), py::arg("tol"), py::arg("maxiter"), py::arg("scale") = 0.0,
+          "multigrid-preconditioned CG from x (from_x) or from fmg(b): (iterations, ||z|| / scale)");
+}
+
 }  // namespace
 
 void register_smooth(py::module_& m) {
+  register_hierarchy<float>(m, "ThinPlateHierarchy32");
+  register_hierarchy<double>(m, "ThinPlateHierarchy64");
   m.def(
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,

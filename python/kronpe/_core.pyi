@@ -175,8 +175,34 @@ def thin_plate_cheb_start(x: Optional[Descriptor], b: Descriptor, mask: Descript
 def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Descriptor, lam: float, c1: float, c2: float, d_out: Descriptor, threads: int = 0) -> None:
     """x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal)."""
 
-def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, threads: int = 0) -> None:
-    """dst = P^T src (restrict) or P src along one axis, linear interpolation, coarse node j at fine node 2 j (internal)."""
+def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, add: bool = False, threads: int = 0) -> None:
+    """dst = P^T src (restrict) or P src (dst += P src with add) along one axis, linear interpolation, coarse node j at fine node 2 j (internal)."""
 
 def dot(a: Descriptor, b: Descriptor) -> float:
     """sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double (internal)."""
+
+
+class ThinPlateHierarchy32:
+    """The multigrid hierarchy of diag(m) + lam R on a float32 grid of 1 to 3 axes (kronpe/multigrid.h; internal:
+    kronpe.solvers.multigrid.ThinPlateMG wraps it)."""
+
+    def __init__(self, m: Descriptor, degree: int, lmax: float, alpha: float, coarsest: int, threads: int = 0) -> None: ...
+    def set_lambda(self, lam: float) -> None: ...
+    def set_data_term(self, m: Descriptor) -> None:
+        """A new data term on the same grid (lam kept)."""
+    @property
+    def lam(self) -> float: ...
+    @property
+    def shapes(self) -> List[List[int]]:
+        """Every level's grid, padded to three axes, finest first."""
+    def data_term(self, level: int) -> List[float]: ...
+    def vcycle(self, b: Descriptor, x: Descriptor) -> None:
+        """x = V b, one V-cycle from zero."""
+    def fmg(self, b: Descriptor, x: Descriptor, cycles: int = 1) -> None:
+        """x = the full multigrid approximation of A^-1 b."""
+    def pcg(self, b: Descriptor, x: Descriptor, from_x: bool, tol: float, maxiter: int, scale: float = 0.0) -> Tuple[int, float]:
+        """Multigrid-preconditioned CG from x (from_x) or from fmg(b): (iterations, ||z|| / scale)."""
+
+
+class ThinPlateHierarchy64(ThinPlateHierarchy32):
+    """The same on a float64 grid."""

@@ -406,6 +406,82 @@ def grid_transfer(src, axis: int, restrict: bool, n: int) -> np.ndarray:
     return np.moveaxis(np.tensordot(M, np.asarray(src, np.float64), axes=([1], [axis])), 0, axis)
 
 
+
+def thin_plate_hierarchy(m, coarsest: int = 64):
+    """The multigrid grids of diag(m) + lam R: [(m_l, halved axes_l)], finest first; each coarser
+    grid halves every axis of >= 3 nodes (P^T along each in turn) until at most ``coarsest``
+    nodes remain or none can be halved."""
+    m = np.asarray(m, np.float64)
+    out = []
+    while True:
+        axes = tuple(a for a, n in enumerate(m.shape) if n >= 3)
+        if m.size <= coarsest or not axes:
+            out.append((m, ()))
+            return out
+        out.append((m, axes))
+        for a in axes:
+            m = grid_transfer(m, a, True, m.shape[a])
+
+
+def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha):
+    """``degree`` Chebyshev steps on diag(A)^-1 A over [lmax / alpha, lmax] from x (None: 0)."""
+    lo, hi = lmax / alpha, lmax
+    theta, delta = (hi + lo) / 2, (hi - lo) / 2
+    sigma = theta / delta
+    rho = 1 / sigma
+    x = np.zeros_like(b) if x is None else x.copy()
+    r, d = thin_plate_cheb_start(x, b, m, lam, theta)
+    for _ in range(degree - 1):
+        rho_n = 1 / (2 * sigma - rho)
+        r, x, d = thin_plate_cheb_step(d, r, x, m, lam, rho_n * rho, 2 * rho_n / delta)
+        rho = rho_n
+    return x + d
+
+
+def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
+                      coarsest: int = 64, level: int = 0, levels=None) -> np.ndarray:
+    """One V-cycle from zero for diag(m) + lam R (kronpe/multigrid.h), with dense matrices: the
+    same Chebyshev smoothing before and after the coarse correction, lam_c = lam 2^c / 16 (c the
+    halved axes), the coarsest grid solved densely (+ 1e-10 max|A| on the diagonal)."""
+    levels = thin_plate_hierarchy(m, coarsest) if levels is None else levels
+    b = np.asarray(b, np.float64)
+    mm, axes = levels[level]
+    if level == len(levels) - 1:
+        A = thin_plate_matrix(mm.shape, mm, lam)
+        A += 1e-10 * max(np.abs(A).max(), 1e-300) * np.eye(A.shape[0])
+        return np.linalg.solve(A, b.ravel()).reshape(b.shape)
+    x = _chebyshev_smooth(None, b, mm, lam, degree, lmax, alpha)
+    res = b - thin_plate_apply(x, mm, lam)
+    for a in axes:
+        res = grid_transfer(res, a, True, res.shape[a])
+    e = thin_plate_vcycle(res, m, lam * 2.0 ** len(axes) / 16, degree, lmax, alpha, coarsest, level + 1, levels)
+    for a in reversed(axes):
+        e = grid_transfer(e, a, False, mm.shape[a])
+    return _chebyshev_smooth(x + e, b, mm, lam, degree, lmax, alpha)
+
+
+def thin_plate_fmg(b, m, lam: float, cycles: int = 1, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
+                   coarsest: int = 64) -> np.ndarray:
+    """Full multigrid from zero: b restricted to every grid, the coarsest solved, then on each finer
+    grid the prolonged solution corrected by ``cycles`` V-cycles (of that grid's hierarchy)."""
+    levels = thin_plate_hierarchy(m, coarsest)
+    bs, lams = [np.asarray(b, np.float64)], [lam]
+    for mm, axes in levels[:-1]:
+        c = bs[-1]
+        for a in axes:
+            c = grid_transfer(c, a, True, c.shape[a])
+        bs.append(c)
+        lams.append(lams[-1] * 2.0 ** len(axes) / 16)
+    x = thin_plate_vcycle(bs[-1], m, lams[-1], degree, lmax, alpha, coarsest, len(levels) - 1, levels)
+    for lev in range(len(levels) - 2, -1, -1):
+        mm, axes = levels[lev]
+        for a in reversed(axes):
+            x = grid_transfer(x, a, False, mm.shape[a])
+        for _ in range(cycles):
+            x = x + thin_plate_vcycle(bs[lev] - thin_plate_apply(x, mm, lams[lev]), m, lams[lev], degree, lmax,
+                                      alpha, coarsest, lev, levels)
+    return x
+
 # ---- resampling (kronpe.resampling) ----------------------------------------------------------------
 
 

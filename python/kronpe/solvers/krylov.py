@@ -79,11 +79,13 @@ def pcg(apply: Callable[[Array], Array], precond: Callable[[Array], Array], rhs:
 
 
 def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callable[[Array], float],
-                 lams: Sequence[float], ratio: float) -> Tuple[float, List[float], List[float]]:
+                 lams: Sequence[float], ratio: float, flat: Optional[float] = None
+                 ) -> Tuple[float, List[float], List[float]]:
     """The held-out choice of lambda over ``lams`` (largest first, ``ratio`` between neighbours).
 
     Each solve is warm-started from the previous one; the sweep stops once the held-out error
-    has risen twice in a row; the best value is refined by one parabolic step in log lambda
+    has risen twice in a row, or (``flat`` given) has fallen by less than the fraction ``flat``
+    twice in a row (the curve is flat: smaller lambdas change the fit's error no more); the best value is refined by one parabolic step in log lambda
     through it and its neighbours (at most half a step of the sweep either way), kept if it
     measures better. Returns (best, lambdas tried, their errors).
     """
@@ -96,6 +98,9 @@ def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callab
         sols.append(x)
         if len(errs) >= 3 and errs[-1] > errs[-2] > errs[-3]:
             break  # the held-out error has risen twice: the minimum is behind
+        if flat is not None and len(errs) >= 3 and all(
+                e_prev - e < flat * e_prev for e_prev, e in ((errs[-3], errs[-2]), (errs[-2], errs[-1]))):
+            break  # flat twice: smaller lambdas would not change the error
     k = int(np.argmin(errs))
     best = tried[k]
     if 0 < k < len(tried) - 1:  # one parabolic step in log lambda through the three best

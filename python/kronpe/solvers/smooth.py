@@ -73,6 +73,8 @@ MG_MAX_AXES = 3
 EXPONENTS = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 SWEEP_TOL = 0.0
 SWEEP_MAXITER = 1
+SWEEP_FLAT = 3e-3
+HIERARCHY_KEY = "_hierarchy"
 MIN_HOLDOUT = 20
 FALLBACK_EXPONENT = 2.0
 HOLDOUT_FRACTION = 0.1
@@ -216,10 +218,14 @@ def principal_basis(planes: List[Array]) -> Array:
     return np.ascontiguousarray(V[:, ::-1], dtype=np.float32)
 
 
+def lumped(data: DataTerm) -> Array:
+    """The row sums of a sparse data term B^T B (i.e. B^T 1): the hierarchy's diagonal."""
+    return np.asarray(data.sparse.sum(axis=1), np.float32).reshape(data.shape)
+
+
 def hierarchy(data: DataTerm, lam: Optional[float]) -> ThinPlateMG:
     """The multigrid hierarchy of M + lam R (M lumped when not diagonal)."""
-    m = data.diag if data.sparse is None else np.asarray(data.sparse.sum(axis=1), np.float32).reshape(data.shape)
-    return ThinPlateMG(m, lam)
+    return ThinPlateMG(data.diag if data.sparse is None else lumped(data), lam)
 
 
 def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[str, Any]]:
@@ -282,8 +288,10 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
         return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, SWEEP_MAXITER), mg=mg)[0]
 
     ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
-    best, lams, errs = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio)
-    return best, {"ridge_candidates": lams, "holdout_errors": errs}
+    best, lams, errs = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio, flat=SWEEP_FLAT)
+    # the hierarchy goes back to fit (HIERARCHY_KEY), which gives it the whole data term: its work
+    # arrays are allocated once per fit
+    return best, {"ridge_candidates": lams, "holdout_errors": errs, HIERARCHY_KEY: mg}
 
 
 def sample_range(values: Array) -> Tuple[Array, Array]:
@@ -314,17 +322,21 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
         lam = float(ridge)
     fmg = len(data.shape) <= MG_MAX_AXES and data.sparse is None
     x0 = None if fmg else start(data, rhs)  # None: full multigrid's start (module docstring)
-    W, its, rels = solve(data, rhs, lam, x0, TOL, maxiter)
+    mg = info.pop(HIERARCHY_KEY, None)
+    if mg is not None:
+        m = data.diag if data.sparse is None else lumped(data)
+        mg.set_data(m).set_ridge(lam)
+    W, its, rels = solve(data, rhs, lam, x0, TOL, maxiter, mg=mg)
     if value_range is not None and W.size:
         lo, hi = (np.asarray(v, np.float32).reshape(-1) for v in value_range)
         clipped = (W < lo) | (W > hi)
         info["clipped"] = float(np.mean(clipped))
         np.clip(W, lo, hi, out=W)
     res = float(rels.max()) if rels.size else 0.0
-    mg = len(data.shape) <= MG_MAX_AXES
+    multigrid = len(data.shape) <= MG_MAX_AXES
     info.update(iterations=int(its), residual=res, converged=res <= TOL, tol=TOL, maxiter=maxiter, rho=data.rho,
                 penalty=repr(PENALTY),
-                preconditioner="a multigrid V-cycle (Chebyshev smoothing)" if mg else
+                preconditioner="a multigrid V-cycle (Chebyshev smoothing)" if multigrid else
                 "(rho I + lambda R)^-1 in the DCT-II basis",
-                stopping="||M r|| / ||W|| (error estimate)" if mg else "relative residual")
+                stopping="||M r|| / ||W|| (error estimate)" if multigrid else "relative residual")
     return W, lam, info

@@ -1,0 +1,335 @@
+// kronpe C++ core: the multigrid solver of the thin-plate systems (kronpe/multigrid.h).
+#include "kronpe/multigrid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace kronpe::smooth {
+
+namespace {
+
+constexpr index_t kMinNodes = 3;  // an axis of fewer nodes is not halved
+
+template <typename T>
+double norm2(index_t n, const T* a) {
+  return std::sqrt(std::max(dot(n, a, a), 0.0));
+}
+
+// x += a p, r -= a q (CG's update of the iterate and the residual)
+template <typename T>
+KRONPE_CLONES void cg_update(index_t n, T a, const T* __restrict p, const T* __restrict q,
+                             T* __restrict x, T* __restrict r) {
+  for (index_t i = 0; i < n; ++i) {
+    x[i] += a * p[i];
+    r[i] -= a * q[i];
+  }
+}
+
+// p = z + beta p
+template <typename T>
+KRONPE_CLONES void cg_direction(index_t n, T beta, const T* __restrict z, T* __restrict p) {
+  for (index_t i = 0; i < n; ++i) p[i] = z[i] + beta * p[i];
+}
+
+template <typename T>
+KRONPE_CLONES void add_into(index_t n, const T* __restrict a, T* __restrict x) {
+  for (index_t i = 0; i < n; ++i) x[i] += a[i];
+}
+
+// The (outer, n, inner) view of axis a of a three-axis shape.
+void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int k = 0; k < a; ++k) outer *= s[k];
+  for (int k = a + 1; k < 3; ++k) inner *= s[k];
+}
+
+}  // namespace
+
+template <typename T>
+void ThinPlateHierarchy<T>::check_data_term(const T* m) const {
+  const index_t size = levels_.empty() ? 0 : levels_[0].g.size();
+  bool ok = true;
+  for (index_t i = 0; i < size; ++i) ok = ok && m[i] >= T(0) && m[i] <= std::numeric_limits<T>::max();
+  require(ok, "multigrid: m must be finite and >= 0");
+}
+
+template <typename T>
+ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const MultigridOptions& options)
+    : opt_(options) {
+  require(opt_.degree >= 1 && opt_.degree <= 16, "multigrid: degree must be 1 to 16");
+  require(opt_.lmax > 0 && opt_.alpha > 1, "multigrid: need lmax > 0 and alpha > 1");
+  require(opt_.coarsest >= 1 && opt_.coarsest <= 4096, "multigrid: coarsest must be 1 to 4096 nodes");
+  checked_threads(opt_.threads);
+  for (int a = 0; a < 3; ++a) require(g.n[a] >= 0, "multigrid: negative grid size");
+  const index_t size = checked_mul(checked_mul(g.n[0], g.n[1], "multigrid: grid"), g.n[2], "multigrid: grid");
+  require(size >= 1, "multigrid: the grid has no nodes");
+  Level first;
+  first.g = g;
+  first.m.assign(m, m + size);
+  levels_.push_back(std::move(first));
+  check_data_term(m);
+  for (;;) {
+    Level& L = levels_.back();
+    bool any = false;
+    for (int a = 0; a < 3; ++a) {
+      L.halve[a] = L.g.n[a] >= kMinNodes;
+      any = any || L.halve[a];
+    }
+    if (L.g.size() <= opt_.coarsest || !any) {
+      for (bool& h : L.halve) h = false;
+      break;
+    }
+    Level C;
+    for (int a = 0; a < 3; ++a) C.g.n[a] = L.halve[a] ? coarse_length(L.g.n[a]) : L.g.n[a];
+    C.m.resize(static_cast<std::size_t>(C.g.size()));
+    L.d.resize(static_cast<std::size_t>(L.g.size()));
+    L.d2.resize(L.d.size());
+    restrict_down(int(levels_.size()) - 1, L.m.data(), C.m.data());
+    levels_.push_back(std::move(C));
+  }
+  for (Level& L : levels_) {
+    const std::size_t n = L.m.size();
+    for (auto* v : {&L.x, &L.b, &L.r, &L.d, &L.d2, &L.fr}) v->resize(n);
+  }
+  for (std::size_t l = 1; l < levels_.size(); ++l) levels_[l].fx.resize(levels_[l].m.size());
+
+  // Chebyshev coefficients over [lmax / alpha, lmax]
+  const double lo = opt_.lmax / opt_.alpha, hi = opt_.lmax;
+  theta_ = (hi + lo) / 2;
+  const double delta = (hi - lo) / 2, sigma = theta_ / delta;
+  double rho = 1.0 / sigma;
+  for (int k = 1; k < opt_.degree; ++k) {
+    const double rho_n = 1.0 / (2.0 * sigma - rho);
+    steps_.emplace_back(T(rho_n * rho), T(2.0 * rho_n / delta));
+    rho = rho_n;
+  }
+
+  // R on the coarsest grid, column by column (the same kernel in double)
+  const Level& last = levels_.back();
+  const index_t n = last.g.size();
+  penalty_.assign(static_cast<std::size_t>(n * n), 0.0);
+  std::vector<double> unit(static_cast<std::size_t>(n), 0.0), zero(unit.size(), 0.0), col(unit.size());
+  for (index_t j = 0; j < n; ++j) {
+    unit[j] = 1.0;
+    thin_plate_apply<double>(last.g, unit.data(), zero.data(), 1.0, col.data(), 1);
+    for (index_t i = 0; i < n; ++i) penalty_[i * n + j] = col[i];
+    unit[j] = 0.0;
+  }
+  chol_.assign(penalty_.size(), 0.0);
+  cb_.resize(static_cast<std::size_t>(n));
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::set_data_term(const T* m) {
+  check_data_term(m);
+  std::copy(m, m + levels_[0].g.size(), levels_[0].m.begin());
+  for (std::size_t l = 0; l + 1 < levels_.size(); ++l)
+    restrict_down(int(l), levels_[l].m.data(), levels_[l + 1].m.data());
+  set_lambda(lam_);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::set_lambda(double lam) {
+  require(std::isfinite(lam) && lam >= 0, "multigrid: lam must be finite and >= 0");
+  lam_ = lam;
+  double scale = 1.0;
+  for (Level& L : levels_) {
+    L.lam = T(lam * scale);
+    const int c = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
+    scale *= std::ldexp(1.0, c) / 16.0;
+  }
+  // the coarsest A = diag(m) + lam R (+ a relative 1e-10 on the diagonal: R's null space where
+  // m == 0), factorised A = L L^T
+  const Level& last = levels_.back();
+  const index_t n = last.g.size();
+  const double lam_c = double(last.lam);
+  double amax = 0.0;
+  for (index_t i = 0; i < n * n; ++i) {
+    chol_[i] = lam_c * penalty_[i];
+    amax = std::max(amax, std::abs(chol_[i]));
+  }
+  for (index_t i = 0; i < n; ++i) {
+    chol_[i * n + i] += double(last.m[i]);
+    amax = std::max(amax, std::abs(chol_[i * n + i]));
+  }
+  const double eps = 1e-10 * std::max(amax, std::numeric_limits<double>::min());
+  for (index_t i = 0; i < n; ++i) chol_[i * n + i] += eps;
+  for (index_t j = 0; j < n; ++j) {
+    double* Lj = &chol_[j * n];
+    double d = Lj[j];
+    for (index_t k = 0; k < j; ++k) d -= Lj[k] * Lj[k];
+    d = std::sqrt(std::max(d, eps));
+    Lj[j] = d;
+    for (index_t i = j + 1; i < n; ++i) {
+      double* Li = &chol_[i * n];
+      double s = Li[j];
+      for (index_t k = 0; k < j; ++k) s -= Li[k] * Lj[k];
+      Li[j] = s / d;
+    }
+  }
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::coarsest_solve(const T* b, T* x) {
+  const index_t n = levels_.back().g.size();
+  for (index_t i = 0; i < n; ++i) {  // L y = b
+    double s = double(b[i]);
+    for (index_t k = 0; k < i; ++k) s -= chol_[i * n + k] * cb_[k];
+    cb_[i] = s / chol_[i * n + i];
+  }
+  for (index_t i = n - 1; i >= 0; --i) {  // L^T x = y
+    double s = cb_[i];
+    for (index_t k = i + 1; k < n; ++k) s -= chol_[k * n + i] * cb_[k];
+    cb_[i] = s / chol_[i * n + i];
+  }
+  for (index_t i = 0; i < n; ++i) x[i] = T(cb_[i]);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::restrict_down(int level, const T* f, T* c) {
+  Level& L = levels_[level];
+  index_t s[3] = {L.g.n[0], L.g.n[1], L.g.n[2]};
+  int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
+  T* bufs[2] = {L.d.data(), L.d2.data()};
+  int k = 0;
+  const T* src = f;
+  for (int a = 0; a < 3; ++a) {
+    if (!L.halve[a]) continue;
+    T* dst = --left == 0 ? c : bufs[k++ % 2];
+    index_t outer, inner;
+    axis_view(s, a, outer, inner);
+    restrict_axis<T>(outer, s[a], inner, src, dst, opt_.threads);
+    s[a] = coarse_length(s[a]);
+    src = dst;
+  }
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::prolong_up(int level, const T* c, T* f, bool add) {
+  Level& L = levels_[level];
+  index_t s[3];
+  for (int a = 0; a < 3; ++a) s[a] = L.halve[a] ? coarse_length(L.g.n[a]) : L.g.n[a];
+  int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
+  T* bufs[2] = {L.d.data(), L.d2.data()};
+  int k = 0;
+  const T* src = c;
+  for (int a = 2; a >= 0; --a) {
+    if (!L.halve[a]) continue;
+    const bool last = --left == 0;
+    T* dst = last ? f : bufs[k++ % 2];
+    s[a] = L.g.n[a];
+    index_t outer, inner;
+    axis_view(s, a, outer, inner);
+    prolong_axis<T>(outer, s[a], inner, src, dst, last && add, opt_.threads);
+    src = dst;
+  }
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero) {
+  T* r = L.r.data();
+  T* d = L.d.data();
+  T* d2 = L.d2.data();
+  if (zero) std::fill(x, x + L.g.size(), T(0));
+  thin_plate_cheb_start<T>(L.g, zero ? nullptr : x, b, L.m.data(), L.lam, T(theta_), r, d, opt_.threads);
+  for (const auto& [c1, c2] : steps_) {
+    thin_plate_cheb_step<T>(L.g, d, r, x, L.m.data(), L.lam, c1, c2, d2, opt_.threads);
+    std::swap(d, d2);
+  }
+  add_into(L.g.size(), d, x);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b) {
+  Level& L = levels_[level];
+  T* x = L.x.data();
+  if (level == int(levels_.size()) - 1) {
+    coarsest_solve(b, x);
+    return;
+  }
+  smooth(L, x, b, true);
+  thin_plate_residual<T>(L.g, x, b, L.m.data(), L.lam, L.r.data(), opt_.threads);
+  Level& C = levels_[level + 1];
+  restrict_down(level, L.r.data(), C.b.data());
+  vcycle_at(level + 1, C.b.data());
+  prolong_up(level, C.x.data(), x, true);
+  smooth(L, x, b, false);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::vcycle(const T* b, T* x) {
+  vcycle_at(0, b);
+  std::copy(levels_[0].x.begin(), levels_[0].x.end(), x);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
+  require(cycles >= 0, "multigrid: cycles must be >= 0");
+  const int top = int(levels_.size()) - 1;
+  // the right-hand sides of the coarse grids live in each level's b: a V-cycle on a level
+  // writes only the b's below it
+  std::vector<const T*> bs(levels_.size());
+  bs[0] = b;
+  for (int l = 0; l < top; ++l) {
+    restrict_down(l, bs[l], levels_[l + 1].b.data());
+    bs[l + 1] = levels_[l + 1].b.data();
+  }
+  T* xc = top == 0 ? x : levels_[top].fx.data();
+  coarsest_solve(bs[top], xc);
+  for (int l = top - 1; l >= 0; --l) {
+    Level& L = levels_[l];
+    T* xf = l == 0 ? x : L.fx.data();
+    prolong_up(l, xc, xf, false);
+    for (int c = 0; c < cycles; ++c) {
+      thin_plate_residual<T>(L.g, xf, bs[l], L.m.data(), L.lam, L.fr.data(), opt_.threads);
+      vcycle_at(l, L.fr.data());
+      add_into(L.g.size(), L.x.data(), xf);
+    }
+    xc = xf;
+  }
+}
+
+template <typename T>
+PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter,
+                                     double scale) {
+  require(maxiter >= 0, "multigrid: maxiter must be >= 0");
+  Level& F = levels_[0];
+  const index_t n = F.g.size();
+  for (auto* v : {&r_, &z_, &p_, &ap_}) v->resize(static_cast<std::size_t>(n));
+  T *r = r_.data(), *z = z_.data(), *p = p_.data(), *ap = ap_.data();
+  auto error = [&]() {
+    const double xn = scale > 0 ? scale : norm2(n, x), zn = norm2(n, z);
+    return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+  };
+  if (!from_x) fmg(b, x, 1);
+  thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads);
+  vcycle(r, z);
+  PcgResult out;
+  out.error = error();
+  if (tol > 0 && out.error <= tol) return out;
+  std::copy(z, z + n, p);
+  double rz = dot(n, r, z);
+  for (index_t it = 1; it <= maxiter; ++it) {
+    out.iterations = it;
+    thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads);
+    const double pap = dot(n, p, ap);
+    if (!(pap > 0)) break;
+    cg_update(n, T(rz / pap), p, ap, x, r);
+    if (it == maxiter && tol <= 0) break;  // a fixed number of iterations (sweeps)
+    vcycle(r, z);
+    out.error = error();
+    if (out.error <= tol) break;
+    const double rz_new = dot(n, r, z);
+    cg_direction(n, T(rz_new / rz), z, p);
+    rz = rz_new;
+  }
+  return out;
+}
+
+template class ThinPlateHierarchy<float>;
+template class ThinPlateHierarchy<double>;
+
+}  // namespace kronpe::smooth

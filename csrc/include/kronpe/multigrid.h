@@ -1,0 +1,113 @@
+// kronpe C++ core: the multigrid solver of the thin-plate smoothing systems
+//
+//     (diag(m) + lam R) x = b          (kronpe/smooth.h: the operator, the transfers)
+//
+// on grids of 1 to 3 axes (MATH.md 3.6; the decisions are documented in
+// kronpe.solvers.multigrid, whose Python loop this is, compiled so that a V-cycle is one call):
+//
+// - Hierarchy: each coarser grid halves every axis of >= 3 nodes (n -> n / 2 + 1) until at most
+//   `coarsest` nodes remain or no axis can be halved; m_c = P^T m, lam_c = lam 2^c / 16 (c the
+//   halved axes); the coarsest grid solved by a dense Cholesky factorisation in double.
+// - Smoother: Chebyshev polynomials of degree `degree` in diag(A)^-1 A over [lmax / alpha, lmax],
+//   the same before and after the coarse correction (a symmetric V-cycle).
+// - fmg: full multigrid from zero (b restricted to the coarsest grid, solved, then on every finer
+//   grid the prolonged solution corrected by `cycles` V-cycles).
+// - pcg: CG preconditioned by one V-cycle, from x (from_x) or from fmg(b); stops when
+//   ||z|| <= tol * scale (scale <= 0: ||x||), z the preconditioned residual; tol <= 0: after
+//   exactly maxiter iterations.
+// Work arrays are owned by the hierarchy: one object serves one thread of calls at a time.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kronpe/smooth.h"
+
+namespace kronpe::smooth {
+
+struct MultigridOptions {
+  int degree = 3;         // Chebyshev steps per smoothing
+  double lmax = 4.0;      // Gershgorin's bound of diag(A)^-1 A for this stencil
+  double alpha = 8.0;     // the smoother targets [lmax / alpha, lmax]
+  index_t coarsest = 64;  // nodes at most on the coarsest grid (solved densely)
+  int threads = 0;        // of the kernels (0: OpenMP's default)
+};
+
+struct PcgResult {
+  index_t iterations = 0;
+  double error = 0.0;  // ||z|| / scale at the end
+};
+
+// An allocator that leaves new elements uninitialised (work arrays are written before they are
+// read; zero-filling them cost as much as a V-cycle).
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+template <typename T>
+using WorkArray = std::vector<T, UninitAllocator<T>>;
+
+template <typename T>
+class ThinPlateHierarchy {
+ public:
+  // m: the finest grid's data term (g.size() values >= 0), copied.
+  ThinPlateHierarchy(const Grid& g, const T* m, const MultigridOptions& options);
+
+  void set_lambda(double lam);  // every level's lam and the coarsest factorisation
+  // A new data term of the same grid (the coarse ones restricted again; lam kept).
+  void set_data_term(const T* m);
+  double lambda() const { return lam_; }
+  int levels() const { return int(levels_.size()); }
+  const Grid& grid(int level) const { return levels_.at(level).g; }
+  const WorkArray<T>& data_term(int level) const { return levels_.at(level).m; }
+
+  // x = V b (one V-cycle from zero); b and x: finest-grid arrays, not aliased.
+  void vcycle(const T* b, T* x);
+  // x = the full multigrid approximation of A^-1 b.
+  void fmg(const T* b, T* x, int cycles);
+  // PCG for A x = b (module comment); x in/out.
+  PcgResult pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter, double scale);
+
+ private:
+  struct Level {
+    Grid g;
+    bool halve[3] = {false, false, false};
+    T lam = T(0);
+    // m; V-cycle: x (result), b (rhs from the finer level), the smoother's r (then the
+    // residual), d, d2 (also the transfers' intermediate grids); fmg: fx (iterate), fr (residual)
+    WorkArray<T> m, x, b, r, d, d2, fx, fr;
+  };
+
+  void smooth(Level& L, T* x, const T* b, bool zero);
+  void vcycle_at(int level, const T* b);  // result in levels_[level].x
+  void restrict_down(int level, const T* f, T* c);
+  void prolong_up(int level, const T* c, T* f, bool add);
+  void coarsest_solve(const T* b, T* x);
+  void check_data_term(const T* m) const;
+
+  MultigridOptions opt_;
+  std::vector<Level> levels_;
+  double lam_ = 0.0;
+  double theta_ = 0.0;
+  std::vector<std::pair<T, T>> steps_;  // (c1, c2) of each later Chebyshev step
+  std::vector<double> penalty_;         // R on the coarsest grid, dense (n, n)
+  std::vector<double> chol_;            // Cholesky factor of the coarsest A, lower, (n, n)
+  std::vector<double> cb_;              // the coarsest solve's vector
+  WorkArray<T> r_, z_, p_, ap_;         // pcg's vectors (allocated on first use)
+};
+
+}  // namespace kronpe::smooth
