@@ -24,33 +24,35 @@ def _close(got, want, dtype):
     np.testing.assert_allclose(got, want, rtol=0, atol=RTOL[dtype] * scale * 10)
 
 
+@pytest.mark.parametrize("reflect", [False, True], ids=["natural", "reflect"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_apply_residual_diag_match_reference(rng, shape, dtype):
+def test_apply_residual_diag_match_reference(rng, shape, dtype, reflect):
     x, m, b = _case(rng, shape, dtype)
     lam = 0.37
-    want = reference.thin_plate_apply(x, m, lam)
-    _close(multigrid.thin_plate_apply(x, m, lam), want, dtype)
+    want = reference.thin_plate_apply(x, m, lam, reflect)
+    _close(multigrid.thin_plate_apply(x, m, lam, reflect=reflect), want, dtype)
     out = np.empty_like(x)
-    _core.thin_plate(x, m, lam, out, "residual", b)
+    _core.thin_plate(x, m, lam, out, "residual", b, reflect=reflect)
     _close(out, b - want, dtype)
-    _core.thin_plate_diag(m, lam, out)
-    _close(out, np.diag(reference.thin_plate_matrix(shape, m, lam)).reshape(shape), dtype)
+    _core.thin_plate_diag(m, lam, out, reflect=reflect)
+    _close(out, np.diag(reference.thin_plate_matrix(shape, m, lam, reflect)).reshape(shape), dtype)
 
 
+@pytest.mark.parametrize("reflect", [False, True], ids=["natural", "reflect"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_chebyshev_kernels_match_reference(rng, shape, dtype):
+def test_chebyshev_kernels_match_reference(rng, shape, dtype, reflect):
     x, m, b = _case(rng, shape, dtype)
     lam, theta, c1, c2 = 0.21, 2.25, 0.4, 0.7
     for x0 in (x, None):
         r, d = np.empty_like(x), np.empty_like(x)
-        _core.thin_plate_cheb_start(x0, b, m, lam, theta, r, d)
-        r_ref, d_ref = reference.thin_plate_cheb_start(x0, b, m, lam, theta)
+        _core.thin_plate_cheb_start(x0, b, m, lam, theta, r, d, reflect=reflect)
+        r_ref, d_ref = reference.thin_plate_cheb_start(x0, b, m, lam, theta, reflect)
         _close(r, r_ref, dtype)
         _close(d, d_ref, dtype)
     d_out = np.empty_like(x)
     x2 = x.copy()
-    _core.thin_plate_cheb_step(d, r, x2, m, lam, c1, c2, d_out)
-    r_ref, x_ref, d_ref = reference.thin_plate_cheb_step(d_ref, r_ref, x, m, lam, c1, c2)
+    _core.thin_plate_cheb_step(d, r, x2, m, lam, c1, c2, d_out, reflect=reflect)
+    r_ref, x_ref, d_ref = reference.thin_plate_cheb_step(d_ref, r_ref, x, m, lam, c1, c2, reflect)
     _close(r, r_ref, dtype)
     _close(x2, x_ref, dtype)
     _close(d_out, d_ref, dtype)
@@ -127,13 +129,14 @@ def test_kernels_refuse_bad_arrays(rng):
         _core.grid_transfer(x, np.zeros((4, 4), np.float32), 1, True)
 
 
+@pytest.mark.parametrize("reflect", [False, True], ids=["natural", "reflect"])
 @pytest.mark.parametrize("shape,lam", [((37,), 0.3), ((33, 40), 1e-3), ((31, 17), 1.0), ((12, 11, 10), 1e-2), ((2, 70), 0.1)],
                          ids=str)
-def test_pcg_matches_dense_solve(rng, shape, lam):
+def test_pcg_matches_dense_solve(rng, shape, lam, reflect):
     m = (rng.random(shape) < 0.3).astype(np.float64)
     b = m * rng.standard_normal(shape)
-    want = np.linalg.solve(reference.thin_plate_matrix(shape, m, lam), b.ravel()).reshape(shape)
-    mg = ThinPlateMG(m, lam, dtype=np.float64)
+    want = np.linalg.solve(reference.thin_plate_matrix(shape, m, lam, reflect), b.ravel()).reshape(shape)
+    mg = ThinPlateMG(m, lam, dtype=np.float64, reflect=reflect)
     assert len(mg.levels) > 1 or np.prod(shape) <= multigrid.COARSEST
     x, its, rel = mg.solve(b, None, 1e-10, 200)
     assert rel <= 1e-10
@@ -196,19 +199,21 @@ def test_smooth_defaults_on_a_lattice_volume():
 HIERARCHY_SHAPES = [(1,), (2,), (5,), (70,), (300,), (3, 70), (30, 17), (2, 40), (1, 1, 90), (9, 10, 11), (4, 3, 30)]
 
 
+@pytest.mark.parametrize("reflect", [False, True], ids=["natural", "reflect"])
 @pytest.mark.parametrize("shape", HIERARCHY_SHAPES, ids=str)
-def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype):
+def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype, reflect):
     """The compiled hierarchy (kronpe/multigrid.h) against reference.thin_plate_vcycle / _fmg:
     grids, coarse data terms, one V-cycle, full multigrid; m with zeros (nodes without data)."""
     m = (rng.random(shape) < 0.4) * rng.random(shape)
     b = rng.standard_normal(shape)
     lam = 0.05
-    mg = ThinPlateMG(m, lam, dtype=dtype)
+    mg = ThinPlateMG(m, lam, dtype=dtype, reflect=reflect)
     want_levels = reference.thin_plate_hierarchy(m, multigrid.COARSEST)
     assert mg.levels == [lv[0].shape for lv in want_levels]
     for lev, (mm, _) in enumerate(want_levels):
         _close(np.array(mg._h.data_term(lev)).reshape(mm.shape), mm, dtype)
-    kw = dict(degree=multigrid.DEGREE, lmax=multigrid.LMAX, alpha=multigrid.ALPHA, coarsest=multigrid.COARSEST)
+    kw = dict(degree=multigrid.DEGREE, lmax=multigrid.LMAX, alpha=multigrid.ALPHA, coarsest=multigrid.COARSEST,
+              reflect=reflect)
     v = reference.thin_plate_vcycle(b, m, lam, **kw)
     f = reference.thin_plate_fmg(b, m, lam, **kw)
     tol = 1e-9 if dtype == np.float64 else 2e-3

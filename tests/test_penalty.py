@@ -7,7 +7,8 @@ import kronpe
 from kronpe import DifferencePenalty, Gaussian, GridPlan, Triangle, fit_grid, fit_points, reference
 
 SHAPES = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
-ORDERS = [(1, False), (2, False), (2, True), (3, False)]
+ORDERS = [(1, False, "natural"), (2, False, "natural"), (2, True, "natural"), (3, False, "natural"),
+          (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect")]
 
 
 def _grid_problem(rng, D, dtype=np.float64, channels=(2,)):
@@ -39,12 +40,12 @@ def test_matrix_is_the_difference_matrix(order):
     assert np.abs(P.matrix(7) @ x**order).min() > 0
 
 
-@pytest.mark.parametrize("order,mixed", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
 @pytest.mark.parametrize("Ks", [(6,), (5, 4), (4, 1, 3)])
-def test_apply_matches_dense_kronecker_sum(rng, order, mixed, Ks):
-    P = DifferencePenalty(order, mixed)
+def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks):
+    P = DifferencePenalty(order, mixed, boundary)
     W = rng.standard_normal(tuple(Ks) + (2,))
-    R = reference.penalty_matrix(Ks, order, mixed)
+    R = reference.penalty_matrix(Ks, order, mixed, boundary)
     np.testing.assert_allclose(P.apply(W, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
     np.testing.assert_allclose(P.energy(W, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
                                                                W.reshape(-1, 2)), rtol=1e-12)
@@ -75,25 +76,25 @@ def test_exported():
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_grid_fit_matches_dense(rng, D, order, mixed, dtype):
+def test_grid_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
     coords, embs, S, phis = _grid_problem(rng, D, dtype)
-    m = fit_grid(S, embs, coords, ridge=0.1, penalty=DifferencePenalty(order, mixed))
-    ref = reference.grid_penalised_fit(S.astype(np.float64), phis, 0.1, order, mixed)
+    m = fit_grid(S, embs, coords, ridge=0.1, penalty=DifferencePenalty(order, mixed, boundary))
+    ref = reference.grid_penalised_fit(S.astype(np.float64), phis, 0.1, order, mixed, boundary=boundary)
     assert m.weights.dtype == dtype and m.weights.shape == ref.shape
     _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
     assert m.info["converged"] and m.info["iterations"] > 0 and m.ridge == 0.1
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed", ORDERS)
-def test_masked_grid_fit_matches_dense(rng, D, order, mixed):
+@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
+def test_masked_grid_fit_matches_dense(rng, D, order, mixed, boundary):
     coords, embs, S, phis = _grid_problem(rng, D)
     mask = rng.random(S.shape[:D]) < 0.6
     S[~mask] = np.nan  # ignored
-    m = fit_grid(S, embs, coords, ridge=0.05, penalty=DifferencePenalty(order, mixed), mask=mask)
-    ref = reference.grid_penalised_fit(np.nan_to_num(S), phis, 0.05, order, mixed, mask)
+    m = fit_grid(S, embs, coords, ridge=0.05, penalty=DifferencePenalty(order, mixed, boundary), mask=mask)
+    ref = reference.grid_penalised_fit(np.nan_to_num(S), phis, 0.05, order, mixed, mask, boundary)
     _close(m.weights, ref, 1e-6)
 
 
@@ -153,6 +154,21 @@ def test_nan_where_observed_is_named(rng):
         fit_grid(S, embs, coords, ridge=0.1, mask=mask)
 
 
+def test_penalty_boundary_arguments():
+    with pytest.raises(ValueError, match="boundary must be one of"):
+        DifferencePenalty(2, boundary="mirror")
+    with pytest.raises(ValueError, match="orders 1 and 2"):
+        DifferencePenalty(3, boundary="reflect")
+    P = DifferencePenalty(2, mixed=True, boundary="reflect")
+    assert repr(P) == "DifferencePenalty(2, mixed=True, boundary='reflect')" and P != DifferencePenalty(2, mixed=True)
+    assert DifferencePenalty(1, boundary="reflect") == DifferencePenalty(1)  # first differences: the same
+    D = P.matrix(5)  # mirrored second differences: rows [-1, 1], [1, -2, 1], ..., [1, -1]
+    np.testing.assert_array_equal(D[0, :2], [-1, 1])
+    np.testing.assert_array_equal(D[-1, -2:], [1, -1])
+    np.testing.assert_allclose(D.sum(axis=1), 0)  # constants are free, slopes are not
+    assert np.linalg.matrix_rank(P.gram(5)) == 4
+
+
 def test_bad_penalty_type(rng):
     coords, embs, S, _ = _grid_problem(rng, 2)
     with pytest.raises(TypeError, match="penalty"):
@@ -165,17 +181,17 @@ def test_bad_penalty_type(rng):
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_points_fit_matches_dense(rng, D, order, mixed, dtype):
+def test_points_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
     _, Ks = SHAPES[D]
     embs = [Gaussian(K, 1.0 / K, margin=1) for K in Ks]
     pts = rng.random((50 * D, D))
     vals = rng.standard_normal((50 * D, 2)).astype(dtype)
     m = fit_points(pts, vals, embs, grid=[K + 1 for K in Ks], ridge=0.05,
-                   penalty=DifferencePenalty(order, mixed), tol=1e-12)
+                   penalty=DifferencePenalty(order, mixed, boundary), tol=1e-12)
     ref = reference.points_penalised_fit(pts, vals.astype(np.float64), embs, list(m.grid_coords), 0.05, order,
-                                         mixed)
+                                         mixed, boundary=boundary)
     assert m.weights.dtype == dtype
     _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
     assert m.info["converged"] and m.info["iterations"] > 0
@@ -194,12 +210,30 @@ def test_default_masked_grid_fills_holes(rng):
     img = _smooth_image()
     mask = rng.random(img.shape[:2]) < 0.3
     m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
-    assert m.info["penalty"] == "DifferencePenalty(2, mixed=True)" and m.ridge > 0
+    assert m.info["boundary"] in ("natural", "reflect") and m.ridge > 0
+    assert m.info["penalty"] == repr(DifferencePenalty(2, mixed=True, boundary=m.info["boundary"]))
     assert m.weights.dtype == np.float32 and m.weights.shape == img.shape
     pred = m.predict_grid(kronpe.data.grid_coords(img.shape[:2]))
     err = np.sqrt(np.mean((pred[~mask] - img[~mask]) ** 2))
     blur = np.sqrt(np.mean((img[~mask] - img[mask].mean()) ** 2))
     assert err < 0.02 * blur  # a smooth signal is filled almost exactly
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_default_boundary_is_held_out(seed):
+    """The defaults pick the penalty's boundary by the held-out error: mirrored for a signal with
+    zero slope at every edge, natural for one that keeps sloping there."""
+    rng = np.random.default_rng(seed)
+    n = 96
+    x = (np.arange(n) + 0.5) / n
+    flat_edges = np.cos(2 * np.pi * x)[:, None] * np.cos(3 * np.pi * x)[None, :]
+    sloped = np.sin(3 * x)[:, None] + np.cos(2 * x)[None, :] * x[None, :]
+    mask = rng.random((n, n)) < 0.15
+    for img, want in ((flat_edges, "reflect"), (sloped, "natural")):
+        m = fit_grid(np.where(mask, img, np.nan), mask=mask)
+        errs = m.info["boundary_holdout_errors"]
+        assert m.info["boundary"] == want and len(errs) == 2 and errs[want == "natural"] > errs[want == "reflect"]
+        assert m.info["penalty"] == repr(DifferencePenalty(2, mixed=True, boundary=want))
 
 
 def test_default_fits_stay_in_the_samples_range(rng):

@@ -36,8 +36,9 @@ smooth::Grid grid_of(const Array& x, const char* name) {
 // Every array has x's grid, dtype and place; then f(grid, T{}).
 template <typename F>
 void same_grid(const Array& x, std::initializer_list<std::pair<const Array*, const char*>> others,
-               F&& f) {
-  const smooth::Grid g = grid_of(x, "x");
+               bool reflect, F&& f) {
+  smooth::Grid g = grid_of(x, "x");
+  g.reflect = reflect;
   for (const auto& [a, name] : others) {
     const smooth::Grid h = grid_of(*a, name);
     require(a->ndim() == x.ndim() && h.n[0] == g.n[0] && h.n[1] == g.n[1] && h.n[2] == g.n[2],
@@ -71,8 +72,10 @@ void register_hierarchy(py::module_& m, const char* name) {
   py::class_<H>(m, name,
                 "The multigrid hierarchy of diag(m) + lam R on a grid of 1 to 3 axes (kronpe/multigrid.h; "
                 "internal: kronpe.solvers.multigrid.ThinPlateMG wraps it).")
-      .def(py::init([](const Array& mm, int degree, double lmax, double alpha, index_t coarsest, int threads) {
-             const smooth::Grid g = grid_of(mm, "m");
+      .def(py::init([](const Array& mm, int degree, double lmax, double alpha, index_t coarsest, bool reflect,
+                       int threads) {
+             smooth::Grid g = grid_of(mm, "m");
+             g.reflect = reflect;
              smooth::MultigridOptions o;
              o.degree = degree;
              o.lmax = lmax;
@@ -84,7 +87,7 @@ void register_hierarchy(py::module_& m, const char* name) {
              return std::make_unique<H>(g, mp, o);
            }),
            py::arg("m"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"), py::arg("coarsest"),
-           py::arg("threads") = 0)
+           py::arg("reflect") = false, py::arg("threads") = 0)
       .def("set_lambda", [](H& h, double lam) { h.set_lambda(lam); }, py::arg("lam"))
       .def(
           "set_data_term",
@@ -94,6 +97,8 @@ void register_hierarchy(py::module_& m, const char* name) {
             h.set_data_term(mp);
           },
           py::arg("m"), "a new data term on the same grid (lam kept)")
+      .def("set_reflect", [](H& h, bool reflect) { h.set_reflect(reflect); }, py::arg("reflect"),
+           "the penalty's boundary on every level: mirrored (True) or natural (lam kept)")
       .def_property_readonly("lam", &H::lambda)
       .def_property_readonly("shapes",
                              [](const H& h) {
@@ -156,11 +161,11 @@ void register_smooth(py::module_& m) {
   m.def(
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,
-         const std::optional<Array>& b, int threads) {
+         const std::optional<Array>& b, bool reflect, int threads) {
         require(mode == "apply" || mode == "residual", "thin_plate: mode must be apply or residual");
         if (mode == "residual") require(b.has_value(), "thin_plate: residual needs b");
         const Array& bb = b ? *b : x;
-        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, [&](const smooth::Grid& g, auto t) {
+        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, reflect, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* xp = p<const T>(x, "x");
           const T* mp = p<const T>(mask, "mask");
@@ -172,13 +177,13 @@ void register_smooth(py::module_& m) {
         });
       },
       py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("mode") = "apply",
-      py::arg("b") = py::none(), py::arg("threads") = 0,
+      py::arg("b") = py::none(), py::arg("reflect") = false, py::arg("threads") = 0,
       "out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate "
       "penalty (internal).");
   m.def(
       "thin_plate_diag",
-      [](const Array& mask, double lam, const Array& out, int threads) {
-        same_grid(mask, {{&out, "out"}}, [&](const smooth::Grid& g, auto t) {
+      [](const Array& mask, double lam, const Array& out, bool reflect, int threads) {
+        same_grid(mask, {{&out, "out"}}, reflect, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* mp = p<const T>(mask, "mask");
           T* op = p<T>(out, "out");
@@ -186,14 +191,14 @@ void register_smooth(py::module_& m) {
           smooth::thin_plate_diag<T>(g, mp, T(lam), op, threads);
         });
       },
-      py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("threads") = 0,
+      py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("reflect") = false, py::arg("threads") = 0,
       "out = diag(mask + lam R) (internal).");
   m.def(
       "thin_plate_cheb_start",
       [](const std::optional<Array>& x, const Array& b, const Array& mask, double lam, double theta,
-         const Array& r, const Array& d, int threads) {
-        if (x) same_grid(b, {{&*x, "x"}}, [](const smooth::Grid&, auto) {});
-        same_grid(b, {{&mask, "mask"}, {&r, "r"}, {&d, "d"}}, [&](const smooth::Grid& g, auto t) {
+         const Array& r, const Array& d, bool reflect, int threads) {
+        if (x) same_grid(b, {{&*x, "x"}}, reflect, [](const smooth::Grid&, auto) {});
+        same_grid(b, {{&mask, "mask"}, {&r, "r"}, {&d, "d"}}, reflect, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* xp = x ? p<const T>(*x, "x") : nullptr;
           const T* bp = p<const T>(b, "b");
@@ -205,14 +210,14 @@ void register_smooth(py::module_& m) {
         });
       },
       py::arg("x"), py::arg("b"), py::arg("mask"), py::arg("lam"), py::arg("theta"), py::arg("r"),
-      py::arg("d"), py::arg("threads") = 0,
+      py::arg("d"), py::arg("reflect") = false, py::arg("threads") = 0,
       "r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 "
       "(internal).");
   m.def(
       "thin_plate_cheb_step",
       [](const Array& d, const Array& r, const Array& x, const Array& mask, double lam, double c1,
-         double c2, const Array& d_out, int threads) {
-        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}},
+         double c2, const Array& d_out, bool reflect, int threads) {
+        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}}, reflect,
                   [&](const smooth::Grid& g, auto t) {
                     using T = decltype(t);
                     require(d.address != d_out.address, "thin_plate_cheb_step: d_out must not be d");
@@ -227,7 +232,7 @@ void register_smooth(py::module_& m) {
                   });
       },
       py::arg("d"), py::arg("r"), py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("c1"),
-      py::arg("c2"), py::arg("d_out"), py::arg("threads") = 0,
+      py::arg("c2"), py::arg("d_out"), py::arg("reflect") = false, py::arg("threads") = 0,
       "x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal).");
   m.def(
       "dot",

@@ -84,6 +84,7 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
     }
     Level C;
     for (int a = 0; a < 3; ++a) C.g.n[a] = L.halve[a] ? coarse_length(L.g.n[a]) : L.g.n[a];
+    C.g.reflect = L.g.reflect;
     C.m.resize(static_cast<std::size_t>(C.g.size()));
     L.d.resize(static_cast<std::size_t>(L.g.size()));
     L.d2.resize(L.d.size());
@@ -107,7 +108,12 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
     rho = rho_n;
   }
 
-  // R on the coarsest grid, column by column (the same kernel in double)
+  coarsest_penalty();
+}
+
+// R on the coarsest grid, column by column (the same kernel in double).
+template <typename T>
+void ThinPlateHierarchy<T>::coarsest_penalty() {
   const Level& last = levels_.back();
   const index_t n = last.g.size();
   penalty_.assign(static_cast<std::size_t>(n * n), 0.0);
@@ -120,6 +126,13 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   }
   chol_.assign(penalty_.size(), 0.0);
   cb_.resize(static_cast<std::size_t>(n));
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::set_reflect(bool reflect) {
+  for (Level& L : levels_) L.g.reflect = reflect;
+  coarsest_penalty();
+  set_lambda(lam_);
 }
 
 template <typename T>

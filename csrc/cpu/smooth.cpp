@@ -47,13 +47,29 @@ std::vector<T> gram_band(index_t n, int q) {
   return std::vector<T>(band.begin(), band.end());
 }
 
+// The five bands of L^2, L = D1^T D1 (the Neumann Laplacian): the mirrored boundary's D2^T D2.
+template <typename T>
+std::vector<T> neumann_square_band(index_t n) {
+  const std::vector<double> l = gram_band<double>(n, 1);  // offsets -1..1
+  auto L = [&](index_t k, int a) { return (k >= 0 && k < n && k + a >= 0 && k + a < n) ? l[std::size_t((a + 1) * n + k)] : 0.0; };
+  std::vector<T> band(std::size_t(5 * n), T(0));
+  for (index_t k = 0; k < n; ++k)
+    for (int a = -2; a <= 2; ++a) {
+      double v = 0.0;  // (L^2)[k][k + a] = sum_b L[k][k + b] L[k + b][k + a]
+      for (int b = -1; b <= 1; ++b)
+        if (a - b >= -1 && a - b <= 1) v += L(k, b) * L(k + b, a - b);
+      band[std::size_t((a + 2) * n + k)] = T(v);
+    }
+  return band;
+}
+
 template <typename T>
 struct Bands {
   Grid g;
-  std::vector<T> p[3], t[3];  // D2^T D2 and D1^T D1 along each axis
+  std::vector<T> p[3], t[3];  // D2^T D2 (or L^2) and D1^T D1 along each axis
   explicit Bands(const Grid& grid) : g(grid) {
     for (int a = 0; a < 3; ++a) {
-      p[a] = gram_band<T>(g.n[a], 2);
+      p[a] = g.reflect ? neumann_square_band<T>(g.n[a]) : gram_band<T>(g.n[a], 2);
       t[a] = gram_band<T>(g.n[a], 1);
     }
   }

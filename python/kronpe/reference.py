@@ -296,8 +296,10 @@ def difference_matrix(K: int, order: int) -> np.ndarray:
     return D
 
 
-def penalty_matrix(Ks, order: int, mixed: bool = False) -> np.ndarray:
-    """R = sum_i I (x) .. D_i^T D_i .. (x) I [+ 2 sum_{i<j} .. D1_i^T D1_i .. D1_j^T D1_j ..], dense."""
+def penalty_matrix(Ks, order: int, mixed: bool = False, boundary: str = "natural") -> np.ndarray:
+    """R = sum_i I (x) .. D_i^T D_i .. (x) I [+ 2 sum_{i<j} .. D1_i^T D1_i .. D1_j^T D1_j ..], dense;
+    ``boundary="reflect"`` (order 2): D_i^T D_i = L_i^2, L_i = D1_i^T D1_i the Laplacian of the
+    grid mirrored at its ends (second differences with ghost nodes u[-1] = u[0], u[K] = u[K-1])."""
     def kron_at(factors):
         out = np.ones((1, 1))
         for K, f in zip(Ks, factors):
@@ -305,6 +307,8 @@ def penalty_matrix(Ks, order: int, mixed: bool = False) -> np.ndarray:
         return out
 
     grams = {q: [difference_matrix(K, q).T @ difference_matrix(K, q) for K in Ks] for q in (1, order)}
+    if boundary == "reflect" and order == 2:
+        grams[2] = [_mirrored_second_differences(K).T @ _mirrored_second_differences(K) for K in Ks]
     D = len(Ks)
     R = sum(kron_at([grams[order][i] if j == i else None for j in range(D)]) for i in range(D))
     if mixed:
@@ -312,6 +316,15 @@ def penalty_matrix(Ks, order: int, mixed: bool = False) -> np.ndarray:
             for j in range(i + 1, D):
                 R = R + 2.0 * kron_at([grams[1][k] if k in (i, j) else None for k in range(D)])
     return R
+
+
+def _mirrored_second_differences(K: int) -> np.ndarray:
+    """(K, K): row k = u[k-1] - 2 u[k] + u[k+1] with u[-1] = u[0] and u[K] = u[K-1]."""
+    D = np.zeros((K, K))
+    for k in range(K):
+        for j, c in ((k - 1, 1.0), (k, -2.0), (k + 1, 1.0)):
+            D[k, min(max(j, 0), K - 1)] += c
+    return D
 
 
 def penalised_solve(A: np.ndarray, y: np.ndarray, ridge: float, R: np.ndarray) -> np.ndarray:
@@ -322,7 +335,8 @@ def penalised_solve(A: np.ndarray, y: np.ndarray, ridge: float, R: np.ndarray) -
     return w
 
 
-def grid_penalised_fit(signal, phis, ridge: float, order: int, mixed: bool = False, mask=None) -> np.ndarray:
+def grid_penalised_fit(signal, phis, ridge: float, order: int, mixed: bool = False, mask=None,
+                       boundary: str = "natural") -> np.ndarray:
     """W (K_1..K_D, *channels) of the penalised grid fit, densely; ``mask`` (N..) True = observed."""
     D = len(phis)
     S = np.asarray(signal, dtype=np.float64)
@@ -332,12 +346,12 @@ def grid_penalised_fit(signal, phis, ridge: float, order: int, mixed: bool = Fal
         keep = np.asarray(mask, bool).ravel()
         A, y = A[keep], y[keep]
     Ks = [p.shape[1] for p in phis]
-    w = penalised_solve(A, y, ridge, penalty_matrix(Ks, order, mixed))
+    w = penalised_solve(A, y, ridge, penalty_matrix(Ks, order, mixed, boundary))
     return w.reshape(tuple(Ks) + S.shape[D:])
 
 
 def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: int, mixed: bool = False,
-                         normalize: bool = True) -> np.ndarray:
+                         normalize: bool = True, boundary: str = "natural") -> np.ndarray:
     """W of the penalised scattered fit, densely; ``embedders=None``: W is the grid's values,
     blended multilinearly."""
     values = np.asarray(values, dtype=np.float64)
@@ -347,38 +361,40 @@ def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: 
     if embedders is not None:
         A = A @ kron_matrix([np.asarray(e(np.asarray(n, np.float64)), np.float64) for e, n in zip(embedders, nodes)])
     Ks = [len(n) for n in nodes] if embedders is None else [e.K for e in embedders]
-    w = penalised_solve(A, values.reshape(values.shape[0], -1), ridge, penalty_matrix(Ks, order, mixed))
+    w = penalised_solve(A, values.reshape(values.shape[0], -1), ridge, penalty_matrix(Ks, order, mixed, boundary))
     return w.reshape(tuple(Ks) + values.shape[1:])
 
 
 # ---- the thin-plate operator and the multigrid transfers (kronpe.solvers.multigrid) -----------------
 
 
-def thin_plate_matrix(shape, mask, lam: float) -> np.ndarray:
-    """A = diag(mask) + lam R, R the thin-plate penalty (``penalty_matrix(shape, 2, mixed=True)``)."""
+def thin_plate_matrix(shape, mask, lam: float, reflect: bool = False) -> np.ndarray:
+    """A = diag(mask) + lam R, R the thin-plate penalty (``penalty_matrix(shape, 2, mixed=True)``,
+    ``boundary="reflect"`` with ``reflect``)."""
     shape = tuple(int(n) for n in shape)
-    return np.diag(np.asarray(mask, np.float64).ravel()) + lam * penalty_matrix(shape, 2, mixed=True)
+    R = penalty_matrix(shape, 2, mixed=True, boundary="reflect" if reflect else "natural")
+    return np.diag(np.asarray(mask, np.float64).ravel()) + lam * R
 
 
-def thin_plate_apply(x, mask, lam: float) -> np.ndarray:
+def thin_plate_apply(x, mask, lam: float, reflect: bool = False) -> np.ndarray:
     """A x (the grid's shape)."""
     x = np.asarray(x, np.float64)
-    return (thin_plate_matrix(x.shape, mask, lam) @ x.ravel()).reshape(x.shape)
+    return (thin_plate_matrix(x.shape, mask, lam, reflect) @ x.ravel()).reshape(x.shape)
 
 
-def thin_plate_cheb_start(x, b, mask, lam: float, theta: float):
+def thin_plate_cheb_start(x, b, mask, lam: float, theta: float, reflect: bool = False):
     """(r, d): r = (b - A x) / diag(A), d = r / theta (x None: zero)."""
     b = np.asarray(b, np.float64)
-    A = thin_plate_matrix(b.shape, mask, lam)
+    A = thin_plate_matrix(b.shape, mask, lam, reflect)
     ax = 0.0 if x is None else A @ np.asarray(x, np.float64).ravel()
     r = ((b.ravel() - ax) * _inverse_diag(A)).reshape(b.shape)
     return r, r / theta
 
 
-def thin_plate_cheb_step(d, r, x, mask, lam: float, c1: float, c2: float):
+def thin_plate_cheb_step(d, r, x, mask, lam: float, c1: float, c2: float, reflect: bool = False):
     """(r', x', d'): x' = x + d, r' = r - (A d) / diag(A), d' = c1 d + c2 r'."""
     d = np.asarray(d, np.float64)
-    A = thin_plate_matrix(d.shape, mask, lam)
+    A = thin_plate_matrix(d.shape, mask, lam, reflect)
     r2 = np.asarray(r, np.float64) - ((A @ d.ravel()) * _inverse_diag(A)).reshape(d.shape)
     return r2, np.asarray(x, np.float64) + d, c1 * d + c2 * r2
 
@@ -423,23 +439,23 @@ def thin_plate_hierarchy(m, coarsest: int = 64):
             m = grid_transfer(m, a, True, m.shape[a])
 
 
-def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha):
+def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha, reflect):
     """``degree`` Chebyshev steps on diag(A)^-1 A over [lmax / alpha, lmax] from x (None: 0)."""
     lo, hi = lmax / alpha, lmax
     theta, delta = (hi + lo) / 2, (hi - lo) / 2
     sigma = theta / delta
     rho = 1 / sigma
     x = np.zeros_like(b) if x is None else x.copy()
-    r, d = thin_plate_cheb_start(x, b, m, lam, theta)
+    r, d = thin_plate_cheb_start(x, b, m, lam, theta, reflect)
     for _ in range(degree - 1):
         rho_n = 1 / (2 * sigma - rho)
-        r, x, d = thin_plate_cheb_step(d, r, x, m, lam, rho_n * rho, 2 * rho_n / delta)
+        r, x, d = thin_plate_cheb_step(d, r, x, m, lam, rho_n * rho, 2 * rho_n / delta, reflect)
         rho = rho_n
     return x + d
 
 
 def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
-                      coarsest: int = 64, level: int = 0, levels=None) -> np.ndarray:
+                      coarsest: int = 64, level: int = 0, levels=None, reflect: bool = False) -> np.ndarray:
     """One V-cycle from zero for diag(m) + lam R (kronpe/multigrid.h), with dense matrices: the
     same Chebyshev smoothing before and after the coarse correction, lam_c = lam 2^c / 16 (c the
     halved axes), the coarsest grid solved densely (+ 1e-10 max|A| on the diagonal)."""
@@ -447,21 +463,22 @@ def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alph
     b = np.asarray(b, np.float64)
     mm, axes = levels[level]
     if level == len(levels) - 1:
-        A = thin_plate_matrix(mm.shape, mm, lam)
+        A = thin_plate_matrix(mm.shape, mm, lam, reflect)
         A += 1e-10 * max(np.abs(A).max(), 1e-300) * np.eye(A.shape[0])
         return np.linalg.solve(A, b.ravel()).reshape(b.shape)
-    x = _chebyshev_smooth(None, b, mm, lam, degree, lmax, alpha)
-    res = b - thin_plate_apply(x, mm, lam)
+    x = _chebyshev_smooth(None, b, mm, lam, degree, lmax, alpha, reflect)
+    res = b - thin_plate_apply(x, mm, lam, reflect)
     for a in axes:
         res = grid_transfer(res, a, True, res.shape[a])
-    e = thin_plate_vcycle(res, m, lam * 2.0 ** len(axes) / 16, degree, lmax, alpha, coarsest, level + 1, levels)
+    e = thin_plate_vcycle(res, m, lam * 2.0 ** len(axes) / 16, degree, lmax, alpha, coarsest, level + 1, levels,
+                          reflect)
     for a in reversed(axes):
         e = grid_transfer(e, a, False, mm.shape[a])
-    return _chebyshev_smooth(x + e, b, mm, lam, degree, lmax, alpha)
+    return _chebyshev_smooth(x + e, b, mm, lam, degree, lmax, alpha, reflect)
 
 
 def thin_plate_fmg(b, m, lam: float, cycles: int = 1, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
-                   coarsest: int = 64) -> np.ndarray:
+                   coarsest: int = 64, reflect: bool = False) -> np.ndarray:
     """Full multigrid from zero: b restricted to every grid, the coarsest solved, then on each finer
     grid the prolonged solution corrected by ``cycles`` V-cycles (of that grid's hierarchy)."""
     levels = thin_plate_hierarchy(m, coarsest)
@@ -472,14 +489,14 @@ def thin_plate_fmg(b, m, lam: float, cycles: int = 1, degree: int = 3, lmax: flo
             c = grid_transfer(c, a, True, c.shape[a])
         bs.append(c)
         lams.append(lams[-1] * 2.0 ** len(axes) / 16)
-    x = thin_plate_vcycle(bs[-1], m, lams[-1], degree, lmax, alpha, coarsest, len(levels) - 1, levels)
+    x = thin_plate_vcycle(bs[-1], m, lams[-1], degree, lmax, alpha, coarsest, len(levels) - 1, levels, reflect)
     for lev in range(len(levels) - 2, -1, -1):
         mm, axes = levels[lev]
         for a in reversed(axes):
             x = grid_transfer(x, a, False, mm.shape[a])
         for _ in range(cycles):
-            x = x + thin_plate_vcycle(bs[lev] - thin_plate_apply(x, mm, lams[lev]), m, lams[lev], degree, lmax,
-                                      alpha, coarsest, lev, levels)
+            x = x + thin_plate_vcycle(bs[lev] - thin_plate_apply(x, mm, lams[lev], reflect), m, lams[lev], degree,
+                                      lmax, alpha, coarsest, lev, levels, reflect)
     return x
 
 # ---- resampling (kronpe.resampling) ----------------------------------------------------------------

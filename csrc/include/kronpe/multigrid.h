@@ -70,6 +70,8 @@ class ThinPlateHierarchy {
   void set_lambda(double lam);  // every level's lam and the coarsest factorisation
   // A new data term of the same grid (the coarse ones restricted again; lam kept).
   void set_data_term(const T* m);
+  // The penalty's boundary on every level (Grid::reflect; lam kept).
+  void set_reflect(bool reflect);
   double lambda() const { return lam_; }
   int levels() const { return int(levels_.size()); }
   const Grid& grid(int level) const { return levels_.at(level).g; }
@@ -98,6 +100,7 @@ class ThinPlateHierarchy {
   void prolong_up(int level, const T* c, T* f, bool add);
   void coarsest_solve(const T* b, T* x);
   void check_data_term(const T* m) const;
+  void coarsest_penalty();
 
   MultigridOptions opt_;
   std::vector<Level> levels_;

@@ -8,7 +8,9 @@
 //     R = sum_i D2_i^T D2_i + 2 sum_{i<j} (D1_i^T D1_i) (x) (D1_j^T D1_j)
 //
 // (D_q the q-th difference matrix along an axis, with no rows on an axis of length <= q: the
-// penalty DifferencePenalty(2, mixed=True), the discrete thin-plate energy), m >= 0 a diagonal
+// penalty DifferencePenalty(2, mixed=True), the discrete thin-plate energy; with `reflect`, the
+// grid mirrored at its ends, DifferencePenalty(2, mixed=True, boundary="reflect"): D2^T D2
+// becomes L^2, L = D1^T D1 the Neumann Laplacian, so R = (sum_i L_i)^2), m >= 0 a diagonal
 // (the data term: the mask, or the lumped sampling density). The kernels are fused passes of
 // this operator:
 //
@@ -33,6 +35,7 @@ namespace kronpe::smooth {
 // The shape of a grid padded to three axes, n[0] * n[1] * n[2] nodes.
 struct Grid {
   index_t n[3] = {1, 1, 1};
+  bool reflect = false;  // the boundary of the penalty: natural (false) or mirrored (true)
   index_t size() const { return n[0] * n[1] * n[2]; }
 };
 

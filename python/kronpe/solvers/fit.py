@@ -143,8 +143,12 @@ class GridModel:
         phis = []
         for i, (c, e) in enumerate(zip(coords, self.embedders)):
             phis.append(np.asarray(e(c), dtype=np.float64).astype(dt, copy=False))
+        # identity factors (a fill's Triangle(N) at its own nodes) are left out of the chain
+        modes = tuple(i for i, p in enumerate(phis) if not _is_identity(p))
+        out = (host_chain(self.weights, [phis[i] for i in modes], modes, order="C") if modes
+               else np.array(self.weights, dtype=dt, order="C"))
         # torch coordinates give a torch tensor back (NumPy in, NumPy out)
-        return _arrays.like(host_chain(self.weights, phis, tuple(range(self.ndim)), order="C"), template)
+        return _arrays.like(out, template)
 
     def predict(self, points, chunk: int = 1 << 22) -> np.ndarray:
         """Values at scattered points, without any Kronecker product.
@@ -471,6 +475,12 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
             K = max(1, min(K, 4 * c.size))
         embs.append(BSpline(K, order=_DEFAULT_ORDER, margin=_DEFAULT_MARGIN))
     return embs
+
+
+def _is_identity(phi: np.ndarray) -> bool:
+    """phi is the identity matrix (exactly)."""
+    n = phi.shape[0]
+    return phi.shape == (n, n) and bool(np.all(np.diagonal(phi) == 1)) and int(np.count_nonzero(phi)) == n
 
 
 def _observed_mask(mask, shape) -> np.ndarray:

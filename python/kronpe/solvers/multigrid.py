@@ -1,7 +1,7 @@
 """Multigrid-preconditioned CG for the thin-plate smoothing systems of grids with holes and
 scattered samples (MATH.md 3.6), on grids of 1 to 3 axes:
 
-    (S + lam R) x = b,     R = DifferencePenalty(2, mixed=True)
+    (S + lam R) x = b,     R = DifferencePenalty(2, mixed=True[, boundary="reflect"])
 
 with S the data term: a diagonal (a mask, points on the nodes) or any symmetric product (a
 blending matrix's B^T B), given as a function. The compiled kernels (``kronpe._core.thin_plate*``,
@@ -52,28 +52,32 @@ ALPHA = 8.0
 COARSEST = 64
 
 
-def thin_plate_apply(x: Array, m: Array, lam: float, out: Optional[Array] = None) -> Array:
-    """``m * x + lam * R x`` (R the thin-plate penalty) on a grid of 1 to 3 axes, x and m of one
-    float dtype and shape, any memory layout (copied to C order when not in it)."""
+def thin_plate_apply(x: Array, m: Array, lam: float, out: Optional[Array] = None, reflect: bool = False) -> Array:
+    """``m * x + lam * R x`` (R the thin-plate penalty, mirrored at the ends with ``reflect``) on a
+    grid of 1 to 3 axes, x and m of one float dtype and shape, any memory layout (copied to C
+    order when not in it)."""
     x = np.ascontiguousarray(x)
     m = np.ascontiguousarray(m)
     out = np.empty_like(x) if out is None else out
-    _core.thin_plate(x, m, float(lam), out)
+    _core.thin_plate(x, m, float(lam), out, reflect=bool(reflect))
     return out
 
 
 class ThinPlateMG:
     """The multigrid hierarchy of ``diag(m) + lam R`` (module docstring); ``m`` (grid of 1 to 3
     axes, at least one node) >= 0. ``set_ridge(lam)`` (or the constructor's ``lam``) fixes lam;
-    the hierarchy of m is kept, so a sweep over lam costs one small factorisation per value."""
+    the hierarchy of m is kept, so a sweep over lam costs one small factorisation per value.
+    ``reflect``: R mirrored at the grid's ends (``DifferencePenalty(2, mixed=True,
+    boundary="reflect")``) on every level."""
 
-    def __init__(self, m: Array, lam: Optional[float] = None, dtype=np.float32):
+    def __init__(self, m: Array, lam: Optional[float] = None, dtype=np.float32, reflect: bool = False):
         m = np.ascontiguousarray(m, dtype=dtype)
         if not 1 <= m.ndim <= 3 or m.size == 0:
             raise ValueError(f"m must be a grid of 1 to 3 axes with at least one node, got shape {m.shape}")
         self.shape, self.dtype = m.shape, m.dtype
         kind = _core.ThinPlateHierarchy32 if m.dtype == np.float32 else _core.ThinPlateHierarchy64
-        self._h = kind(m, DEGREE, LMAX, ALPHA, COARSEST)
+        self.reflect = bool(reflect)
+        self._h = kind(m, DEGREE, LMAX, ALPHA, COARSEST, self.reflect)
         #: every level's grid shape, finest first
         self.levels = [tuple(s[3 - m.ndim:]) for s in self._h.shapes]
         self.lam: Optional[float] = None
@@ -83,6 +87,12 @@ class ThinPlateMG:
     def set_ridge(self, lam: float) -> "ThinPlateMG":
         self._h.set_lambda(float(lam))
         self.lam = float(lam)
+        return self
+
+    def set_boundary(self, reflect: bool) -> "ThinPlateMG":
+        """The penalty's boundary on every level: mirrored (True) or natural; lam kept."""
+        self.reflect = bool(reflect)
+        self._h.set_reflect(self.reflect)
         return self
 
     def set_data(self, m: Array) -> "ThinPlateMG":

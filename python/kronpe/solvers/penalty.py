@@ -16,6 +16,15 @@ prefers the grid's axes. Decisions (documented once, here):
   Kronecker products of per-axis matrices, one term per axis (D_i^T D_i) and, with ``mixed``,
   one per pair (2 D1_i^T D1_i (x) D1_j^T D1_j); the solvers approximate each term in a separable
   basis.
+- **Boundary**: ``boundary="natural"`` (default) has no rows past the ends (linear functions are
+  free at the borders); ``boundary="reflect"`` (order 2) mirrors the grid at its ends: the
+  second differences get ghost nodes u[-1] = u[0], u[K] = u[K-1], so D_i is (K_i, K_i) and
+  D_i^T D_i = L_i^2 with L_i = D1_i^T D1_i the Neumann Laplacian; with ``mixed`` the penalty is
+  then (sum_i L_i)^2, the squared Laplacian that scikit-image's inpaint_biharmonic solves (with
+  its mirrored border stencils) and that the DCT-II diagonalises. Only constants are free.
+  Measured on photographs with 50% missing pixels at lambda -> 0: the natural boundary lost
+  0.3 dB to inpaint_biharmonic in the outermost pixel row (rocket 23.72 vs 24.03 dB; 0.008 dB over
+  the whole image), the mirrored one matches it (28.2264 dB both).
 - ``penalty=None`` everywhere means the identity (ridge), the fits' historical behaviour.
 """
 from __future__ import annotations
@@ -30,6 +39,7 @@ from .._adapters import validate as _validate
 __all__ = ["DifferencePenalty"]
 
 MAX_ORDER = 3
+BOUNDARIES = ("natural", "reflect")
 
 
 class DifferencePenalty:
@@ -41,31 +51,50 @@ class DifferencePenalty:
         q, the order of the differences along each weight axis.
     mixed : bool
         Order 2 only: add the mixed second differences (thin-plate form).
+    boundary : "natural" or "reflect"
+        The differences at the ends of each axis (module docstring); "reflect" needs order 1 or
+        2 (for order 1 both are the same).
     """
 
-    def __init__(self, order: int = 2, mixed: bool = False):
+    def __init__(self, order: int = 2, mixed: bool = False, boundary: str = "natural"):
         self.order = _validate.integer("order", order, 1, MAX_ORDER)
         if not isinstance(mixed, (bool, np.bool_)):
             raise TypeError(f"mixed must be a bool, got {_validate.describe(mixed)}")
         if mixed and self.order != 2:
             raise ValueError(f"mixed=True needs order 2 (the thin-plate form), got order {self.order}")
+        if boundary not in BOUNDARIES:
+            raise ValueError(f"boundary must be one of {BOUNDARIES}, got {_validate.describe(boundary)}")
+        if boundary == "reflect" and self.order > 2:
+            raise ValueError(f"boundary='reflect' is defined for orders 1 and 2, got order {self.order}")
         self.mixed = bool(mixed)
+        self.boundary = boundary
+
+    @property
+    def reflect(self) -> bool:
+        """The mirrored boundary changes the order-2 differences."""
+        return self.boundary == "reflect" and self.order == 2
 
     def __repr__(self) -> str:
-        return f"DifferencePenalty({self.order}{', mixed=True' if self.mixed else ''})"
+        b = ", boundary='reflect'" if self.boundary == "reflect" else ""
+        return f"DifferencePenalty({self.order}{', mixed=True' if self.mixed else ''}{b})"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, DifferencePenalty) and (self.order, self.mixed) == (other.order, other.mixed)
+        return isinstance(other, DifferencePenalty) and (self.order, self.mixed, self.reflect) == (
+            other.order, other.mixed, other.reflect)
 
     def __hash__(self) -> int:
-        return hash((DifferencePenalty, self.order, self.mixed))
+        return hash((DifferencePenalty, self.order, self.mixed, self.reflect))
 
     # -- matrices (small; for the per-axis factorisations and for tests) ---------------------
 
     def matrix(self, K: int, order: Optional[int] = None) -> np.ndarray:
-        """D, the (K - q, K) matrix of q-th differences (q = ``order`` or the penalty's)."""
+        """D, the (K - q, K) matrix of q-th differences (q = ``order`` or the penalty's); with
+        the mirrored boundary and q = 2, the (K, K) matrix of mirrored second differences."""
         K = _validate.positive_int("K", K)
         q = self.order if order is None else order
+        if q == 2 and self.boundary == "reflect":
+            L = np.diff(np.eye(K), axis=0)
+            return -(L.T @ L) + 0.0  # row k: u[k-1] - 2 u[k] + u[k+1], ghosts u[-1] = u[0], u[K] = u[K-1]
         return np.diff(np.eye(K), n=q, axis=0) if K > q else np.zeros((0, K))
 
     def gram(self, K: int, order: Optional[int] = None) -> np.ndarray:
@@ -88,7 +117,12 @@ class DifferencePenalty:
         out = np.zeros_like(W)
         q = self.order
         for i in range(ndim):
-            if W.shape[i] > q:  # a shorter axis has no q-th differences
+            if self.reflect:  # L^2 W along axis i, L = D1^T D1
+                if W.shape[i] > 1:
+                    lw = np.zeros_like(W)
+                    _add_adjoint(lw, np.diff(W, axis=i), 1, i)
+                    _add_adjoint(out, np.diff(lw, axis=i), 1, i)
+            elif W.shape[i] > q:  # a shorter axis has no q-th differences
                 _add_adjoint(out, np.diff(W, n=q, axis=i), q, i)
         if self.mixed:
             long = [i for i in range(ndim) if W.shape[i] > 1]
