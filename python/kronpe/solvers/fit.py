@@ -94,7 +94,10 @@ class GridModel:
         The GCV score at ``ridge`` (None when the ridge was given or not chosen by GCV).
     info : dict
         Of the iterative fits (penalty or mask): ``iterations``, ``residual``, ``converged``,
-        ``data_residual``, ``rho``, ``penalty``, and the held-out lambda search (last batch entry).
+        ``data_residual``, ``rho``, ``penalty``, and the held-out lambda search (last batch entry);
+        the default fill of a grid with holes also ``boundary`` (the penalty's, held out:
+        "natural" or "reflect"), ``boundary_holdout_errors`` and ``clipped`` (the fraction of
+        values clipped to the samples' range).
     """
 
     def __init__(self, weights: np.ndarray, embedders: Sequence[Embedder], ridge, gcv=None, info=None):

@@ -96,7 +96,9 @@ class PointModel:
         ``iterations``, ``residual`` (relative residual of the normal equations, largest over
         channels), ``converged``, ``data_residual`` (||B V - s|| / ||s|| on the training points),
         ``tol``, ``maxiter``, ``seconds``, ``preconditioner``; with ``ridge="auto"`` also
-        ``ridge_candidates`` and ``holdout_errors`` (mean squared error per candidate).
+        ``ridge_candidates`` and ``holdout_errors`` (mean squared error per candidate); the
+        default model also ``boundary``, ``boundary_holdout_errors`` (the penalty's boundary, held
+        out) and ``clipped`` (the fraction of grid values clipped to the samples' range).
     normalize : bool, the blending weights' normalisation
     """
 
