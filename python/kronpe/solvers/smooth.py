@@ -33,9 +33,16 @@ nor a penalty is given. Decisions (documented once, here):
   to 3 axes; on more axes, ``(rho I + lambda R)^-1`` in the orthonormal DCT-II basis (Garcia's
   smoothn). Stopping: the preconditioned residual, an estimate of the error, below TOL = 1e-3
   of the solution's norm (on the photographs the held-out PSNR then lies within 0.01 dB of the
-  converged one; the normal equations' residual is no guide for small lambda).
-- **Start**: the normalised convolution, Gaussian blur (sigma = 1 node) of B^T y divided by the
-  blur of B^T 1 (where that is tiny, the data's mean).
+  converged one; the normal equations' residual is no guide for small lambda); 3e-4
+  (TOL_INTERPOLATING) at the interpolation limit, which converges slowest and whose PSNR
+  follows the solve most closely (astronaut with 50% missing: 29.282 dB at 1e-3, 29.303 at 3e-4,
+  29.305 at 1e-4 for 1.8x the time). Known weakness: with points off the nodes the V-cycle sees
+  only the lumped data term, so the estimate is optimistic where lambda is tiny and nodes
+  outnumber points (a smooth 3-D test function: RMS 0.02 at tol 1e-3 against 0.0003 converged,
+  65 iterations to 1e-4, 200 to 1e-5).
+- **Start**: full multigrid (:meth:`.multigrid.ThinPlateMG.fmg`) on grids of 1 to 3 axes with a
+  diagonal data term; otherwise the normalised convolution, Gaussian blur (sigma = 1 node) of
+  B^T y divided by the blur of B^T 1 (where that is tiny, the data's mean).
 - **Channels** are solved one after the other (contiguous grids: the kernels' rows are
   streams), all with the one lambda and one multigrid hierarchy, in the orthonormal basis of
   their second moments (``principal_basis``; the solution is the same, the basis is orthonormal
@@ -49,7 +56,10 @@ nor a penalty is given. Decisions (documented once, here):
   k = 0, 0.5, ..., 4, largest first, each fit ONE preconditioned CG iteration warm-started from
   the last (SWEEP_MAXITER; the ranking of the lambdas settles long before the solves converge:
   with up to four iterations each the choice was the same on five photographs), until the
-  held-out error has risen twice; one parabolic step in log lambda refines the best. Measured on
+  held-out error has risen twice or fallen by less than SWEEP_FLAT = 0.3% twice; one parabolic
+  step in log lambda refines the best. When the best is the smallest lambda tried (the error
+  still falling), the samples want interpolating: lambda = rho 10^-6 (INTERPOLATION_EXPONENT;
+  astronaut, whose held-out error falls down to k = 4 and whose PSNR does to k = 6). Measured on
   five photographs with 25% random pixels, the chosen lambda's PSNR lies within 0.02 dB of the
   best of the grid k = 0, 1, ..., 4 (the earlier choice on a central 96^2 window missed by up to
   0.3 dB: a window is not the whole image). Cost: about one V-cycle per lambda tried.
@@ -60,9 +70,10 @@ nor a penalty is given. Decisions (documented once, here):
   26.914 -> 26.946 dB (inpaint_biharmonic, which clips the same way, 26.944), camera +0.004,
   coffee +0.002, chelsea and rocket +0.000/+0.001. Predictions blend clipped values with convex
   weights, so they lie in the range too.
-- **No BLAS/LAPACK** in the solve (dot products, channel mixing and the coarsest inverse use
-  NumPy's own loops): on a busy machine OpenBLAS's threads spin against the kernels (a 176^2
-  Cholesky factorisation took 70 ms there and slowed every kernel after it).
+- **No BLAS/LAPACK** in the solve (dot products and channel mixing in compiled or NumPy loops,
+  the coarsest factorisation in the C++ hierarchy): on a busy machine OpenBLAS's threads spin
+  against the kernels (a 176^2 Cholesky factorisation took 70 ms there and slowed every kernel
+  after it).
 """
 from __future__ import annotations
 
