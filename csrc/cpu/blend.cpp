@@ -330,6 +330,7 @@ WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize
     a.Dh.resize(size_t(s.M - 1));
     a.det.resize(size_t(s.M - 1));
     a.singular.resize(size_t(s.M - 1));
+    a.cell_dt.resize(size_t(s.M - 1));
     for (index_t k = 0; k + 1 < s.M; ++k) {
       const double hk = a.nodes[size_t(k + 1)] - a.nodes[size_t(k)];
       const double Dh = distance(a.kind, a.param, hk);
@@ -338,6 +339,7 @@ WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize
       a.det[size_t(k)] = det;
       a.singular[size_t(k)] =
           a.kind == Kernel::linear || !(det > kSingularRcond * a.D0 * a.D0) ? 1 : 0;
+      a.cell_dt[size_t(k)] = a.singular[size_t(k)] ? 0.0 : det;
     }
   }
   for (int i = D - 2; i >= 0; --i)
@@ -377,20 +379,39 @@ template <Kernel K, bool Normalize, typename Q>
 KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
                                    index_t n, index_t* j, double* w0, double* w1) const {
   if (n > kBlock) throw BackendError("blend: internal error, block larger than kBlock");
-  // pass 1 (branchy): clamp, cell, beta and the cell's 2x2 entries
-  double beta[kBlock], h[kBlock], dh[kBlock], dt[kBlock];
+  double x[kBlock], g0[kBlock], h[kBlock], dh[kBlock], dt[kBlock];
+  const double* g = nodes.data();
+  const index_t M = index_t(nodes.size()), last = M - 2;
+  if (rows)
+    for (index_t b = 0; b < n; ++b) x[b] = double(q[rows[b] * stride]);
+  else
+    for (index_t b = 0; b < n; ++b) x[b] = double(q[(start + b) * stride]);
+  // pass 1 (scalar): clamp, cell and the cell's entries. Uniform nodes: the cell guessed from
+  // the coordinate is checked with two loads (math::cell walks or bisects only when it is wrong)
   for (index_t b = 0; b < n; ++b) {
-    index_t jj;
-    math::locate(nodes.data(), index_t(nodes.size()), lo, hi, inv_h, uniform,
-                 double(q[(rows ? rows[b] : start + b) * stride]), jj, beta[b], h[b]);
+    double xb = x[b];
+    xb = !(xb >= lo) ? lo : xb;  // NaN too
+    xb = xb > hi ? hi : xb;
+    index_t jj = 0;
+    if (uniform) {
+      jj = static_cast<index_t>((xb - lo) * inv_h);
+      jj = jj < 0 ? 0 : (jj > last ? last : jj);
+    }
+    if (!uniform || (jj > 0 && xb < g[jj]) || (jj < last && xb >= g[jj + 1]))
+      jj = math::cell(g, M, lo, hi, inv_h, uniform, xb);
+    x[b] = xb;
     j[b] = jj;
+    g0[b] = g[jj];
+    h[b] = g[jj + 1] - g0[b];
     dh[b] = Dh[size_t(jj)];
-    dt[b] = singular[size_t(jj)] ? 0.0 : det[size_t(jj)];  // 0 marks a singular cell
+    dt[b] = cell_dt[size_t(jj)];
   }
-  // pass 2 (branch-free, vectorisable): projections, weights, fallbacks
+  // pass 2 (branch-free, vectorised): beta (as math::locate), projections, weights, fallbacks
 #pragma omp simd
-  for (index_t b = 0; b < n; ++b)
-    math::pair<K, Normalize>(param, D0, dh[b], dt[b], beta[b], h[b], w0[b], w1[b]);
+  for (index_t b = 0; b < n; ++b) {
+    const double beta = (x[b] - g0[b]) / h[b];
+    math::pair<K, Normalize>(param, D0, dh[b], dt[b], beta, h[b], w0[b], w1[b]);
+  }
 }
 
 template <typename Q>

@@ -129,6 +129,7 @@ class WeightFunction {
     double D0;
     std::vector<double> Dh, det;  // per cell: D(h), D(0)^2 - D(h)^2
     std::vector<char> singular;   // per cell
+    std::vector<double> cell_dt;  // per cell: det, or 0 where singular (math::pair's dt)
   };
   std::vector<Axis> axes_;
   std::vector<index_t> strides_, corner_offsets_;
