@@ -186,15 +186,19 @@ inline void fetch_rows(const MatrixView<T>& m, const index_t* rows, index_t from
 // grid plane earlier: its stream is where the misses are (the others hit the caches), and it runs
 // through the grid's memory in order, rows and planes included.
 constexpr index_t kAheadBytes = 1024;
+// Points ahead whose row on the P side (through rows: anywhere in memory) the kernels fetch.
+constexpr index_t kAheadRows = 16;
 
 // n points: point b has the grid rows idx[b * NC + k] with the weights w[b * NC + k]; its result
-// goes to row rows[b] of out (row b without rows). Each channel sums in double, corner 0 first.
+// goes to row rows[b] of out (row b without rows; rows[n, n + ahead) may be read, to fetch them
+// ahead). Each channel sums in double, corner 0 first.
 // The fetch ahead follows corner NC - 1 (a BlendingMatrix's largest; other orders only lose it).
 template <typename T, int NC, int CC>
 KRONPE_CLONES void gather_packed(const T* grid, index_t C, const index_t* idx, const double* w,
-                                 index_t n, T* out, const index_t* rows) {
+                                 index_t n, T* out, const index_t* rows, index_t ahead) {
   const index_t ch = CC > 0 ? index_t(CC) : C;
   for (index_t b = 0; b < n; ++b) {
+    if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * ch, 1);
     const T* g[NC];
     for (int k = 0; k < NC; ++k) g[k] = grid + idx[b * NC + k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes);
@@ -217,12 +221,14 @@ KRONPE_CLONES void gather_packed(const T* grid, index_t C, const index_t* idx, c
 }
 
 // The transpose of gather_packed: grid row idx[b * NC + k] += w[b * NC + k] * values row rows[b]
-// (row b without rows), point after point, each product rounded to T before it is added.
+// (row b without rows; rows[n, n + ahead) may be read), point after point, each product rounded
+// to T before it is added.
 template <typename T, int NC, int CC>
 KRONPE_CLONES void scatter_packed(T* grid, index_t C, const index_t* idx, const double* w,
-                                  index_t n, const T* values, const index_t* rows) {
+                                  index_t n, const T* values, const index_t* rows, index_t ahead) {
   const index_t ch = CC > 0 ? index_t(CC) : C;
   for (index_t b = 0; b < n; ++b) {
+    if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(values + rows[b + kAheadRows] * ch);
     T* g[NC];
     for (int k = 0; k < NC; ++k) g[k] = grid + idx[b * NC + k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes, 1);
@@ -237,10 +243,10 @@ KRONPE_CLONES void scatter_packed(T* grid, index_t C, const index_t* idx, const 
 
 template <typename T>
 using GatherFn = void (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
-                          const index_t*);
+                          const index_t*, index_t);
 template <typename T>
 using ScatterFn = void (*)(T*, index_t, const index_t*, const double*, index_t, const T*,
-                           const index_t*);
+                           const index_t*, index_t);
 
 // Calls f(NC, CC) (std::integral_constant) for nc corners and C channels; false when nc has no
 // compiled kernel (then the generic loops run).
@@ -570,7 +576,8 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
     if (fast) {
       index_t idx[kBlock * 8];
       corner_rows(base, off, n, nc, idx);
-      fast(grid.data, C, idx, w, n, rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr);
+      fast(grid.data, C, idx, w, n, rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr,
+           P - p0 - n);
       return;
     }
     for (index_t b = 0; b < n; ++b) {
@@ -610,7 +617,7 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
   const ScatterFn<T> fast = packed(values) && packed(out) ? scatter_kernel<T>(nc, C) : nullptr;
   for_slabs(lay, ptr, threads, out, [&](index_t, index_t e, index_t n) {
-    fetch_rows(values, perm, e + kBlock, P);  // the next block's
+    if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
 #ifdef KRONPE_OPENMP
     BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
 #else
@@ -619,7 +626,7 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
     wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data());
     if (fast) {
       corner_rows(sc.base.data(), off, n, nc, sc.idx.data());
-      fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e);
+      fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e, P - e - n);
       return;
     }
     for (index_t b = 0; b < n; ++b) {
@@ -654,7 +661,7 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
         continue;
       }
       fast(grid.data, C, idx, weights.data + p0 * nnz, n, rows ? out.data : out.data + p0 * C,
-           rows ? rows + p0 : nullptr);
+           rows ? rows + p0 : nullptr, P - p0 - n);
     }
     require(!bad, "blend: an index lies outside the grid");
     return;
@@ -704,7 +711,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
                                     BlockScratch(nnz));
   // a row whose entries leave [s L, (s + 2) L) would race with the neighbouring slab: refused
   for_slabs(lay, ptr, threads, out, [&](index_t s, index_t e, index_t n) {
-    fetch_rows(values, perm, e + kBlock, P);  // the next block's
+    if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
     const index_t lo = s * L, hi = std::min(G, (s + 2) * L);
     const index_t d0 = sorted ? e : 0;
     const index_t* rows = sorted ? nullptr : perm + e;  // indices rows, else d0 + b
@@ -730,7 +737,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
         bad = 1;
         return;
       }
-      fast(out.data, C, idx, w, n, values.data, perm + e);
+      fast(out.data, C, idx, w, n, values.data, perm + e, P - e - n);
       return;
     }
     bool outside = false;
