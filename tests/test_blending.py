@@ -298,6 +298,74 @@ def test_products_do_not_depend_on_point_order(rng, store):
                                    atol=1e-5 if dtype == np.float32 else 1e-12)
 
 
+def strided(a):
+    """The values of ``a`` in a view with a column stride of 2 (the kernels' generic loops)."""
+    wide = np.empty((a.shape[0], 2 * a.shape[1]), a.dtype)
+    wide[:, ::2] = a
+    return wide[:, ::2]
+
+
+@pytest.mark.parametrize("D", [1, 2, 3, 4])
+@pytest.mark.parametrize("store", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_kernels_give_the_bits_of_the_strided_ones(rng, D, store, dtype):
+    # dense rows take the compiled path (2, 4 or 8 corners; 1 to 4 channels, or any): the same
+    # sums in the same order as the generic loops, for every thread count; D = 4 (16 corners)
+    # runs the generic loops on both sides
+    P, grid = 700, (7, 6, 5, 4)[:D]
+    pts = rng.random((P, D))
+    order = rng.permutation(P)
+    for C in (1, 2, 3, 4, 5):
+        v = rng.standard_normal((int(np.prod(grid)), C)).astype(dtype)
+        r = rng.standard_normal((P, C)).astype(dtype)
+        got = {}
+        for threads in (1, 3):
+            B = BlendingMatrix(pts, grid, embedders.Gaussian(8, 0.1), threads=threads)
+            if store:
+                B.store()
+            got[threads] = (B @ v, B.T @ r)
+            np.testing.assert_array_equal(B @ strided(v), got[threads][0])
+            np.testing.assert_array_equal(B.T @ strided(r), got[threads][1])
+        for a, b in zip(got[1], got[3]):
+            np.testing.assert_array_equal(a, b)
+        S = B.to_scipy()
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got[1][0], S @ v.astype(np.float64), **tol)
+        np.testing.assert_allclose(got[1][1], S.T @ r.astype(np.float64), **tol)
+        # the points in another order: gathers give the same bits, row by row
+        A = BlendingMatrix(pts[order], grid, embedders.Gaussian(8, 0.1))
+        if store:
+            A.store()
+        np.testing.assert_array_equal(A @ v, got[1][0][order])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stored_kernels_without_a_plan(rng, dtype):
+    # the core API's stored products with rows in no order and no plan (the transpose sorts
+    # them itself), and indices outside the grid: the packed path refuses them like the generic one
+    pts = rng.random((300, 2))
+    B = BlendingMatrix(pts, (9, 8), embedders.Gaussian(8, 0.1)).store()
+    v = rng.standard_normal((B.grid_size, 3)).astype(dtype)
+    r = rng.standard_normal((300, 3)).astype(dtype)
+    out = np.empty((300, 3), dtype)
+    _core.blend_stored(B.indices, B.weights, v, out)
+    np.testing.assert_array_equal(out, B @ v)
+    g = np.empty((B.grid_size, 3), dtype)
+    _core.blend_transpose_stored(B.indices, B.weights, r, g, B.span)
+    np.testing.assert_array_equal(g, B.T @ r)
+    bad = B.indices.copy()
+    bad[150, 3] = B.grid_size
+    with pytest.raises(ValueError, match="outside the grid"):
+        _core.blend_stored(bad, B.weights, v, out)
+    with pytest.raises(ValueError, match="outside the grid"):
+        _core.blend_transpose_stored(bad, B.weights, r, g, B.span)
+    bad[150, 3] = -1
+    with pytest.raises(ValueError, match="outside the grid"):
+        _core.blend_stored(bad, B.weights, v, out)
+    with pytest.raises(ValueError, match="outside the grid"):
+        _core.blend_transpose_stored(bad, B.weights, r, g, B.span)
+
+
 def test_gather_rows_must_match_the_points(rng):
     pts = rng.random((10, 2))
     B = BlendingMatrix(pts, (5, 5), None)

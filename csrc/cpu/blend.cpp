@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #ifdef KRONPE_OPENMP
 #include <omp.h>
@@ -122,10 +123,18 @@ void sort_by_cell(index_t P, TransposeLayout lay, KeyOf key_of, index_t* perm, i
   }
 }
 
+// A (rows, cols) matrix whose element (r, c) lies at data[r * cols + c].
+template <typename M>
+bool packed(const M& m) {
+  return (m.cols <= 1 || m.stride_c == 1) && (m.rows <= 1 || m.stride_r == m.cols);
+}
+
 // Runs body(s, e, n) over the positions [e, e + n) of the plan, slab by slab in two phases (even
-// slabs, then odd slabs), each slab in blocks of at most kBlock positions.
-template <typename Body>
-void for_slabs(TransposeLayout lay, const index_t* ptr, int threads,
+// slabs, then odd slabs), each slab in blocks of at most kBlock positions. First, `out` is zeroed:
+// an even slab s zeroes the rows [s L, (s + 2) L) that only it writes in the first phase, just
+// before it adds to them (the rows are then in cache; the even slabs' ranges cover the grid).
+template <typename T, typename Body>
+void for_slabs(TransposeLayout lay, const index_t* ptr, int threads, MatrixView<T> out,
                Body body) {
   const int nt = resolve_threads(threads);
   for (index_t phase = 0; phase < 2; ++phase) {
@@ -133,6 +142,14 @@ void for_slabs(TransposeLayout lay, const index_t* ptr, int threads,
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (index_t k = 0; k < count; ++k) {
       const index_t s = phase + 2 * k;
+      if (phase == 0) {
+        const index_t r1 = std::min(out.rows, (s + 2) * lay.slab);
+        if (packed(out))
+          std::fill(out.data + s * lay.slab * out.cols, out.data + r1 * out.cols, T(0));
+        else
+          for (index_t r = s * lay.slab; r < r1; ++r)
+            for (index_t c = 0; c < out.cols; ++c) out(r, c) = T(0);
+      }
       for (index_t e = ptr[s]; e < ptr[s + 1]; e += kBlock)
         body(s, e, std::min(kBlock, ptr[s + 1] - e));
     }
@@ -157,12 +174,129 @@ inline void fetch_rows(const MatrixView<T>& m, const index_t* rows, index_t from
   for (index_t e = from; e < std::min(from + kBlock, P); ++e) __builtin_prefetch(&m(rows[e], 0));
 }
 
+// ---- the packed path: grid values, results and stored rows as dense row-major arrays ----------
+//
+// The common case (every BlendingMatrix product): C channels of a grid node or a point lie next
+// to each other, rows follow each other, and a point has 2, 4 or 8 corners. The kernels below are
+// compiled for each corner count and for 1-4 channels (any count otherwise), so that the corner
+// and channel loops unroll; they sum in the order of the generic loops (same bits).
+
+// Bytes ahead of a point's last corner that the packed kernels fetch. In plan order the last
+// corner (the largest index) never decreases and is the only one not visited a grid row or a
+// grid plane earlier: its stream is where the misses are (the others hit the caches), and it runs
+// through the grid's memory in order, rows and planes included.
+constexpr index_t kAheadBytes = 1024;
+// Points ahead whose row on the P side (through rows: anywhere in memory) the kernels fetch.
+constexpr index_t kAheadRows = 16;
+
+// n points: point b has the grid rows idx[b * NC + k] with the weights w[b * NC + k]; its result
+// goes to row rows[b] of out (row b without rows; rows[n, n + ahead) may be read, to fetch them
+// ahead). Each channel sums in double, corner 0 first.
+// The fetch ahead follows corner NC - 1 (a BlendingMatrix's largest; other orders only lose it).
+template <typename T, int NC, int CC>
+KRONPE_CLONES void gather_packed(const T* grid, index_t C, const index_t* idx, const double* w,
+                                 index_t n, T* out, const index_t* rows, index_t ahead) {
+  const index_t ch = CC > 0 ? index_t(CC) : C;
+  for (index_t b = 0; b < n; ++b) {
+    if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * ch, 1);
+    const T* g[NC];
+    for (int k = 0; k < NC; ++k) g[k] = grid + idx[b * NC + k] * ch;
+    __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes);
+    const double* wb = w + b * NC;
+    T* o = out + (rows ? rows[b] : b) * ch;
+    if constexpr (CC > 0) {
+      double acc[CC];
+      for (int c = 0; c < CC; ++c) acc[c] = 0.0;
+      for (int k = 0; k < NC; ++k)
+        for (int c = 0; c < CC; ++c) acc[c] += wb[k] * double(g[k][c]);
+      for (int c = 0; c < CC; ++c) o[c] = T(acc[c]);
+    } else {
+      for (index_t c = 0; c < ch; ++c) {
+        double acc = 0.0;
+        for (int k = 0; k < NC; ++k) acc += wb[k] * double(g[k][c]);
+        o[c] = T(acc);
+      }
+    }
+  }
+}
+
+// The transpose of gather_packed: grid row idx[b * NC + k] += w[b * NC + k] * values row rows[b]
+// (row b without rows; rows[n, n + ahead) may be read), point after point, each product rounded
+// to T before it is added.
+template <typename T, int NC, int CC>
+KRONPE_CLONES void scatter_packed(T* grid, index_t C, const index_t* idx, const double* w,
+                                  index_t n, const T* values, const index_t* rows, index_t ahead) {
+  const index_t ch = CC > 0 ? index_t(CC) : C;
+  for (index_t b = 0; b < n; ++b) {
+    if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(values + rows[b + kAheadRows] * ch);
+    T* g[NC];
+    for (int k = 0; k < NC; ++k) g[k] = grid + idx[b * NC + k] * ch;
+    __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes, 1);
+    const double* wb = w + b * NC;
+    const T* v = values + (rows ? rows[b] : b) * ch;
+    for (index_t c = 0; c < ch; ++c) {
+      const double vc = double(v[c]);
+      for (int k = 0; k < NC; ++k) g[k][c] += T(wb[k] * vc);
+    }
+  }
+}
+
 template <typename T>
-void zero(MatrixView<T> out, int threads) {
-  const int nt = resolve_threads(threads);
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (index_t r = 0; r < out.rows; ++r)
-    for (index_t c = 0; c < out.cols; ++c) out(r, c) = T(0);
+using GatherFn = void (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
+                          const index_t*, index_t);
+template <typename T>
+using ScatterFn = void (*)(T*, index_t, const index_t*, const double*, index_t, const T*,
+                           const index_t*, index_t);
+
+// Calls f(NC, CC) (std::integral_constant) for nc corners and C channels; false when nc has no
+// compiled kernel (then the generic loops run).
+template <typename F>
+bool with_sizes(index_t nc, index_t C, F&& f) {
+  auto channels = [&](auto NC) {
+    switch (C) {
+      case 1: f(NC, std::integral_constant<int, 1>{}); break;
+      case 2: f(NC, std::integral_constant<int, 2>{}); break;
+      case 3: f(NC, std::integral_constant<int, 3>{}); break;
+      case 4: f(NC, std::integral_constant<int, 4>{}); break;
+      default: f(NC, std::integral_constant<int, 0>{}); break;
+    }
+    return true;
+  };
+  switch (nc) {
+    case 2: return channels(std::integral_constant<int, 2>{});
+    case 4: return channels(std::integral_constant<int, 4>{});
+    case 8: return channels(std::integral_constant<int, 8>{});
+    default: return false;
+  }
+}
+
+// The packed kernels for nc corners and C channels, or null.
+template <typename T>
+GatherFn<T> gather_kernel(index_t nc, index_t C) {
+  GatherFn<T> f = nullptr;
+  with_sizes(nc, C, [&](auto NC, auto CC) { f = &gather_packed<T, NC(), CC()>; });
+  return f;
+}
+template <typename T>
+ScatterFn<T> scatter_kernel(index_t nc, index_t C) {
+  ScatterFn<T> f = nullptr;
+  with_sizes(nc, C, [&](auto NC, auto CC) { f = &scatter_packed<T, NC(), CC()>; });
+  return f;
+}
+
+// Whether some of the `count` indices lies outside [lo, hi) (lo <= hi).
+KRONPE_CLONES bool any_outside(const index_t* idx, index_t count, index_t lo, index_t hi) {
+  std::uint64_t top = 0;  // the largest idx - lo, negative ones wrapped around to the top
+  for (index_t i = 0; i < count; ++i)
+    top = std::max(top, static_cast<std::uint64_t>(idx[i]) - static_cast<std::uint64_t>(lo));
+  return count > 0 && top >= static_cast<std::uint64_t>(hi - lo);
+}
+
+// idx (n, nc) = base[b] + off[k]: the grid rows of a block of points.
+inline void corner_rows(const index_t* base, const index_t* off, index_t n, index_t nc,
+                        index_t* idx) {
+  for (index_t b = 0; b < n; ++b)
+    for (index_t k = 0; k < nc; ++k) idx[b * nc + k] = base[b] + off[k];
 }
 
 }  // namespace
@@ -202,6 +336,7 @@ WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize
     a.Dh.resize(size_t(s.M - 1));
     a.det.resize(size_t(s.M - 1));
     a.singular.resize(size_t(s.M - 1));
+    a.cell_dt.resize(size_t(s.M - 1));
     for (index_t k = 0; k + 1 < s.M; ++k) {
       const double hk = a.nodes[size_t(k + 1)] - a.nodes[size_t(k)];
       const double Dh = distance(a.kind, a.param, hk);
@@ -210,6 +345,7 @@ WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize
       a.det[size_t(k)] = det;
       a.singular[size_t(k)] =
           a.kind == Kernel::linear || !(det > kSingularRcond * a.D0 * a.D0) ? 1 : 0;
+      a.cell_dt[size_t(k)] = a.singular[size_t(k)] ? 0.0 : det;
     }
   }
   for (int i = D - 2; i >= 0; --i)
@@ -249,20 +385,39 @@ template <Kernel K, bool Normalize, typename Q>
 KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, const index_t* rows, index_t start,
                                    index_t n, index_t* j, double* w0, double* w1) const {
   if (n > kBlock) throw BackendError("blend: internal error, block larger than kBlock");
-  // pass 1 (branchy): clamp, cell, beta and the cell's 2x2 entries
-  double beta[kBlock], h[kBlock], dh[kBlock], dt[kBlock];
+  double x[kBlock], g0[kBlock], h[kBlock], dh[kBlock], dt[kBlock];
+  const double* g = nodes.data();
+  const index_t M = index_t(nodes.size()), last = M - 2;
+  if (rows)
+    for (index_t b = 0; b < n; ++b) x[b] = double(q[rows[b] * stride]);
+  else
+    for (index_t b = 0; b < n; ++b) x[b] = double(q[(start + b) * stride]);
+  // pass 1 (scalar): clamp, cell and the cell's entries. Uniform nodes: the cell guessed from
+  // the coordinate is checked with two loads (math::cell walks or bisects only when it is wrong)
   for (index_t b = 0; b < n; ++b) {
-    index_t jj;
-    math::locate(nodes.data(), index_t(nodes.size()), lo, hi, inv_h, uniform,
-                 double(q[(rows ? rows[b] : start + b) * stride]), jj, beta[b], h[b]);
+    double xb = x[b];
+    xb = !(xb >= lo) ? lo : xb;  // NaN too
+    xb = xb > hi ? hi : xb;
+    index_t jj = 0;
+    if (uniform) {
+      jj = static_cast<index_t>((xb - lo) * inv_h);
+      jj = jj < 0 ? 0 : (jj > last ? last : jj);
+    }
+    if (!uniform || (jj > 0 && xb < g[jj]) || (jj < last && xb >= g[jj + 1]))
+      jj = math::cell(g, M, lo, hi, inv_h, uniform, xb);
+    x[b] = xb;
     j[b] = jj;
+    g0[b] = g[jj];
+    h[b] = g[jj + 1] - g0[b];
     dh[b] = Dh[size_t(jj)];
-    dt[b] = singular[size_t(jj)] ? 0.0 : det[size_t(jj)];  // 0 marks a singular cell
+    dt[b] = cell_dt[size_t(jj)];
   }
-  // pass 2 (branch-free, vectorisable): projections, weights, fallbacks
+  // pass 2 (branch-free, vectorised): beta (as math::locate), projections, weights, fallbacks
 #pragma omp simd
-  for (index_t b = 0; b < n; ++b)
-    math::pair<K, Normalize>(param, D0, dh[b], dt[b], beta[b], h[b], w0[b], w1[b]);
+  for (index_t b = 0; b < n; ++b) {
+    const double beta = (x[b] - g0[b]) / h[b];
+    math::pair<K, Normalize>(param, D0, dh[b], dt[b], beta, h[b], w0[b], w1[b]);
+  }
 }
 
 template <typename Q>
@@ -359,9 +514,11 @@ namespace {
 // Scratch of one thread: the bases and corner weights of a block of points.
 struct BlockScratch {
   explicit BlockScratch(index_t corners)
-      : base(static_cast<size_t>(kBlock)), w(static_cast<size_t>(kBlock * corners)) {}
+      : base(static_cast<size_t>(kBlock)), w(static_cast<size_t>(kBlock * corners)),
+        idx(static_cast<size_t>(kBlock * corners)) {}
   std::vector<index_t> base;
   std::vector<double> w;
+  std::vector<index_t> idx;  // the packed kernels' grid rows (n, corners)
 };
 
 // Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel. Blocks
@@ -411,10 +568,18 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
   require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const index_t* off = wf.corner_offsets().data();
+  const GatherFn<T> fast = packed(grid) && packed(out) ? gather_kernel<T>(nc, C) : nullptr;
   for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
     if (!rows)  // points in no order: their corners lie anywhere, fetch the block's ahead of use
       for (index_t b = 0; b < n; ++b)
         for (index_t k = 0; k < nc; ++k) __builtin_prefetch(&grid(base[b] + off[k], 0));
+    if (fast) {
+      index_t idx[kBlock * 8];
+      corner_rows(base, off, n, nc, idx);
+      fast(grid.data, C, idx, w, n, rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr,
+           P - p0 - n);
+      return;
+    }
     for (index_t b = 0; b < n; ++b) {
       const double* wb = w + b * nc;
       const index_t p = rows ? rows[p0 + b] : p0 + b;
@@ -446,19 +611,24 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
     perm = own_perm.data();
     ptr = own_ptr.data();
   }
-  zero(out, threads);
   const index_t* off = wf.corner_offsets().data();
   const int nt = resolve_threads(threads);
   // per-thread scratch, indexed by the OpenMP thread number
   std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
-  for_slabs(lay, ptr, threads, [&](index_t, index_t e, index_t n) {
-    fetch_rows(values, perm, e + kBlock, P);  // the next block's
+  const ScatterFn<T> fast = packed(values) && packed(out) ? scatter_kernel<T>(nc, C) : nullptr;
+  for_slabs(lay, ptr, threads, out, [&](index_t, index_t e, index_t n) {
+    if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
 #ifdef KRONPE_OPENMP
     BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
 #else
     BlockScratch& sc = scratch[0];
 #endif
     wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data());
+    if (fast) {
+      corner_rows(sc.base.data(), off, n, nc, sc.idx.data());
+      fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e, P - e - n);
+      return;
+    }
     for (index_t b = 0; b < n; ++b) {
       const index_t base = sc.base[size_t(b)];
       const double* wb = sc.w.data() + b * nc;
@@ -477,6 +647,25 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const int nt = resolve_threads(threads);
   int bad = 0;
+  const GatherFn<T> fast =
+      packed(indices) && packed(weights) && packed(grid) && packed(out) ? gather_kernel<T>(nnz, C)
+                                                                        : nullptr;
+  if (fast) {
+    const index_t nblocks = (P + kBlock - 1) / kBlock;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) reduction(| : bad)
+    for (index_t blk = 0; blk < nblocks; ++blk) {
+      const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
+      const index_t* idx = indices.data + p0 * nnz;
+      if (any_outside(idx, n * nnz, 0, G)) {
+        bad = 1;
+        continue;
+      }
+      fast(grid.data, C, idx, weights.data + p0 * nnz, n, rows ? out.data : out.data + p0 * C,
+           rows ? rows + p0 : nullptr, P - p0 - n);
+    }
+    require(!bad, "blend: an index lies outside the grid");
+    return;
+  }
 #pragma omp parallel for num_threads(nt) schedule(dynamic, kBlock * 16) reduction(| : bad)
   for (index_t p = 0; p < P; ++p) {
     for (index_t k = 0; k < nnz; ++k) bad |= bad_index(indices(p, k), G) ? 1 : 0;
@@ -510,15 +699,47 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
     perm = own_perm.data();
     ptr = own_ptr.data();
   }
-  zero(out, threads);
   const index_t L = lay.slab;
   int bad = 0;
+  const ScatterFn<T> fast =
+      packed(indices) && packed(weights) && packed(values) && packed(out)
+          ? scatter_kernel<T>(nnz, C)
+          : nullptr;
+  const int nt = resolve_threads(threads);
+  // rows of indices and weights gathered into plan order (packed path, points not sorted)
+  std::vector<BlockScratch> scratch(static_cast<size_t>(fast && !sorted ? nt : 0),
+                                    BlockScratch(nnz));
   // a row whose entries leave [s L, (s + 2) L) would race with the neighbouring slab: refused
-  for_slabs(lay, ptr, threads, [&](index_t s, index_t e, index_t n) {
-    fetch_rows(values, perm, e + kBlock, P);  // the next block's
+  for_slabs(lay, ptr, threads, out, [&](index_t s, index_t e, index_t n) {
+    if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
     const index_t lo = s * L, hi = std::min(G, (s + 2) * L);
     const index_t d0 = sorted ? e : 0;
     const index_t* rows = sorted ? nullptr : perm + e;  // indices rows, else d0 + b
+    if (fast) {
+      const index_t* idx = indices.data + d0 * nnz;
+      const double* w = weights.data + d0 * nnz;
+      if (rows) {
+#ifdef KRONPE_OPENMP
+        BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
+#else
+        BlockScratch& sc = scratch[0];
+#endif
+        for (index_t b = 0; b < n; ++b)
+          for (index_t k = 0; k < nnz; ++k) {
+            sc.idx[size_t(b * nnz + k)] = indices(rows[b], k);
+            sc.w[size_t(b * nnz + k)] = weights(rows[b], k);
+          }
+        idx = sc.idx.data();
+        w = sc.w.data();
+      }
+      if (any_outside(idx, n * nnz, lo, hi)) {
+#pragma omp atomic write
+        bad = 1;
+        return;
+      }
+      fast(out.data, C, idx, w, n, values.data, perm + e, P - e - n);
+      return;
+    }
     bool outside = false;
     for (index_t b = 0; b < n; ++b)
       for (index_t k = 0; k < nnz; ++k) {

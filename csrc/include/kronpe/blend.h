@@ -17,6 +17,10 @@
 // stably by their smallest index, the flat index of their cell's first corner. Gathers and
 // scatters that follow it walk the grid in order (neighbouring points share corners, rows of the
 // grid are read and written as streams) instead of jumping to a random cell per point.
+// Dense rows (values and results row-major, C channels next to each other; stored rows dense)
+// take kernels compiled per corner count (2, 4, 8) and channel count, with the same sums in the
+// same order as the strided loops (same bits); in plan order they fetch the largest corner's
+// stream ahead (the only one not visited a row or plane earlier) and the P-side rows.
 //
 // Determinism: `blend` (gather) is parallel over points and exact-order per point, in any
 // visiting order: its result does not depend on the plan or the thread count. The scatter
@@ -129,6 +133,7 @@ class WeightFunction {
     double D0;
     std::vector<double> Dh, det;  // per cell: D(h), D(0)^2 - D(h)^2
     std::vector<char> singular;   // per cell
+    std::vector<double> cell_dt;  // per cell: det, or 0 where singular (math::pair's dt)
   };
   std::vector<Axis> axes_;
   std::vector<index_t> strides_, corner_offsets_;
