@@ -262,7 +262,7 @@ def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[
     diag = data.diag
     obs = np.flatnonzero(diag > 0)
     if obs.size < MIN_HOLDOUT:
-        return data.rho * 10.0 ** (-FALLBACK_EXPONENT), {"ridge_candidates": [], "holdout_errors": []}
+        return data.rho * 10.0 ** (-FALLBACK_EXPONENT), _too_few_to_hold_out()
     hold = obs[_holdout(obs.size)]
     train = diag.copy()
     train.flat[hold] = 0.0
@@ -282,7 +282,7 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     (P, C); HOLDOUT_FRACTION of the points left out, their error measured through their rows of B."""
     P = B.shape[0]
     if P < MIN_HOLDOUT:
-        return rho * 10.0 ** (-FALLBACK_EXPONENT), {"ridge_candidates": [], "holdout_errors": []}
+        return rho * 10.0 ** (-FALLBACK_EXPONENT), _too_few_to_hold_out()
     hold = _holdout(P)
     keep = np.ones(P, bool)
     keep[hold] = False
@@ -295,6 +295,12 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
         return float(np.mean((Bh @ w.reshape(-1).astype(np.float64) - y[hold]) ** 2))
 
     return _sweep(sub, r_train, error, rho, maxiter)
+
+
+def _too_few_to_hold_out() -> Dict[str, Any]:
+    """The info of a fit with fewer than MIN_HOLDOUT samples: lambda = rho 10^-FALLBACK_EXPONENT,
+    the natural boundary, nothing held out."""
+    return {"ridge_candidates": [], "holdout_errors": [], "boundary": BOUNDARIES[0], "boundary_holdout_errors": []}
 
 
 def _holdout(n: int) -> Array:
@@ -369,6 +375,7 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
     x0 = None if fmg else start(data, rhs)  # None: full multigrid's start (module docstring)
     mg = info.pop(HIERARCHY_KEY, None)
     reflect = info.get("boundary", BOUNDARIES[0]) == "reflect"
+    info["boundary"] = BOUNDARIES[int(reflect)]
     if mg is not None:
         m = data.diag if data.sparse is None else lumped(data)
         mg.set_data(m).set_ridge(lam)
