@@ -275,11 +275,27 @@ def test_backward_reuses_forward_intermediates(monkeypatch, path):
     calls = []
     kernel = _ops.KERNELS["cpu"]["multi_mode_product"]
 
+    inside = []
+
     def counting(T, mats, modes):
         calls.append(len(mats))
-        return kernel(T, mats, modes)
+        inside.append(1)
+        try:
+            return kernel(T, mats, modes)
+        finally:
+            inside.pop()
 
     monkeypatch.setitem(_ops.KERNELS["cpu"], "multi_mode_product", counting)
+    # single-mode products on a first or last axis skip the kernel (one torch.mm): count them too
+    end = _ops._cpu.end_mode_product
+
+    def counting_end(X, A, m):
+        Y = end(X, A, m)
+        if Y is not None and not inside:
+            calls.append(1)
+        return Y
+
+    monkeypatch.setattr(_ops._cpu, "end_mode_product", counting_end)
     T = torch.randn(6, 5, 2, dtype=torch.float64, requires_grad=True)
     A = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     B = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
@@ -293,3 +309,125 @@ def test_backward_reuses_forward_intermediates(monkeypatch, path):
     eT, eA, eB = torch.autograd.grad(torch.einsum("ijc,ai,bj->abc", T, A, B), (T, A, B), G)
     for g, e in ((gT, eT), (gA, eA), (gB, eB)):
         np.testing.assert_allclose(_np(g), _np(e), rtol=1e-10)
+
+
+# ---- banded matrices and single GEMMs (CPU fast paths) -------------------------------------------
+
+
+def _banded(m, n, half_width, dtype=torch.float64, seed=0):
+    """An (m, n) matrix whose row i is nonzero only within half_width of column i * n / m."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(m, n, generator=g, dtype=dtype)
+    rows = torch.arange(m, dtype=torch.float64)[:, None] * n / m
+    cols = torch.arange(n, dtype=torch.float64)[None, :]
+    return torch.where((cols - rows).abs() <= half_width, A, torch.zeros((), dtype=dtype))
+
+
+@pytest.mark.parametrize("channels", [(), (3,), (2, 3)], ids=["no channels", "3 channels", "2x3 channels"])
+@pytest.mark.parametrize("modes", [[0, 1], [1, 0]])
+@pytest.mark.parametrize("transposed", [False, True], ids=["A", "A.mT"])
+def test_banded_chain_matches_numpy(channels, modes, transposed):
+    """Banded matrices (compact bases) take the banded chain: the same values as dense products."""
+    from kronpe.torch import _cpu
+
+    T = torch.randn(150, 140, *channels, dtype=torch.float64)
+    sizes = {0: 150, 1: 140}
+    outs = {0: 170, 1: 130}
+    mats = []
+    for m in modes:
+        A = _banded(sizes[m], outs[m], 6).mT if transposed else _banded(outs[m], sizes[m], 6)
+        assert _cpu._band(A) is not None
+        mats.append(A)
+    out = kt.multi_mode_product(T, mats, modes)
+    assert out.is_contiguous() and out.shape == (170, 130, *channels)
+    np.testing.assert_allclose(_np(out), ref_mmp(T, mats, modes), rtol=1e-12, atol=1e-12)
+
+
+def test_banded_chain_three_modes_float32():
+    from kronpe.torch import _cpu
+
+    T = torch.randn(130, 140, 150, 2)
+    mats = [_banded(140, 130, 5, torch.float32, 1), _banded(135, 140, 5, torch.float32, 2),
+            _banded(160, 150, 5, torch.float32, 3)]
+    assert all(_cpu._band(A) is not None for A in mats)
+    out = _cpu.multi_mode_product(T, mats, [0, 1, 2])
+    ref = ref_mmp(T, mats, [0, 1, 2])
+    np.testing.assert_allclose(_np(out), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_dense_matrices_skip_the_banded_chain():
+    from kronpe.torch import _cpu
+
+    A = torch.randn(200, 200, dtype=torch.float64)
+    assert _cpu._band(A) is None
+    assert _cpu._band(torch.zeros(8, 8)) is None  # small: dense GEMMs
+
+
+def test_banded_chain_zero_rows_and_in_place_changes():
+    """Rows of zeros give zeros; a matrix changed in place (fewer zeros) gets a new band plan."""
+    from kronpe.torch import _cpu
+
+    A = _banded(160, 150, 4)
+    A[:40] = 0  # the first blocks of rows are empty windows
+    T = torch.randn(150, 140, 3, dtype=torch.float64)
+    B = _banded(130, 140, 4)
+    out = _cpu.multi_mode_product(T, [A, B], [0, 1])
+    assert _cpu._band(A) is not None
+    assert not out[:40].any()
+    np.testing.assert_allclose(_np(out), ref_mmp(T, [A, B], [0, 1]), rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        A.add_(1.0)  # dense now: the cached band must not be used
+    assert _cpu._band(A) is None
+    out = _cpu.multi_mode_product(T, [A, B], [0, 1])
+    np.testing.assert_allclose(_np(out), ref_mmp(T, [A, B], [0, 1]), rtol=1e-10, atol=1e-10)
+
+
+def test_banded_chain_gradients(monkeypatch):
+    """gradcheck through the banded chain (small matrices, forced onto it): forward, the
+    adjoint's transposed bands and the single-mode steps."""
+    from kronpe.torch import _cpu
+
+    monkeypatch.setattr(_cpu, "_BAND_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_cpu, "_BAND_ROWS", 3)
+    _cpu._BANDS.clear()
+    A = _banded(16, 14, 1)
+    B = _banded(13, 15, 1, seed=1)
+    assert all(_cpu._band(M) is not None for M in (A, B, A.mT, B.mT))
+    T = torch.randn(14, 15, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: kt.multi_mode_product(t, [A, B]), (T,), fast_mode=True)
+    # gradients to the matrices too (dense: every entry, the zeros outside the band included),
+    # against autograd through einsum (gradcheck perturbs entries through ``.data``, which the
+    # band cache, keyed like every torch cache by the tensor's version counter, does not see)
+    Ag, Bg = A.clone().requires_grad_(), B.clone().requires_grad_()
+    out = kt.multi_mode_product(T, [Ag, Bg])
+    G = torch.randn_like(out)
+    got = torch.autograd.grad(out, (T, Ag, Bg), G)
+    want = torch.autograd.grad(torch.einsum("ijc,ai,bj->abc", T, Ag, Bg), (T, Ag, Bg), G)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(_np(g), _np(e), rtol=1e-10, atol=1e-12)
+    _cpu._BANDS.clear()
+
+
+@pytest.mark.parametrize("shape, mode", [((5, 4), 0), ((5, 4), 1), ((5, 4, 3), 0), ((5, 4, 3), 2)])
+def test_end_mode_product(shape, mode):
+    from kronpe.torch import _cpu
+    from kronpe.torch._ops import _contract_all_but
+
+    X = torch.randn(*shape, dtype=torch.float64)
+    A = torch.randn(6, shape[mode], dtype=torch.float64)
+    Y = _cpu.end_mode_product(X, A, mode)
+    assert Y.is_contiguous()
+    np.testing.assert_allclose(_np(Y), ref_mmp(X, [A], [mode]), rtol=1e-12)
+    axes = [a for a in range(len(shape)) if a != mode]
+    G = torch.randn_like(Y)
+    np.testing.assert_allclose(_np(_contract_all_but(G, X, mode)),
+                               _np(torch.tensordot(G, X, dims=(axes, axes))), rtol=1e-12)
+
+
+def test_end_mode_product_declines_middle_and_strided():
+    from kronpe.torch import _cpu
+
+    X = torch.randn(5, 4, 3, dtype=torch.float64)
+    assert _cpu.end_mode_product(X, torch.randn(2, 4, dtype=torch.float64), 1) is None
+    assert _cpu.end_mode_product(X.mT, torch.randn(2, 3, dtype=torch.float64), 1 - 1) is None
+    assert _cpu.end_mode_product(X[:0], torch.randn(2, 0, dtype=torch.float64), 0) is None

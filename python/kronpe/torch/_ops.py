@@ -110,11 +110,18 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
             ctx.save_for_backward(T, *mats)
             return kernel(T, list(mats), modes)
         mmp_shape(T, mats, modes)
-        Ys = [T]
-        for j in _chain_order(mats):
-            Ys.append(kernel(Ys[-1], [mats[j]], [modes[j]]))
-        ctx.save_for_backward(T, *mats, *Ys[1:-1])
-        return Ys[-1]
+        ctx.order = order = _chain_order(mats)
+        cpu = T.device.type == "cpu"
+        Y = T
+        Ys = []
+        for j in order:
+            X, A, m = Y, mats[j], modes[j]
+            Y = _cpu.end_mode_product(X, A, m) if cpu else None  # one GEMM, without planning
+            if Y is None:
+                Y = kernel(X, [A], [m])
+            Ys.append(Y)
+        ctx.save_for_backward(T, *mats, *Ys[:-1])
+        return Y
 
     @staticmethod
     def backward(ctx, grad):
@@ -122,7 +129,8 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
         mats, Ys = rest[: ctx.n], [T, *rest[ctx.n:]]
         if torch.is_grad_enabled():  # a double backward: the saved intermediates are not in its graph
             Ys = [T]
-        gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, _chain_order(mats), Ys,
+        order = getattr(ctx, "order", None) or _chain_order(mats)
+        gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, order, Ys,
                                 ctx.needs_input_grad[0], ctx.needs_input_grad[4:])
         return (gT, None, None, None, *gA)
 
@@ -204,6 +212,12 @@ def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
     direct = _eager(T, *mats, *(g for g in grads if g is not None))
     kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product") if direct else None
     mmp = kernel if kernel is not None else (lambda X, As, ms: multi_mode_product(X, As, ms))
+    fast = direct and T.device.type == "cpu"
+
+    def mmp1(X, A, m):  # X x_m A: one GEMM without planning where it can be (CPU, eager)
+        Y = _cpu.end_mode_product(X, A, m) if fast else None
+        return mmp(X, [A], [m]) if Y is None else Y
+
     gA: List[Optional[torch.Tensor]] = [None] * len(mats)
     if not any(needs_A) and all(g is None for g in grads[:-1]):
         gT = mmp(grads[-1], [A.mT for A in mats], list(modes)) if needs_T else None
@@ -215,7 +229,7 @@ def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
             Ys.append(None)
         if Ys[k] is None:
             j = order[k - 1]
-            Ys[k] = mmp(Ys[k - 1], [mats[j]], [modes[j]])
+            Ys[k] = mmp1(Ys[k - 1], mats[j], modes[j])
     G = None
     for k in range(len(order) - 1, -1, -1):
         if grads[k] is not None:
@@ -224,14 +238,27 @@ def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
             continue
         j, m = order[k], modes[order[k]]
         if needs_A[j]:
-            axes = [a for a in range(T.dim()) if a != m]
-            gA[j] = torch.tensordot(G, Ys[k], dims=(axes, axes))
+            gA[j] = _contract_all_but(G, Ys[k], m)
         if not needs_T and not any(needs_A[i] for i in order[:k]):
             break
-        G = mmp(G, [mats[j].mT], [m])
+        G = mmp1(G, mats[j].mT, m)
     else:
         return (G if needs_T else None), gA
     return None, gA
+
+
+def _contract_all_but(G: torch.Tensor, Y: torch.Tensor, m: int) -> torch.Tensor:
+    """<G, Y> over every axis but ``m``: (G.shape[m], Y.shape[m]). One ``torch.mm`` on views
+    when both are C-contiguous and ``m`` is their first or last axis, else ``torch.tensordot``."""
+    if G.is_contiguous() and Y.is_contiguous() and G.numel() and Y.numel():
+        if G.dim() == 2:
+            return torch.mm(G, Y.mT) if m == 0 else torch.mm(G.mT, Y)
+        if m == 0:
+            return torch.mm(G.view(G.shape[0], -1), Y.view(Y.shape[0], -1).mT)
+        if m == G.dim() - 1:
+            return torch.mm(G.view(-1, G.shape[-1]).mT, Y.view(-1, Y.shape[-1]))
+    axes = [a for a in range(G.dim()) if a != m]
+    return torch.tensordot(G, Y, dims=(axes, axes))
 
 
 def _mmp_backward(ctx, grad):
