@@ -431,3 +431,21 @@ def test_end_mode_product_declines_middle_and_strided():
     assert _cpu.end_mode_product(X, torch.randn(2, 4, dtype=torch.float64), 1) is None
     assert _cpu.end_mode_product(X.mT, torch.randn(2, 3, dtype=torch.float64), 1 - 1) is None
     assert _cpu.end_mode_product(X[:0], torch.randn(2, 0, dtype=torch.float64), 0) is None
+
+
+def test_inference_mode_tensors():
+    """Inference tensors have no version counter: the band and transpose plans are made per call."""
+    from kronpe.torch import _cpu
+
+    with torch.inference_mode():
+        A = _banded(160, 150, 4)
+        T = torch.randn(150, 150, 2, dtype=torch.float64)
+        assert _cpu._band(A) is not None
+        B = _banded(150, 160, 4).mT[:130]  # (130, 150), a view
+        out = kt.multi_mode_product(T, [A, B], [0, 1])
+        np.testing.assert_allclose(_np(out), ref_mmp(T, [A, B], [0, 1]), rtol=1e-10, atol=1e-10)
+        idx = torch.tensor([[0, 3], [2, 1]])
+        w = torch.tensor([[0.5, 0.5], [1.0, 2.0]], dtype=torch.float64)
+        rows = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
+        got = kt.blend_transpose(rows, idx, w, 4)
+        np.testing.assert_allclose(_np(got), dense_blend(idx, w, 4).T @ _np(rows))

@@ -199,6 +199,8 @@ def _band(A: torch.Tensor):
     """A's blocks (see :func:`_band_blocks`), or None; cached per matrix while it lives."""
     if A.shape[0] * A.shape[1] < _BAND_MIN_ELEMENTS:
         return None
+    if A.is_inference():  # no version counter to key a cache on: planned at every call
+        return _band_blocks(A)
     root = A._base if A._base is not None else A
     key = (A.data_ptr(), A._version, tuple(A.shape), A.stride(), A.dtype)
     slot = (id(root), A.stride(), A.storage_offset())
@@ -290,9 +292,11 @@ def _row_range(indices: torch.Tensor):
 
 
 def _schedule(indices: torch.Tensor, num_nodes: int) -> _Schedule:
-    key = (indices.data_ptr(), indices._version, tuple(indices.shape), indices.stride(), num_nodes)
+    inference = indices.is_inference()  # no version counter: not cached
+    version = None if inference else indices._version
+    key = (indices.data_ptr(), version, tuple(indices.shape), indices.stride(), num_nodes)
     cached = _SCHEDULES.get(id(indices))
-    if cached is not None and cached.ref() is indices and cached.key == key:
+    if cached is not None and cached.ref() is indices and cached.key == key and not inference:
         return cached
     row_lo, row_hi = _row_range(indices)
     sc = _Schedule()
@@ -304,6 +308,8 @@ def _schedule(indices: torch.Tensor, num_nodes: int) -> _Schedule:
         sc.ptr = torch.empty(slabs + 1, dtype=torch.int64)
         _core.blend_plan_stored(describe(indices, "indices"), num_nodes, sc.span, describe(sc.perm),
                                 describe(sc.ptr), _threads())
+    if inference:
+        return sc
     i = id(indices)
     sc.ref = weakref.ref(indices, lambda _r, i=i: _SCHEDULES.pop(i, None))
     _SCHEDULES[i] = sc
