@@ -449,3 +449,56 @@ def test_inference_mode_tensors():
         rows = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
         got = kt.blend_transpose(rows, idx, w, 4)
         np.testing.assert_allclose(_np(got), dense_blend(idx, w, 4).T @ _np(rows))
+
+
+@pytest.mark.parametrize("modes", [[0, 1, 2], [2, 0, 1]])
+@pytest.mark.parametrize("needs", ["all", "T", "matrices", "first matrix"])
+def test_rotation_chain_values_and_gradients(modes, needs):
+    """Eager chains over every axis (D = 3, no carried axes) run in rotated layouts: the same
+    values and gradients as autograd through einsum, whatever needs a gradient."""
+    from kronpe.torch import _ops
+
+    g = torch.Generator().manual_seed(3)
+    shape = (5, 6, 4)
+    T = torch.randn(*shape, generator=g, dtype=torch.float64)
+    mats = [torch.randn(shape[m], shape[m], generator=g, dtype=torch.float64) for m in modes]  # equal costs
+    T.requires_grad_(needs in ("all", "T"))
+    for j, A in enumerate(mats):
+        A.requires_grad_(needs in ("all", "matrices") or (needs == "first matrix" and j == 0))
+    assert _ops._rotates(T, mats, modes, _ops._chain_order(mats))
+    out = kt.multi_mode_product(T, mats, modes)
+    np.testing.assert_allclose(_np(out), ref_mmp(T, mats, modes), rtol=1e-12)
+    inputs = [t for t in (T, *mats) if t.requires_grad]
+    G = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, G)
+    letters = "ijk"
+    outl = list(letters)
+    for j, m in enumerate(modes):
+        outl[m] = "abc"[j]
+    spec = f"{letters}," + ",".join("abc"[j] + letters[m] for j, m in enumerate(modes)) + "->" + "".join(outl)
+    want = torch.autograd.grad(torch.einsum(spec, T, *mats), inputs, G)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-10, atol=1e-12)
+
+
+def test_rotation_chain_double_backward():
+    T = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    mats = [torch.randn(n, n, dtype=torch.float64, requires_grad=True) for n in (4, 3, 5)]
+    from kronpe.torch import _ops
+
+    assert _ops._rotates(T, mats, [0, 1, 2], _ops._chain_order(mats))
+    assert torch.autograd.gradgradcheck(lambda t, *ms: kt.multi_mode_product(t, list(ms)), (T, *mats))
+
+
+def test_rotation_skips_two_axes_and_costlier_orders():
+    from kronpe.torch import _ops
+
+    T = torch.randn(8, 8, dtype=torch.float64)
+    mats = [torch.randn(8, 8, dtype=torch.float64)] * 2
+    assert not _ops._rotates(T, mats, [0, 1], _ops._chain_order(mats))
+    T3 = torch.randn(40, 40, 40, dtype=torch.float64)
+    shrink_last = [torch.randn(40, 40), torch.randn(40, 40), torch.randn(2, 40)]
+    shrink_last = [A.double() for A in shrink_last]
+    order = _ops._chain_order(shrink_last)
+    assert order[0] == 2 and not _ops._rotates(T3, shrink_last, [0, 1, 2], order)
+    assert not _ops._rotates(T3.mT, [torch.randn(4, 40, dtype=torch.float64)] * 3, [0, 1, 2], [0, 1, 2])

@@ -30,6 +30,7 @@ RuntimeError when kronpe was built without CUDA. Both are registered by :func:`r
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -112,6 +113,11 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
         mmp_shape(T, mats, modes)
         ctx.order = order = _chain_order(mats)
         cpu = T.device.type == "cpu"
+        ctx.rotated = cpu and _rotates(T, mats, modes, order)
+        if ctx.rotated:
+            Ys = _rotation_forward(T, mats, modes)
+            ctx.save_for_backward(T, *mats, *Ys[:-1])
+            return Ys[-1].view(mmp_shape(T, mats, modes))
         Y = T
         Ys = []
         for j in order:
@@ -130,9 +136,76 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
         if torch.is_grad_enabled():  # a double backward: the saved intermediates are not in its graph
             Ys = [T]
         order = getattr(ctx, "order", None) or _chain_order(mats)
+        if getattr(ctx, "rotated", False) and not torch.is_grad_enabled():
+            gT, gA = _rotation_adjoint(grad, T, mats, ctx.modes, Ys, ctx.needs_input_grad[0],
+                                       ctx.needs_input_grad[4:])
+            return (gT, None, None, None, *gA)
         gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, order, Ys,
                                 ctx.needs_input_grad[0], ctx.needs_input_grad[4:])
         return (gT, None, None, None, *gA)
+
+
+# The rotation (eager CPU, every axis a mode, no carried axes): the chain in axis order 0..D-1,
+# each step one GEMM that contracts the tensor's first axis and appends the new one last,
+# Y_k = (n_k, ..., n_{D-1}, m_0, ..., m_{k-1}) in C order, as a chain of torch.tensordot calls
+# does; after D steps the layout is the result's. No step and no gradient contraction touches
+# a middle axis (those need a strided batch or a permuting copy), and the adjoint runs the
+# same rotation backwards: with G_k of layout (rest, m_k) and Y_k of layout (n_k, rest),
+# dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views.
+
+
+def _chain_cost(T, mats, modes, order) -> int:
+    """Multiply-adds of the chain in ``order``."""
+    shape, cost = list(T.shape), 0
+    for j in order:
+        n = math.prod(shape)
+        cost += n // max(shape[modes[j]], 1) * mats[j].shape[0] * shape[modes[j]]
+        shape[modes[j]] = mats[j].shape[0]
+    return cost
+
+
+def _rotates(T, mats, modes, order) -> bool:
+    """Whether the rotation applies: D >= 3 (with two axes both are end axes anyway, and
+    the direct products are faster: 96 against 109 us for K = 64, measured), every axis of a
+    C-contiguous, nonempty T is a mode, no matrix is banded (the kernel's banded chain is
+    faster) and the axis order costs no more than the chain's order."""
+    D = len(mats)
+    if D < 3 or T.dim() != D or not T.is_contiguous() or T.numel() == 0:
+        return False
+    if any(A.numel() == 0 or _cpu._band(A) is not None for A in mats):
+        return False
+    axis_order = sorted(range(D), key=lambda j: modes[j])
+    return list(axis_order) == list(order) or _chain_cost(T, mats, modes, axis_order) <= _chain_cost(
+        T, mats, modes, order)
+
+
+def _rotation_forward(T, mats, modes) -> List[torch.Tensor]:
+    """[Y_1, ..., Y_D] in rotated layouts (each a C-contiguous (R, m_k) GEMM result)."""
+    by_axis = sorted(range(len(mats)), key=lambda j: modes[j])
+    X, Ys = T, []
+    for j in by_axis:
+        A = mats[j]
+        n = A.shape[1]
+        X = torch.mm(X.view(n, X.numel() // n).mT, A.mT)
+        Ys.append(X)
+    return Ys
+
+
+def _rotation_adjoint(grad, T, mats, modes, Ys, needs_T, needs_A):
+    by_axis = sorted(range(len(mats)), key=lambda j: modes[j])
+    gA: List[Optional[torch.Tensor]] = [None] * len(mats)
+    G = grad.contiguous()
+    for k in range(len(by_axis) - 1, -1, -1):
+        j = by_axis[k]
+        A = mats[j]
+        m, n = A.shape
+        Gm = G.view(G.numel() // m, m).mT  # (m, R)
+        if needs_A[j]:
+            gA[j] = torch.mm(Gm, Ys[k].view(n, Ys[k].numel() // n).mT)
+        if not needs_T and not any(needs_A[i] for i in by_axis[:k]):
+            return None, gA
+        G = torch.mm(A.mT, Gm)  # (n, R): the layout of Y_{k-1}
+    return G.view(T.shape), gA
 
 
 _LIB.impl("multi_mode_product", _mmp_composite, "CompositeImplicitAutograd")
