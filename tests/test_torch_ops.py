@@ -359,7 +359,14 @@ def test_dense_matrices_skip_the_banded_chain():
     from kronpe.torch import _cpu
 
     A = torch.randn(200, 200, dtype=torch.float64)
-    assert _cpu._band(A) is None
+    assert _cpu._band(A) is None  # its far corners are used: rejected at once
+    A[0, -1] = A[-1, 0] = 0
+    assert _cpu._band(A) is None  # the blocks' windows span it all
+    W = _banded(200, 200, 5)
+    W[0, -1] = 1.0  # one far corner: still mostly banded, multiplied correctly
+    T = torch.randn(200, 200, dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [W, W])), ref_mmp(T, [W, W], [0, 1]),
+                               rtol=1e-10, atol=1e-10)
     assert _cpu._band(torch.zeros(8, 8)) is None  # small: dense GEMMs
 
 

@@ -180,16 +180,22 @@ _BANDS: Dict[tuple, _Band] = {}
 def _band_blocks(A: torch.Tensor):
     """[(r0, r1, c0, c1), ...] covering A's nonzeros by blocks of rows, or None (too full)."""
     m, n = A.shape
-    nz = A.detach() != 0
-    cols = torch.arange(n, device=A.device)
-    lo = torch.where(nz, cols, n).amin(1).tolist()
-    hi = torch.where(nz, cols, -1).amax(1).tolist()
+    if A[0, n - 1] != 0 and A[m - 1, 0] != 0:  # both far corners used: not banded (a quick no)
+        return None
+    rb = _BAND_ROWS
+    nz = (A.detach() != 0).contiguous()
+    full = m // rb * rb
+    cols = [nz[:full].view(m // rb, rb, n).any(1)] if full else []  # (blocks, n): a column used
+    if full < m:
+        cols.append(nz[full:].any(0, keepdim=True))
+    used = torch.cat(cols).to(torch.uint8) if len(cols) > 1 else cols[0].to(torch.uint8)
+    first = used.argmax(1).tolist()  # the first column used by each block
+    last = (n - 1 - used.flip(1).argmax(1)).tolist()
+    empty = (used.amax(1) == 0).tolist()
     blocks, filled = [], 0
-    for r0 in range(0, m, _BAND_ROWS):
-        r1 = min(r0 + _BAND_ROWS, m)
-        c0, c1 = min(lo[r0:r1]), max(hi[r0:r1]) + 1
-        if c1 <= c0:  # rows of zeros: an empty window (their product is 0)
-            c0 = c1 = 0
+    for b, r0 in enumerate(range(0, m, rb)):
+        r1 = min(r0 + rb, m)
+        c0, c1 = (0, 0) if empty[b] else (first[b], last[b] + 1)  # rows of zeros: an empty window
         blocks.append((r0, r1, c0, c1))
         filled += (r1 - r0) * (c1 - c0)
     return tuple(blocks) if filled <= _BAND_MAX_FILL * m * n else None
