@@ -550,3 +550,17 @@ def test_seed004_multichannel_layout():
         emb(torch.rand(5, 2))
     with pytest.raises(ValueError, match="embedding_type must be"):
         kt.SinusoidalEmbedding(1, 2, "rope")
+
+
+def test_complex_encoding_points_in_inference_mode():
+    """Points made under torch.inference_mode (no version counter) are planned at every call."""
+    enc = kt.ComplexEncoding([E.Gaussian(10, 0.06), E.Triangle(8, 0.2)], 2, dtype=torch.float64)
+    with torch.no_grad():
+        enc.weight.copy_(torch.randn(enc.weight.shape, dtype=torch.float64))
+    pts = torch.rand(50, 2, dtype=torch.float64)
+    want = enc(pts).detach()
+    with torch.inference_mode():
+        got = enc(pts.clone())
+        again = enc(pts.clone())
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(again.numpy(), want.numpy(), rtol=1e-12)

@@ -275,11 +275,27 @@ def test_backward_reuses_forward_intermediates(monkeypatch, path):
     calls = []
     kernel = _ops.KERNELS["cpu"]["multi_mode_product"]
 
+    inside = []
+
     def counting(T, mats, modes):
         calls.append(len(mats))
-        return kernel(T, mats, modes)
+        inside.append(1)
+        try:
+            return kernel(T, mats, modes)
+        finally:
+            inside.pop()
 
     monkeypatch.setitem(_ops.KERNELS["cpu"], "multi_mode_product", counting)
+    # single-mode products on a first or last axis skip the kernel (one torch.mm): count them too
+    end = _ops._cpu.end_mode_product
+
+    def counting_end(X, A, m):
+        Y = end(X, A, m)
+        if Y is not None and not inside:
+            calls.append(1)
+        return Y
+
+    monkeypatch.setattr(_ops._cpu, "end_mode_product", counting_end)
     T = torch.randn(6, 5, 2, dtype=torch.float64, requires_grad=True)
     A = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     B = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
@@ -293,3 +309,203 @@ def test_backward_reuses_forward_intermediates(monkeypatch, path):
     eT, eA, eB = torch.autograd.grad(torch.einsum("ijc,ai,bj->abc", T, A, B), (T, A, B), G)
     for g, e in ((gT, eT), (gA, eA), (gB, eB)):
         np.testing.assert_allclose(_np(g), _np(e), rtol=1e-10)
+
+
+# ---- banded matrices and single GEMMs (CPU fast paths) -------------------------------------------
+
+
+def _banded(m, n, half_width, dtype=torch.float64, seed=0):
+    """An (m, n) matrix whose row i is nonzero only within half_width of column i * n / m."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(m, n, generator=g, dtype=dtype)
+    rows = torch.arange(m, dtype=torch.float64)[:, None] * n / m
+    cols = torch.arange(n, dtype=torch.float64)[None, :]
+    return torch.where((cols - rows).abs() <= half_width, A, torch.zeros((), dtype=dtype))
+
+
+@pytest.mark.parametrize("channels", [(), (3,), (2, 3)], ids=["no channels", "3 channels", "2x3 channels"])
+@pytest.mark.parametrize("modes", [[0, 1], [1, 0]])
+@pytest.mark.parametrize("transposed", [False, True], ids=["A", "A.mT"])
+def test_banded_chain_matches_numpy(channels, modes, transposed):
+    """Banded matrices (compact bases) take the banded chain: the same values as dense products."""
+    from kronpe.torch import _cpu
+
+    T = torch.randn(150, 140, *channels, dtype=torch.float64)
+    sizes = {0: 150, 1: 140}
+    outs = {0: 170, 1: 130}
+    mats = []
+    for m in modes:
+        A = _banded(sizes[m], outs[m], 6).mT if transposed else _banded(outs[m], sizes[m], 6)
+        assert _cpu._band(A) is not None
+        mats.append(A)
+    out = kt.multi_mode_product(T, mats, modes)
+    assert out.is_contiguous() and out.shape == (170, 130, *channels)
+    np.testing.assert_allclose(_np(out), ref_mmp(T, mats, modes), rtol=1e-12, atol=1e-12)
+
+
+def test_banded_chain_three_modes_float32():
+    from kronpe.torch import _cpu
+
+    T = torch.randn(130, 140, 150, 2)
+    mats = [_banded(140, 130, 5, torch.float32, 1), _banded(135, 140, 5, torch.float32, 2),
+            _banded(160, 150, 5, torch.float32, 3)]
+    assert all(_cpu._band(A) is not None for A in mats)
+    out = _cpu.multi_mode_product(T, mats, [0, 1, 2])
+    ref = ref_mmp(T, mats, [0, 1, 2])
+    np.testing.assert_allclose(_np(out), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_dense_matrices_skip_the_banded_chain():
+    from kronpe.torch import _cpu
+
+    A = torch.randn(200, 200, dtype=torch.float64)
+    assert _cpu._band(A) is None  # its far corners are used: rejected at once
+    A[0, -1] = A[-1, 0] = 0
+    assert _cpu._band(A) is None  # the blocks' windows span it all
+    W = _banded(200, 200, 5)
+    W[0, -1] = 1.0  # one far corner: still mostly banded, multiplied correctly
+    T = torch.randn(200, 200, dtype=torch.float64)
+    np.testing.assert_allclose(_np(kt.multi_mode_product(T, [W, W])), ref_mmp(T, [W, W], [0, 1]),
+                               rtol=1e-10, atol=1e-10)
+    assert _cpu._band(torch.zeros(8, 8)) is None  # small: dense GEMMs
+
+
+def test_banded_chain_zero_rows_and_in_place_changes():
+    """Rows of zeros give zeros; a matrix changed in place (fewer zeros) gets a new band plan."""
+    from kronpe.torch import _cpu
+
+    A = _banded(160, 150, 4)
+    A[:40] = 0  # the first blocks of rows are empty windows
+    T = torch.randn(150, 140, 3, dtype=torch.float64)
+    B = _banded(130, 140, 4)
+    out = _cpu.multi_mode_product(T, [A, B], [0, 1])
+    assert _cpu._band(A) is not None
+    assert not out[:40].any()
+    np.testing.assert_allclose(_np(out), ref_mmp(T, [A, B], [0, 1]), rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        A.add_(1.0)  # dense now: the cached band must not be used
+    assert _cpu._band(A) is None
+    out = _cpu.multi_mode_product(T, [A, B], [0, 1])
+    np.testing.assert_allclose(_np(out), ref_mmp(T, [A, B], [0, 1]), rtol=1e-10, atol=1e-10)
+
+
+def test_banded_chain_gradients(monkeypatch):
+    """gradcheck through the banded chain (small matrices, forced onto it): forward, the
+    adjoint's transposed bands and the single-mode steps."""
+    from kronpe.torch import _cpu
+
+    monkeypatch.setattr(_cpu, "_BAND_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(_cpu, "_BAND_ROWS", 3)
+    _cpu._BANDS.clear()
+    A = _banded(16, 14, 1)
+    B = _banded(13, 15, 1, seed=1)
+    assert all(_cpu._band(M) is not None for M in (A, B, A.mT, B.mT))
+    T = torch.randn(14, 15, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: kt.multi_mode_product(t, [A, B]), (T,), fast_mode=True)
+    # gradients to the matrices too (dense: every entry, the zeros outside the band included),
+    # against autograd through einsum (gradcheck perturbs entries through ``.data``, which the
+    # band cache, keyed like every torch cache by the tensor's version counter, does not see)
+    Ag, Bg = A.clone().requires_grad_(), B.clone().requires_grad_()
+    out = kt.multi_mode_product(T, [Ag, Bg])
+    G = torch.randn_like(out)
+    got = torch.autograd.grad(out, (T, Ag, Bg), G)
+    want = torch.autograd.grad(torch.einsum("ijc,ai,bj->abc", T, Ag, Bg), (T, Ag, Bg), G)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(_np(g), _np(e), rtol=1e-10, atol=1e-12)
+    _cpu._BANDS.clear()
+
+
+@pytest.mark.parametrize("shape, mode", [((5, 4), 0), ((5, 4), 1), ((5, 4, 3), 0), ((5, 4, 3), 2)])
+def test_end_mode_product(shape, mode):
+    from kronpe.torch import _cpu
+    from kronpe.torch._ops import _contract_all_but
+
+    X = torch.randn(*shape, dtype=torch.float64)
+    A = torch.randn(6, shape[mode], dtype=torch.float64)
+    Y = _cpu.end_mode_product(X, A, mode)
+    assert Y.is_contiguous()
+    np.testing.assert_allclose(_np(Y), ref_mmp(X, [A], [mode]), rtol=1e-12)
+    axes = [a for a in range(len(shape)) if a != mode]
+    G = torch.randn_like(Y)
+    np.testing.assert_allclose(_np(_contract_all_but(G, X, mode)),
+                               _np(torch.tensordot(G, X, dims=(axes, axes))), rtol=1e-12)
+
+
+def test_end_mode_product_declines_middle_and_strided():
+    from kronpe.torch import _cpu
+
+    X = torch.randn(5, 4, 3, dtype=torch.float64)
+    assert _cpu.end_mode_product(X, torch.randn(2, 4, dtype=torch.float64), 1) is None
+    assert _cpu.end_mode_product(X.mT, torch.randn(2, 3, dtype=torch.float64), 1 - 1) is None
+    assert _cpu.end_mode_product(X[:0], torch.randn(2, 0, dtype=torch.float64), 0) is None
+
+
+def test_inference_mode_tensors():
+    """Inference tensors have no version counter: the band and transpose plans are made per call."""
+    from kronpe.torch import _cpu
+
+    with torch.inference_mode():
+        A = _banded(160, 150, 4)
+        T = torch.randn(150, 150, 2, dtype=torch.float64)
+        assert _cpu._band(A) is not None
+        B = _banded(150, 160, 4).mT[:130]  # (130, 150), a view
+        out = kt.multi_mode_product(T, [A, B], [0, 1])
+        np.testing.assert_allclose(_np(out), ref_mmp(T, [A, B], [0, 1]), rtol=1e-10, atol=1e-10)
+        idx = torch.tensor([[0, 3], [2, 1]])
+        w = torch.tensor([[0.5, 0.5], [1.0, 2.0]], dtype=torch.float64)
+        rows = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
+        got = kt.blend_transpose(rows, idx, w, 4)
+        np.testing.assert_allclose(_np(got), dense_blend(idx, w, 4).T @ _np(rows))
+
+
+@pytest.mark.parametrize("modes", [[0, 1, 2], [2, 0, 1]])
+@pytest.mark.parametrize("needs", ["all", "T", "matrices", "first matrix"])
+def test_rotation_chain_values_and_gradients(modes, needs):
+    """Eager chains over every axis (D = 3, no carried axes) run in rotated layouts: the same
+    values and gradients as autograd through einsum, whatever needs a gradient."""
+    from kronpe.torch import _ops
+
+    g = torch.Generator().manual_seed(3)
+    shape = (5, 6, 4)
+    T = torch.randn(*shape, generator=g, dtype=torch.float64)
+    mats = [torch.randn(shape[m], shape[m], generator=g, dtype=torch.float64) for m in modes]  # equal costs
+    T.requires_grad_(needs in ("all", "T"))
+    for j, A in enumerate(mats):
+        A.requires_grad_(needs in ("all", "matrices") or (needs == "first matrix" and j == 0))
+    assert _ops._rotates(T, mats, modes, _ops._chain_order(mats))
+    out = kt.multi_mode_product(T, mats, modes)
+    np.testing.assert_allclose(_np(out), ref_mmp(T, mats, modes), rtol=1e-12)
+    inputs = [t for t in (T, *mats) if t.requires_grad]
+    G = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, G)
+    letters = "ijk"
+    outl = list(letters)
+    for j, m in enumerate(modes):
+        outl[m] = "abc"[j]
+    spec = f"{letters}," + ",".join("abc"[j] + letters[m] for j, m in enumerate(modes)) + "->" + "".join(outl)
+    want = torch.autograd.grad(torch.einsum(spec, T, *mats), inputs, G)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-10, atol=1e-12)
+
+
+def test_rotation_chain_double_backward():
+    T = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    mats = [torch.randn(n, n, dtype=torch.float64, requires_grad=True) for n in (4, 3, 5)]
+    from kronpe.torch import _ops
+
+    assert _ops._rotates(T, mats, [0, 1, 2], _ops._chain_order(mats))
+    assert torch.autograd.gradgradcheck(lambda t, *ms: kt.multi_mode_product(t, list(ms)), (T, *mats))
+
+
+def test_rotation_skips_two_axes_and_costlier_orders():
+    from kronpe.torch import _ops
+
+    T = torch.randn(8, 8, dtype=torch.float64)
+    mats = [torch.randn(8, 8, dtype=torch.float64)] * 2
+    assert not _ops._rotates(T, mats, [0, 1], _ops._chain_order(mats))
+    T3 = torch.randn(40, 40, 40, dtype=torch.float64)
+    shrink_last = [torch.randn(40, 40), torch.randn(40, 40), torch.randn(2, 40)]
+    shrink_last = [A.double() for A in shrink_last]
+    order = _ops._chain_order(shrink_last)
+    assert order[0] == 2 and not _ops._rotates(T3, shrink_last, [0, 1, 2], order)
+    assert not _ops._rotates(T3.mT, [torch.randn(4, 40, dtype=torch.float64)] * 3, [0, 1, 2], [0, 1, 2])

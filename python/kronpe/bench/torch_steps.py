@@ -147,8 +147,9 @@ def stepper(model, target, lr=LR):
 
 def products_alone(case: str, backend: str):
     """The GEMMs of one step: V = W x_1 P1 x_2 P2 (forward), dW = G x_1 P1^T x_2 P2^T (backward),
-    3 channels: with torch.matmul (channels first, batched) or with kronpe's compiled chain
-    (channels last, carried)."""
+    3 channels: with torch.matmul (channels first, batched, dense) or with kronpe's chain
+    (channels last, carried; for these pruned, banded bases the banded chain of
+    kronpe.torch._cpu, which multiplies only the bands)."""
     s = setup_grid() if case == "grid" else setup_points()
     P1, P2 = s["bases"]
     if backend == "torch.matmul":

@@ -30,6 +30,7 @@ RuntimeError when kronpe was built without CUDA. Both are registered by :func:`r
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -110,11 +111,23 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
             ctx.save_for_backward(T, *mats)
             return kernel(T, list(mats), modes)
         mmp_shape(T, mats, modes)
-        Ys = [T]
-        for j in _chain_order(mats):
-            Ys.append(kernel(Ys[-1], [mats[j]], [modes[j]]))
-        ctx.save_for_backward(T, *mats, *Ys[1:-1])
-        return Ys[-1]
+        ctx.order = order = _chain_order(mats)
+        cpu = T.device.type == "cpu"
+        ctx.rotated = cpu and _rotates(T, mats, modes, order)
+        if ctx.rotated:
+            Ys = _rotation_forward(T, mats, modes)
+            ctx.save_for_backward(T, *mats, *Ys[:-1])
+            return Ys[-1].view(mmp_shape(T, mats, modes))
+        Y = T
+        Ys = []
+        for j in order:
+            X, A, m = Y, mats[j], modes[j]
+            Y = _cpu.end_mode_product(X, A, m) if cpu else None  # one GEMM, without planning
+            if Y is None:
+                Y = kernel(X, [A], [m])
+            Ys.append(Y)
+        ctx.save_for_backward(T, *mats, *Ys[:-1])
+        return Y
 
     @staticmethod
     def backward(ctx, grad):
@@ -122,9 +135,77 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
         mats, Ys = rest[: ctx.n], [T, *rest[ctx.n:]]
         if torch.is_grad_enabled():  # a double backward: the saved intermediates are not in its graph
             Ys = [T]
-        gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, _chain_order(mats), Ys,
+        order = getattr(ctx, "order", None) or _chain_order(mats)
+        if getattr(ctx, "rotated", False) and not torch.is_grad_enabled():
+            gT, gA = _rotation_adjoint(grad, T, mats, ctx.modes, Ys, ctx.needs_input_grad[0],
+                                       ctx.needs_input_grad[4:])
+            return (gT, None, None, None, *gA)
+        gT, gA = _chain_adjoint(grad, T, mats, ctx.modes, order, Ys,
                                 ctx.needs_input_grad[0], ctx.needs_input_grad[4:])
         return (gT, None, None, None, *gA)
+
+
+# The rotation (eager CPU, every axis a mode, no carried axes): the chain in axis order 0..D-1,
+# each step one GEMM that contracts the tensor's first axis and appends the new one last,
+# Y_k = (n_k, ..., n_{D-1}, m_0, ..., m_{k-1}) in C order, as a chain of torch.tensordot calls
+# does; after D steps the layout is the result's. No step and no gradient contraction touches
+# a middle axis (those need a strided batch or a permuting copy), and the adjoint runs the
+# same rotation backwards: with G_k of layout (rest, m_k) and Y_k of layout (n_k, rest),
+# dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views.
+
+
+def _chain_cost(T, mats, modes, order) -> int:
+    """Multiply-adds of the chain in ``order``."""
+    shape, cost = list(T.shape), 0
+    for j in order:
+        n = math.prod(shape)
+        cost += n // max(shape[modes[j]], 1) * mats[j].shape[0] * shape[modes[j]]
+        shape[modes[j]] = mats[j].shape[0]
+    return cost
+
+
+def _rotates(T, mats, modes, order) -> bool:
+    """Whether the rotation applies: D >= 3 (with two axes both are end axes anyway, and
+    the direct products are faster: 96 against 109 us for K = 64, measured), every axis of a
+    C-contiguous, nonempty T is a mode, no matrix is banded (the kernel's banded chain is
+    faster) and the axis order costs no more than the chain's order."""
+    D = len(mats)
+    if D < 3 or T.dim() != D or not T.is_contiguous() or T.numel() == 0:
+        return False
+    if any(A.numel() == 0 or _cpu._band(A) is not None for A in mats):
+        return False
+    axis_order = sorted(range(D), key=lambda j: modes[j])
+    return list(axis_order) == list(order) or _chain_cost(T, mats, modes, axis_order) <= _chain_cost(
+        T, mats, modes, order)
+
+
+def _rotation_forward(T, mats, modes) -> List[torch.Tensor]:
+    """[Y_1, ..., Y_D] in rotated layouts (each a C-contiguous (R, m_k) GEMM result)."""
+    by_axis = sorted(range(len(mats)), key=lambda j: modes[j])
+    X, Ys = T, []
+    for j in by_axis:
+        A = mats[j]
+        n = A.shape[1]
+        X = torch.mm(X.view(n, X.numel() // n).mT, A.mT)
+        Ys.append(X)
+    return Ys
+
+
+def _rotation_adjoint(grad, T, mats, modes, Ys, needs_T, needs_A):
+    by_axis = sorted(range(len(mats)), key=lambda j: modes[j])
+    gA: List[Optional[torch.Tensor]] = [None] * len(mats)
+    G = grad.contiguous()
+    for k in range(len(by_axis) - 1, -1, -1):
+        j = by_axis[k]
+        A = mats[j]
+        m, n = A.shape
+        Gm = G.view(G.numel() // m, m).mT  # (m, R)
+        if needs_A[j]:
+            gA[j] = torch.mm(Gm, Ys[k].view(n, Ys[k].numel() // n).mT)
+        if not needs_T and not any(needs_A[i] for i in by_axis[:k]):
+            return None, gA
+        G = torch.mm(A.mT, Gm)  # (n, R): the layout of Y_{k-1}
+    return G.view(T.shape), gA
 
 
 _LIB.impl("multi_mode_product", _mmp_composite, "CompositeImplicitAutograd")
@@ -204,6 +285,12 @@ def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
     direct = _eager(T, *mats, *(g for g in grads if g is not None))
     kernel = KERNELS.get(T.device.type, {}).get("multi_mode_product") if direct else None
     mmp = kernel if kernel is not None else (lambda X, As, ms: multi_mode_product(X, As, ms))
+    fast = direct and T.device.type == "cpu"
+
+    def mmp1(X, A, m):  # X x_m A: one GEMM without planning where it can be (CPU, eager)
+        Y = _cpu.end_mode_product(X, A, m) if fast else None
+        return mmp(X, [A], [m]) if Y is None else Y
+
     gA: List[Optional[torch.Tensor]] = [None] * len(mats)
     if not any(needs_A) and all(g is None for g in grads[:-1]):
         gT = mmp(grads[-1], [A.mT for A in mats], list(modes)) if needs_T else None
@@ -215,7 +302,7 @@ def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
             Ys.append(None)
         if Ys[k] is None:
             j = order[k - 1]
-            Ys[k] = mmp(Ys[k - 1], [mats[j]], [modes[j]])
+            Ys[k] = mmp1(Ys[k - 1], mats[j], modes[j])
     G = None
     for k in range(len(order) - 1, -1, -1):
         if grads[k] is not None:
@@ -224,14 +311,27 @@ def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
             continue
         j, m = order[k], modes[order[k]]
         if needs_A[j]:
-            axes = [a for a in range(T.dim()) if a != m]
-            gA[j] = torch.tensordot(G, Ys[k], dims=(axes, axes))
+            gA[j] = _contract_all_but(G, Ys[k], m)
         if not needs_T and not any(needs_A[i] for i in order[:k]):
             break
-        G = mmp(G, [mats[j].mT], [m])
+        G = mmp1(G, mats[j].mT, m)
     else:
         return (G if needs_T else None), gA
     return None, gA
+
+
+def _contract_all_but(G: torch.Tensor, Y: torch.Tensor, m: int) -> torch.Tensor:
+    """<G, Y> over every axis but ``m``: (G.shape[m], Y.shape[m]). One ``torch.mm`` on views
+    when both are C-contiguous and ``m`` is their first or last axis, else ``torch.tensordot``."""
+    if G.is_contiguous() and Y.is_contiguous() and G.numel() and Y.numel():
+        if G.dim() == 2:
+            return torch.mm(G, Y.mT) if m == 0 else torch.mm(G.mT, Y)
+        if m == 0:
+            return torch.mm(G.view(G.shape[0], -1), Y.view(Y.shape[0], -1).mT)
+        if m == G.dim() - 1:
+            return torch.mm(G.view(-1, G.shape[-1]).mT, Y.view(-1, Y.shape[-1]))
+    axes = [a for a in range(G.dim()) if a != m]
+    return torch.tensordot(G, Y, dims=(axes, axes))
 
 
 def _mmp_backward(ctx, grad):
