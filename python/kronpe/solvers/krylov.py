@@ -89,13 +89,14 @@ def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callab
     through it and its neighbours (at most half a step of the sweep either way), kept if it
     measures better. Returns (best, lambdas tried, their errors).
     """
-    tried, errs, sols = [], [], []
-    x = None
+    tried, errs = [], []
+    x = x_best = None  # only the best fit is kept (a sweep over a large grid holds two, not one per lambda)
     for lam in lams:
         x = solve(lam, x)
         tried.append(lam)
         errs.append(error(x))
-        sols.append(x)
+        if len(errs) == 1 or errs[-1] < min(errs[:-1]):  # the first of equal errors, as argmin below
+            x_best = x
         if len(errs) >= 3 and errs[-1] > errs[-2] > errs[-3]:
             break  # the held-out error has risen twice: the minimum is behind
         if flat is not None and len(errs) >= 3 and all(
@@ -109,7 +110,7 @@ def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callab
         if denom > 0:
             step = float(np.clip(0.5 * (y0 - y2) / denom, -0.5, 0.5))
             cand = tried[k] * ratio ** (-step)  # steps towards smaller lambda
-            x2 = solve(cand, sols[k])
+            x2 = solve(cand, x_best)
             tried.append(cand)
             errs.append(error(x2))
             if errs[-1] < errs[k]:

@@ -315,19 +315,24 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     mg = hierarchy(sub, None) if len(sub.shape) <= MG_MAX_AXES else None
     x0 = None if mg is not None and sub.sparse is None else start(sub, r_train)  # None: full multigrid's start
 
-    sols: Dict[float, Array] = {}
     reflect = False
+    kept: Dict[str, Any] = {"error": np.inf, "x": None}  # the fit with the smallest held-out error
 
     def run(lam, w):
         if mg is not None:
             mg.set_ridge(lam)
-        sols[lam] = solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, SWEEP_MAXITER),
-                          penalty_of(reflect), mg)[0]
-        return sols[lam]
+        return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, SWEEP_MAXITER),
+                     penalty_of(reflect), mg)[0]
+
+    def scored(w):
+        e = error(w)
+        if e < kept["error"]:
+            kept.update(error=e, x=w)
+        return e
 
     ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
-    best, lams, errs = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio, flat=SWEEP_FLAT)
-    x_best = sols[best]
+    best, lams, errs = sweep_ridges(run, scored, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio, flat=SWEEP_FLAT)
+    x_best = kept["x"]
     interpolating = best == min(lams)
     if interpolating:  # still falling (or flat) at the smallest lambda tried: the samples want interpolating
         best = rho * 10.0 ** (-INTERPOLATION_EXPONENT)
