@@ -23,7 +23,7 @@ Decisions (documented once, here):
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -80,14 +80,14 @@ def pcg(apply: Callable[[Array], Array], precond: Callable[[Array], Array], rhs:
 
 def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callable[[Array], float],
                  lams: Sequence[float], ratio: float, flat: Optional[float] = None
-                 ) -> Tuple[float, List[float], List[float]]:
+                 ) -> Tuple[float, List[float], List[float], Any]:
     """The held-out choice of lambda over ``lams`` (largest first, ``ratio`` between neighbours).
 
     Each solve is warm-started from the previous one; the sweep stops once the held-out error
     has risen twice in a row, or (``flat`` given) has fallen by less than the fraction ``flat``
     twice in a row (the curve is flat: smaller lambdas change the fit's error no more); the best value is refined by one parabolic step in log lambda
     through it and its neighbours (at most half a step of the sweep either way), kept if it
-    measures better. Returns (best, lambdas tried, their errors).
+    measures better. Returns (best, lambdas tried, their errors, the best's fit).
     """
     tried, errs = [], []
     x = x_best = None  # only the best fit is kept (a sweep over a large grid holds two, not one per lambda)
@@ -114,8 +114,8 @@ def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callab
             tried.append(cand)
             errs.append(error(x2))
             if errs[-1] < errs[k]:
-                best = cand
-    return best, tried, errs
+                best, x_best = cand, x2
+    return best, tried, errs, x_best
 
 
 def _outer(vectors: Sequence[Array]) -> Array:

@@ -215,7 +215,7 @@ def choose_ridge(system, y: Array, penalty: DifferencePenalty, tol: float, maxit
     def error(w):
         return float(np.mean((ho.forward(w) - y_ho) ** 2))
 
-    best, lams, errs = sweep_ridges(lambda lam, x: solve(tr, penalty, lam, rhs, x, ctol, maxiter)[0], error,
+    best, lams, errs, _ = sweep_ridges(lambda lam, x: solve(tr, penalty, lam, rhs, x, ctol, maxiter)[0], error,
                                     [scale * 10.0 ** (-k) for k in AUTO_EXPONENTS], 10.0)
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 

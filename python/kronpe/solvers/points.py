@@ -302,7 +302,7 @@ def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: i
         return float(np.mean((pred - s_ho) ** 2))
 
     solve = lambda lam, x: _pcg(prob, rhs, lam, x, ctol, maxiter)[0]  # noqa: E731
-    best, lams, errs = sweep_ridges(solve, holdout_error, [scale * 10.0 ** (-k) for k in AUTO_EXPONENTS],
+    best, lams, errs, _ = sweep_ridges(solve, holdout_error, [scale * 10.0 ** (-k) for k in AUTO_EXPONENTS],
                                     10.0)
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 

@@ -297,6 +297,12 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     return _sweep(sub, r_train, error, rho, maxiter)
 
 
+def _start(data: DataTerm, rhs: Array) -> Optional[Array]:
+    """CG's start (module docstring): None (full multigrid, in the solver) on grids of 1 to 3 axes
+    with a diagonal data term, else the normalised convolution."""
+    return None if len(data.shape) <= MG_MAX_AXES and data.sparse is None else start(data, rhs)
+
+
 def _too_few_to_hold_out() -> Dict[str, Any]:
     """The info of a fit with fewer than MIN_HOLDOUT samples: lambda = rho 10^-FALLBACK_EXPONENT,
     the natural boundary, nothing held out."""
@@ -313,10 +319,8 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
            ) -> Tuple[float, Dict[str, Any]]:
     """The held-out sweep over lambda = rho 10^-k, k in EXPONENTS (module docstring)."""
     mg = hierarchy(sub, None) if len(sub.shape) <= MG_MAX_AXES else None
-    x0 = None if mg is not None and sub.sparse is None else start(sub, r_train)  # None: full multigrid's start
-
+    x0 = _start(sub, r_train)
     reflect = False
-    kept: Dict[str, Any] = {"error": np.inf, "x": None}  # the fit with the smallest held-out error
 
     def run(lam, w):
         if mg is not None:
@@ -324,15 +328,9 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
         return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, SWEEP_MAXITER),
                      penalty_of(reflect), mg)[0]
 
-    def scored(w):
-        e = error(w)
-        if e < kept["error"]:
-            kept.update(error=e, x=w)
-        return e
-
     ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
-    best, lams, errs = sweep_ridges(run, scored, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio, flat=SWEEP_FLAT)
-    x_best = kept["x"]
+    best, lams, errs, x_best = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio,
+                                            flat=SWEEP_FLAT)
     interpolating = best == min(lams)
     if interpolating:  # still falling (or flat) at the smallest lambda tried: the samples want interpolating
         best = rho * 10.0 ** (-INTERPOLATION_EXPONENT)
@@ -376,8 +374,7 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
         info.update(extra)
     else:
         lam = float(ridge)
-    fmg = len(data.shape) <= MG_MAX_AXES and data.sparse is None
-    x0 = None if fmg else start(data, rhs)  # None: full multigrid's start (module docstring)
+    x0 = _start(data, rhs)
     mg = info.pop(HIERARCHY_KEY, None)
     reflect = info.get("boundary", BOUNDARIES[0]) == "reflect"
     info["boundary"] = BOUNDARIES[int(reflect)]
