@@ -93,7 +93,7 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   }
   for (Level& L : levels_) {
     const std::size_t n = L.m.size();
-    for (auto* v : {&L.x, &L.b, &L.r, &L.d, &L.d2, &L.fr}) v->resize(n);
+    for (auto* v : {&L.w, &L.x, &L.b, &L.r, &L.d, &L.d2, &L.fr}) v->resize(n);
   }
   for (std::size_t l = 1; l < levels_.size(); ++l) levels_[l].fx.resize(levels_[l].m.size());
 
@@ -104,7 +104,8 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   double rho = 1.0 / sigma;
   for (int k = 1; k < opt_.degree; ++k) {
     const double rho_n = 1.0 / (2.0 * sigma - rho);
-    steps_.emplace_back(T(rho_n * rho), T(2.0 * rho_n / delta));
+    c1_.push_back(T(rho_n * rho));
+    c2_.push_back(T(2.0 * rho_n / delta));
     rho = rho_n;
   }
 
@@ -153,6 +154,7 @@ void ThinPlateHierarchy<T>::set_lambda(double lam) {
     L.lam = T(lam * scale);
     const int c = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
     scale *= std::ldexp(1.0, c) / 16.0;
+    thin_plate_diag<T>(L.g, L.m.data(), L.lam, L.w.data(), opt_.threads, true);
   }
   // the coarsest A = diag(m) + lam R (+ a relative 1e-10 on the diagonal: R's null space where
   // m == 0), factorised A = L L^T
@@ -242,17 +244,9 @@ void ThinPlateHierarchy<T>::prolong_up(int level, const T* c, T* f, bool add) {
 }
 
 template <typename T>
-void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero) {
-  T* r = L.r.data();
-  T* d = L.d.data();
-  T* d2 = L.d2.data();
-  if (zero) std::fill(x, x + L.g.size(), T(0));
-  thin_plate_cheb_start<T>(L.g, zero ? nullptr : x, b, L.m.data(), L.lam, T(theta_), r, d, opt_.threads);
-  for (const auto& [c1, c2] : steps_) {
-    thin_plate_cheb_step<T>(L.g, d, r, x, L.m.data(), L.lam, c1, c2, d2, opt_.threads);
-    std::swap(d, d2);
-  }
-  add_into(L.g.size(), d, x);
+void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res) {
+  thin_plate_smooth<T>(L.g, x, b, L.m.data(), L.w.data(), L.lam, T(theta_), zero, int(c1_.size()), c1_.data(),
+                       c2_.data(), L.r.data(), L.d.data(), L.d2.data(), res, opt_.threads);
 }
 
 template <typename T>
@@ -263,8 +257,7 @@ void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b) {
     coarsest_solve(b, x);
     return;
   }
-  smooth(L, x, b, true);
-  thin_plate_residual<T>(L.g, x, b, L.m.data(), L.lam, L.r.data(), opt_.threads);
+  smooth(L, x, b, true, L.r.data());  // and the residual, into r
   Level& C = levels_[level + 1];
   restrict_down(level, L.r.data(), C.b.data());
   vcycle_at(level + 1, C.b.data());

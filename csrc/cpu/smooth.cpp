@@ -205,7 +205,13 @@ inline T inverse(T a) {
 }
 
 // The per-row epilogues, with every pointer restrict-qualified so that they vectorise. acc is
-// (R x) of the row, dg diag(R) of the row.
+// (R x) of the row, w diag(A)^-1 of the row (0 where the row of A is zero).
+
+// dg = diag(R) of a row -> diag(A)^-1 = inverse(m + lam dg), in place.
+template <typename T>
+KRONPE_CLONES void invert_row(index_t n, const T* __restrict m, T lam, T* __restrict dg) {
+  for (index_t i = 0; i < n; ++i) dg[i] = inverse(m[i] + lam * dg[i]);
+}
 template <typename T>
 KRONPE_CLONES void apply_row(index_t n, const T* __restrict x, const T* __restrict m, T lam,
                              const T* __restrict acc, T* __restrict out) {
@@ -222,16 +228,16 @@ KRONPE_CLONES void residual_row(index_t n, const T* __restrict x, const T* __res
 template <typename T>
 KRONPE_CLONES void start_row(index_t n, const T* __restrict x, const T* __restrict b,
                              const T* __restrict m, T lam, T inv_theta, const T* __restrict acc,
-                             const T* __restrict dg, T* __restrict r, T* __restrict d) {
+                             const T* __restrict w, T* __restrict r, T* __restrict d) {
   if (x) {
     for (index_t i = 0; i < n; ++i) {
-      const T res = (b[i] - (m[i] * x[i] + lam * acc[i])) * inverse(m[i] + lam * dg[i]);
+      const T res = (b[i] - (m[i] * x[i] + lam * acc[i])) * w[i];
       r[i] = res;
       d[i] = res * inv_theta;
     }
   } else {
     for (index_t i = 0; i < n; ++i) {
-      const T res = b[i] * inverse(m[i] + lam * dg[i]);
+      const T res = b[i] * w[i];
       r[i] = res;
       d[i] = res * inv_theta;
     }
@@ -241,10 +247,10 @@ KRONPE_CLONES void start_row(index_t n, const T* __restrict x, const T* __restri
 template <typename T>
 KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T* __restrict x,
                             const T* __restrict m, T lam, T c1, T c2, const T* __restrict acc,
-                            const T* __restrict dg, T* __restrict d_out) {
+                            const T* __restrict w, T* __restrict d_out) {
   for (index_t i = 0; i < n; ++i) {
     const T di = d[i];
-    const T ri = r[i] - (m[i] * di + lam * acc[i]) * inverse(m[i] + lam * dg[i]);
+    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
     r[i] = ri;
     x[i] += di;
     d_out[i] = c1 * di + c2 * ri;
@@ -280,6 +286,7 @@ void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T 
   for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o) {
     if (x) r_row(B, x, i0, i1, acc);
     r_diag_row(B, i0, i1, dg);
+    invert_row(g.n[2], m + o, lam, dg);
     start_row(g.n[2], x ? x + o : nullptr, b + o, m + o, lam, inv_theta, acc, dg, r + o, d + o);
   });
 }
@@ -291,16 +298,121 @@ void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T l
   for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o) {
     r_row(B, d, i0, i1, acc);
     r_diag_row(B, i0, i1, dg);
+    invert_row(g.n[2], m + o, lam, dg);
     step_row(g.n[2], d + o, r + o, x + o, m + o, lam, c1, c2, acc, dg, d_out + o);
   });
 }
 
+namespace {
+
+// The last Chebyshev step with the smoother's final x += d_out folded in (d_out not stored):
+// the same operations as step_row followed by add_into.
 template <typename T>
-void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads) {
+KRONPE_CLONES void last_step_row(index_t n, const T* __restrict d, const T* __restrict r,
+                                 T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
+                                 const T* __restrict acc, const T* __restrict w) {
+  for (index_t i = 0; i < n; ++i) {
+    const T di = d[i];
+    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
+    const T xi = x[i] + di;
+    x[i] = xi + (c1 * di + c2 * ri);
+  }
+}
+
+// x += d over a row (the smoother of degree 1: its start is its only step).
+template <typename T>
+KRONPE_CLONES void add_row(index_t n, const T* __restrict d, T* __restrict x, bool zero) {
+  if (zero) {
+    for (index_t i = 0; i < n; ++i) x[i] = T(0) + d[i];
+  } else {
+    for (index_t i = 0; i < n; ++i) x[i] += d[i];
+  }
+}
+
+}  // namespace
+
+// The stages (start, steps, residual) run as a wavefront over the rows: stage s works on row
+// t - s * lag at time t, lag = the rows a stencil reaches (2 on a plane, two planes in 3-D), so
+// every row a stage reads was finished by the stage before it, and a row of d is overwritten (two
+// stages later) only once no stage reads it any more. The rows touched at one time lie within
+// (stages x lag) rows: the smoother's work arrays stay in cache instead of streaming through
+// memory once per stage. Threads take contiguous blocks of rows; each leaves out the rows within
+// s * lag of a block boundary in stage s (they need the neighbour's rows), which one thread then
+// finishes stage by stage. Every node gets the same operations as from the separate kernels.
+template <typename T>
+void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
+                       bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
+                       int threads) {
+  check_grid(g);
+  require(nsteps >= 0, "thin_plate_smooth: nsteps must be >= 0");
+  if (g.size() == 0) return;
+  const Bands<T> B(g);
+  const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
+  const index_t lag = g.n[0] > 1 ? std::max<index_t>(2, 2 * g.n[1]) : 2;
+  const int stages = 1 + nsteps + (res ? 1 : 0);
+  const T inv_theta = T(1) / theta;
+  int nt = pick_threads(threads, g.size());
+  if (rows < index_t(nt) * 4 * lag * stages) nt = 1;  // blocks too short for the boundary gaps
+  // stage s on row q; acc, dg: the calling thread's scratch rows
+  auto run = [&](int s, index_t q, T* acc) {
+    const index_t i0 = q / g.n[1], i1 = q % g.n[1], o = q * n2;
+    if (s == 0) {
+      if (!zero) r_row(B, x, i0, i1, acc);
+      start_row(n2, zero ? nullptr : x + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
+      if (nsteps == 0) add_row(n2, d + o, x + o, zero);
+      else if (zero) std::fill(x + o, x + o + n2, T(0));
+    } else if (s <= nsteps) {
+      const T* din = (s % 2 == 1 ? d : d2);
+      T* dout = (s % 2 == 1 ? d2 : d);
+      r_row(B, din, i0, i1, acc);
+      if (s < nsteps) step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
+      else last_step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
+    } else {
+      r_row(B, x, i0, i1, acc);
+      residual_row(n2, x + o, b + o, m + o, lam, acc, res + o);
+    }
+  };
+#ifdef KRONPE_OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+  {
+    std::vector<T> acc(static_cast<std::size_t>(n2));
+#ifdef KRONPE_OPENMP
+    const int t = omp_get_thread_num(), count = omp_get_num_threads();
+#else
+    const int t = 0, count = 1;
+#endif
+    const index_t lo = rows * t / count, hi = rows * (t + 1) / count;
+    for (index_t time = lo; time < hi + lag * (stages - 1); ++time)
+      for (int s = 0; s < stages; ++s) {
+        const index_t q = time - lag * s;
+        const index_t first = t > 0 ? lo + lag * s : lo, last = t + 1 < count ? hi - lag * s : hi;
+        if (q >= first && q < last) run(s, q, acc.data());
+      }
+#ifdef KRONPE_OPENMP
+#pragma omp barrier
+#pragma omp single
+#endif
+    for (int s = 1; s < stages; ++s)  // the rows around each block boundary, stage by stage
+      for (int k = 1; k < count; ++k) {
+        const index_t edge = rows * k / count;
+        for (index_t q = edge - lag * s; q < edge + lag * s; ++q) run(s, q, acc.data());
+      }
+  }
+  (void)nt;
+}
+
+template <typename T>
+void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool inverted) {
   const Bands<T> B(g);
   for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T* dg, index_t o) {
     r_diag_row(B, i0, i1, dg);
-    for (index_t i = 0; i < g.n[2]; ++i) out[o + i] = m[o + i] + lam * dg[i];
+    if (inverted) {
+      invert_row(g.n[2], m + o, lam, dg);
+      std::copy(dg, dg + g.n[2], out + o);
+    } else {
+      for (index_t i = 0; i < g.n[2]; ++i) out[o + i] = m[o + i] + lam * dg[i];
+    }
   });
 }
 
@@ -439,7 +551,9 @@ double dot(index_t n, const T* a, const T* b) {
                                          T*, int);                                              \
   template void thin_plate_cheb_step<T>(const Grid&, const T*, T*, T*, const T*, T, T, T, T*,  \
                                         int);                                                   \
-  template void thin_plate_diag<T>(const Grid&, const T*, T, T*, int);                         \
+  template void thin_plate_diag<T>(const Grid&, const T*, T, T*, int, bool);                         \
+  template void thin_plate_smooth<T>(const Grid&, T*, const T*, const T*, const T*, T, T, bool, \
+                                     int, const T*, const T*, T*, T*, T*, T*, int);              \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \
   template double dot<T>(index_t, const T*, const T*);

@@ -89,12 +89,13 @@ class ThinPlateHierarchy {
     Grid g;
     bool halve[3] = {false, false, false};
     T lam = T(0);
-    // m; V-cycle: x (result), b (rhs from the finer level), the smoother's r (then the
+    // m; w = diag(A)^-1 (set with lam); V-cycle: x (result), b (rhs from the finer level), the smoother's r (then the
     // residual), d, d2 (also the transfers' intermediate grids); fmg: fx (iterate), fr (residual)
-    WorkArray<T> m, x, b, r, d, d2, fx, fr;
+    WorkArray<T> m, w, x, b, r, d, d2, fx, fr;
   };
 
-  void smooth(Level& L, T* x, const T* b, bool zero);
+  // the smoother from x (zero: from 0); res: b - A x after it (null: not computed)
+  void smooth(Level& L, T* x, const T* b, bool zero, T* res = nullptr);
   void vcycle_at(int level, const T* b);  // result in levels_[level].x
   void restrict_down(int level, const T* f, T* c);
   void prolong_up(int level, const T* c, T* f, bool add);
@@ -106,7 +107,7 @@ class ThinPlateHierarchy {
   std::vector<Level> levels_;
   double lam_ = 0.0;
   double theta_ = 0.0;
-  std::vector<std::pair<T, T>> steps_;  // (c1, c2) of each later Chebyshev step
+  std::vector<T> c1_, c2_;  // (c1, c2) of each later Chebyshev step
   std::vector<double> penalty_;         // R on the coarsest grid, dense (n, n)
   std::vector<double> chol_;            // Cholesky factor of the coarsest A, lower, (n, n)
   std::vector<double> cb_;              // the coarsest solve's vector

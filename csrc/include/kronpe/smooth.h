@@ -53,9 +53,19 @@ void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T 
 template <typename T>
 void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T lam, T c1, T c2,
                           T* d_out, int threads);
-// diag(A), for Jacobi-type smoothers and the tests.
+// The whole smoother in one pass (a wavefront over the rows, see smooth.cpp): cheb_start from x
+// (zero: from x = 0, x written), nsteps cheb_steps with coefficients (c1[k], c2[k]), then
+// x += d_out; res (may be r, or null): b - A x after it. w: diag(A)^-1 (thin_plate_diag with
+// inverted); r, d, d2: work arrays of the grid's size. The same values as the separate kernels.
 template <typename T>
-void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads);
+void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
+                       bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
+                       int threads);
+
+// diag(A), for Jacobi-type smoothers and the tests; inverted: diag(A)^-1 (0 where diag(A) is 0),
+// the smoother's scaling.
+template <typename T>
+void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool inverted = false);
 
 // (outer, n, inner) -> (outer, n / 2 + 1, inner), n >= 1 (n <= 2: nodes at 0 [and 2]).
 template <typename T>
