@@ -283,3 +283,51 @@ def test_dot_refuses_bad_arrays():
         _core.dot(a, a[:3])
     with pytest.raises(ValueError, match="dtype"):
         _core.dot(a, a.astype(np.float64))
+
+
+MASKED_SHAPES = [(0, 3), (1, 1), (7, 3), (100, 1), (100, 2), (100, 4), (1000, 3), (33, 0)]
+
+
+@pytest.mark.parametrize("shape", MASKED_SHAPES, ids=str)
+def test_masked_fill_matches_reference(rng, shape, dtype):
+    """_core.masked_fill (one pass: zero the unobserved values, per-channel range of the observed
+    ones, count of non-finite observed values) against reference.masked_fill."""
+    s = rng.standard_normal(shape).astype(dtype)
+    mask = rng.random(shape[0]) < 0.5
+    if shape[0] > 1:
+        s[~mask] = np.nan  # unobserved values may be anything
+    out = np.full_like(s, 7)
+    lo, hi, bad = _core.masked_fill(s, mask.view(np.uint8), out)
+    want, wlo, whi, wbad = reference.masked_fill(s, mask)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(np.asarray(lo, dtype), wlo)
+    np.testing.assert_array_equal(np.asarray(hi, dtype), whi)
+    assert bad == wbad == 0
+    if mask.any() and shape[1]:
+        i = int(np.flatnonzero(mask)[-1])
+        s[i, -1] = np.inf
+        assert _core.masked_fill(s, mask.view(np.uint8), out)[2] == reference.masked_fill(s, mask)[3] == 1
+
+
+def test_masked_signal_strided_and_bad_values(rng, dtype):
+    """The fit's entry point: any memory layout of the signal, channel axes kept, non-finite observed
+    values a named error, non-finite unobserved ones allowed."""
+    from kronpe.solvers.grid import masked_signal
+
+    base = rng.standard_normal((40, 3, 30)).astype(dtype)
+    s = base.transpose(0, 2, 1)[:, ::2]  # (40, 15, 3), not contiguous
+    mask = rng.random((40, 15)) < 0.3
+    s[~mask] = np.nan
+    out, lo, hi = masked_signal(s, mask)
+    assert out.shape == s.shape and out.dtype == dtype
+    np.testing.assert_array_equal(out, np.where(mask[..., None], s, 0))
+    np.testing.assert_array_equal(lo, s[mask].min(axis=0))
+    np.testing.assert_array_equal(hi, s[mask].max(axis=0))
+    s[np.argwhere(mask)[0][0], np.argwhere(mask)[0][1], 1] = np.nan
+    with pytest.raises(ValueError, match=r"signal \(where mask is True\) must be finite, found NaN"):
+        masked_signal(s, mask)
+    with pytest.raises(ValueError, match="out must have s's shape"):
+        _core.masked_fill(np.zeros((4, 2), dtype), np.ones(4, np.uint8), np.zeros((4, 3), dtype))
+    with pytest.raises(ValueError, match="out must not overlap s"):
+        z = np.zeros((4, 2), dtype)
+        _core.masked_fill(z, np.ones(4, np.uint8), z)

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "args.h"
+#include "kronpe/masked.h"
 #include "kronpe/multigrid.h"
 #include "kronpe/smooth.h"
 
@@ -158,6 +159,40 @@ void register_hierarchy(py::module_& m, const char* name) {
 void register_smooth(py::module_& m) {
   register_hierarchy<float>(m, "ThinPlateHierarchy32");
   register_hierarchy<double>(m, "ThinPlateHierarchy64");
+  m.def(
+      "masked_fill",
+      [](const Array& s, const Array& mask, const Array& out) {
+        for (const auto& [a, name] : {std::pair<const Array*, const char*>{&s, "s"}, {&out, "out"}, {&mask, "mask"}})
+          bindings::require_host(*a, name);
+        require(s.ndim() == 2, "masked_fill: s must be 2-D (n, C)");
+        const index_t n = s.shape[0], C = s.shape[1];
+        require(out.shape == s.shape && out.dtype == s.dtype, "masked_fill: out must have s's shape and dtype");
+        require(mask.ndim() == 1 && mask.shape[0] == n, "masked_fill: mask must be 1-D of s's length");
+        for (const Array* a : {&s, &out})
+          require(n <= 1 || C == 0 || ((C <= 1 || a->strides[1] == 1) && a->strides[0] == C),
+                  "masked_fill: s and out must be C-contiguous");
+        require(n <= 1 || mask.strides[0] == 1, "masked_fill: mask must be contiguous");
+        const unsigned char* mp = bindings::data<const unsigned char>(mask, "mask");
+        py::tuple result;
+        bindings::dispatch1(s.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* sp = p<const T>(s, "s");
+          T* op = p<T>(out, "out");
+          require(n * C == 0 || (op + n * C <= sp || sp + n * C <= op), "masked_fill: out must not overlap s");
+          std::vector<T> lo(static_cast<std::size_t>(C)), hi(lo.size());
+          index_t bad = 0;
+          {
+            py::gil_scoped_release release;
+            bad = masked_fill<T>(n, C, sp, mp, op, lo.data(), hi.data());
+          }
+          result = py::make_tuple(std::vector<double>(lo.begin(), lo.end()),
+                                  std::vector<double>(hi.begin(), hi.end()), bad);
+        });
+        return result;
+      },
+      py::arg("s"), py::arg("mask"), py::arg("out"),
+      "out = s where mask (uint8 (n,)) else 0, s (n, C); returns (per-channel min, max over the observed "
+      "values, how many of them are NaN or Inf) (internal).");
   m.def(
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,
