@@ -9,19 +9,17 @@
 namespace kronpe {
 namespace {
 
-template <typename T, int C>
-KRONPE_CLONES index_t fill_fixed(index_t n, const T* __restrict s, const unsigned char* __restrict mask,
-                                 T* out, T* lo, T* hi) {
+// Fixed > 0: C == Fixed known at compile time (unrolled channel loop); 0: any C.
+template <typename T, int Fixed>
+KRONPE_CLONES index_t fill(index_t n, index_t C, const T* __restrict s, const unsigned char* __restrict mask,
+                           T* __restrict out, T* lo, T* hi) {
+  if (Fixed > 0) C = Fixed;
   const T inf = std::numeric_limits<T>::infinity();
-  T l[C], h[C];
-  for (int c = 0; c < C; ++c) {
-    l[c] = inf;
-    h[c] = -inf;
-  }
+  std::vector<T> l(static_cast<std::size_t>(C), inf), h(l.size(), -inf);
   index_t bad = 0;
   for (index_t i = 0; i < n; ++i) {
     const bool on = mask[i] != 0;
-    for (int c = 0; c < C; ++c) {
+    for (index_t c = 0; c < C; ++c) {
       const T v = s[i * C + c];
       bad += index_t(on && !(v - v == T(0)));
       l[c] = std::min(l[c], on ? v : inf);
@@ -29,29 +27,8 @@ KRONPE_CLONES index_t fill_fixed(index_t n, const T* __restrict s, const unsigne
       out[i * C + c] = on ? v : T(0);
     }
   }
-  for (int c = 0; c < C; ++c) {
-    lo[c] = l[c];
-    hi[c] = h[c];
-  }
-  return bad;
-}
-
-template <typename T>
-index_t fill_any(index_t n, index_t C, const T* s, const unsigned char* mask, T* out, T* lo, T* hi) {
-  const T inf = std::numeric_limits<T>::infinity();
-  std::fill(lo, lo + C, inf);
-  std::fill(hi, hi + C, -inf);
-  index_t bad = 0;
-  for (index_t i = 0; i < n; ++i) {
-    const bool on = mask[i] != 0;
-    for (index_t c = 0; c < C; ++c) {
-      const T v = s[i * C + c];
-      bad += index_t(on && !(v - v == T(0)));
-      lo[c] = std::min(lo[c], on ? v : inf);
-      hi[c] = std::max(hi[c], on ? v : -inf);
-      out[i * C + c] = on ? v : T(0);
-    }
-  }
+  std::copy(l.begin(), l.end(), lo);
+  std::copy(h.begin(), h.end(), hi);
   return bad;
 }
 
@@ -63,9 +40,9 @@ index_t masked_fill(index_t n, index_t C, const T* s, const unsigned char* mask,
   require(n >= 0 && C >= 0, "masked_fill: negative size");
   checked_mul(n, C, "masked_fill");
   switch (C) {
-    case 1: return fill_fixed<T, 1>(n, s, mask, out, lo, hi);
-    case 3: return fill_fixed<T, 3>(n, s, mask, out, lo, hi);
-    default: return fill_any<T>(n, C, s, mask, out, lo, hi);
+    case 1: return fill<T, 1>(n, C, s, mask, out, lo, hi);
+    case 3: return fill<T, 3>(n, C, s, mask, out, lo, hi);
+    default: return fill<T, 0>(n, C, s, mask, out, lo, hi);
   }
 }
 
