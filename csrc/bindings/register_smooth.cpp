@@ -160,6 +160,15 @@ void register_smooth(py::module_& m) {
   register_hierarchy<float>(m, "ThinPlateHierarchy32");
   register_hierarchy<double>(m, "ThinPlateHierarchy64");
   m.def(
+      "work_cache",
+      [](bool clear) {
+        if (clear) smooth::work_cache_clear();
+        return smooth::work_cache_bytes();
+      },
+      py::arg("clear") = false,
+      "The bytes of solver work memory kept for the next fit (kronpe/multigrid.h); clear=True frees "
+      "them first (internal).");
+  m.def(
       "masked_fill",
       [](const Array& s, const Array& mask, const Array& out) {
         for (const auto& [a, name] : {std::pair<const Array*, const char*>{&s, "s"}, {&out, "out"}, {&mask, "mask"}})

@@ -1,12 +1,96 @@
 // kronpe C++ core: the multigrid solver of the thin-plate systems (kronpe/multigrid.h).
 #include "kronpe/multigrid.h"
 
+#if defined(__has_include)
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#endif
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <limits>
+#include <new>
 #include <string>
 
 namespace kronpe::smooth {
+
+// ---- the work cache (multigrid.h) ----------------------------------------------------------
+namespace {
+
+constexpr std::size_t kWorkCacheMin = std::size_t(64) << 10;   // smaller blocks: operator new
+constexpr std::size_t kWorkCacheBytes = std::size_t(256) << 20;
+constexpr std::size_t kHugePage = std::size_t(2) << 20;
+
+std::align_val_t alignment_of(std::size_t bytes) {
+  return std::align_val_t(bytes >= kHugePage ? kHugePage : std::size_t(64));
+}
+
+struct WorkCache {
+  std::mutex mutex;
+  std::vector<std::pair<std::size_t, void*>> blocks;  // most recently freed last
+  std::size_t bytes = 0;
+};
+
+WorkCache& work_cache() {
+  static WorkCache* cache = new WorkCache();  // never destroyed: blocks may be freed at exit
+  return *cache;
+}
+
+}  // namespace
+
+void* work_allocate(std::size_t bytes) {
+  if (bytes < kWorkCacheMin) return ::operator new(bytes);
+  WorkCache& c = work_cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    for (std::size_t i = c.blocks.size(); i-- > 0;)
+      if (c.blocks[i].first == bytes) {
+        void* p = c.blocks[i].second;
+        c.blocks.erase(c.blocks.begin() + std::ptrdiff_t(i));
+        c.bytes -= bytes;
+        return p;
+      }
+  }
+  void* p = ::operator new(bytes, alignment_of(bytes));
+#ifdef MADV_HUGEPAGE
+  if (bytes >= kHugePage) madvise(p, bytes - bytes % kHugePage, MADV_HUGEPAGE);  // advice only
+#endif
+  return p;
+}
+
+void work_release(void* p, std::size_t bytes) noexcept {
+  if (!p) return;
+  if (bytes < kWorkCacheMin) {
+    ::operator delete(p);
+    return;
+  }
+  WorkCache& c = work_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.blocks.emplace_back(bytes, p);
+  c.bytes += bytes;
+  while (c.bytes > kWorkCacheBytes) {  // the oldest go first
+    const auto [n, q] = c.blocks.front();
+    c.bytes -= n;
+    ::operator delete(q, alignment_of(n));
+    c.blocks.erase(c.blocks.begin());
+  }
+}
+
+void work_cache_clear() noexcept {
+  WorkCache& c = work_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& [n, p] : c.blocks) ::operator delete(p, alignment_of(n));
+  c.blocks.clear();
+  c.bytes = 0;
+}
+
+std::size_t work_cache_bytes() noexcept {
+  WorkCache& c = work_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.bytes;
+}
 
 namespace {
 

@@ -181,6 +181,13 @@ def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, a
 def dot(a: Descriptor, b: Descriptor) -> float:
     """sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double (internal)."""
 
+def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor) -> Tuple[List[float], List[float], int]:
+    """out = s where mask (uint8 (n,)) else 0, s (n, C); returns (per-channel min, max over the observed
+    values, how many of them are NaN or Inf) (internal)."""
+
+def work_cache(clear: bool = False) -> int:
+    """The bytes of solver work memory kept for the next fit; clear=True frees them first (internal)."""
+
 
 class ThinPlateHierarchy32:
     """The multigrid hierarchy of diag(m) + lam R on a float32 grid of 1 to 3 axes (kronpe/multigrid.h; internal:
