@@ -171,14 +171,19 @@ def penalty_of(reflect: bool) -> DifferencePenalty:
 
 
 def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: float, maxiter: int,
-          penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None) -> Tuple[Array, int, Array]:
+          penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None,
+          value_range: Optional[Tuple[Array, Array]] = None) -> Tuple[Array, int, Array, float]:
     """(M + lam R) W = rhs for W (N..., C) float32: multigrid-preconditioned CG on grids of 1 to 3
     axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam and the penalty's boundary),
-    DCT-preconditioned CG on more. Returns (W, iterations, per-channel stopping measure)."""
+    DCT-preconditioned CG on more. ``value_range`` = per-channel (min, max): W clipped to it
+    (channel by channel, before the channels are interleaved: the clip of the interleaved array
+    and its count took 7 ms at 512^2 RGB). Returns (W, iterations, per-channel stopping measure,
+    the fraction of values clipped)."""
     D = len(data.shape)
     if D > MG_MAX_AXES:
         M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
-        return pcg(lambda w: data(w) + np.float32(lam) * penalty.apply(w, D), M, rhs, x0, tol, maxiter)
+        W, its, rels = pcg(lambda w: data(w) + np.float32(lam) * penalty.apply(w, D), M, rhs, x0, tol, maxiter)
+        return (W, its, rels) + (_clip(_planes(W), value_range, W) if value_range is not None else (0.0,))
     mg = hierarchy(data, lam, penalty.reflect) if mg is None else mg
     operator = None
     if data.sparse is not None:
@@ -205,9 +210,24 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
         its = max(its, it)
         rels.append(rel)
     out = np.empty(rhs.shape, np.float32)
-    for c, w in enumerate(_mix_planes(W, V.T)):
+    W = _mix_planes(W, V.T)
+    clipped = _clip(W, value_range, out) if value_range is not None else 0.0
+    if value_range is None:
+        for c, w in enumerate(W):
+            out[..., c] = w
+    return out, its, np.array(rels), clipped
+
+
+def _clip(planes: List[Array], value_range: Tuple[Array, Array], out: Array) -> float:
+    """Clips each plane to its channel's (min, max) in place, writes them into ``out`` (..., C) and
+    returns the fraction of values clipped."""
+    lo, hi = (np.asarray(v, np.float32).reshape(-1) for v in value_range)
+    n = 0
+    for c, w in enumerate(planes):
+        n += int(np.count_nonzero(w < lo[c])) + int(np.count_nonzero(w > hi[c]))
+        np.clip(w, lo[c], hi[c], out=w)
         out[..., c] = w
-    return out, its, np.array(rels)
+    return n / max(out.size, 1)
 
 
 def _planes(X: Array) -> List[Array]:
@@ -384,12 +404,10 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
     penalty = penalty_of(reflect)
     # the interpolation limit converges slowest and its PSNR is the most sensitive to the solve
     tol = TOL_INTERPOLATING if info.get("interpolating") else TOL
-    W, its, rels = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg)
-    if value_range is not None and W.size:
-        lo, hi = (np.asarray(v, np.float32).reshape(-1) for v in value_range)
-        clipped = (W < lo) | (W > hi)
-        info["clipped"] = float(np.mean(clipped))
-        np.clip(W, lo, hi, out=W)
+    W, its, rels, clipped = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg,
+                                  value_range if rhs.size else None)
+    if value_range is not None and rhs.size:
+        info["clipped"] = clipped
     res = float(rels.max()) if rels.size else 0.0
     multigrid = len(data.shape) <= MG_MAX_AXES
     info.update(iterations=int(its), residual=res, converged=res <= tol, tol=tol, maxiter=maxiter, rho=data.rho,
