@@ -166,6 +166,103 @@ KRONPE_CLONES void r_row(const Bands<T>& B, const T* __restrict x, index_t i0, i
     }
 }
 
+// out = (c - up) + (c - dn) + the 1-D Neumann Laplacian of c along the row (n >= 2).
+template <typename T>
+KRONPE_CLONES void laplacian_row(index_t n, const T* __restrict up, const T* __restrict c,
+                                 const T* __restrict dn, T* __restrict out) {
+  out[0] = (c[0] - up[0]) + (c[0] - dn[0]) + (c[0] - c[1]);
+  for (index_t i = 1; i < n - 1; ++i)
+    out[i] = (c[i] - up[i]) + (c[i] - dn[i]) + ((c[i] - c[i - 1]) + (c[i] - c[i + 1]));
+  out[n - 1] = (c[n - 1] - up[n - 1]) + (c[n - 1] - dn[n - 1]) + (c[n - 1] - c[n - 2]);
+}
+
+template <typename T>
+KRONPE_CLONES void axpy_diff(index_t n, T sign, const T* __restrict a, const T* __restrict b,
+                             T* __restrict acc) {
+  for (index_t i = 0; i < n; ++i) acc[i] += sign * (a[i] - b[i]);
+}
+
+// R v row by row on a plane (n[0] == 1, n[1] >= 4, n[2] >= 5) in factored form:
+//
+//     R = L^2 + [natural boundary] sum_i E_i,   L = sum_i L_i (the Neumann Laplacian, L_i = D1^T D1
+//     along axis i), E_i = D2_i^T D2_i - L_i^2 = -(e_0 - e_1)(e_0 - e_1)^T - (e_{n-2} - e_{n-1})(...)^T
+//
+// (the mixed terms 2 L_i L_j are in L^2; the mirrored boundary's D2^T D2 is L_i^2 itself, so it
+// has no E). L v costs a 5-point pass and L (L v) another over three rows of L v kept in a ring:
+// about half the loads and flops of the 13-point stencil. Rows must come in increasing order
+// within a run (a new run starts when they do not); every row gets the same operations however
+// the rows are split, so results do not depend on the thread count.
+template <typename T>
+class FactoredRows {
+ public:
+  static bool applies(const Grid& g) { return g.n[0] == 1 && g.n[1] >= 4 && g.n[2] >= 5; }
+  explicit FactoredRows(const Grid& g)
+      : n1_(g.n[1]), n2_(g.n[2]), natural_(!g.reflect), ring_(static_cast<std::size_t>(3 * g.n[2])) {}
+
+  // acc[0..n2) = (R v)[row q]
+  void row(const T* v, index_t q, T* __restrict acc) {
+    if (v != v_ || q != next_) {  // a new run: L v of the rows before
+      v_ = v;
+      if (q > 0) laplacian(v, q - 1, slot(q - 1));
+      laplacian(v, q, slot(q));
+    }
+    if (q + 1 < n1_) laplacian(v, q + 1, slot(q + 1));
+    next_ = q + 1;
+    laplacian_of(q, slot(q - 1 + (q == 0)), slot(q), slot(q + 1 - (q + 1 == n1_)), acc);
+    if (!natural_) return;
+    const T* r = v + q * n2_;
+    // E along the rows' axis: rows 0, 1 and n1 - 2, n1 - 1
+    const index_t pair = q < 2 ? 0 : (q >= n1_ - 2 ? n1_ - 2 : -1);
+    if (pair >= 0) {
+      const T* a = v + pair * n2_;
+      const T* b = a + n2_;
+      const T sign = q == pair ? T(-1) : T(1);
+      axpy_diff(n2_, sign, a, b, acc);
+    }
+    // E along the row
+    acc[0] -= r[0] - r[1];
+    acc[1] += r[0] - r[1];
+    acc[n2_ - 2] -= r[n2_ - 2] - r[n2_ - 1];
+    acc[n2_ - 1] += r[n2_ - 2] - r[n2_ - 1];
+  }
+
+ private:
+  T* slot(index_t q) { return ring_.data() + (q % 3) * n2_; }
+
+  // out = (L v)[row q]
+  void laplacian(const T* v, index_t q, T* out) {
+    const T* c = v + q * n2_;
+    laplacian_row(n2_, q > 0 ? c - n2_ : c, c, q + 1 < n1_ ? c + n2_ : c, out);
+  }
+
+  // out = L applied at row q to rows (up, c, dn) of one array (up or dn == c at the ends: their
+  // term vanishes)
+  void laplacian_of(index_t, const T* up, const T* c, const T* dn, T* out) {
+    laplacian_row(n2_, up, c, dn, out);
+  }
+
+  index_t n1_, n2_;
+  bool natural_;
+  std::vector<T> ring_;
+  const T* v_ = nullptr;
+  index_t next_ = -1;
+};
+
+// (R v) of a row: FactoredRows where it applies, else r_row. One per thread and pass.
+template <typename T>
+class RowsOf {
+ public:
+  explicit RowsOf(const Grid& g) : factored_(FactoredRows<T>::applies(g)), f_(factored_ ? g : Grid{}) {}
+  void row(const Bands<T>& B, const T* v, index_t i0, index_t i1, T* acc) {
+    if (factored_) f_.row(v, i1, acc);
+    else r_row(B, v, i0, i1, acc);
+  }
+
+ private:
+  bool factored_;
+  FactoredRows<T> f_;
+};
+
 // diag(R) along the row (i0, i1, :).
 template <typename T>
 void r_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
@@ -177,8 +274,9 @@ void r_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
   for (index_t i = 0; i < n2; ++i) out[i] = p01 + p2[i] + T(2) * (t0 * t1 + (t0 + t1) * t2[i]);
 }
 
-// Runs row(i0, i1, acc, dg, offset) over every row of the grid, rows split among threads; acc
-// and dg are per-thread scratch rows (R x and diag(R) of the row when `with_diag`).
+// Runs row(i0, i1, acc, dg, offset, stencil) over every row of the grid, rows split among threads
+// in contiguous blocks, in increasing order; acc and dg are per-thread scratch rows, stencil the
+// thread's RowsOf (R v of a row).
 template <typename T, typename Row>
 void for_rows(const Grid& g, int threads, Row&& row) {
   check_grid(g);
@@ -190,10 +288,11 @@ void for_rows(const Grid& g, int threads, Row&& row) {
 #endif
   {
     std::vector<T> acc(static_cast<std::size_t>(n2)), dg(static_cast<std::size_t>(n2));
+    RowsOf<T> stencil(g);
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static)
 #endif
-    for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], acc.data(), dg.data(), r * n2);
+    for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], acc.data(), dg.data(), r * n2, stencil);
   }
   (void)nt;
 }
@@ -262,8 +361,8 @@ KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T
 template <typename T>
 void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads) {
   const Bands<T> B(g);
-  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o) {
-    r_row(B, x, i0, i1, acc);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o, RowsOf<T>& rows) {
+    rows.row(B, x, i0, i1, acc);
     apply_row(g.n[2], x + o, m + o, lam, acc, out + o);
   });
 }
@@ -272,8 +371,8 @@ template <typename T>
 void thin_plate_residual(const Grid& g, const T* x, const T* b, const T* m, T lam, T* out,
                          int threads) {
   const Bands<T> B(g);
-  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o) {
-    r_row(B, x, i0, i1, acc);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o, RowsOf<T>& rows) {
+    rows.row(B, x, i0, i1, acc);
     residual_row(g.n[2], x + o, b + o, m + o, lam, acc, out + o);
   });
 }
@@ -283,8 +382,8 @@ void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T 
                            T* r, T* d, int threads) {
   const Bands<T> B(g);
   const T inv_theta = T(1) / theta;
-  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o) {
-    if (x) r_row(B, x, i0, i1, acc);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o, RowsOf<T>& rows) {
+    if (x) rows.row(B, x, i0, i1, acc);
     r_diag_row(B, i0, i1, dg);
     invert_row(g.n[2], m + o, lam, dg);
     start_row(g.n[2], x ? x + o : nullptr, b + o, m + o, lam, inv_theta, acc, dg, r + o, d + o);
@@ -295,8 +394,8 @@ template <typename T>
 void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T lam, T c1, T c2,
                           T* d_out, int threads) {
   const Bands<T> B(g);
-  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o) {
-    r_row(B, d, i0, i1, acc);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T* dg, index_t o, RowsOf<T>& rows) {
+    rows.row(B, d, i0, i1, acc);
     r_diag_row(B, i0, i1, dg);
     invert_row(g.n[2], m + o, lam, dg);
     step_row(g.n[2], d + o, r + o, x + o, m + o, lam, c1, c2, acc, dg, d_out + o);
@@ -354,21 +453,21 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
   int nt = pick_threads(threads, g.size());
   if (rows < index_t(nt) * 4 * lag * stages) nt = 1;  // blocks too short for the boundary gaps
   // stage s on row q; acc, dg: the calling thread's scratch rows
-  auto run = [&](int s, index_t q, T* acc) {
+  auto run = [&](int s, index_t q, T* acc, std::vector<RowsOf<T>>& stencil) {
     const index_t i0 = q / g.n[1], i1 = q % g.n[1], o = q * n2;
     if (s == 0) {
-      if (!zero) r_row(B, x, i0, i1, acc);
+      if (!zero) stencil[0].row(B, x, i0, i1, acc);
       start_row(n2, zero ? nullptr : x + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
       if (nsteps == 0) add_row(n2, d + o, x + o, zero);
       else if (zero) std::fill(x + o, x + o + n2, T(0));
     } else if (s <= nsteps) {
       const T* din = (s % 2 == 1 ? d : d2);
       T* dout = (s % 2 == 1 ? d2 : d);
-      r_row(B, din, i0, i1, acc);
+      stencil[s].row(B, din, i0, i1, acc);
       if (s < nsteps) step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
       else last_step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
     } else {
-      r_row(B, x, i0, i1, acc);
+      stencil[s].row(B, x, i0, i1, acc);
       residual_row(n2, x + o, b + o, m + o, lam, acc, res + o);
     }
   };
@@ -377,6 +476,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
 #endif
   {
     std::vector<T> acc(static_cast<std::size_t>(n2));
+    std::vector<RowsOf<T>> stencil(static_cast<std::size_t>(stages), RowsOf<T>(g));  // one ring per stage
 #ifdef KRONPE_OPENMP
     const int t = omp_get_thread_num(), count = omp_get_num_threads();
 #else
@@ -387,7 +487,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       for (int s = 0; s < stages; ++s) {
         const index_t q = time - lag * s;
         const index_t first = t > 0 ? lo + lag * s : lo, last = t + 1 < count ? hi - lag * s : hi;
-        if (q >= first && q < last) run(s, q, acc.data());
+        if (q >= first && q < last) run(s, q, acc.data(), stencil);
       }
 #ifdef KRONPE_OPENMP
 #pragma omp barrier
@@ -396,7 +496,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
     for (int s = 1; s < stages; ++s)  // the rows around each block boundary, stage by stage
       for (int k = 1; k < count; ++k) {
         const index_t edge = rows * k / count;
-        for (index_t q = edge - lag * s; q < edge + lag * s; ++q) run(s, q, acc.data());
+        for (index_t q = edge - lag * s; q < edge + lag * s; ++q) run(s, q, acc.data(), stencil);
       }
   }
   (void)nt;
@@ -405,7 +505,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
 template <typename T>
 void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool inverted) {
   const Bands<T> B(g);
-  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T* dg, index_t o) {
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T* dg, index_t o, RowsOf<T>&) {
     r_diag_row(B, i0, i1, dg);
     if (inverted) {
       invert_row(g.n[2], m + o, lam, dg);
