@@ -270,3 +270,21 @@ def test_lattice_detection():
     nodes = lattice_grid(pts)
     np.testing.assert_allclose(nodes[0], np.linspace(0, 1, 5))
     assert lattice_grid(np.array([[0.1], [0.33], [0.5]])) is None
+
+
+def test_lambda_selection_signal_does_not_cancel_channels(rng):
+    """lambda is held out on the channels' sum, or on their leading principal component where the
+    sum cancels them (channels a and 1 - a: the sum is a constant that any lambda fits)."""
+    from kronpe.solvers.smooth import _selection_signal
+
+    a = rng.random((40, 30)).astype(np.float32)
+    planes = [a, np.float32(1) - a]
+    y = _selection_signal([p.copy() for p in planes], a.size)
+    assert np.std(y) > 0.5 * np.std(a)  # the component a - (1 - a), not the constant sum
+    same = _selection_signal([a.copy(), (2 * a).copy(), (a + 1).copy()], a.size)
+    np.testing.assert_allclose(same, a + 2 * a + (a + 1), rtol=1e-6)  # correlated channels: their sum
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+    errs = m.info["holdout_errors"]
+    assert min(errs) > 1e-10 and max(errs) > 1.5 * min(errs)  # a real choice (the sum: ~1e-16, rounding noise)
