@@ -288,3 +288,16 @@ def test_lambda_selection_signal_does_not_cancel_channels(rng):
     m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
     errs = m.info["holdout_errors"]
     assert min(errs) > 1e-10 and max(errs) > 1.5 * min(errs)  # a real choice (the sum: ~1e-16, rounding noise)
+
+
+def test_fill_predicted_at_its_own_nodes_is_its_weights(rng):
+    """A fill's Triangle(N) embedders at the grid's own coordinates i / N are the identity up to
+    rounding (N = 45, 30: not binary fractions); predict_grid skips them and returns the weights."""
+    img = rng.random((45, 30, 3)).astype(np.float32)
+    mask = rng.random((45, 30)) < 0.5
+    m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+    from kronpe.data import grid_coords
+
+    np.testing.assert_array_equal(m.predict_grid(grid_coords((45, 30))), m.weights)
+    half = m.predict_grid([np.arange(45) / 45, (np.arange(29) + 0.5) / 30])  # between the nodes: a real chain
+    np.testing.assert_allclose(half, 0.5 * (m.weights[:, :-1] + m.weights[:, 1:]), rtol=1e-5, atol=1e-6)

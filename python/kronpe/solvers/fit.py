@@ -481,9 +481,18 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
 
 
 def _is_identity(phi: np.ndarray) -> bool:
-    """phi is the identity matrix (exactly)."""
+    """phi is the identity matrix up to rounding (|phi - I| <= 1e-12 everywhere: a Triangle(N) at
+    coordinates i / N that are not binary fractions, N = 400 say, evaluates to I plus entries of
+    1e-14; the chain they cost took 15 ms for a 400 x 600 RGB fill, and skipping it changes the
+    prediction by less than 1e-12 relative)."""
     n = phi.shape[0]
-    return phi.shape == (n, n) and bool(np.all(np.diagonal(phi) == 1)) and int(np.count_nonzero(phi)) == n
+    if phi.shape != (n, n):
+        return False
+    d = np.diagonal(phi)
+    if not bool(np.all(np.abs(d - 1) <= 1e-12)):
+        return False
+    off = np.abs(phi).sum(axis=1) - np.abs(d)
+    return bool(np.all(off <= 1e-12))
 
 
 def _observed_mask(mask, shape) -> np.ndarray:
