@@ -232,8 +232,9 @@ THREADED_SHAPES = [(400, 260), (140, 5, 200), (256, 16, 24)]
 @pytest.mark.parametrize("shape", THREADED_SHAPES, ids=str)
 def test_smoother_wavefront_same_bits_for_any_thread_count(rng, shape, reflect):
     """The fused smoother (thin_plate_smooth: a wavefront over rows, the rows at each thread
-    block's boundary finished afterwards) gives the same bits with 1, 2 and 3 threads (one thread:
-    the reference on the smaller grids above)."""
+    block's boundary finished afterwards) and CG (dot products summed block by block in order)
+    give the same bits with 1, 2 and 3 threads (one thread: the reference on the smaller grids
+    above)."""
     m = ((rng.random(shape) < 0.5) * rng.random(shape)).astype(np.float32)
     b = rng.standard_normal(shape).astype(np.float32)
     outs = []
@@ -241,13 +242,16 @@ def test_smoother_wavefront_same_bits_for_any_thread_count(rng, shape, reflect):
         h = _core.ThinPlateHierarchy32(m, multigrid.DEGREE, multigrid.LMAX, multigrid.ALPHA, multigrid.COARSEST,
                                        reflect, threads)
         h.set_lambda(0.01)
-        v, f = np.empty_like(b), np.empty_like(b)
+        v, f, x = np.empty_like(b), np.empty_like(b), np.empty_like(b)
         h.vcycle(b, v)
         h.fmg(b, f, 1)
-        outs.append((v, f))
-    for v, f in outs[1:]:
+        its = h.pcg(b, x, False, 1e-6, 5)  # CG's dot products and updates are split among threads too
+        outs.append((v, f, x, its))
+    for v, f, x, its in outs[1:]:
         np.testing.assert_array_equal(v, outs[0][0])
         np.testing.assert_array_equal(f, outs[0][1])
+        np.testing.assert_array_equal(x, outs[0][2])
+        assert its == outs[0][3]
 
 def test_hierarchy_refuses_bad_input():
     with pytest.raises(ValueError, match="at least one node"):
@@ -266,7 +270,7 @@ def test_hierarchy_refuses_bad_input():
         ThinPlateMG(np.ones((9, 8))).solve(b)
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099, 32768, 32769, 200003])  # blocks of 32768
 def test_dot_matches_reference(rng, n, dtype):
     a = rng.standard_normal(n).astype(dtype)
     b = rng.standard_normal(n).astype(dtype)

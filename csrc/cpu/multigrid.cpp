@@ -97,15 +97,15 @@ namespace {
 constexpr index_t kMinNodes = 3;  // an axis of fewer nodes is not halved
 
 template <typename T>
-double norm2(index_t n, const T* a) {
-  return std::sqrt(std::max(dot(n, a, a), 0.0));
+double norm2(index_t n, const T* a, int threads) {
+  return std::sqrt(std::max(dot(n, a, a, threads), 0.0));
 }
 
 // x += a p, r -= a q (CG's update of the iterate and the residual)
 template <typename T>
-KRONPE_CLONES void cg_update(index_t n, T a, const T* __restrict p, const T* __restrict q,
-                             T* __restrict x, T* __restrict r) {
-  for (index_t i = 0; i < n; ++i) {
+KRONPE_CLONES void cg_update_range(index_t lo, index_t hi, T a, const T* __restrict p, const T* __restrict q,
+                                   T* __restrict x, T* __restrict r) {
+  for (index_t i = lo; i < hi; ++i) {
     x[i] += a * p[i];
     r[i] -= a * q[i];
   }
@@ -113,13 +113,29 @@ KRONPE_CLONES void cg_update(index_t n, T a, const T* __restrict p, const T* __r
 
 // p = z + beta p
 template <typename T>
-KRONPE_CLONES void cg_direction(index_t n, T beta, const T* __restrict z, T* __restrict p) {
-  for (index_t i = 0; i < n; ++i) p[i] = z[i] + beta * p[i];
+KRONPE_CLONES void cg_direction_range(index_t lo, index_t hi, T beta, const T* __restrict z, T* __restrict p) {
+  for (index_t i = lo; i < hi; ++i) p[i] = z[i] + beta * p[i];
 }
 
 template <typename T>
-KRONPE_CLONES void add_into(index_t n, const T* __restrict a, T* __restrict x) {
-  for (index_t i = 0; i < n; ++i) x[i] += a[i];
+KRONPE_CLONES void add_into_range(index_t lo, index_t hi, const T* __restrict a, T* __restrict x) {
+  for (index_t i = lo; i < hi; ++i) x[i] += a[i];
+}
+
+// the same, split among threads
+template <typename T>
+void cg_update(index_t n, T a, const T* p, const T* q, T* x, T* r, int threads) {
+  for_range(n, threads, [&](index_t lo, index_t hi) { cg_update_range(lo, hi, a, p, q, x, r); });
+}
+
+template <typename T>
+void cg_direction(index_t n, T beta, const T* z, T* p, int threads) {
+  for_range(n, threads, [&](index_t lo, index_t hi) { cg_direction_range(lo, hi, beta, z, p); });
+}
+
+template <typename T>
+void add_into(index_t n, const T* a, T* x, int threads) {
+  for_range(n, threads, [&](index_t lo, index_t hi) { add_into_range(lo, hi, a, x); });
 }
 
 // The (outer, n, inner) view of axis a of a three-axis shape.
@@ -376,7 +392,7 @@ void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
     for (int c = 0; c < cycles; ++c) {
       thin_plate_residual<T>(L.g, xf, bs[l], L.m.data(), L.lam, L.fr.data(), opt_.threads);
       vcycle_at(l, L.fr.data());
-      add_into(L.g.size(), L.x.data(), xf);
+      add_into(L.g.size(), L.x.data(), xf, opt_.threads);
     }
     xc = xf;
   }
@@ -391,7 +407,7 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
   for (auto* v : {&r_, &z_, &p_, &ap_}) v->resize(static_cast<std::size_t>(n));
   T *r = r_.data(), *z = z_.data(), *p = p_.data(), *ap = ap_.data();
   auto error = [&]() {
-    const double xn = scale > 0 ? scale : norm2(n, x), zn = norm2(n, z);
+    const double xn = scale > 0 ? scale : norm2(n, x, opt_.threads), zn = norm2(n, z, opt_.threads);
     return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
   };
   if (!from_x) fmg(b, x, 1);
@@ -401,19 +417,19 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
   out.error = error();
   if (tol > 0 && out.error <= tol) return out;
   std::copy(z, z + n, p);
-  double rz = dot(n, r, z);
+  double rz = dot(n, r, z, opt_.threads);
   for (index_t it = 1; it <= maxiter; ++it) {
     out.iterations = it;
     thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads);
-    const double pap = dot(n, p, ap);
+    const double pap = dot(n, p, ap, opt_.threads);
     if (!(pap > 0)) break;
-    cg_update(n, T(rz / pap), p, ap, x, r);
+    cg_update(n, T(rz / pap), p, ap, x, r, opt_.threads);
     if (it == maxiter && tol <= 0) break;  // a fixed number of iterations (sweeps)
     vcycle(r, z);
     out.error = error();
     if (out.error <= tol) break;
-    const double rz_new = dot(n, r, z);
-    cg_direction(n, T(rz_new / rz), z, p);
+    const double rz_new = dot(n, r, z, opt_.threads);
+    cg_direction(n, T(rz_new / rz), z, p, opt_.threads);
     rz = rz_new;
   }
   return out;

@@ -3,6 +3,7 @@
 #include "kronpe/smooth.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -638,10 +639,42 @@ KRONPE_CLONES double dot_block(index_t n, const T* __restrict a, const T* __rest
 
 }  // namespace
 
+// Blocks of a dot product: their partial sums are added in block order, so the result does not
+// depend on how many threads computed them.
+constexpr index_t kDotBlock = index_t(1) << 15;
+
 template <typename T>
-double dot(index_t n, const T* a, const T* b) {
+double dot(index_t n, const T* a, const T* b, int threads) {
   require(n >= 0, "dot: negative length");
-  return n ? dot_block(n, a, b) : 0.0;
+  if (n <= kDotBlock) return n ? dot_block(n, a, b) : 0.0;
+  const index_t blocks = (n + kDotBlock - 1) / kDotBlock;
+  std::vector<double> part(static_cast<std::size_t>(blocks));
+  const int nt = pick_threads(threads, n);
+#ifdef KRONPE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+  for (index_t k = 0; k < blocks; ++k) {
+    const index_t lo = k * kDotBlock;
+    part[k] = dot_block(std::min(kDotBlock, n - lo), a + lo, b + lo);
+  }
+  (void)nt;
+  double s = 0.0;
+  for (double v : part) s += v;
+  return s;
+}
+
+void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f) {
+  const int nt = pick_threads(threads, n);
+  if (nt <= 1) return f(0, n);
+#ifdef KRONPE_OPENMP
+#pragma omp parallel num_threads(nt)
+  {
+    const index_t t = omp_get_thread_num(), count = omp_get_num_threads();
+    f(n * t / count, n * (t + 1) / count);
+  }
+#else
+  f(0, n);
+#endif
 }
 
 #define KRONPE_SMOOTH_INSTANTIATE(T)                                                            \
@@ -656,7 +689,7 @@ double dot(index_t n, const T* a, const T* b) {
                                      int, const T*, const T*, T*, T*, T*, T*, int);              \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \
-  template double dot<T>(index_t, const T*, const T*);
+  template double dot<T>(index_t, const T*, const T*, int);
 
 KRONPE_SMOOTH_INSTANTIATE(float)
 KRONPE_SMOOTH_INSTANTIATE(double)

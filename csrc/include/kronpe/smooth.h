@@ -28,6 +28,8 @@
 //   restrict_axis  c[j] = f[2j] + (f[2j - 1] + f[2j + 1]) / 2   (P^T, terms in range)
 //   prolong_axis   f[2j] = c[j],  f[2j + 1] = (c[j] + c[j + 1]) / 2   (P; or f += P c)
 #pragma once
+#include <functional>
+
 #include "kronpe/common.h"
 
 namespace kronpe::smooth {
@@ -77,8 +79,13 @@ void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, boo
                   int threads);
 
 // sum_i a[i] b[i] over n contiguous values, accumulated in double (the Krylov solvers' inner
-// products: no BLAS call, whose threads would spin against the kernels).
+// products: no BLAS call, whose threads would spin against the kernels), in blocks of 32k values
+// whose sums are added in order: the same result for any thread count.
 template <typename T>
-double dot(index_t n, const T* a, const T* b);
+double dot(index_t n, const T* a, const T* b, int threads = 0);
+
+// f(lo, hi) over [0, n) split into contiguous ranges among threads (one range below 32k elements
+// per thread): the elementwise vector updates of the Krylov loops.
+void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f);
 
 }  // namespace kronpe::smooth
