@@ -301,3 +301,21 @@ def test_fill_predicted_at_its_own_nodes_is_its_weights(rng):
     np.testing.assert_array_equal(m.predict_grid(grid_coords((45, 30))), m.weights)
     half = m.predict_grid([np.arange(45) / 45, (np.arange(29) + 0.5) / 30])  # between the nodes: a real chain
     np.testing.assert_allclose(half, 0.5 * (m.weights[:, :-1] + m.weights[:, 1:]), rtol=1e-5, atol=1e-6)
+
+
+def test_boundary_ties_go_to_the_mirrored_boundary(monkeypatch):
+    """The held-out choice of the boundary keeps the mirrored one (inpaint_biharmonic's) unless the
+    natural one is better by more than BOUNDARY_MARGIN; a large margin forces it, none restores the
+    plain comparison."""
+    from kronpe.solvers import smooth
+
+    rng = np.random.default_rng(3)
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    sig = np.where(mask[..., None], img, np.nan)
+    monkeypatch.setattr(smooth, "BOUNDARY_MARGIN", 10.0)
+    assert fit_grid(sig, mask=mask).info["boundary"] == "reflect"
+    monkeypatch.setattr(smooth, "BOUNDARY_MARGIN", 0.0)
+    m = fit_grid(sig, mask=mask)
+    natural, mirrored = m.info["boundary_holdout_errors"]
+    assert m.info["boundary"] == ("reflect" if mirrored < natural else "natural")
