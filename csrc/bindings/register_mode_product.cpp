@@ -195,9 +195,11 @@ void register_mode_product(py::module_& m) {
          bool any_layout, const std::string& model) {
         require(strides.size() == shape.size() && out_rows.size() == modes.size(),
                 "mode_chain_program: inconsistent lengths");
-        require(model == "cpu" || model == "library",
-                "mode_chain_program: model must be 'cpu' or 'library'");
-        const ModeCostModel& cm = model == "cpu" ? cpu_cost_model() : library_cost_model();
+        require(model == "cpu" || model == "packed" || model == "library",
+                "mode_chain_program: model must be 'cpu', 'packed' or 'library'");
+        const ModeCostModel& cm = model == "cpu"      ? cpu_cost_model()
+                                  : model == "packed" ? packed_cpu_cost_model()
+                                                      : library_cost_model();
         const ChainProgram prog =
             mode_chain_program(int(shape.size()), shape.data(), strides.data(), int(modes.size()),
                                modes.data(), out_rows.data(), elem_size, any_layout, cm);

@@ -20,6 +20,22 @@ ModeCostModel& cpu_model() {
   static ModeCostModel cm;
   return cm;
 }
+// The model of the CPU chains on kronpe's packed GEMM (kronpe/packed_gemm.h), measured on the
+// 2-core AVX-512 EPYC of benches/README.md, one thread, float32: ~170 Gflop/s at k >= 64 for
+// steps whose tensor operand is packed without a transpose (X^T A^T, X A^T, A X), the
+// transposing pack of A X^T 1.2x-1.8x slower at k = 64-128; a call costs under a microsecond.
+ModeCostModel& packed_model() {
+  static ModeCostModel cm = [] {
+    ModeCostModel m;
+    m.rate_f32 = 170e9;
+    m.call = 0.5e-6;
+    const double penalty[5] = {0.1, 0.0, 0.05, 0.6, 0.15};
+    for (int i = 0; i < 5; ++i) m.layout_penalty[i] = penalty[i];
+    m.id = 3;
+    return m;
+  }();
+  return cm;
+}
 std::atomic<long long> g_cpu_model_version{0};
 
 double eff(const ModeCostModel& cm, index_t x) { return double(x) / (double(x) + cm.half); }
@@ -334,10 +350,13 @@ void set_mode_layout_penalty(const double* penalty) {
 
 void set_mode_layout_factor(double (*factor)(StepKind, index_t, index_t, index_t, int)) {
   cpu_model().layout_factor = factor;
+  packed_model().layout_factor = factor;
   g_cpu_model_version.fetch_add(1);
 }
 
 const ModeCostModel& cpu_cost_model() { return cpu_model(); }
+
+const ModeCostModel& packed_cpu_cost_model() { return packed_model(); }
 
 const ModeCostModel& library_cost_model() {
   static const ModeCostModel cm = [] {
@@ -662,7 +681,8 @@ ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* s
   std::vector<index_t> key;
   key.reserve(5 + 2 * size_t(ndim) + 2 * size_t(nmodes));
   key.push_back(model.id);
-  key.push_back(model.id == 0 ? index_t(g_cpu_model_version.load()) : 0);
+  const bool cpu = &model == &cpu_model() || &model == &packed_model();
+  key.push_back(cpu ? index_t(g_cpu_model_version.load()) : 0);
   key.push_back(index_t(elem_size));
   key.push_back(any_layout);
   key.push_back(ndim);

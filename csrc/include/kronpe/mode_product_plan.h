@@ -65,8 +65,11 @@ struct ModeCostModel {
       nullptr;
 };
 
-// The CPU model in use (calibrated on a 2-core AVX2 machine with OpenBLAS).
+// The CPU model of chains on the BLAS (calibrated on a 2-core AVX2 machine with OpenBLAS).
 const ModeCostModel& cpu_cost_model();
+// The CPU model of chains on kronpe's packed GEMM (kronpe/packed_gemm.h); it shares the
+// measured layout factors (set_mode_layout_factor) with cpu_cost_model().
+const ModeCostModel& packed_cpu_cost_model();
 
 // The model of a host executor outside the core that runs each program op as one call of
 // another library (kronpe.torch's: torch.mm / torch.bmm / copy_ from Python): a strided batch is
