@@ -718,12 +718,25 @@ std::vector<index_t> mode_chain_shape(int ndim, const index_t* shape, int nmodes
   return out;
 }
 
+int chain_work_in_output(const ChainProgram& prog) {
+  if (prog.workspace <= 0 || prog.workspace > prog.out_size) return -1;
+  for (int w = 0; w < 2; ++w) {
+    const ChainBuffer work = w == 0 ? ChainBuffer::work0 : ChainBuffer::work1;
+    bool paired = false;
+    for (const ChainOp& op : prog.ops)
+      paired = paired || (op.src == work && op.dst == ChainBuffer::output) ||
+               (op.src == ChainBuffer::output && op.dst == work);
+    if (!paired) return w;
+  }
+  return -1;
+}
+
 std::size_t chain_workspace_bytes(const ChainProgram& prog, int nmodes, const index_t* rows,
                                   const index_t* cols, const index_t* mat_strides, int elem_size) {
   if (prog.ops.empty()) return 0;
   const std::size_t elem = std::size_t(elem_size);
   std::size_t bytes =
-      2 * chain_aligned(std::size_t(checked_mul(prog.workspace, elem_size, "mode product workspace")));
+      std::size_t(chain_work_in_output(prog) >= 0 ? 1 : 2) * chain_aligned(std::size_t(checked_mul(prog.workspace, elem_size, "mode product workspace")));
   for (int j = 0; j < nmodes; ++j)
     if (!operand_layout(rows[j], cols[j], mat_strides[2 * j], mat_strides[2 * j + 1]).in_place)
       bytes += chain_aligned(std::size_t(checked_mul(rows[j], cols[j], "mode product matrix")) * elem);
