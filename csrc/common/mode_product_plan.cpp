@@ -21,15 +21,16 @@ ModeCostModel& cpu_model() {
   return cm;
 }
 // The model of the CPU chains on kronpe's packed GEMM (kronpe/packed_gemm.h), measured on the
-// 2-core AVX-512 EPYC of benches/README.md, one thread, float32: ~170 Gflop/s at k >= 64 for
-// steps whose tensor operand is packed without a transpose (X^T A^T, X A^T, A X), the
-// transposing pack of A X^T 1.2x-1.8x slower at k = 64-128; a call costs under a microsecond.
+// 2-core AVX-512 EPYC of benches/README.md, one thread, float32: X^T A^T fastest (its tensor
+// operand read in place at k <= 128: 190-210 Gflop/s at k = 64-128, ~175 packed at k = 256),
+// X A^T and A X 5-20% slower, the transposing pack of A X^T 1.2x-1.8x slower at k = 64-128; a
+// call costs under a microsecond.
 ModeCostModel& packed_model() {
   static ModeCostModel cm = [] {
     ModeCostModel m;
     m.rate_f32 = 170e9;
     m.call = 0.5e-6;
-    const double penalty[5] = {0.1, 0.0, 0.05, 0.6, 0.15};
+    const double penalty[5] = {0.15, 0.0, 0.15, 0.6, 0.2};
     for (int i = 0; i < 5; ++i) m.layout_penalty[i] = penalty[i];
     m.id = 3;
     return m;

@@ -125,11 +125,12 @@ struct Vec<double> {
 };
 
 // The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
-// plus) the product of an A sliver (kc x MR, ap[p * MR + i] = A(i, p)) and a B panel (kc x NR,
-// bp[p * NR + j] = B(p, j)); only its first mr rows and nr columns are written.
+// plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR, or
+// the operand itself when its rows are contiguous) and a B panel (kc x NR, bp[p * NR + j] =
+// B(p, j)); only its first mr rows and nr columns are written.
 template <typename T, int MR, int NV>
-void micro_kernel(index_t kc, const T* __restrict ap, const T* __restrict bp, T* c, index_t ldc,
-                  int mr, int nr, bool acc) {
+void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
+                  index_t ldc, int mr, int nr, bool acc) {
   using V = Vec<T>;
   constexpr int W = V::W, NR = NV * W;
   typename V::reg r[MR][NV];
@@ -147,7 +148,7 @@ void micro_kernel(index_t kc, const T* __restrict ap, const T* __restrict bp, T*
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) r[i][v] = V::fma(a, b[v], r[i][v]);
     }
-    ap += MR;
+    ap += as;
     bp += NR;
   }
   if (mr == MR && nr == NR) {
@@ -212,6 +213,9 @@ void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs
 // A packed block of the big operand: a quarter of a 1 MiB L2.
 constexpr index_t kBlockBytes = index_t(256) << 10;
 
+// The longest k block whose A slivers are read in place (see packed_gemm_impl).
+constexpr index_t kDirectKc = 128;
+
 template <typename T>
 constexpr index_t kc_max() {
   return sizeof(T) == 4 ? 384 : 256;
@@ -253,6 +257,10 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
       std::min(max_per_block, std::max<index_t>(1, (slivers + 4 * nt - 1) / (4 * nt)));
   const index_t nblocks = (slivers + per_block - 1) / per_block;
   const index_t bb = per_block * big_r;
+  // An A with contiguous columns (X^T of a chain step) is read in place, without a pack pass,
+  // when a sliver's kc rows of cache lines stay in L1 beside a B panel (kc <= kDirectKc): at
+  // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins.
+  const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc;
   auto block = [&](index_t blk) {
     const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
     T* bp = static_cast<T*>(t_big.get(std::size_t(bb * kc0) * sizeof(T)));
@@ -261,12 +269,21 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
       const T* spk = sp + small_rows * p0;
       const bool acc = kb > 0;
       if (big_a) {
-        pack_slivers<T, MR>(ib, kc, a + i0 * rsa + p0 * csa, rsa, csa, bp);
+        const T* ab = a + i0 * rsa + p0 * csa;
+        if (!direct_a) pack_slivers<T, MR>(ib, kc, ab, rsa, csa, bp);
         for (index_t i = 0; i < ib; i += MR) {
-          const T* ap = bp + i * kc;
           const int mr = int(std::min<index_t>(MR, ib - i));
+          const T* ap = bp + i * kc;
+          index_t as = MR;
+          if (direct_a && mr == MR) {  // read in place
+            ap = ab + i;
+            as = csa;
+          } else if (direct_a) {  // the last rows: a sliver of its own, zero-padded
+            pack_slivers<T, MR>(mr, kc, ab + i, rsa, csa, bp);
+            ap = bp;
+          }
           for (index_t j = 0; j < N; j += NR)
-            micro_kernel<T, MR, NV>(kc, ap, spk + j * kc, c + (i0 + i) * ldc + j, ldc, mr,
+            micro_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, c + (i0 + i) * ldc + j, ldc, mr,
                                     int(std::min<index_t>(NR, N - j)), acc);
         }
       } else {
@@ -275,7 +292,7 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
           const T* bq = bp + j * kc;
           const int nr = int(std::min<index_t>(NR, ib - j));
           for (index_t i = 0; i < M; i += MR)
-            micro_kernel<T, MR, NV>(kc, spk + i * kc, bq, c + i * ldc + i0 + j, ldc,
+            micro_kernel<T, MR, NV>(kc, spk + i * kc, MR, bq, c + i * ldc + i0 + j, ldc,
                                     int(std::min<index_t>(MR, M - i)), nr, acc);
         }
       }
