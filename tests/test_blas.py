@@ -87,8 +87,10 @@ def test_chain_gemm_setting():
     try:
         _core.set_chain_gemm("blas")
         assert _core.chain_gemm() == "blas"
+        assert kronpe.build_info()["chain_gemm"] == "BLAS"
         _core.set_chain_gemm("auto")
         assert _core.chain_gemm() == ("packed" if _core.packed_gemm_supported() else "blas")
+        assert kronpe.build_info()["chain_gemm"] == ("packed AVX-512" if _core.packed_gemm_supported() else "BLAS")
         if _core.packed_gemm_supported():
             _core.set_chain_gemm("packed")
             assert _core.chain_gemm() == "packed"
