@@ -15,7 +15,9 @@
 #include <omp.h>
 #endif
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+// KRONPE_NO_AVX512: build without the AVX-512 code (as on other CPUs and compilers)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(KRONPE_NO_AVX512)
 #define KRONPE_PACKED_AVX512 1
 #include <immintrin.h>
 #else
@@ -235,14 +237,19 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   const int small_r = big_a ? NR : MR;
   const index_t small_rows = (small_n + small_r - 1) / small_r * small_r;
   T* sp = static_cast<T*>(t_small.get(std::size_t(small_rows * K) * sizeof(T)));
-  for (index_t kb = 0; kb < nk; ++kb) {
+  const index_t small_slivers = small_rows / small_r;
+  // piece q of the small operand's packing: k block q / small_slivers, sliver q % small_slivers
+  auto pack_small = [&](index_t q) {
+    const index_t kb = q / small_slivers, s0 = q % small_slivers * small_r;
     const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
-    T* d = sp + small_rows * p0;
+    T* d = sp + small_rows * p0 + s0 * kc;
+    const index_t h = std::min<index_t>(small_r, small_n - s0);
     if (big_a)
-      pack_slivers<T, NR>(N, kc, b + p0 * rsb, csb, rsb, d);
+      pack_slivers<T, NR>(h, kc, b + p0 * rsb + s0 * csb, csb, rsb, d);
     else
-      pack_slivers<T, MR>(M, kc, a + p0 * csa, rsa, csa, d);
-  }
+      pack_slivers<T, MR>(h, kc, a + p0 * csa + s0 * rsa, rsa, csa, d);
+  };
+  const index_t small_pieces = nk * small_slivers;
   // the big operand in blocks of `bb` rows (a multiple of its sliver height)
   const index_t big_n = big_a ? M : N;
   const int big_r = big_a ? MR : NR;
@@ -298,16 +305,20 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
       }
     }
   };
-  if (nt <= 1 || nblocks <= 1) {
-    for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+#ifdef KRONPE_OPENMP
+  if (nt > 1 && nblocks > 1) {
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+      for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
+#pragma omp for schedule(dynamic, 1)
+      for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+    }
     return;
   }
-#ifdef KRONPE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
-#else
-  for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
 #endif
+  for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
+  for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
 }
 
 template <typename T>
