@@ -28,6 +28,7 @@ namespace kronpe {
 namespace {
 
 std::atomic<int> g_chain_gemm{int(ChainGemm::automatic)};
+std::atomic<int> g_active_calls{0};  // packed_gemm calls running now
 
 bool cpu_has_avx512() {
 #if KRONPE_PACKED_AVX512
@@ -351,7 +352,14 @@ void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, co
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
-  const int nt = threads > 0 ? std::min(checked_threads(threads), kMaxThreads) : default_threads();
+  int nt = threads > 0 ? std::min(checked_threads(threads), kMaxThreads) : default_threads();
+  // Calls that overlap (chains on several user threads, e.g. dask's) run on one thread each
+  // rather than a team each on the same cores.
+  struct Active {
+    int before = g_active_calls.fetch_add(1);
+    ~Active() { g_active_calls.fetch_sub(1); }
+  } active;
+  if (active.before > 0) nt = 1;
 #if KRONPE_PACKED_AVX512
   packed_gemm_avx512<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, nt);
 #else

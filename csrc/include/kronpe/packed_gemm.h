@@ -31,8 +31,8 @@ bool packed_gemm_supported();
 
 // Row-major C (m x n, row stride ldc) = op(A) (m x k) op(B) (k x n); lda/ldb are the row
 // strides of A and B as stored (before op). C must not overlap A or B. Runs on up to `threads`
-// OpenMP threads (fewer for small products; 0: kronpe's default). BackendError where
-// packed_gemm_supported() is false.
+// OpenMP threads (fewer for small products, one while another call runs; 0: kronpe's
+// default). BackendError where packed_gemm_supported() is false.
 template <typename T>
 void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
                  index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads = 0);
