@@ -84,6 +84,26 @@ def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
         check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), "K")
 
 
+def test_chains_on_several_threads_at_once(chain_gemm):
+    """Chains running at the same time on several Python threads (the GIL released): each its own
+    scratch, each the reference result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    jobs = []
+    for i in range(6):
+        shape = (30 + i, 40, 20 + 3 * i)
+        T = rng.standard_normal(shape).astype(np.float32)
+        mats = [rng.standard_normal((17 + i, n)).astype(np.float32) for n in shape]
+        jobs.append((T, mats))
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda job: [kronpe.multi_mode_product(*job) for _ in range(5)], jobs))
+    for (T, mats), outs in zip(jobs, results):
+        expected = reference_chain(T, mats, (0, 1, 2))
+        for out in outs:
+            check_product(CPU, out, expected, np.float32, sum(T.shape), "K")
+
+
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
