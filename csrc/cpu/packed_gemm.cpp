@@ -225,7 +225,8 @@ constexpr index_t kc_max() {
 }
 
 // C = op(A) op(B) with the MR x (NV vectors) kernel. The operand with the longer free extent
-// ("big") is packed block by block on each thread; the other ("small") is packed whole once.
+// ("big") is packed block by block on each thread (or read in place: direct_a below); the other
+// ("small") is packed whole once per call.
 template <typename T, int MR, int NV>
 void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, index_t csa,
                       const T* b, index_t rsb, index_t csb, T* c, index_t ldc, int threads) {
@@ -327,10 +328,8 @@ void packed_gemm_avx512(bool ta, bool tb, index_t m, index_t n, index_t k, const
                         index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads) {
   const index_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
   const index_t rsb = tb ? 1 : ldb, csb = tb ? ldb : 1;
-  if constexpr (sizeof(T) == 4)
-    packed_gemm_impl<T, 12, 2>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, threads);
-  else
-    packed_gemm_impl<T, 12, 2>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, threads);
+  // 12 x 2 vectors: 24 accumulators, 2 panel loads and 12 broadcasts per step of k
+  packed_gemm_impl<T, 12, 2>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, threads);
 }
 
 }  // namespace
