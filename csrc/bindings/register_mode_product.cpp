@@ -8,6 +8,7 @@
 #include "kronpe/cuda.h"
 #include "kronpe/mode_product.h"
 #include "kronpe/mode_product_plan.h"
+#include "kronpe/packed_gemm.h"
 
 namespace py = pybind11;
 using namespace kronpe;
@@ -177,8 +178,10 @@ void register_mode_product(py::module_& m) {
   m.def(
       "mode_cost_model",
       []() {
-        const ModeCostModel& cm = cpu_cost_model();
+        const bool packed = chain_uses_packed_gemm();
+        const ModeCostModel& cm = packed ? packed_cpu_cost_model() : cpu_cost_model();
         py::dict d;
+        d["gemm"] = packed ? "packed" : "blas";
         d["rate_f32"] = cm.rate_f32;
         d["half"] = cm.half;
         d["call"] = cm.call;
@@ -187,7 +190,8 @@ void register_mode_product(py::module_& m) {
         d["layout_measured"] = cm.layout_factor != nullptr;
         return d;
       },
-      "The CPU planner's cost model in force (internal).");
+      "The CPU planner's cost model in force, for the GEMM the chains run (\"gemm\": "
+      "\"packed\" or \"blas\"; internal).");
   m.def(
       "mode_chain_program",
       [](const std::vector<index_t>& shape, const std::vector<index_t>& strides,

@@ -167,7 +167,8 @@ def clear_mode_layout_table() -> None:
     """Forget the layout measurements (internal)."""
 
 def mode_cost_model() -> Dict[str, Any]:
-    """The CPU planner's cost model in force (internal)."""
+    """The CPU planner's cost model in force, for the GEMM the chains run ("gemm": "packed" or
+    "blas"; internal)."""
 
 def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
     """Replace the planner's cost model (internal, for tuning)."""
