@@ -736,8 +736,9 @@ std::size_t chain_workspace_bytes(const ChainProgram& prog, int nmodes, const in
                                   const index_t* cols, const index_t* mat_strides, int elem_size) {
   if (prog.ops.empty()) return 0;
   const std::size_t elem = std::size_t(elem_size);
-  std::size_t bytes =
-      std::size_t(chain_work_in_output(prog) >= 0 ? 1 : 2) * chain_aligned(std::size_t(checked_mul(prog.workspace, elem_size, "mode product workspace")));
+  const std::size_t buffers = chain_work_in_output(prog) >= 0 ? 1 : 2;
+  const index_t work = checked_mul(prog.workspace, elem_size, "mode product workspace");
+  std::size_t bytes = buffers * chain_aligned(std::size_t(work));
   for (int j = 0; j < nmodes; ++j)
     if (!operand_layout(rows[j], cols[j], mat_strides[2 * j], mat_strides[2 * j + 1]).in_place)
       bytes += chain_aligned(std::size_t(checked_mul(rows[j], cols[j], "mode product matrix")) * elem);

@@ -85,7 +85,8 @@ bool chain_uses_packed_gemm() {
 #if KRONPE_PACKED_AVX512
 // ---- AVX-512 part: everything below is compiled for AVX-512 and only called after the check ----
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma"))), \
+                             apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
@@ -108,7 +109,9 @@ struct Vec<float> {
   static void mstore(float* p, mask m, reg v) { _mm512_mask_storeu_ps(p, m, v); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
-  static mask first(int n) { return n <= 0 ? mask(0) : n >= W ? mask(0xFFFF) : mask((1u << n) - 1); }
+  static mask first(int n) {
+    return n <= 0 ? mask(0) : n >= W ? mask(0xFFFF) : mask((1u << n) - 1);
+  }
 };
 
 template <>
@@ -124,7 +127,9 @@ struct Vec<double> {
   static void mstore(double* p, mask m, reg v) { _mm512_mask_storeu_pd(p, m, v); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_pd(a, b, c); }
   static reg add(reg a, reg b) { return _mm512_add_pd(a, b); }
-  static mask first(int n) { return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1); }
+  static mask first(int n) {
+    return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1);
+  }
 };
 
 // The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
