@@ -37,6 +37,72 @@ def test_gemm_matches_numpy(rng, dtype, ta, tb, shape):
     np.testing.assert_allclose(c, ref, rtol=tol, atol=tol * max(1, k))
 
 
+needs_packed = pytest.mark.skipif(not _core.packed_gemm_supported(), reason="no AVX-512 on this CPU")
+
+
+def _packed(a, b, ta, tb, threads=1, pad=0):
+    """op(a) op(b) by kronpe's packed GEMM into a C whose rows are `pad` elements longer."""
+    m = a.shape[1] if ta else a.shape[0]
+    n = b.shape[0] if tb else b.shape[1]
+    c = np.full((m, n + pad), np.nan, a.dtype)[:, :n]  # NaNs: every element must be written
+    _core.packed_gemm(describe(a), describe(b), describe(c), ta, tb, threads)
+    return c
+
+
+@needs_packed
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37),
+                                   (0, 4, 3), (5, 0, 2), (3, 4, 0), (1, 300, 1), (2, 9, 50)])
+def test_packed_gemm_matches_numpy(rng, dtype, ta, tb, shape):
+    """The AVX-512 packed GEMM against float64 NumPy: odd sizes (partial register tiles), a
+    contraction longer than one k block, empty products; operands with padded rows."""
+    m, k, n = shape
+    a = rng.standard_normal((k, m + 3) if ta else (m, k + 3)).astype(dtype)[:, : m if ta else k]
+    b = rng.standard_normal((n, k + 2) if tb else (k, n + 2)).astype(dtype)[:, : k if tb else n]
+    c = _packed(a, b, ta, tb, pad=2)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(c, reference.gemm(a, b, ta, tb), rtol=tol, atol=tol * max(1, k) ** 0.5 * 4)
+
+
+@needs_packed
+@pytest.mark.parametrize("shape", [(1000, 70, 45), (45, 70, 1000), (300, 700, 290), (700, 20, 700)])
+def test_packed_gemm_threads_give_the_same_bits(rng, dtype, shape):
+    """Large products (many blocks of the big operand, several k blocks) on one and two threads:
+    the same bits, and the reference values."""
+    m, k, n = shape
+    for ta, tb in [(False, False), (True, True), (False, True)]:
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+        one = _packed(a, b, ta, tb, threads=1)
+        two = _packed(a, b, ta, tb, threads=2)
+        np.testing.assert_array_equal(one, two)
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(one, reference.gemm(a, b, ta, tb), rtol=tol, atol=tol * k**0.5 * 4)
+
+
+def test_chain_gemm_setting():
+    """The chains' GEMM: 'auto' resolves to the packed one exactly where AVX-512 runs; 'packed'
+    is refused elsewhere; bad names are named."""
+    try:
+        _core.set_chain_gemm("blas")
+        assert _core.chain_gemm() == "blas"
+        assert kronpe.build_info()["chain_gemm"] == "BLAS"
+        _core.set_chain_gemm("auto")
+        assert _core.chain_gemm() == ("packed" if _core.packed_gemm_supported() else "blas")
+        assert kronpe.build_info()["chain_gemm"] == ("packed AVX-512" if _core.packed_gemm_supported() else "BLAS")
+        if _core.packed_gemm_supported():
+            _core.set_chain_gemm("packed")
+            assert _core.chain_gemm() == "packed"
+        else:
+            with pytest.raises(ValueError, match="AVX-512"):
+                _core.set_chain_gemm("packed")
+        with pytest.raises(ValueError, match="'auto', 'blas' or 'packed'"):
+            _core.set_chain_gemm("fast")
+    finally:
+        _core.set_chain_gemm("auto")
+
+
 def test_gemm_alpha_beta(rng):
     a = rng.standard_normal((4, 6))
     b = rng.standard_normal((6, 5))

@@ -40,6 +40,70 @@ def test_chain_matches_einsum(case, device, dtype, rng):
                       order)
 
 
+@pytest.fixture(params=["blas", "packed"])
+def chain_gemm(request):
+    """The CPU chains on the BLAS and on kronpe's packed AVX-512 GEMM (where the CPU runs it)."""
+    if request.param == "packed" and not _core.packed_gemm_supported():
+        pytest.skip("no AVX-512 on this CPU")
+    _core.set_chain_gemm(request.param)
+    yield request.param
+    _core.set_chain_gemm("auto")
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_chain_gemms_match_einsum(case, chain_gemm, dtype, rng):
+    """Both GEMMs of the CPU chains (each plans with its own cost model) give the reference."""
+    T, mats = case.host_inputs(rng, dtype)
+    expected = reference_chain(T, mats, case.chain_modes)
+    k = sum(case.shape[m] for m in case.chain_modes)
+    for order in "CK":
+        check_product(CPU, kronpe.multi_mode_product(T, mats, case.modes, order=order), expected, dtype, k, order)
+
+
+@pytest.mark.parametrize("shape, rows", [((40, 30, 20), (33, 31, 29)), ((9, 600, 7), (5, 400, 6)),
+                                         ((70, 70, 70, 2), (64, 64, 64))])
+def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
+    """Chains big enough for several blocks per GEMM step (and a contraction longer than a k
+    block): the reference values, and the same bits on one and two threads."""
+    rng = np.random.default_rng(3)
+    T = rng.standard_normal(shape).astype(dtype)
+    mats = [rng.standard_normal((m, shape[i])).astype(dtype) for i, m in enumerate(rows)]
+    modes = tuple(range(len(rows)))
+    expected = reference_chain(T, mats, modes)
+    try:  # kronpe's own thread count (the packed GEMM's), the BLAS's left as it is
+        _core.set_num_threads(1)
+        one = kronpe.multi_mode_product(T, mats)
+        _core.set_num_threads(2)
+        two = kronpe.multi_mode_product(T, mats)
+    finally:
+        _core.set_num_threads(0)
+    check_product(CPU, one, expected, dtype, sum(shape[m] for m in modes), "K")
+    if chain_gemm == "packed":
+        np.testing.assert_array_equal(one, two)
+    else:
+        check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), "K")
+
+
+def test_chains_on_several_threads_at_once(chain_gemm):
+    """Chains running at the same time on several Python threads (the GIL released): each its own
+    scratch, each the reference result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    jobs = []
+    for i in range(6):
+        shape = (30 + i, 40, 20 + 3 * i)
+        T = rng.standard_normal(shape).astype(np.float32)
+        mats = [rng.standard_normal((17 + i, n)).astype(np.float32) for n in shape]
+        jobs.append((T, mats))
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda job: [kronpe.multi_mode_product(*job) for _ in range(5)], jobs))
+    for (T, mats), outs in zip(jobs, results):
+        expected = reference_chain(T, mats, (0, 1, 2))
+        for out in outs:
+            check_product(CPU, out, expected, np.float32, sum(T.shape), "K")
+
+
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(

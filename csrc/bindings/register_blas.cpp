@@ -2,6 +2,7 @@
 // on descriptors out (internal, for tests).
 #include "common.h"
 #include "kronpe/blas.h"
+#include "kronpe/packed_gemm.h"
 
 namespace py = pybind11;
 using namespace kronpe;
@@ -16,6 +17,28 @@ index_t leading(const Array& a, const char* name) {
   require(a.strides[1] == 1 || a.shape[1] <= 1 || a.shape[0] == 0,
           std::string(name) + " must have contiguous rows");
   return std::max<index_t>(a.strides[0], std::max<index_t>(a.shape[1], 1));
+}
+
+// Checks c = op(a) op(b) on row-major host matrices of one dtype T, then calls
+// run(T{}, m, n, k, a, lda, b, ldb, c, ldc) with the GIL released.
+template <typename Run>
+void gemm_call(const char* name, const Array& a, const Array& b, const Array& c, bool trans_a,
+               bool trans_b, Run run) {
+  const index_t lda = leading(a, "a"), ldb = leading(b, "b"), ldc = leading(c, "c");
+  const index_t mm = c.shape[0], n = c.shape[1], k = trans_a ? a.shape[0] : a.shape[1];
+  require((trans_a ? a.shape[1] : a.shape[0]) == mm && (trans_b ? b.shape[0] : b.shape[1]) == n &&
+              (trans_b ? b.shape[1] : b.shape[0]) == k,
+          std::string(name) + ": the shapes of a, b and c do not match");
+  require(a.dtype == b.dtype && a.dtype == c.dtype,
+          std::string(name) + ": a, b and c differ in dtype");
+  bindings::dispatch1(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* ap = bindings::data<const T>(a, "a");
+    const T* bp = bindings::data<const T>(b, "b");
+    T* cp = bindings::data<T>(c, "c");
+    py::gil_scoped_release release;
+    run(t, mm, n, k, ap, lda, bp, ldb, cp, ldc);
+  });
 }
 
 }  // namespace
@@ -53,23 +76,47 @@ void register_blas(py::module_& m) {
       "gemm",
       [](const Array& a, const Array& b, const Array& c, bool trans_a, bool trans_b,
          double alpha, double beta) {
-        const index_t lda = leading(a, "a"), ldb = leading(b, "b"), ldc = leading(c, "c");
-        const index_t mm = c.shape[0], n = c.shape[1], k = trans_a ? a.shape[0] : a.shape[1];
-        require((trans_a ? a.shape[1] : a.shape[0]) == mm &&
-                    (trans_b ? b.shape[0] : b.shape[1]) == n &&
-                    (trans_b ? b.shape[1] : b.shape[0]) == k,
-                "gemm: the shapes of a, b and c do not match");
-        require(a.dtype == b.dtype && a.dtype == c.dtype, "gemm: a, b and c differ in dtype");
-        bindings::dispatch1(a.dtype, [&](auto t) {
-          using T = decltype(t);
-          const T* ap = bindings::data<const T>(a, "a");
-          const T* bp = bindings::data<const T>(b, "b");
-          T* cp = bindings::data<T>(c, "c");
-          py::gil_scoped_release release;
-          gemm<T>(trans_a, trans_b, mm, n, k, T(alpha), ap, lda, bp, ldb, T(beta), cp, ldc);
-        });
+        gemm_call("gemm", a, b, c, trans_a, trans_b,
+                  [&](auto t, index_t mm, index_t n, index_t k, const auto* ap, index_t lda,
+                      const auto* bp, index_t ldb, auto* cp, index_t ldc) {
+                    using T = decltype(t);
+                    gemm<T>(trans_a, trans_b, mm, n, k, T(alpha), ap, lda, bp, ldb, T(beta), cp,
+                            ldc);
+                  });
       },
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("trans_a") = false,
       py::arg("trans_b") = false, py::arg("alpha") = 1.0, py::arg("beta") = 0.0,
       "c = alpha op(a) op(b) + beta c, row-major host matrices (internal).");
+  m.def(
+      "packed_gemm",
+      [](const Array& a, const Array& b, const Array& c, bool trans_a, bool trans_b,
+         int threads) {
+        gemm_call("packed_gemm", a, b, c, trans_a, trans_b,
+                  [&](auto t, index_t mm, index_t n, index_t k, const auto* ap, index_t lda,
+                      const auto* bp, index_t ldb, auto* cp, index_t ldc) {
+                    using T = decltype(t);
+                    packed_gemm<T>(trans_a, trans_b, mm, n, k, ap, lda, bp, ldb, cp, ldc, threads);
+                  });
+      },
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("trans_a") = false,
+      py::arg("trans_b") = false, py::arg("threads") = 0,
+      "c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal).");
+  m.def("packed_gemm_supported", &packed_gemm_supported,
+        "Whether this build and CPU run kronpe's packed AVX-512 GEMM.");
+  m.def(
+      "set_chain_gemm",
+      [](const std::string& which) {
+        require(which == "auto" || which == "blas" || which == "packed",
+                "chain gemm must be 'auto', 'blas' or 'packed', got '" + which + "'");
+        set_chain_gemm(which == "blas"     ? ChainGemm::blas
+                       : which == "packed" ? ChainGemm::packed
+                                           : ChainGemm::automatic);
+      },
+      py::arg("which"),
+      "The GEMM of the CPU mode-product chains: 'auto' (packed where AVX-512 runs, else the "
+      "BLAS), 'blas' or 'packed' (internal: tests and measurements).");
+  m.def(
+      "chain_gemm",
+      []() { return std::string(chain_uses_packed_gemm() ? "packed" : "blas"); },
+      "The GEMM the CPU chains run now: 'packed' or 'blas' (internal).");
 }

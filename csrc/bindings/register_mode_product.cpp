@@ -8,6 +8,7 @@
 #include "kronpe/cuda.h"
 #include "kronpe/mode_product.h"
 #include "kronpe/mode_product_plan.h"
+#include "kronpe/packed_gemm.h"
 
 namespace py = pybind11;
 using namespace kronpe;
@@ -177,8 +178,10 @@ void register_mode_product(py::module_& m) {
   m.def(
       "mode_cost_model",
       []() {
-        const ModeCostModel& cm = cpu_cost_model();
+        const bool packed = chain_uses_packed_gemm();
+        const ModeCostModel& cm = packed ? packed_cpu_cost_model() : cpu_cost_model();
         py::dict d;
+        d["gemm"] = packed ? "packed" : "blas";
         d["rate_f32"] = cm.rate_f32;
         d["half"] = cm.half;
         d["call"] = cm.call;
@@ -187,7 +190,8 @@ void register_mode_product(py::module_& m) {
         d["layout_measured"] = cm.layout_factor != nullptr;
         return d;
       },
-      "The CPU planner's cost model in force (internal).");
+      "The CPU planner's cost model in force, for the GEMM the chains run (\"gemm\": "
+      "\"packed\" or \"blas\"; internal).");
   m.def(
       "mode_chain_program",
       [](const std::vector<index_t>& shape, const std::vector<index_t>& strides,
@@ -195,9 +199,11 @@ void register_mode_product(py::module_& m) {
          bool any_layout, const std::string& model) {
         require(strides.size() == shape.size() && out_rows.size() == modes.size(),
                 "mode_chain_program: inconsistent lengths");
-        require(model == "cpu" || model == "library",
-                "mode_chain_program: model must be 'cpu' or 'library'");
-        const ModeCostModel& cm = model == "cpu" ? cpu_cost_model() : library_cost_model();
+        require(model == "cpu" || model == "packed" || model == "library",
+                "mode_chain_program: model must be 'cpu', 'packed' or 'library'");
+        const ModeCostModel& cm = model == "cpu"      ? cpu_cost_model()
+                                  : model == "packed" ? packed_cpu_cost_model()
+                                                      : library_cost_model();
         const ChainProgram prog =
             mode_chain_program(int(shape.size()), shape.data(), strides.data(), int(modes.size()),
                                modes.data(), out_rows.data(), elem_size, any_layout, cm);

@@ -20,6 +20,23 @@ ModeCostModel& cpu_model() {
   static ModeCostModel cm;
   return cm;
 }
+// The model of the CPU chains on kronpe's packed GEMM (kronpe/packed_gemm.h), measured on the
+// 2-core AVX-512 EPYC of benches/README.md, one thread, float32: X^T A^T fastest (its tensor
+// operand read in place at k <= 128: 190-210 Gflop/s at k = 64-128, ~175 packed at k = 256),
+// X A^T and A X 5-20% slower, the transposing pack of A X^T 1.2x-1.8x slower at k = 64-128; a
+// call costs under a microsecond.
+ModeCostModel& packed_model() {
+  static ModeCostModel cm = [] {
+    ModeCostModel m;
+    m.rate_f32 = 170e9;
+    m.call = 0.5e-6;
+    const double penalty[5] = {0.15, 0.0, 0.15, 0.6, 0.2};
+    for (int i = 0; i < 5; ++i) m.layout_penalty[i] = penalty[i];
+    m.id = 3;
+    return m;
+  }();
+  return cm;
+}
 std::atomic<long long> g_cpu_model_version{0};
 
 double eff(const ModeCostModel& cm, index_t x) { return double(x) / (double(x) + cm.half); }
@@ -334,10 +351,13 @@ void set_mode_layout_penalty(const double* penalty) {
 
 void set_mode_layout_factor(double (*factor)(StepKind, index_t, index_t, index_t, int)) {
   cpu_model().layout_factor = factor;
+  packed_model().layout_factor = factor;
   g_cpu_model_version.fetch_add(1);
 }
 
 const ModeCostModel& cpu_cost_model() { return cpu_model(); }
+
+const ModeCostModel& packed_cpu_cost_model() { return packed_model(); }
 
 const ModeCostModel& library_cost_model() {
   static const ModeCostModel cm = [] {
@@ -662,7 +682,8 @@ ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* s
   std::vector<index_t> key;
   key.reserve(5 + 2 * size_t(ndim) + 2 * size_t(nmodes));
   key.push_back(model.id);
-  key.push_back(model.id == 0 ? index_t(g_cpu_model_version.load()) : 0);
+  const bool cpu = &model == &cpu_model() || &model == &packed_model();
+  key.push_back(cpu ? index_t(g_cpu_model_version.load()) : 0);
   key.push_back(index_t(elem_size));
   key.push_back(any_layout);
   key.push_back(ndim);
@@ -698,12 +719,26 @@ std::vector<index_t> mode_chain_shape(int ndim, const index_t* shape, int nmodes
   return out;
 }
 
+int chain_work_in_output(const ChainProgram& prog) {
+  if (prog.workspace <= 0 || prog.workspace > prog.out_size) return -1;
+  for (int w = 0; w < 2; ++w) {
+    const ChainBuffer work = w == 0 ? ChainBuffer::work0 : ChainBuffer::work1;
+    bool paired = false;
+    for (const ChainOp& op : prog.ops)
+      paired = paired || (op.src == work && op.dst == ChainBuffer::output) ||
+               (op.src == ChainBuffer::output && op.dst == work);
+    if (!paired) return w;
+  }
+  return -1;
+}
+
 std::size_t chain_workspace_bytes(const ChainProgram& prog, int nmodes, const index_t* rows,
                                   const index_t* cols, const index_t* mat_strides, int elem_size) {
   if (prog.ops.empty()) return 0;
   const std::size_t elem = std::size_t(elem_size);
-  std::size_t bytes =
-      2 * chain_aligned(std::size_t(checked_mul(prog.workspace, elem_size, "mode product workspace")));
+  const std::size_t buffers = chain_work_in_output(prog) >= 0 ? 1 : 2;
+  const index_t work = checked_mul(prog.workspace, elem_size, "mode product workspace");
+  std::size_t bytes = buffers * chain_aligned(std::size_t(work));
   for (int j = 0; j < nmodes; ++j)
     if (!operand_layout(rows[j], cols[j], mat_strides[2 * j], mat_strides[2 * j + 1]).in_place)
       bytes += chain_aligned(std::size_t(checked_mul(rows[j], cols[j], "mode product matrix")) * elem);

@@ -1,5 +1,6 @@
-// Mode-n products on the CPU: the shared executor (kronpe/mode_product_exec.h) with kronpe::gemm
-// (the BLAS SciPy loaded), a cache-blocked strided copy and a per-thread workspace.
+// Mode-n products on the CPU: the shared executor (kronpe/mode_product_exec.h) with
+// kronpe::chain_gemm (the packed AVX-512 GEMM, or the BLAS NumPy/SciPy loaded), a cache-blocked
+// strided copy and a per-thread workspace.
 #include "kronpe/mode_product.h"
 
 #include <algorithm>
@@ -11,23 +12,40 @@
 #include <vector>
 #include <cstring>
 #include <memory>
+#include <new>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "kronpe/blas.h"
 #include "kronpe/mode_product_exec.h"
+#include "kronpe/packed_gemm.h"
 
 namespace kronpe {
 namespace {
 
 // ---- workspace -------------------------------------------------------------------------
 // The scratch of a chain (work buffers, matrix copies), one per thread, kept between calls
-// (released when very large).
+// (released when very large). Large ones are asked for transparent huge pages (Linux): a chain
+// step reads and writes tens of rows far apart, and 4 KiB pages cost a TLB miss per row.
 struct Workspace {
-  std::unique_ptr<unsigned char[]> data;
+  struct Free {
+    void operator()(unsigned char* p) const { std::free(p); }
+  };
+  std::unique_ptr<unsigned char, Free> data;
   size_t bytes = 0;
   unsigned char* get(size_t need) {
     if (need > bytes) {
       data.reset();
-      data.reset(new unsigned char[need]);
+      constexpr size_t kHuge = size_t(2) << 20;
+      const bool huge = need >= 2 * kHuge;
+      const size_t align = huge ? kHuge : 64;
+      need = (need + align - 1) / align * align;
+      data.reset(static_cast<unsigned char*>(std::aligned_alloc(align, need)));
+      if (!data) throw std::bad_alloc();
+#ifdef __linux__
+      if (huge) madvise(data.get(), need, MADV_HUGEPAGE);  // a hint: failure changes nothing
+#endif
       bytes = need;
     }
     return data.get();
@@ -41,7 +59,8 @@ struct Workspace {
 };
 
 thread_local Workspace t_workspace;
-constexpr size_t kKeepWorkspace = size_t(64) << 20;
+// 64 MiB of work buffers, plus the alignment and matrix copies that come with them
+constexpr size_t kKeepWorkspace = (size_t(64) << 20) + (size_t(4) << 20);
 
 // Copy `len` contiguous elements (len is small and often 1 or the number of channels).
 template <typename T>
@@ -135,7 +154,7 @@ void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* s
 namespace {
 
 struct LayoutEntry {
-  std::array<int, 4> key;       // log2 buckets of m, k, rest; element size
+  std::array<int, 5> key;       // log2 buckets of m, k, rest; element size; packed GEMM or not
   std::array<double, 4> factor;  // FrontKeep, FrontRotate, BackKeep, BackRotate: time / best
 };
 
@@ -162,10 +181,10 @@ std::array<double, 4> measure_layouts(index_t m, index_t k, index_t rest) {
   T* C = c.data();
   auto run = [&](int layout) {
     switch (layout) {
-      case 0: gemm<T>(false, false, m, rest, k, T(1), A, k, X, rest, T(0), C, rest); break;  // A X
-      case 1: gemm<T>(true, true, rest, m, k, T(1), X, rest, A, k, T(0), C, m); break;  // X^T A^T
-      case 2: gemm<T>(false, true, rest, m, k, T(1), X, k, A, k, T(0), C, m); break;  // X A^T
-      default: gemm<T>(false, true, m, rest, k, T(1), A, k, X, k, T(0), C, rest); break;  // A X^T
+      case 0: chain_gemm<T>(false, false, m, rest, k, A, k, X, rest, C, rest); break;  // A X
+      case 1: chain_gemm<T>(true, true, rest, m, k, X, rest, A, k, C, m); break;  // X^T A^T
+      case 2: chain_gemm<T>(false, true, rest, m, k, X, k, A, k, C, m); break;  // X A^T
+      default: chain_gemm<T>(false, true, m, rest, k, A, k, X, k, C, rest); break;  // A X^T
     }
   };
   std::array<double, 4> best;
@@ -184,7 +203,8 @@ std::array<double, 4> measure_layouts(index_t m, index_t k, index_t rest) {
 }
 
 double measured_factor(StepKind kind, index_t m, index_t k, index_t rest, int elem_size) {
-  const std::array<int, 4> key = {bucket(m), bucket(k), bucket(rest), elem_size};
+  const std::array<int, 5> key = {bucket(m), bucket(k), bucket(rest), elem_size,
+                                  int(chain_uses_packed_gemm())};
   const int layout = kind == StepKind::Batched ? 0 : int(kind);
   std::lock_guard<std::mutex> lock(g_layout_mutex);
   for (const LayoutEntry& e : g_layouts)
@@ -223,7 +243,9 @@ namespace {
 
 template <typename T>
 struct CpuBackend {
-  const ModeCostModel& model() const { return cpu_cost_model(); }
+  const ModeCostModel& model() const {
+    return chain_uses_packed_gemm() ? packed_cpu_cost_model() : cpu_cost_model();
+  }
   void start() {}
   void zero(T* dst, index_t n) { std::fill(dst, dst + n, T(0)); }
   unsigned char* scratch(std::size_t bytes) {
@@ -239,8 +261,8 @@ struct CpuBackend {
             index_t stride_a, const T* b, index_t ldb, index_t stride_b, T* c, index_t ldc,
             index_t stride_c, index_t batch) {
     for (index_t i = 0; i < batch; ++i)
-      kronpe::gemm<T>(ta, tb, M, N, K, T(1), a + i * stride_a, lda, b + i * stride_b, ldb, T(0),
-                      c + i * stride_c, ldc);
+      chain_gemm<T>(ta, tb, M, N, K, a + i * stride_a, lda, b + i * stride_b, ldb,
+                    c + i * stride_c, ldc);
   }
 };
 

@@ -47,10 +47,13 @@ def build_info() -> dict:
         ``openmp`` (bool), ``cuda`` (bool: CUDA kernels compiled in), ``cuda_compiler``,
         ``cuda_architectures``, ``cuda_devices`` (devices visible now), ``cublas`` (version
         string of the cuBLAS found at run time, or None) and ``cublas_path`` (where it was found,
-        or why not). Without CUDA the last three are 0, None and "".
+        or why not). Without CUDA the last three are 0, None and "". ``chain_gemm``: the GEMM of
+        the CPU mode-product chains, "packed AVX-512" (kronpe's own, on CPUs with AVX-512) or
+        "BLAS".
     """
     info = dict(_core.build_info())
     info["blas"] = _blas_name()
+    info["chain_gemm"] = "packed AVX-512" if _core.chain_gemm() == "packed" else "BLAS"
     info["cuda_devices"] = cuda.device_count()
     info["cublas"], info["cublas_path"] = None, ""
     if info["cuda"]:

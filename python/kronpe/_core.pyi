@@ -126,9 +126,21 @@ def embed_fourier(x: Descriptor, out: Descriptor, omega: Descriptor, layout: str
 def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0) -> None:
     """c = alpha op(a) op(b) + beta c, row-major host matrices (internal)."""
 
+def packed_gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, threads: int = 0) -> None:
+    """c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal)."""
+
+def packed_gemm_supported() -> bool:
+    """Whether this build and CPU run kronpe's packed AVX-512 GEMM."""
+
+def set_chain_gemm(which: str) -> None:
+    """The GEMM of the CPU chains: "auto", "blas" or "packed" (internal)."""
+
+def chain_gemm() -> str:
+    """The GEMM the CPU chains run now: "packed" or "blas" (internal)."""
+
 def mode_chain_program(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False, model: str = "cpu") -> Tuple[List[tuple], int, List[int], int, int]:
     """The lowered program of a chain for an executor outside the core: (ops, workspace,
-    out_order, in_size, out_size); model "cpu" or "library" (internal)."""
+    out_order, in_size, out_size); model "cpu", "packed" or "library" (internal)."""
 
 def mode_chain_plan(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False) -> str:
     """The planned steps of a mode-product chain, as text (internal)."""
@@ -155,7 +167,8 @@ def clear_mode_layout_table() -> None:
     """Forget the layout measurements (internal)."""
 
 def mode_cost_model() -> Dict[str, Any]:
-    """The CPU planner's cost model in force (internal)."""
+    """The CPU planner's cost model in force, for the GEMM the chains run ("gemm": "packed" or
+    "blas"; internal)."""
 
 def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
     """Replace the planner's cost model (internal, for tuning)."""

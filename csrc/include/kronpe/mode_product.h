@@ -2,8 +2,10 @@
 //
 // T x_k A multiplies every mode-k fibre of a tensor T by a matrix A of shape (m, n_k). A chain
 // of such products over several modes is planned once (contraction order and memory layout by a
-// small cost model), then run as a handful of row-major GEMMs (kronpe::gemm) on two ping-pong
-// workspaces. The Kronecker product is never formed.
+// small cost model), then run as a handful of row-major GEMMs (kronpe::chain_gemm: the packed
+// AVX-512 GEMM of kronpe/packed_gemm.h where the CPU has AVX-512, else kronpe::gemm) on two
+// ping-pong workspaces (one of them in the destination when it fits there). The Kronecker
+// product is never formed.
 //
 // Layout model. The tensor between two steps is one dense buffer whose axes sit in some
 // physical order (a "deque"). The axis to contract next is:

@@ -62,8 +62,10 @@ void run_mode_chain(Backend& backend, int ndim, const index_t* shape, const T* s
   };
   T* work[2] = {nullptr, nullptr};
   if (prog.workspace > 0) {
-    work[0] = take(size_t(prog.workspace));
-    work[1] = take(size_t(prog.workspace));
+    // a work buffer never paired with the destination in one op may live there
+    const int in_output = chain_work_in_output(prog);
+    work[0] = in_output == 0 ? dst : take(size_t(prog.workspace));
+    work[1] = in_output == 1 ? dst : take(size_t(prog.workspace));
   }
   // matrices: read in place when a GEMM can, else a dense row-major copy
   std::vector<OperandLayout> lay(k);

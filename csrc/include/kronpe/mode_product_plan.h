@@ -65,8 +65,11 @@ struct ModeCostModel {
       nullptr;
 };
 
-// The CPU model in use (calibrated on a 2-core AVX2 machine with OpenBLAS).
+// The CPU model of chains on the BLAS (calibrated on a 2-core AVX2 machine with OpenBLAS).
 const ModeCostModel& cpu_cost_model();
+// The CPU model of chains on kronpe's packed GEMM (kronpe/packed_gemm.h); it shares the
+// measured layout factors (set_mode_layout_factor) with cpu_cost_model().
+const ModeCostModel& packed_cpu_cost_model();
 
 // The model of a host executor outside the core that runs each program op as one call of
 // another library (kronpe.torch's: torch.mm / torch.bmm / copy_ from Python): a strided batch is
@@ -157,7 +160,14 @@ inline std::size_t chain_aligned(std::size_t bytes) {
   return (bytes + kChainAlign - 1) / kChainAlign * kChainAlign;
 }
 
-// Bytes of scratch that running `prog` takes (kronpe/mode_product_exec.h): its two work buffers
+// The work buffer (0 or 1) that may live in the destination, or -1: one whose ops never pair it
+// with the destination (no op reads one and writes the other) when a work buffer is no larger
+// than the destination. The chain then needs one work buffer, not two (a 64 MB square chain:
+// 64 MB of scratch instead of 128 MB, which a CPU executor keeps between calls).
+int chain_work_in_output(const ChainProgram& prog);
+
+// Bytes of scratch that running `prog` takes (kronpe/mode_product_exec.h): its work buffers
+// (one of them in the destination where chain_work_in_output allows)
 // and a dense row-major copy of every matrix a GEMM cannot read in place. rows/cols: the
 // matrices' extents; mat_strides: 2 per matrix (row, column), as in MatrixRef.
 std::size_t chain_workspace_bytes(const ChainProgram& prog, int nmodes, const index_t* rows,

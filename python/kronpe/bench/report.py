@@ -106,6 +106,9 @@ def machine_line(doc: dict) -> str:
     parts = [str(cpu), f"{m.get('cores_usable', m.get('cores', '?'))} cores"]
     if blas:
         parts.append(f"BLAS: {blas}")
+    chain_gemm = m.get("kronpe_build", {}).get("chain_gemm")
+    if chain_gemm:
+        parts.append(f"kronpe chain GEMM: {chain_gemm}")
     if env:
         parts.append(env)
     parts.append(f"GEMM rate {gemm / 1e9:.1f} GFLOP/s (float32, fastest round), copy {copy / 1e9:.1f} GB/s")

@@ -125,7 +125,9 @@ class PointModel:
             self._grid_values = self.weights  # the default model: the weights are the grid's values
         if self._grid_values is None:
             D = self.ndim
-            W = self.weights.reshape(self.weights.shape[:D] + (-1,)).astype(np.float64)
+            # in C order, so that the chain's plan (and rounding) does not depend on how the
+            # weights lie in memory: a saved and loaded model predicts the same bits
+            W = np.ascontiguousarray(self.weights.reshape(self.weights.shape[:D] + (-1,)), dtype=np.float64)
             mats = [np.asarray(e(g), dtype=np.float64) for e, g in zip(self.embedders, self.grid_coords)]
             V = _chain(W, mats)
             self._grid_values = V.reshape(V.shape[:D] + self.channels).astype(self.weights.dtype)

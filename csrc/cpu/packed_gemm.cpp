@@ -1,0 +1,392 @@
+// The packed GEMM of the CPU chains (kronpe/packed_gemm.h): dispatch, packing, blocking and the
+// AVX-512 micro-kernels.
+#include "kronpe/packed_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "kronpe/blas.h"
+#include "kronpe/threads.h"
+
+#ifdef KRONPE_OPENMP
+#include <omp.h>
+#endif
+
+// KRONPE_NO_AVX512: build without the AVX-512 code (as on other CPUs and compilers)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(KRONPE_NO_AVX512)
+#define KRONPE_PACKED_AVX512 1
+#include <immintrin.h>
+#else
+#define KRONPE_PACKED_AVX512 0
+#endif
+
+namespace kronpe {
+namespace {
+
+std::atomic<int> g_chain_gemm{int(ChainGemm::automatic)};
+std::atomic<int> g_active_calls{0};  // packed_gemm calls running now
+
+bool cpu_has_avx512() {
+#if KRONPE_PACKED_AVX512
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// Scratch for packed operands, one per thread, kept between calls (64-byte aligned).
+struct PackBuffer {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> data;
+  std::size_t bytes = 0;
+  void* get(std::size_t need) {
+    if (need > bytes) {
+      data.reset();
+      need = (need + 4095) / 4096 * 4096;
+      data.reset(std::aligned_alloc(64, need));
+      if (!data) throw BackendError("packed gemm: out of memory for packing buffers");
+      bytes = need;
+    }
+    return data.get();
+  }
+};
+
+thread_local PackBuffer t_big;    // a block of the large operand (per thread)
+thread_local PackBuffer t_small;  // the small operand, packed whole (the calling thread's)
+
+}  // namespace
+
+void set_chain_gemm(ChainGemm which) {
+  if (which == ChainGemm::packed && !packed_gemm_supported())
+    throw ArgumentError("the packed GEMM needs an x86-64 CPU with AVX-512 (F, DQ, BW, VL)");
+  g_chain_gemm.store(int(which));
+}
+
+ChainGemm chain_gemm_setting() { return ChainGemm(g_chain_gemm.load()); }
+
+bool packed_gemm_supported() { return cpu_has_avx512(); }
+
+bool chain_uses_packed_gemm() {
+  const ChainGemm w = chain_gemm_setting();
+  return w == ChainGemm::packed || (w == ChainGemm::automatic && packed_gemm_supported());
+}
+
+#if KRONPE_PACKED_AVX512
+// ---- AVX-512 part: everything below is compiled for AVX-512 and only called after the check ----
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
+#endif
+namespace {
+
+template <typename T>
+struct Vec;
+
+template <>
+struct Vec<float> {
+  using reg = __m512;
+  using mask = __mmask16;
+  static constexpr int W = 16;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static reg mload(const float* p, mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void mstore(float* p, mask m, reg v) { _mm512_mask_storeu_ps(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static mask first(int n) {
+    return n <= 0 ? mask(0) : n >= W ? mask(0xFFFF) : mask((1u << n) - 1);
+  }
+};
+
+template <>
+struct Vec<double> {
+  using reg = __m512d;
+  using mask = __mmask8;
+  static constexpr int W = 8;
+  static reg zero() { return _mm512_setzero_pd(); }
+  static reg bcast(const double* p) { return _mm512_set1_pd(*p); }
+  static reg load(const double* p) { return _mm512_loadu_pd(p); }
+  static void store(double* p, reg v) { _mm512_storeu_pd(p, v); }
+  static reg mload(const double* p, mask m) { return _mm512_maskz_loadu_pd(m, p); }
+  static void mstore(double* p, mask m, reg v) { _mm512_mask_storeu_pd(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_pd(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_pd(a, b); }
+  static mask first(int n) {
+    return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1);
+  }
+};
+
+// The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
+// plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR, or
+// the operand itself when its rows are contiguous) and a B panel (kc x NR, bp[p * NR + j] =
+// B(p, j)); only its first mr rows and nr columns are written.
+template <typename T, int MR, int NV>
+void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
+                  index_t ldc, int mr, int nr, bool acc) {
+  using V = Vec<T>;
+  constexpr int W = V::W, NR = NV * W;
+  typename V::reg r[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) r[i][v] = V::zero();
+  for (index_t p = 0; p < kc; ++p) {
+    typename V::reg b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * W);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const typename V::reg a = V::bcast(ap + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) r[i][v] = V::fma(a, b[v], r[i][v]);
+    }
+    ap += as;
+    bp += NR;
+  }
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        T* q = c + i * ldc + v * W;
+        V::store(q, acc ? V::add(V::load(q), r[i][v]) : r[i][v]);
+      }
+    return;
+  }
+  typename V::mask m[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) m[v] = V::first(nr - v * W);
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    if (i >= mr) break;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      T* q = c + i * ldc + v * W;
+      V::mstore(q, m[v], acc ? V::add(V::mload(q, m[v]), r[i][v]) : r[i][v]);
+    }
+  }
+}
+
+// Slivers of R rows: rows [0, rows) x columns [0, kc) of a matrix whose element (i, p) lies at
+// src[i * rs + p * cs] go to dst[(s * kc + p) * R + r] (i = s * R + r), zero past `rows`.
+template <typename T, int R>
+void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs, T* dst) {
+  for (index_t s0 = 0; s0 < rows; s0 += R, dst += kc * R) {
+    const index_t h = std::min<index_t>(R, rows - s0);
+    const T* s = src + s0 * rs;
+    if (h == R && rs == 1) {  // a sliver's rows are contiguous: one short copy per p
+      for (index_t p = 0; p < kc; ++p) {
+        const T* q = s + p * cs;
+        T* d = dst + p * R;
+#pragma GCC unroll 64
+        for (int r = 0; r < R; ++r) d[r] = q[r];
+      }
+    } else if (h == R) {  // transposing: R rows read along p, 8 at a time
+      index_t p = 0;
+      for (; p + 8 <= kc; p += 8)
+#pragma GCC unroll 64
+        for (int r = 0; r < R; ++r) {
+          const T* q = s + r * rs + p * cs;
+#pragma GCC unroll 8
+          for (int j = 0; j < 8; ++j) dst[(p + j) * R + r] = q[j * cs];
+        }
+      for (; p < kc; ++p)
+        for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p * cs];
+    } else {
+      for (index_t p = 0; p < kc; ++p) {
+        T* d = dst + p * R;
+        for (index_t r = 0; r < h; ++r) d[r] = s[r * rs + p * cs];
+        for (index_t r = h; r < R; ++r) d[r] = T(0);
+      }
+    }
+  }
+}
+
+// A packed block of the big operand: a quarter of a 1 MiB L2.
+constexpr index_t kBlockBytes = index_t(256) << 10;
+
+// The longest k block whose A slivers are read in place (see packed_gemm_impl).
+constexpr index_t kDirectKc = 128;
+
+template <typename T>
+constexpr index_t kc_max() {
+  return sizeof(T) == 4 ? 384 : 256;
+}
+
+// C = op(A) op(B) with the MR x (NV vectors) kernel. The operand with the longer free extent
+// ("big") is packed block by block on each thread (or read in place: direct_a below); the other
+// ("small") is packed whole once per call.
+template <typename T, int MR, int NV>
+void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, index_t csa,
+                      const T* b, index_t rsb, index_t csb, T* c, index_t ldc, int threads) {
+  constexpr int NR = NV * Vec<T>::W;
+  const index_t nk = (K + kc_max<T>() - 1) / kc_max<T>();
+  const index_t kc0 = (K + nk - 1) / nk;  // every k block but the last has kc0 columns
+  const bool big_a = M >= N;
+  // the small operand: slivers (of A) or panels (of B) for every k block, one after another
+  const index_t small_n = big_a ? N : M;
+  const int small_r = big_a ? NR : MR;
+  const index_t small_rows = (small_n + small_r - 1) / small_r * small_r;
+  T* sp = static_cast<T*>(t_small.get(std::size_t(small_rows * K) * sizeof(T)));
+  const index_t small_slivers = small_rows / small_r;
+  // piece q of the small operand's packing: k block q / small_slivers, sliver q % small_slivers
+  auto pack_small = [&](index_t q) {
+    const index_t kb = q / small_slivers, s0 = q % small_slivers * small_r;
+    const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
+    T* d = sp + small_rows * p0 + s0 * kc;
+    const index_t h = std::min<index_t>(small_r, small_n - s0);
+    if (big_a)
+      pack_slivers<T, NR>(h, kc, b + p0 * rsb + s0 * csb, csb, rsb, d);
+    else
+      pack_slivers<T, MR>(h, kc, a + p0 * csa + s0 * rsa, rsa, csa, d);
+  };
+  const index_t small_pieces = nk * small_slivers;
+  // the big operand in blocks of `bb` rows (a multiple of its sliver height)
+  const index_t big_n = big_a ? M : N;
+  const int big_r = big_a ? MR : NR;
+  const index_t slivers = (big_n + big_r - 1) / big_r;
+  const index_t max_per_block =
+      std::max<index_t>(1, kBlockBytes / (kc0 * index_t(sizeof(T)) * big_r));
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  int nt = std::max(1, threads);
+  nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(flops / 4e6))));
+  nt = int(std::min<index_t>(nt, slivers));
+  const index_t per_block =
+      std::min(max_per_block, std::max<index_t>(1, (slivers + 4 * nt - 1) / (4 * nt)));
+  const index_t nblocks = (slivers + per_block - 1) / per_block;
+  const index_t bb = per_block * big_r;
+  // An A with contiguous columns (X^T of a chain step) is read in place, without a pack pass,
+  // when a sliver's kc rows of cache lines stay in L1 beside a B panel (kc <= kDirectKc): at
+  // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins.
+  const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc;
+  auto block = [&](index_t blk) {
+    const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
+    T* bp = static_cast<T*>(t_big.get(std::size_t(bb * kc0) * sizeof(T)));
+    for (index_t kb = 0; kb < nk; ++kb) {
+      const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
+      const T* spk = sp + small_rows * p0;
+      const bool acc = kb > 0;
+      if (big_a) {
+        const T* ab = a + i0 * rsa + p0 * csa;
+        if (!direct_a) pack_slivers<T, MR>(ib, kc, ab, rsa, csa, bp);
+        for (index_t i = 0; i < ib; i += MR) {
+          const int mr = int(std::min<index_t>(MR, ib - i));
+          const T* ap = bp + i * kc;
+          index_t as = MR;
+          if (direct_a && mr == MR) {  // read in place
+            ap = ab + i;
+            as = csa;
+          } else if (direct_a) {  // the last rows: a sliver of its own, zero-padded
+            pack_slivers<T, MR>(mr, kc, ab + i, rsa, csa, bp);
+            ap = bp;
+          }
+          for (index_t j = 0; j < N; j += NR)
+            micro_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, c + (i0 + i) * ldc + j, ldc, mr,
+                                    int(std::min<index_t>(NR, N - j)), acc);
+        }
+      } else {
+        pack_slivers<T, NR>(ib, kc, b + i0 * csb + p0 * rsb, csb, rsb, bp);
+        for (index_t j = 0; j < ib; j += NR) {
+          const T* bq = bp + j * kc;
+          const int nr = int(std::min<index_t>(NR, ib - j));
+          for (index_t i = 0; i < M; i += MR)
+            micro_kernel<T, MR, NV>(kc, spk + i * kc, MR, bq, c + i * ldc + i0 + j, ldc,
+                                    int(std::min<index_t>(MR, M - i)), nr, acc);
+        }
+      }
+    }
+  };
+#ifdef KRONPE_OPENMP
+  if (nt > 1 && nblocks > 1) {
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+      for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
+#pragma omp for schedule(dynamic, 1)
+      for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+    }
+    return;
+  }
+#endif
+  for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
+  for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+}
+
+template <typename T>
+void packed_gemm_avx512(bool ta, bool tb, index_t m, index_t n, index_t k, const T* a,
+                        index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads) {
+  const index_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
+  const index_t rsb = tb ? 1 : ldb, csb = tb ? ldb : 1;
+  // 12 x 2 vectors: 24 accumulators, 2 panel loads and 12 broadcasts per step of k
+  packed_gemm_impl<T, 12, 2>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, threads);
+}
+
+}  // namespace
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif  // KRONPE_PACKED_AVX512
+
+template <typename T>
+void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
+                 index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads) {
+  if (!packed_gemm_supported())
+    throw BackendError("kronpe: the packed GEMM needs an x86-64 CPU with AVX-512");
+  require(m >= 0 && n >= 0 && k >= 0, "packed gemm: negative extent");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    return;
+  }
+  int nt = threads > 0 ? std::min(checked_threads(threads), kMaxThreads) : default_threads();
+  // Calls that overlap (chains on several user threads, e.g. dask's) run on one thread each
+  // rather than a team each on the same cores.
+  struct Active {
+    int before = g_active_calls.fetch_add(1);
+    ~Active() { g_active_calls.fetch_sub(1); }
+  } active;
+  if (active.before > 0) nt = 1;
+#if KRONPE_PACKED_AVX512
+  packed_gemm_avx512<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, nt);
+#else
+  (void)nt, (void)a, (void)lda, (void)b, (void)ldb, (void)trans_a, (void)trans_b;
+#endif
+}
+
+template <typename T>
+void chain_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
+                index_t lda, const T* b, index_t ldb, T* c, index_t ldc) {
+  if (chain_uses_packed_gemm())
+    packed_gemm<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, 0);
+  else
+    gemm<T>(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+}
+
+#define KRONPE_PACKED_GEMM_INSTANTIATE(T)                                                      \
+  template void packed_gemm<T>(bool, bool, index_t, index_t, index_t, const T*, index_t,      \
+                               const T*, index_t, T*, index_t, int);                          \
+  template void chain_gemm<T>(bool, bool, index_t, index_t, index_t, const T*, index_t,       \
+                              const T*, index_t, T*, index_t);
+KRONPE_PACKED_GEMM_INSTANTIATE(float)
+KRONPE_PACKED_GEMM_INSTANTIATE(double)
+#undef KRONPE_PACKED_GEMM_INSTANTIATE
+
+}  // namespace kronpe

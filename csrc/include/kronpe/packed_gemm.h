@@ -1,0 +1,46 @@
+// kronpe C++ core: a packed GEMM of kronpe's own for the mode-product chains on CPUs with
+// AVX-512 (csrc/cpu/packed_gemm.cpp).
+//
+// Why: the BLAS kronpe calls (SciPy's OpenBLAS) may run kernels below the machine's vector width
+// (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU: AVX2 kernels at half the FMA width), and the
+// chains' GEMMs are skinny (one side is a small matrix, the other the whole tensor). The packed
+// GEMM follows the BLIS design: the small operand is packed once into micro-panels, the tensor
+// operand block by block into slivers (any strides: transposed operands cost no extra pass), and
+// a register-blocked micro-kernel of 512-bit FMAs multiplies a sliver by a panel into a tile of
+// C held in registers. Tiles of C belong to one thread each and are summed in a fixed order, so
+// results do not depend on the thread count.
+//
+// The AVX-512 code is compiled for every x86-64 build (function-level target attributes) and
+// runs only where the CPU reports AVX-512F/DQ/BW/VL; elsewhere the chains call kronpe::gemm.
+#pragma once
+#include "kronpe/common.h"
+
+namespace kronpe {
+
+// Which GEMM the CPU mode-product chain runs: `automatic` (the packed one where the CPU
+// supports it, else the BLAS), `blas` (always kronpe::gemm) or `packed` (always the packed one;
+// an error where unsupported). For tests and measurements; the default is automatic.
+enum class ChainGemm { automatic = 0, blas = 1, packed = 2 };
+void set_chain_gemm(ChainGemm which);
+ChainGemm chain_gemm_setting();
+// Whether the chains run the packed GEMM now (the setting resolved on this CPU).
+bool chain_uses_packed_gemm();
+
+// Whether this build and CPU can run the packed GEMM.
+bool packed_gemm_supported();
+
+// Row-major C (m x n, row stride ldc) = op(A) (m x k) op(B) (k x n); lda/ldb are the row
+// strides of A and B as stored (before op). C must not overlap A or B. Runs on up to `threads`
+// OpenMP threads (fewer for small products, one while another call runs; 0: kronpe's
+// default). BackendError where packed_gemm_supported() is false.
+template <typename T>
+void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
+                 index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads = 0);
+
+// The GEMM of the CPU chains: packed_gemm where chain_uses_packed_gemm(), else kronpe::gemm
+// (alpha 1, beta 0).
+template <typename T>
+void chain_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
+                index_t lda, const T* b, index_t ldb, T* c, index_t ldc);
+
+}  // namespace kronpe
