@@ -224,8 +224,9 @@ def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype, reflect):
 
 
 # grids large enough that the smoother splits its rows among 3 threads (32k nodes per thread and
-# blocks longer than the boundary gaps: 2-D lag 2 rows, 3-D lag two planes)
-THREADED_SHAPES = [(400, 260), (140, 5, 200), (256, 16, 24)]
+# blocks at least as long as the boundary gaps, 2 lag (stages - 1) rows: 2-D lag 2 rows, 3-D lag two
+# planes; (24, 2731) and (36, 2731) are the shortest blocks allowed for 2 and 3 threads)
+THREADED_SHAPES = [(400, 260), (140, 5, 200), (256, 16, 24), (24, 2731), (36, 2731), (32, 64, 64)]
 
 
 @pytest.mark.parametrize("reflect", [False, True], ids=["natural", "reflect"])
