@@ -319,3 +319,24 @@ def test_boundary_ties_go_to_the_mirrored_boundary(monkeypatch):
     m = fit_grid(sig, mask=mask)
     natural, mirrored = m.info["boundary_holdout_errors"]
     assert m.info["boundary"] == ("reflect" if mirrored < natural else "natural")
+
+
+@pytest.mark.parametrize("shape", [(9,), (17, 12), (5, 6, 7)], ids=str)
+def test_lattice_sums_are_the_blending_transpose(rng, shape):
+    """The default fit's right-hand side for points on a lattice (a scatter-add) equals B^T 1 and
+    B^T values of the blending matrix (rows: unit vectors at the nodes), repeated points included."""
+    from kronpe import BlendingMatrix
+    from kronpe.solvers.smooth import lattice_grid, lattice_sums
+
+    idx = np.stack([rng.integers(0, n, 300) for n in shape], axis=1)
+    idx[:len(shape)] = np.array(shape) - 1  # the last node on every axis (so the lattice covers [0, 1])
+    idx[-len(shape):] = 0
+    pts = idx / (np.array(shape, np.float64) - 1)
+    values = rng.standard_normal((300, 3)).astype(np.float32)
+    nodes = lattice_grid(pts)
+    assert [n.size for n in nodes] == list(shape)
+    counts, rhs = lattice_sums(pts, shape, values)
+    B = BlendingMatrix(pts, nodes, None, outside="clamp")
+    np.testing.assert_allclose(counts, B.rmatvec(np.ones(300)).reshape(shape), rtol=1e-6)
+    np.testing.assert_allclose(rhs, B.rmatvec(values).reshape(shape + (3,)), rtol=1e-5, atol=1e-5)
+    assert counts.sum() == 300

@@ -455,14 +455,15 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
     _validate.check_array_budget("points", [n.size for n in nodes] + [12 + 2 * max(1, math.prod(channels))], 4,
                                  "the default fit's grid follows the sample density: give embedders and a grid, "
                                  "or fewer points")
-    B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
     s = vals.reshape(pts.shape[0], -1).astype(np.float32)
-    shape = B.grid_shape
-    rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
     if lattice is not None:
-        counts = B.rmatvec(np.ones(B.shape[0])).reshape(shape)
+        shape = tuple(n.size for n in lattice)
+        counts, rhs = smooth.lattice_sums(pts, shape, s)
         W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None, value_range=smooth.sample_range(s))
     else:
+        B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
+        shape = B.grid_shape
+        rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
         S = B.to_scipy()
         W, lam, info = smooth.fit(smooth.DataTerm(shape, sparse=(S.T @ S).tocsr().astype(np.float32)), rhs, None,
                                   samples=(S, s), value_range=smooth.sample_range(s))
