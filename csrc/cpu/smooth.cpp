@@ -209,7 +209,7 @@ class FactoredRows {
     }
     if (q + 1 < n1_) laplacian(v, q + 1, slot(q + 1));
     next_ = q + 1;
-    laplacian_of(q, slot(q - 1 + (q == 0)), slot(q), slot(q + 1 - (q + 1 == n1_)), acc);
+    laplacian_row(n2_, slot(q - 1 + (q == 0)), slot(q), slot(q + 1 - (q + 1 == n1_)), acc);
     if (!natural_) return;
     const T* r = v + q * n2_;
     // E along the rows' axis: rows 0, 1 and n1 - 2, n1 - 1
@@ -234,12 +234,6 @@ class FactoredRows {
   void laplacian(const T* v, index_t q, T* out) {
     const T* c = v + q * n2_;
     laplacian_row(n2_, q > 0 ? c - n2_ : c, c, q + 1 < n1_ ? c + n2_ : c, out);
-  }
-
-  // out = L applied at row q to rows (up, c, dn) of one array (up or dn == c at the ends: their
-  // term vanishes)
-  void laplacian_of(index_t, const T* up, const T* c, const T* dn, T* out) {
-    laplacian_row(n2_, up, c, dn, out);
   }
 
   index_t n1_, n2_;

@@ -250,9 +250,7 @@ def _unmix(planes: List[Array], V: Array, out: Array, value_range: Optional[Tupl
         lo, hi = (np.asarray(v, np.float32).reshape(-1) for v in value_range)
     n = 0
     for c in range(V.shape[1]):
-        np.multiply(planes[0], V[0, c], out=buf)
-        for k in range(1, len(planes)):
-            buf += np.multiply(planes[k], V[k, c], out=tmp)
+        _mix_into(planes, V[:, c], buf, tmp)
         if value_range is not None:
             n += int(np.count_nonzero(buf < lo[c])) + int(np.count_nonzero(buf > hi[c]))
             np.clip(buf, lo[c], hi[c], out=buf)
@@ -272,13 +270,15 @@ def _mix_planes(planes: List[Array], V: Array) -> List[Array]:
     V = np.asarray(V, np.float32)
     if len(planes) == 1 and V[0, 0] == 1:
         return [planes[0]]
-    out = []
-    tmp = np.empty_like(planes[0]) if len(planes) > 1 else None  # one temporary, not one per term
-    for c in range(V.shape[1]):
-        o = planes[0] * V[0, c]
-        for k in range(1, len(planes)):
-            o += np.multiply(planes[k], V[k, c], out=tmp)
-        out.append(o)
+    tmp = np.empty_like(planes[0])  # one temporary, not one per term
+    return [_mix_into(planes, V[:, c], np.empty_like(planes[0]), tmp) for c in range(V.shape[1])]
+
+
+def _mix_into(planes: List[Array], v: Array, out: Array, tmp: Array) -> Array:
+    """out = sum_k v[k] planes[k] (tmp: scratch of the planes' shape)."""
+    np.multiply(planes[0], v[0], out=out)
+    for k in range(1, len(planes)):
+        out += np.multiply(planes[k], v[k], out=tmp)
     return out
 
 
