@@ -208,8 +208,9 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
     if D > MG_MAX_AXES:
         M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
         W, its, rels = pcg(lambda w: data(w) + np.float32(lam) * penalty.apply(w, D), M, rhs, x0, tol, maxiter)
-        C = W.shape[-1]
-        return W, its, rels, _unmix(_planes(W), np.eye(C, dtype=np.float32), W, value_range)
+        if value_range is None:
+            return W, its, rels, 0.0
+        return W, its, rels, _unmix(_planes(W), np.eye(W.shape[-1], dtype=np.float32), W, value_range)
     mg = hierarchy(data, lam, penalty.reflect) if mg is None else mg
     operator = None
     if data.sparse is not None:
