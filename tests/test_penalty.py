@@ -8,7 +8,10 @@ from kronpe import DifferencePenalty, Gaussian, GridPlan, Triangle, fit_grid, fi
 
 SHAPES = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
 ORDERS = [(1, False, "natural"), (2, False, "natural"), (2, True, "natural"), (3, False, "natural"),
-          (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect")]
+          (3, True, "natural"), (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect"),
+          (3, False, "reflect"), (3, True, "reflect")]
+#: per-axis weights of the penalty, by number of axes
+WEIGHTS = {1: (2.5,), 2: (0.6, 1.7), 3: (0.5, 1.0, 2.0)}
 
 
 def _grid_problem(rng, D, dtype=np.float64, channels=(2,)):
@@ -41,11 +44,13 @@ def test_matrix_is_the_difference_matrix(order):
 
 
 @pytest.mark.parametrize("order,mixed,boundary", ORDERS)
-@pytest.mark.parametrize("Ks", [(6,), (5, 4), (4, 1, 3)])
-def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks):
-    P = DifferencePenalty(order, mixed, boundary)
+@pytest.mark.parametrize("Ks", [(6,), (5, 4), (4, 1, 3), (7, 6, 5)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks, weighted):
+    weights = WEIGHTS[len(Ks)] if weighted else None
+    P = DifferencePenalty(order, mixed, boundary, weights=weights)
     W = rng.standard_normal(tuple(Ks) + (2,))
-    R = reference.penalty_matrix(Ks, order, mixed, boundary)
+    R = reference.penalty_matrix(Ks, order, mixed, boundary, weights)
     np.testing.assert_allclose(P.apply(W, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
     np.testing.assert_allclose(P.energy(W, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
                                                                W.reshape(-1, 2)), rtol=1e-12)
@@ -58,6 +63,52 @@ def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks):
 def test_bad_penalty_arguments(args, exc, name):
     with pytest.raises(exc, match=name):
         DifferencePenalty(*args)
+
+
+@pytest.mark.parametrize("order", [2, 3])
+@pytest.mark.parametrize("Ks", [(9,), (8, 6), (6, 5, 4)])
+def test_mirrored_mixed_penalty_is_a_power_of_the_weighted_laplacian(order, Ks):
+    """DifferencePenalty(q, mixed=True, boundary="reflect", weights=w) is (sum_i w_i L_i)^q: in the
+    DCT-II basis the diagonal (sum_i w_i (2 - 2 cos(pi k_i / K_i)))^q."""
+    from scipy.fft import dctn, idctn
+
+    w = WEIGHTS[len(Ks)]
+    P = DifferencePenalty(order, mixed=True, boundary="reflect", weights=w)
+    mu = sum(np.meshgrid(*[wi * (2 - 2 * np.cos(np.pi * np.arange(K) / K)) for wi, K in zip(w, Ks)],
+                         indexing="ij"))
+    W = np.random.default_rng(1).standard_normal(Ks)
+    spectral = idctn(dctn(W, norm="ortho") * mu ** order, norm="ortho")
+    np.testing.assert_allclose(P.apply(W, len(Ks)), spectral, atol=1e-10)
+
+
+def test_weights_scale_the_axes():
+    """Weights are squared inverse spacings: a second-order penalty of weight w along an axis is w^2
+    times the unweighted one; with mixed terms the cross term of axes i, j gets w_i w_j."""
+    W = np.random.default_rng(2).standard_normal((7, 6))
+    one = DifferencePenalty(2, weights=(3.0, 1.0)).apply(W, 2) - DifferencePenalty(2, weights=(1e-300, 1.0)).apply(W, 2)
+    np.testing.assert_allclose(one, 9.0 * DifferencePenalty(2, weights=(1.0, 1e-300)).apply(W, 2), atol=1e-12)
+    terms = DifferencePenalty(3, mixed=True, weights=(2.0, 0.5)).axis_terms(2)
+    assert sorted((c, tuple(sorted(m.items()))) for c, m in terms) == sorted([
+        (8.0, ((0, 3),)), (3 * 4 * 0.5, ((0, 2), (1, 1))), (3 * 2 * 0.25, ((0, 1), (1, 2))), (0.125, ((1, 3),))])
+
+
+@pytest.mark.parametrize("weights,exc,match", [
+    ((1.0, 0.0), ValueError, r"weights\[1\]"), ((1.0, np.nan), ValueError, r"weights\[1\]"),
+    ("ab", TypeError, "weights"), (2.0, TypeError, "weights"), ((), ValueError, "weights"),
+    ((1.0, "x"), TypeError, r"weights\[1\]"),
+])
+def test_bad_weights(weights, exc, match):
+    with pytest.raises(exc, match=match):
+        DifferencePenalty(2, weights=weights)
+
+
+def test_weights_for_another_number_of_axes():
+    with pytest.raises(ValueError, match="weights are for 2 axes"):
+        DifferencePenalty(2, weights=(1.0, 2.0)).apply(np.zeros((3, 3, 3)), 3)
+    P = DifferencePenalty(3, mixed=True, boundary="reflect", weights=[0.5, 1, 1])
+    assert P.weights == (0.5, 1.0, 1.0) and P == DifferencePenalty(3, True, "reflect", (0.5, 1.0, 1.0))
+    assert P != DifferencePenalty(3, True, "reflect") and hash(P) != hash(DifferencePenalty(3, True, "reflect"))
+    assert repr(P) == "DifferencePenalty(3, mixed=True, boundary='reflect', weights=(0.5, 1.0, 1.0))"
 
 
 def test_bad_matrix_size():
@@ -96,6 +147,26 @@ def test_masked_grid_fit_matches_dense(rng, D, order, mixed, boundary):
     m = fit_grid(S, embs, coords, ridge=0.05, penalty=DifferencePenalty(order, mixed, boundary), mask=mask)
     ref = reference.grid_penalised_fit(np.nan_to_num(S), phis, 0.05, order, mixed, mask, boundary)
     _close(m.weights, ref, 1e-6)
+
+
+@pytest.mark.parametrize("D", [2, 3])
+@pytest.mark.parametrize("order,mixed,boundary", [(2, False, "natural"), (2, True, "reflect"), (3, True, "natural"),
+                                                  (3, True, "reflect")])
+def test_weighted_fits_match_dense(rng, D, order, mixed, boundary):
+    """Grid, masked-grid and scattered fits with per-axis weights against dense solves."""
+    coords, embs, S, phis = _grid_problem(rng, D)
+    P = DifferencePenalty(order, mixed, boundary, weights=WEIGHTS[D])
+    m = fit_grid(S, embs, coords, ridge=0.1, penalty=P)
+    _close(m.weights, reference.grid_penalised_fit(S, phis, 0.1, order, mixed, boundary=boundary,
+                                                   weights=WEIGHTS[D]), 1e-6)
+    mask = rng.random(S.shape[:D]) < 0.6
+    m = fit_grid(S, embs, coords, ridge=0.05, penalty=P, mask=mask)
+    _close(m.weights, reference.grid_penalised_fit(S, phis, 0.05, order, mixed, mask, boundary, WEIGHTS[D]), 1e-6)
+    pts = rng.random((50 * D, D))
+    vals = rng.standard_normal((50 * D, 2))
+    m = fit_points(pts, vals, embs, grid=[e.K + 1 for e in embs], ridge=0.05, penalty=P, tol=1e-12)
+    _close(m.weights, reference.points_penalised_fit(pts, vals, embs, list(m.grid_coords), 0.05, order, mixed,
+                                                     boundary=boundary, weights=WEIGHTS[D]), 1e-6)
 
 
 def test_masked_ridge_matches_closed_form(rng):
@@ -157,8 +228,6 @@ def test_nan_where_observed_is_named(rng):
 def test_penalty_boundary_arguments():
     with pytest.raises(ValueError, match="boundary must be one of"):
         DifferencePenalty(2, boundary="mirror")
-    with pytest.raises(ValueError, match="orders 1 and 2"):
-        DifferencePenalty(3, boundary="reflect")
     P = DifferencePenalty(2, mixed=True, boundary="reflect")
     assert repr(P) == "DifferencePenalty(2, mixed=True, boundary='reflect')" and P != DifferencePenalty(2, mixed=True)
     assert DifferencePenalty(1, boundary="reflect") == DifferencePenalty(1)  # first differences: the same

@@ -5,6 +5,8 @@ allowed here and in tests only (DESIGN.md).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _formulas
@@ -296,25 +298,39 @@ def difference_matrix(K: int, order: int) -> np.ndarray:
     return D
 
 
-def penalty_matrix(Ks, order: int, mixed: bool = False, boundary: str = "natural") -> np.ndarray:
-    """R = sum_i I (x) .. D_i^T D_i .. (x) I [+ 2 sum_{i<j} .. D1_i^T D1_i .. D1_j^T D1_j ..], dense;
-    ``boundary="reflect"`` (order 2): D_i^T D_i = L_i^2, L_i = D1_i^T D1_i the Laplacian of the
-    grid mirrored at its ends (second differences with ghost nodes u[-1] = u[0], u[K] = u[K-1])."""
-    def kron_at(factors):
+def penalty_matrix(Ks, order: int, mixed: bool = False, boundary: str = "natural", weights=None) -> np.ndarray:
+    """R = sum_i w_i^q I (x) .. D_i^T D_i .. (x) I, dense; with ``mixed``, the sum over every
+    (a_1, .., a_D) >= 0 with sum q of q! / prod(a_i!) prod(w_i^a_i) (x)_i D_(a_i)^T D_(a_i)
+    (D_0 = I); ``boundary="reflect"``: D_a^T D_a = L^a, L = -M the Laplacian of the grid mirrored at
+    its ends (M the second differences with ghost nodes u[-1] = u[0], u[K] = u[K-1])."""
+    D = len(Ks)
+    w = [1.0] * D if weights is None else [float(v) for v in weights]
+
+    def gram(K, a):
+        if a == 0:
+            return np.eye(K)
+        if boundary == "reflect" and a >= 2:
+            return np.linalg.matrix_power(-_mirrored_second_differences(K), a)
+        d = difference_matrix(K, a)
+        return d.T @ d
+
+    def kron_all(factors):
         out = np.ones((1, 1))
-        for K, f in zip(Ks, factors):
-            out = np.kron(out, np.eye(K) if f is None else f)
+        for f in factors:
+            out = np.kron(out, f)
         return out
 
-    grams = {q: [difference_matrix(K, q).T @ difference_matrix(K, q) for K in Ks] for q in (1, order)}
-    if boundary == "reflect" and order == 2:
-        grams[2] = [_mirrored_second_differences(K).T @ _mirrored_second_differences(K) for K in Ks]
-    D = len(Ks)
-    R = sum(kron_at([grams[order][i] if j == i else None for j in range(D)]) for i in range(D))
     if mixed:
-        for i in range(D):
-            for j in range(i + 1, D):
-                R = R + 2.0 * kron_at([grams[1][k] if k in (i, j) else None for k in range(D)])
+        import itertools
+        alphas = [a for a in itertools.product(range(order + 1), repeat=D) if sum(a) == order]
+    else:
+        alphas = [tuple(order if j == i else 0 for j in range(D)) for i in range(D)]
+    R = np.zeros((int(np.prod(Ks)),) * 2)
+    for a in alphas:
+        coef = float(np.prod([w[i] ** a[i] for i in range(D)]))
+        if mixed:
+            coef *= math.factorial(order) / np.prod([math.factorial(ai) for ai in a])
+        R += coef * kron_all([gram(K, ai) for K, ai in zip(Ks, a)])
     return R
 
 
@@ -336,7 +352,7 @@ def penalised_solve(A: np.ndarray, y: np.ndarray, ridge: float, R: np.ndarray) -
 
 
 def grid_penalised_fit(signal, phis, ridge: float, order: int, mixed: bool = False, mask=None,
-                       boundary: str = "natural") -> np.ndarray:
+                       boundary: str = "natural", weights=None) -> np.ndarray:
     """W (K_1..K_D, *channels) of the penalised grid fit, densely; ``mask`` (N..) True = observed."""
     D = len(phis)
     S = np.asarray(signal, dtype=np.float64)
@@ -346,12 +362,12 @@ def grid_penalised_fit(signal, phis, ridge: float, order: int, mixed: bool = Fal
         keep = np.asarray(mask, bool).ravel()
         A, y = A[keep], y[keep]
     Ks = [p.shape[1] for p in phis]
-    w = penalised_solve(A, y, ridge, penalty_matrix(Ks, order, mixed, boundary))
+    w = penalised_solve(A, y, ridge, penalty_matrix(Ks, order, mixed, boundary, weights))
     return w.reshape(tuple(Ks) + S.shape[D:])
 
 
 def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: int, mixed: bool = False,
-                         normalize: bool = True, boundary: str = "natural") -> np.ndarray:
+                         normalize: bool = True, boundary: str = "natural", weights=None) -> np.ndarray:
     """W of the penalised scattered fit, densely; ``embedders=None``: W is the grid's values,
     blended multilinearly."""
     values = np.asarray(values, dtype=np.float64)
@@ -361,7 +377,8 @@ def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: 
     if embedders is not None:
         A = A @ kron_matrix([np.asarray(e(np.asarray(n, np.float64)), np.float64) for e, n in zip(embedders, nodes)])
     Ks = [len(n) for n in nodes] if embedders is None else [e.K for e in embedders]
-    w = penalised_solve(A, values.reshape(values.shape[0], -1), ridge, penalty_matrix(Ks, order, mixed, boundary))
+    w = penalised_solve(A, values.reshape(values.shape[0], -1), ridge,
+                        penalty_matrix(Ks, order, mixed, boundary, weights))
     return w.reshape(tuple(Ks) + values.shape[1:])
 
 
