@@ -1,6 +1,7 @@
 // Bindings of the thin-plate operator and the multigrid transfers (kronpe/smooth.h), CPU only.
 // Every array is a host descriptor, C-contiguous, of one dtype and of the grid's shape (1 to 3
 // axes); kronpe.solvers.multigrid owns them and makes them so.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,12 +35,30 @@ smooth::Grid grid_of(const Array& x, const char* name) {
   return g;
 }
 
+// The penalty of a grid: its boundary, order and (None: unweighted) axis weights, one per axis of
+// the array (the padding axes get 1).
+struct Penalty {
+  bool reflect = false;
+  int order = 2;
+  std::optional<std::vector<double>> weights;
+
+  void set(smooth::Grid& g, int ndim) const {
+    g.reflect = reflect;
+    g.order = order;
+    if (!weights) return;
+    require(int(weights->size()) == ndim, "weights must have one value per axis (" + std::to_string(ndim) + "), got " +
+                                              std::to_string(weights->size()));
+    g.weighted = true;
+    for (int a = 0; a < ndim; ++a) g.w[3 - ndim + a] = (*weights)[std::size_t(a)];
+  }
+};
+
 // Every array has x's grid, dtype and place; then f(grid, T{}).
 template <typename F>
 void same_grid(const Array& x, std::initializer_list<std::pair<const Array*, const char*>> others,
-               bool reflect, F&& f) {
+               const Penalty& pen, F&& f) {
   smooth::Grid g = grid_of(x, "x");
-  g.reflect = reflect;
+  pen.set(g, x.ndim());
   for (const auto& [a, name] : others) {
     const smooth::Grid h = grid_of(*a, name);
     require(a->ndim() == x.ndim() && h.n[0] == g.n[0] && h.n[1] == g.n[1] && h.n[2] == g.n[2],
@@ -74,9 +93,9 @@ void register_hierarchy(py::module_& m, const char* name) {
                 "The multigrid hierarchy of diag(m) + lam R on a grid of 1 to 3 axes (kronpe/multigrid.h; "
                 "internal: kronpe.solvers.multigrid.ThinPlateMG wraps it).")
       .def(py::init([](const Array& mm, int degree, double lmax, double alpha, index_t coarsest, bool reflect,
-                       int threads) {
+                       int threads, int order, const std::optional<std::vector<double>>& weights) {
              smooth::Grid g = grid_of(mm, "m");
-             g.reflect = reflect;
+             Penalty{reflect, order, weights}.set(g, mm.ndim());
              smooth::MultigridOptions o;
              o.degree = degree;
              o.lmax = lmax;
@@ -88,8 +107,21 @@ void register_hierarchy(py::module_& m, const char* name) {
              return std::make_unique<H>(g, mp, o);
            }),
            py::arg("m"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"), py::arg("coarsest"),
-           py::arg("reflect") = false, py::arg("threads") = 0)
+           py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2, py::arg("weights") = py::none())
       .def("set_lambda", [](H& h, double lam) { h.set_lambda(lam); }, py::arg("lam"))
+      .def(
+          "set_weights",
+          [](H& h, const std::vector<double>& w) {
+            const smooth::Grid& g = h.grid(0);
+            const int ndim = int(w.size());
+            require(ndim >= 1 && ndim <= 3, "set_weights: one weight per axis (1 to 3)");
+            double full[3] = {g.w[0], g.w[1], g.w[2]};
+            for (int a = 0; a < ndim; ++a) full[3 - ndim + a] = w[std::size_t(a)];
+            h.set_weights(full);
+          },
+          py::arg("weights"), "the Laplacian-power form's axis weights (lam kept)")
+      .def("set_chebyshev", [](H& h, double lmax, double alpha) { h.set_chebyshev(lmax, alpha); }, py::arg("lmax"),
+           py::arg("alpha"), "the smoother's interval [lmax / alpha, lmax]")
       .def(
           "set_data_term",
           [](H& h, const Array& mm) {
@@ -205,11 +237,12 @@ void register_smooth(py::module_& m) {
   m.def(
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,
-         const std::optional<Array>& b, bool reflect, int threads) {
+         const std::optional<Array>& b, bool reflect, int threads, int order,
+         const std::optional<std::vector<double>>& weights) {
         require(mode == "apply" || mode == "residual", "thin_plate: mode must be apply or residual");
         if (mode == "residual") require(b.has_value(), "thin_plate: residual needs b");
         const Array& bb = b ? *b : x;
-        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, reflect, [&](const smooth::Grid& g, auto t) {
+        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, Penalty{reflect, order, weights}, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* xp = p<const T>(x, "x");
           const T* mp = p<const T>(mask, "mask");
@@ -221,13 +254,15 @@ void register_smooth(py::module_& m) {
         });
       },
       py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("mode") = "apply",
-      py::arg("b") = py::none(), py::arg("reflect") = false, py::arg("threads") = 0,
+      py::arg("b") = py::none(), py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2,
+      py::arg("weights") = py::none(),
       "out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate "
       "penalty (internal).");
   m.def(
       "thin_plate_diag",
-      [](const Array& mask, double lam, const Array& out, bool reflect, int threads) {
-        same_grid(mask, {{&out, "out"}}, reflect, [&](const smooth::Grid& g, auto t) {
+      [](const Array& mask, double lam, const Array& out, bool reflect, int threads, int order,
+         const std::optional<std::vector<double>>& weights) {
+        same_grid(mask, {{&out, "out"}}, Penalty{reflect, order, weights}, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* mp = p<const T>(mask, "mask");
           T* op = p<T>(out, "out");
@@ -236,13 +271,15 @@ void register_smooth(py::module_& m) {
         });
       },
       py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("reflect") = false, py::arg("threads") = 0,
-      "out = diag(mask + lam R) (internal).");
+      py::arg("order") = 2, py::arg("weights") = py::none(), "out = diag(mask + lam R) (internal).");
   m.def(
       "thin_plate_cheb_start",
       [](const std::optional<Array>& x, const Array& b, const Array& mask, double lam, double theta,
-         const Array& r, const Array& d, bool reflect, int threads) {
-        if (x) same_grid(b, {{&*x, "x"}}, reflect, [](const smooth::Grid&, auto) {});
-        same_grid(b, {{&mask, "mask"}, {&r, "r"}, {&d, "d"}}, reflect, [&](const smooth::Grid& g, auto t) {
+         const Array& r, const Array& d, bool reflect, int threads, int order,
+         const std::optional<std::vector<double>>& weights) {
+        const Penalty pen{reflect, order, weights};
+        if (x) same_grid(b, {{&*x, "x"}}, pen, [](const smooth::Grid&, auto) {});
+        same_grid(b, {{&mask, "mask"}, {&r, "r"}, {&d, "d"}}, pen, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* xp = x ? p<const T>(*x, "x") : nullptr;
           const T* bp = p<const T>(b, "b");
@@ -254,14 +291,16 @@ void register_smooth(py::module_& m) {
         });
       },
       py::arg("x"), py::arg("b"), py::arg("mask"), py::arg("lam"), py::arg("theta"), py::arg("r"),
-      py::arg("d"), py::arg("reflect") = false, py::arg("threads") = 0,
+      py::arg("d"), py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2,
+      py::arg("weights") = py::none(),
       "r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 "
       "(internal).");
   m.def(
       "thin_plate_cheb_step",
       [](const Array& d, const Array& r, const Array& x, const Array& mask, double lam, double c1,
-         double c2, const Array& d_out, bool reflect, int threads) {
-        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}}, reflect,
+         double c2, const Array& d_out, bool reflect, int threads, int order,
+         const std::optional<std::vector<double>>& weights) {
+        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}}, Penalty{reflect, order, weights},
                   [&](const smooth::Grid& g, auto t) {
                     using T = decltype(t);
                     require(d.address != d_out.address, "thin_plate_cheb_step: d_out must not be d");
@@ -276,7 +315,8 @@ void register_smooth(py::module_& m) {
                   });
       },
       py::arg("d"), py::arg("r"), py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("c1"),
-      py::arg("c2"), py::arg("d_out"), py::arg("reflect") = false, py::arg("threads") = 0,
+      py::arg("c2"), py::arg("d_out"), py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2,
+      py::arg("weights") = py::none(),
       "x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal).");
   m.def(
       "dot",

@@ -183,8 +183,9 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
       break;
     }
     Level C;
+    C.g = L.g;
     for (int a = 0; a < 3; ++a) C.g.n[a] = L.halve[a] ? coarse_length(L.g.n[a]) : L.g.n[a];
-    C.g.reflect = L.g.reflect;
+    coarse_weights(L, C);
     C.m.resize(static_cast<std::size_t>(C.g.size()));
     L.d.resize(static_cast<std::size_t>(L.g.size()));
     L.d2.resize(L.d.size());
@@ -197,19 +198,28 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   }
   for (std::size_t l = 1; l < levels_.size(); ++l) levels_[l].fx.resize(levels_[l].m.size());
 
-  // Chebyshev coefficients over [lmax / alpha, lmax]
-  const double lo = opt_.lmax / opt_.alpha, hi = opt_.lmax;
+  set_chebyshev(opt_.lmax, opt_.alpha);
+  coarsest_penalty();
+}
+
+// The smoother's coefficients over [lmax / alpha, lmax].
+template <typename T>
+void ThinPlateHierarchy<T>::set_chebyshev(double lmax, double alpha) {
+  require(std::isfinite(lmax) && lmax > 0 && std::isfinite(alpha) && alpha > 1, "multigrid: need lmax > 0 and alpha > 1");
+  opt_.lmax = lmax;
+  opt_.alpha = alpha;
+  const double lo = lmax / alpha, hi = lmax;
   theta_ = (hi + lo) / 2;
   const double delta = (hi - lo) / 2, sigma = theta_ / delta;
   double rho = 1.0 / sigma;
+  c1_.clear();
+  c2_.clear();
   for (int k = 1; k < opt_.degree; ++k) {
     const double rho_n = 1.0 / (2.0 * sigma - rho);
     c1_.push_back(T(rho_n * rho));
     c2_.push_back(T(2.0 * rho_n / delta));
     rho = rho_n;
   }
-
-  coarsest_penalty();
 }
 
 // R on the coarsest grid, column by column (the same kernel in double).
@@ -229,9 +239,27 @@ void ThinPlateHierarchy<T>::coarsest_penalty() {
   cb_.resize(static_cast<std::size_t>(n));
 }
 
+// The Laplacian-power form's weights on the next coarser grid: w / 4 along a halved axis (its
+// spacing doubles), so that with lam_c = lam 2^c the coarse operator is the rediscretised one.
+template <typename T>
+void ThinPlateHierarchy<T>::coarse_weights(const Level& L, Level& C) {
+  for (int a = 0; a < 3; ++a) C.g.w[a] = L.g.power() && L.halve[a] ? L.g.w[a] / 4 : L.g.w[a];
+}
+
 template <typename T>
 void ThinPlateHierarchy<T>::set_reflect(bool reflect) {
+  require(reflect || !levels_[0].g.power(), "multigrid: order 3 and axis weights need the mirrored boundary");
   for (Level& L : levels_) L.g.reflect = reflect;
+  coarsest_penalty();
+  set_lambda(lam_);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::set_weights(const double w[3]) {
+  require(levels_[0].g.power(), "multigrid: axis weights need the Laplacian-power form (weighted or order 3)");
+  for (int a = 0; a < 3; ++a) require(std::isfinite(w[a]) && w[a] > 0, "multigrid: the axis weights must be finite and > 0");
+  for (int a = 0; a < 3; ++a) levels_[0].g.w[a] = w[a];
+  for (std::size_t l = 0; l + 1 < levels_.size(); ++l) coarse_weights(levels_[l], levels_[l + 1]);
   coarsest_penalty();
   set_lambda(lam_);
 }
@@ -253,7 +281,9 @@ void ThinPlateHierarchy<T>::set_lambda(double lam) {
   for (Level& L : levels_) {
     L.lam = T(lam * scale);
     const int c = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-    scale *= std::ldexp(1.0, c) / 16.0;
+    // the power form's weights carry the spacing (coarse_weights); the thin-plate stencil's
+    // fourth differences shrink 16-fold when every spacing doubles
+    scale *= std::ldexp(1.0, c) / (L.g.power() ? 1.0 : 16.0);
     thin_plate_diag<T>(L.g, L.m.data(), L.lam, L.w.data(), opt_.threads, true);
   }
   // the coarsest A = diag(m) + lam R (+ a relative 1e-10 on the diagonal: R's null space where

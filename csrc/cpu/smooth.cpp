@@ -3,6 +3,7 @@
 #include "kronpe/smooth.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +33,34 @@ int pick_threads(int threads, index_t nodes) {
 void check_grid(const Grid& g) {
   for (int a = 0; a < 3; ++a) require(g.n[a] >= 0, "smooth: negative grid size");
   checked_mul(checked_mul(g.n[0], g.n[1], "smooth: grid"), g.n[2], "smooth: grid");
+  require(g.order == 2 || g.order == 3, "smooth: the penalty's order must be 2 or 3");
+  require(!g.power() || g.reflect, "smooth: order 3 and axis weights need the mirrored boundary (reflect)");
+  for (int a = 0; a < 3; ++a)
+    require(std::isfinite(g.w[a]) && g.w[a] > 0, "smooth: the axis weights must be finite and > 0");
+}
+
+// diag(L^p), L the Neumann Laplacian of n nodes (p >= 0): L^p e_k stays within k +- p.
+std::vector<double> neumann_power_diag(index_t n, int p) {
+  std::vector<double> out(static_cast<std::size_t>(n), 1.0), v, t;
+  if (p == 0) return out;
+  for (index_t k = 0; k < n; ++k) {
+    const index_t lo = std::max<index_t>(0, k - p), hi = std::min<index_t>(n - 1, k + p), m = hi - lo + 1;
+    v.assign(static_cast<std::size_t>(m), 0.0);
+    t.resize(v.size());
+    v[std::size_t(k - lo)] = 1.0;
+    for (int s = 0; s < p; ++s) {
+      for (index_t i = 0; i < m; ++i) {
+        const index_t gi = lo + i;
+        double acc = 0.0;
+        for (index_t nb : {gi - 1, gi + 1})
+          if (nb >= 0 && nb < n) acc += v[std::size_t(i)] - (nb >= lo && nb <= hi ? v[std::size_t(nb - lo)] : 0.0);
+        t[std::size_t(i)] = acc;
+      }
+      std::swap(v, t);
+    }
+    out[std::size_t(k)] = v[std::size_t(k - lo)];
+  }
+  return out;
 }
 
 // The bands of D2^T D2 (five: offsets -2..2) and D1^T D1 (three: -1..1) along an axis of n
@@ -68,7 +97,18 @@ template <typename T>
 struct Bands {
   Grid g;
   std::vector<T> p[3], t[3];  // D2^T D2 (or L^2) and D1^T D1 along each axis
+  // the Laplacian-power form: w_a^k diag(L_a^k) along axis a, k = 0..order (power_diag_row)
+  std::vector<double> pd[3][4];
   explicit Bands(const Grid& grid) : g(grid) {
+    check_grid(g);
+    if (g.power()) {
+      for (int a = 0; a < 3; ++a)
+        for (int k = 0; k <= g.order; ++k) {
+          pd[a][k] = neumann_power_diag(g.n[a], k);
+          for (double& v : pd[a][k]) v *= std::pow(g.w[a], k);
+        }
+      return;
+    }
     for (int a = 0; a < 3; ++a) {
       p[a] = g.reflect ? neumann_square_band<T>(g.n[a]) : gram_band<T>(g.n[a], 2);
       t[a] = gram_band<T>(g.n[a], 1);
@@ -243,24 +283,131 @@ class FactoredRows {
   index_t next_ = -1;
 };
 
-// (R v) of a row: FactoredRows where it applies, else r_row. One per thread and pass.
+// out = w0 ((c - p) + (c - nx)) + w1 ((c - u) + (c - d)) + w2 (the 1-D Neumann Laplacian of c
+// along the row): the weighted Laplacian of a row from its four neighbour rows across (a
+// neighbour outside the grid is c itself: no term).
+template <typename T>
+KRONPE_CLONES void weighted_laplacian_row(index_t n, T w0, T w1, T w2, const T* __restrict p,
+                                          const T* __restrict u, const T* __restrict c,
+                                          const T* __restrict d, const T* __restrict nx,
+                                          T* __restrict out) {
+  auto across = [&](index_t i) { return w0 * ((c[i] - p[i]) + (c[i] - nx[i])) + w1 * ((c[i] - u[i]) + (c[i] - d[i])); };
+  if (n == 1) {
+    out[0] = across(0);
+    return;
+  }
+  out[0] = across(0) + w2 * (c[0] - c[1]);
+  for (index_t i = 1; i < n - 1; ++i) out[i] = across(i) + w2 * ((c[i] - c[i - 1]) + (c[i] - c[i + 1]));
+  out[n - 1] = across(n - 1) + w2 * (c[n - 1] - c[n - 2]);
+}
+
+// R v row by row in the Laplacian-power form (Grid::power): R = L_w^q, L_w = sum_i w_i L_i, as q
+// weighted 7-point passes. Level k (1 <= k < q) holds L_w^k v in a ring of 2 (q - k) S + 1 rows,
+// S the row distance of a neighbour across (n1 in 3-D, 1 on a plane): when row r is asked for,
+// level k runs (q - k) S rows ahead, so each row of each level is computed once per run. Rows
+// must come in increasing order within a run (a new run starts when they do not); every row
+// gets the same operations however the rows are split, so results do not depend on the thread
+// count.
+template <typename T>
+class PowerRows {
+ public:
+  explicit PowerRows(const Grid& g)
+      : n0_(g.n[0]), n1_(g.n[1]), n2_(g.n[2]), q_(g.order), reach_(reach(g)), rows_(g.n[0] * g.n[1]) {
+    for (int a = 0; a < 3; ++a) w_[a] = T(g.w[a]);
+    for (int k = 1; k < q_; ++k) {
+      cap_[k] = 2 * (q_ - k) * reach_ + 1;
+      ring_[k].resize(static_cast<std::size_t>(cap_[k] * n2_));
+    }
+  }
+  // the rows between a row and the farthest row its R v reads
+  static index_t lag(const Grid& g) { return std::max<index_t>(1, g.order * reach(g)); }
+
+  // acc[0..n2) = (R v)[row r]
+  void row(const T* v, index_t r, T* __restrict acc) {
+    if (v != v_ || r != next_) {  // a new run: every level's rows up to its lead
+      v_ = v;
+      for (int k = 1; k < q_; ++k) {
+        const index_t lead = (q_ - k) * reach_;
+        for (index_t j = std::max<index_t>(0, r - lead); j <= std::min(rows_ - 1, r + lead); ++j) level_row(k, j);
+      }
+    } else {
+      for (int k = 1; k < q_; ++k) {
+        const index_t j = r + (q_ - k) * reach_;
+        if (j < rows_) level_row(k, j);
+      }
+    }
+    next_ = r + 1;
+    apply(q_ - 1, r, acc);
+  }
+
+ private:
+  static index_t reach(const Grid& g) { return g.n[0] > 1 ? g.n[1] : (g.n[1] > 1 ? 1 : 0); }
+  const T* at(int k, index_t j) const {
+    return k == 0 ? v_ + j * n2_ : ring_[k].data() + (j % cap_[k]) * n2_;
+  }
+  // out = (L_w level k)[row j]
+  void apply(int k, index_t j, T* out) const {
+    const index_t i0 = j / n1_, i1 = j % n1_;
+    const T* c = at(k, j);
+    weighted_laplacian_row(n2_, w_[0], w_[1], w_[2], i0 > 0 ? at(k, j - n1_) : c, i1 > 0 ? at(k, j - 1) : c, c,
+                           i1 + 1 < n1_ ? at(k, j + 1) : c, i0 + 1 < n0_ ? at(k, j + n1_) : c, out);
+  }
+  void level_row(int k, index_t j) { apply(k - 1, j, ring_[k].data() + (j % cap_[k]) * n2_); }
+
+  index_t n0_, n1_, n2_;
+  int q_;
+  index_t reach_, rows_;
+  T w_[3];
+  index_t cap_[3] = {0, 0, 0};
+  std::vector<T> ring_[3];
+  const T* v_ = nullptr;
+  index_t next_ = -1;
+};
+
+// (R v) of a row: PowerRows for the Laplacian-power form, FactoredRows where it applies, else
+// r_row. One per thread and pass.
 template <typename T>
 class RowsOf {
  public:
-  explicit RowsOf(const Grid& g) : factored_(FactoredRows<T>::applies(g)), f_(factored_ ? g : Grid{}) {}
+  explicit RowsOf(const Grid& g)
+      : power_(g.power()), factored_(!power_ && FactoredRows<T>::applies(g)), f_(factored_ ? g : Grid{}),
+        p_(power_ ? g : Grid{}) {}
   void row(const Bands<T>& B, const T* v, index_t i0, index_t i1, T* acc) {
-    if (factored_) f_.row(v, i1, acc);
+    if (power_) p_.row(v, i0 * B.g.n[1] + i1, acc);
+    else if (factored_) f_.row(v, i1, acc);
     else r_row(B, v, i0, i1, acc);
   }
 
  private:
-  bool factored_;
+  bool power_, factored_;
   FactoredRows<T> f_;
+  PowerRows<T> p_;
 };
+
+// diag(R) along the row (i0, i1, :) in the Laplacian-power form: diag((sum_a w_a L_a)^q) =
+// sum over a0 + a1 + a2 = q of q! / (a0! a1! a2!) prod_a w_a^(a_a) diag(L_a^(a_a)) (the axes'
+// factors commute and act on separate indices).
+template <typename T>
+void power_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
+  const int q = B.g.order;
+  const double fact[4] = {1, 1, 2, 6};
+  double g[4] = {0, 0, 0, 0};  // the factor of w_2^a2 diag(L_2^a2)
+  for (int a0 = 0; a0 <= q; ++a0)
+    for (int a1 = 0; a0 + a1 <= q; ++a1) {
+      const int a2 = q - a0 - a1;
+      g[a2] += fact[q] / (fact[a0] * fact[a1] * fact[a2]) * B.pd[0][a0][std::size_t(i0)] * B.pd[1][a1][std::size_t(i1)];
+    }
+  for (index_t i = 0; i < B.g.n[2]; ++i) {
+    double v = 0.0;
+    for (int a2 = 0; a2 <= q; ++a2) v += g[a2] * B.pd[2][a2][std::size_t(i)];
+    out[i] = T(v);
+  }
+}
 
 // diag(R) along the row (i0, i1, :).
 template <typename T>
 void r_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
+  if (B.g.power()) return power_diag_row(B, i0, i1, out);
   const index_t n2 = B.g.n[2];
   const T p01 = B.P(0, 0, i0) + B.P(1, 0, i1);
   const T t0 = B.Tm(0, 0, i0), t1 = B.Tm(1, 0, i1);
@@ -442,7 +589,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
   if (g.size() == 0) return;
   const Bands<T> B(g);
   const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
-  const index_t lag = g.n[0] > 1 ? std::max<index_t>(2, 2 * g.n[1]) : 2;
+  const index_t lag = g.power() ? PowerRows<T>::lag(g) : (g.n[0] > 1 ? std::max<index_t>(2, 2 * g.n[1]) : 2);
   const int stages = 1 + nsteps + (res ? 1 : 0);
   const T inv_theta = T(1) / theta;
   int nt = pick_threads(threads, g.size());

@@ -385,33 +385,35 @@ def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: 
 # ---- the thin-plate operator and the multigrid transfers (kronpe.solvers.multigrid) -----------------
 
 
-def thin_plate_matrix(shape, mask, lam: float, reflect: bool = False) -> np.ndarray:
+def thin_plate_matrix(shape, mask, lam: float, reflect: bool = False, order: int = 2, weights=None) -> np.ndarray:
     """A = diag(mask) + lam R, R the thin-plate penalty (``penalty_matrix(shape, 2, mixed=True)``,
-    ``boundary="reflect"`` with ``reflect``)."""
+    ``boundary="reflect"`` with ``reflect``); with ``order`` 3 or ``weights`` (mirrored only), the
+    Laplacian-power form ``penalty_matrix(shape, order, True, "reflect", weights)`` = (sum_i w_i L_i)^order."""
     shape = tuple(int(n) for n in shape)
-    R = penalty_matrix(shape, 2, mixed=True, boundary="reflect" if reflect else "natural")
+    R = penalty_matrix(shape, order, mixed=True, boundary="reflect" if reflect else "natural", weights=weights)
     return np.diag(np.asarray(mask, np.float64).ravel()) + lam * R
 
 
-def thin_plate_apply(x, mask, lam: float, reflect: bool = False) -> np.ndarray:
+def thin_plate_apply(x, mask, lam: float, reflect: bool = False, order: int = 2, weights=None) -> np.ndarray:
     """A x (the grid's shape)."""
     x = np.asarray(x, np.float64)
-    return (thin_plate_matrix(x.shape, mask, lam, reflect) @ x.ravel()).reshape(x.shape)
+    return (thin_plate_matrix(x.shape, mask, lam, reflect, order, weights) @ x.ravel()).reshape(x.shape)
 
 
-def thin_plate_cheb_start(x, b, mask, lam: float, theta: float, reflect: bool = False):
+def thin_plate_cheb_start(x, b, mask, lam: float, theta: float, reflect: bool = False, order: int = 2, weights=None):
     """(r, d): r = (b - A x) / diag(A), d = r / theta (x None: zero)."""
     b = np.asarray(b, np.float64)
-    A = thin_plate_matrix(b.shape, mask, lam, reflect)
+    A = thin_plate_matrix(b.shape, mask, lam, reflect, order, weights)
     ax = 0.0 if x is None else A @ np.asarray(x, np.float64).ravel()
     r = ((b.ravel() - ax) * _inverse_diag(A)).reshape(b.shape)
     return r, r / theta
 
 
-def thin_plate_cheb_step(d, r, x, mask, lam: float, c1: float, c2: float, reflect: bool = False):
+def thin_plate_cheb_step(d, r, x, mask, lam: float, c1: float, c2: float, reflect: bool = False, order: int = 2,
+                         weights=None):
     """(r', x', d'): x' = x + d, r' = r - (A d) / diag(A), d' = c1 d + c2 r'."""
     d = np.asarray(d, np.float64)
-    A = thin_plate_matrix(d.shape, mask, lam, reflect)
+    A = thin_plate_matrix(d.shape, mask, lam, reflect, order, weights)
     r2 = np.asarray(r, np.float64) - ((A @ d.ravel()) * _inverse_diag(A)).reshape(d.shape)
     return r2, np.asarray(x, np.float64) + d, c1 * d + c2 * r2
 
@@ -456,65 +458,83 @@ def thin_plate_hierarchy(m, coarsest: int = 64):
             m = grid_transfer(m, a, True, m.shape[a])
 
 
-def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha, reflect):
-    """``degree`` Chebyshev steps on diag(A)^-1 A over [lmax / alpha, lmax] from x (None: 0)."""
+def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha, pen):
+    """``degree`` Chebyshev steps on diag(A)^-1 A over [lmax / alpha, lmax] from x (None: 0);
+    pen: (reflect, order, weights)."""
     lo, hi = lmax / alpha, lmax
     theta, delta = (hi + lo) / 2, (hi - lo) / 2
     sigma = theta / delta
     rho = 1 / sigma
     x = np.zeros_like(b) if x is None else x.copy()
-    r, d = thin_plate_cheb_start(x, b, m, lam, theta, reflect)
+    r, d = thin_plate_cheb_start(x, b, m, lam, theta, *pen)
     for _ in range(degree - 1):
         rho_n = 1 / (2 * sigma - rho)
-        r, x, d = thin_plate_cheb_step(d, r, x, m, lam, rho_n * rho, 2 * rho_n / delta, reflect)
+        r, x, d = thin_plate_cheb_step(d, r, x, m, lam, rho_n * rho, 2 * rho_n / delta, *pen)
         rho = rho_n
     return x + d
 
 
+def _coarse_penalty(lam, axes, pen):
+    """lam and pen of the next coarser grid: lam 2^c / 16 (c the halved axes); in the
+    Laplacian-power form (order 3 or weights) lam 2^c and the halved axes' weights / 4."""
+    reflect, order, weights = pen
+    if order == 2 and weights is None:
+        return lam * 2.0 ** len(axes) / 16, pen
+    w = [wi / 4 if a in axes else wi for a, wi in enumerate(weights if weights is not None else (1.0,) * 3)]
+    return lam * 2.0 ** len(axes), (reflect, order, w)
+
+
 def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
-                      coarsest: int = 64, level: int = 0, levels=None, reflect: bool = False) -> np.ndarray:
+                      coarsest: int = 64, level: int = 0, levels=None, reflect: bool = False, order: int = 2,
+                      weights=None) -> np.ndarray:
     """One V-cycle from zero for diag(m) + lam R (kronpe/multigrid.h), with dense matrices: the
     same Chebyshev smoothing before and after the coarse correction, lam_c = lam 2^c / 16 (c the
-    halved axes), the coarsest grid solved densely (+ 1e-10 max|A| on the diagonal)."""
+    halved axes; the Laplacian-power form: ``_coarse_penalty``), the coarsest grid solved densely
+    (+ 1e-10 max|A| on the diagonal)."""
     levels = thin_plate_hierarchy(m, coarsest) if levels is None else levels
     b = np.asarray(b, np.float64)
     mm, axes = levels[level]
+    pen = (reflect, order, None if weights is None else [float(v) for v in weights])
     if level == len(levels) - 1:
-        A = thin_plate_matrix(mm.shape, mm, lam, reflect)
+        A = thin_plate_matrix(mm.shape, mm, lam, *pen)
         A += 1e-10 * max(np.abs(A).max(), 1e-300) * np.eye(A.shape[0])
         return np.linalg.solve(A, b.ravel()).reshape(b.shape)
-    x = _chebyshev_smooth(None, b, mm, lam, degree, lmax, alpha, reflect)
-    res = b - thin_plate_apply(x, mm, lam, reflect)
+    x = _chebyshev_smooth(None, b, mm, lam, degree, lmax, alpha, pen)
+    res = b - thin_plate_apply(x, mm, lam, *pen)
     for a in axes:
         res = grid_transfer(res, a, True, res.shape[a])
-    e = thin_plate_vcycle(res, m, lam * 2.0 ** len(axes) / 16, degree, lmax, alpha, coarsest, level + 1, levels,
-                          reflect)
+    lam_c, pen_c = _coarse_penalty(lam, axes, pen)
+    e = thin_plate_vcycle(res, m, lam_c, degree, lmax, alpha, coarsest, level + 1, levels, *pen_c)
     for a in reversed(axes):
         e = grid_transfer(e, a, False, mm.shape[a])
-    return _chebyshev_smooth(x + e, b, mm, lam, degree, lmax, alpha, reflect)
+    return _chebyshev_smooth(x + e, b, mm, lam, degree, lmax, alpha, pen)
 
 
 def thin_plate_fmg(b, m, lam: float, cycles: int = 1, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
-                   coarsest: int = 64, reflect: bool = False) -> np.ndarray:
+                   coarsest: int = 64, reflect: bool = False, order: int = 2, weights=None) -> np.ndarray:
     """Full multigrid from zero: b restricted to every grid, the coarsest solved, then on each finer
     grid the prolonged solution corrected by ``cycles`` V-cycles (of that grid's hierarchy)."""
     levels = thin_plate_hierarchy(m, coarsest)
     bs, lams = [np.asarray(b, np.float64)], [lam]
+    pens = [(reflect, order, None if weights is None else [float(v) for v in weights])]
     for mm, axes in levels[:-1]:
         c = bs[-1]
         for a in axes:
             c = grid_transfer(c, a, True, c.shape[a])
         bs.append(c)
-        lams.append(lams[-1] * 2.0 ** len(axes) / 16)
-    x = thin_plate_vcycle(bs[-1], m, lams[-1], degree, lmax, alpha, coarsest, len(levels) - 1, levels, reflect)
+        lam_c, pen_c = _coarse_penalty(lams[-1], axes, pens[-1])
+        lams.append(lam_c)
+        pens.append(pen_c)
+    x = thin_plate_vcycle(bs[-1], m, lams[-1], degree, lmax, alpha, coarsest, len(levels) - 1, levels, *pens[-1])
     for lev in range(len(levels) - 2, -1, -1):
         mm, axes = levels[lev]
         for a in reversed(axes):
             x = grid_transfer(x, a, False, mm.shape[a])
         for _ in range(cycles):
-            x = x + thin_plate_vcycle(bs[lev] - thin_plate_apply(x, mm, lams[lev], reflect), m, lams[lev], degree,
-                                      lmax, alpha, coarsest, lev, levels, reflect)
+            x = x + thin_plate_vcycle(bs[lev] - thin_plate_apply(x, mm, lams[lev], *pens[lev]), m, lams[lev], degree,
+                                      lmax, alpha, coarsest, lev, levels, *pens[lev])
     return x
+
 
 def masked_fill(s, mask):
     """(s where mask else 0, per-channel min and max of the observed values (+inf/-inf when none),

@@ -7,7 +7,8 @@
 //
 // - Hierarchy: each coarser grid halves every axis of >= 3 nodes (n -> n / 2 + 1) until at most
 //   `coarsest` nodes remain or no axis can be halved; m_c = P^T m, lam_c = lam 2^c / 16 (c the
-//   halved axes); the coarsest grid solved by a dense Cholesky factorisation in double.
+//   halved axes; in the Laplacian-power form of Grid, lam_c = lam 2^c and the weights of the
+//   halved axes / 4); the coarsest grid solved by a dense Cholesky factorisation in double.
 // - Smoother: Chebyshev polynomials of degree `degree` in diag(A)^-1 A over [lmax / alpha, lmax],
 //   the same before and after the coarse correction (a symmetric V-cycle).
 // - fmg: full multigrid from zero (b restricted to the coarsest grid, solved, then on every finer
@@ -89,6 +90,10 @@ class ThinPlateHierarchy {
   void set_data_term(const T* m);
   // The penalty's boundary on every level (Grid::reflect; lam kept).
   void set_reflect(bool reflect);
+  // The Laplacian-power form's axis weights of the finest grid (the coarse ones follow; lam kept).
+  void set_weights(const double w[3]);
+  // The smoother's interval [lmax / alpha, lmax] (MultigridOptions; the degree is kept).
+  void set_chebyshev(double lmax, double alpha);
   double lambda() const { return lam_; }
   int levels() const { return int(levels_.size()); }
   const Grid& grid(int level) const { return levels_.at(level).g; }
@@ -118,6 +123,7 @@ class ThinPlateHierarchy {
   void prolong_up(int level, const T* c, T* f, bool add);
   void coarsest_solve(const T* b, T* x);
   void check_data_term(const T* m) const;
+  static void coarse_weights(const Level& L, Level& C);
   void coarsest_penalty();
 
   MultigridOptions opt_;

@@ -7,6 +7,7 @@
 //     A x = m * x + lam * R x,
 //     R = sum_i D2_i^T D2_i + 2 sum_{i<j} (D1_i^T D1_i) (x) (D1_j^T D1_j)
 //
+// or, in the Laplacian-power form (Grid::power), R = (sum_i w_i L_i)^order (mirrored only)
 // (D_q the q-th difference matrix along an axis, with no rows on an axis of length <= q: the
 // penalty DifferencePenalty(2, mixed=True), the discrete thin-plate energy; with `reflect`, the
 // grid mirrored at its ends, DifferencePenalty(2, mixed=True, boundary="reflect"): D2^T D2
@@ -34,11 +35,20 @@
 
 namespace kronpe::smooth {
 
-// The shape of a grid padded to three axes, n[0] * n[1] * n[2] nodes.
+// The shape of a grid padded to three axes, n[0] * n[1] * n[2] nodes, and its penalty.
+//
+// The Laplacian-power form (power(): order 3, or weighted): R = (sum_i w_i L_i)^order, L_i the
+// Neumann Laplacian along axis i (mirrored boundary only: reflect must be true), the penalty
+// DifferencePenalty(order, mixed=True, boundary="reflect", weights=w). It is applied by `order`
+// weighted 7-point Laplacian passes over rings of rows (PowerRows in smooth.cpp).
 struct Grid {
   index_t n[3] = {1, 1, 1};
-  bool reflect = false;  // the boundary of the penalty: natural (false) or mirrored (true)
+  bool reflect = false;   // the boundary of the penalty: natural (false) or mirrored (true)
+  int order = 2;          // 2 or 3
+  bool weighted = false;  // the Laplacian-power form with the weights w (also for order 2)
+  double w[3] = {1.0, 1.0, 1.0};
   index_t size() const { return n[0] * n[1] * n[2]; }
+  bool power() const { return order != 2 || weighted; }
 };
 
 // n / 2 + 1: the coarse length of an axis of n >= 3 nodes.

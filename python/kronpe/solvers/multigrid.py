@@ -3,6 +3,10 @@ scattered samples (MATH.md 3.6), on grids of 1 to 3 axes:
 
     (S + lam R) x = b,     R = DifferencePenalty(2, mixed=True[, boundary="reflect"])
 
+or R = (sum_i w_i L_i)^q, q = 2, 3 (L_i the Neumann Laplacian along axis i: the mirrored
+boundary, DifferencePenalty(q, mixed=True, boundary="reflect", weights=w); ``order=3`` or
+``weights=`` below: the Laplacian-power form),
+
 with S the data term: a diagonal (a mask, points on the nodes) or any symmetric product (a
 blending matrix's B^T B), given as a function. The compiled kernels (``kronpe._core.thin_plate*``,
 ``grid_transfer``; NumPy references in :mod:`kronpe.reference`) apply ``m x + lam R x`` for a
@@ -17,9 +21,18 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
   stencil and the same kernel.
 - **Smoother**: Chebyshev polynomials of degree ``DEGREE`` in diag(A)^-1 A over
   [LMAX / ALPHA, LMAX], LMAX = 4 (Gershgorin's bound for the thin-plate stencil in 1 to 3 axes,
-  which holds with any m >= 0); the same polynomial before and after the coarse correction,
-  so the V-cycle is a symmetric preconditioner. They vectorise (no colouring) and need no
-  eigenvalue estimate.
+  which holds with any m >= 0; for the Laplacian-power form ``chebyshev_lmax`` computes it);
+  the same polynomial before and after the coarse correction, so the V-cycle is a symmetric
+  preconditioner. They vectorise (no colouring) and need no eigenvalue estimate. Order 3
+  (POWER_SMOOTHER): higher degrees cut the iterations (the 32 x 64 x 64 video, tol 1e-3:
+  degree 3 over [lmax / 8, lmax] 11, degree 4 / 30 6, degree 6 / 60 4) but not the time of the
+  default fit, whose lambda sweep and weight choice run fixed numbers of iterations (one thread:
+  173 / 208 / 278 ms), so it keeps degree 3 over [lmax / 8, lmax].
+- **Laplacian-power form**: the coarse grids' weights are the fine ones / 4 along each halved
+  axis and lam_c = lam 2^c (the same rediscretisation, axis by axis); R is applied as q weighted
+  7-point Laplacian passes over rings of rows (kronpe/smooth.h), diag(R) from the axes'
+  diag(L^a). At 32 x 64 x 64 one order-3 V-cycle took 3.0 ms against 6.3 ms for the banded
+  order-2 thin-plate stencil.
 - **Krylov**: CG preconditioned by one V-cycle, in the working precision of the vectors
   (float32 for images) with float64 dot products. Stopping: the preconditioned residual z = M r
   estimates the error; stop when ``||z|| <= tol * ||x||``. (The residual of the normal
@@ -48,7 +61,7 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,18 +71,67 @@ Array = np.ndarray
 DEGREE = 3
 LMAX = 4.0
 ALPHA = 8.0
+#: (degree, alpha) of the smoother for the order-3 (Laplacian-power) penalty
+POWER_SMOOTHER = (3, 8.0)
 COARSEST = 64
 
 
-def thin_plate_apply(x: Array, m: Array, lam: float, out: Optional[Array] = None, reflect: bool = False) -> Array:
-    """``m * x + lam * R x`` (R the thin-plate penalty, mirrored at the ends with ``reflect``) on a
-    grid of 1 to 3 axes, x and m of one float dtype and shape, any memory layout (copied to C
-    order when not in it)."""
+def thin_plate_apply(x: Array, m: Array, lam: float, out: Optional[Array] = None, reflect: bool = False,
+                     order: int = 2, weights: Optional[Sequence[float]] = None) -> Array:
+    """``m * x + lam * R x`` (R the thin-plate penalty, mirrored at the ends with ``reflect``; with
+    ``order`` 3 or ``weights``, mirrored only, R = (sum_i w_i L_i)^order) on a grid of 1 to 3
+    axes, x and m of one float dtype and shape, any memory layout (copied to C order when not in
+    it)."""
     x = np.ascontiguousarray(x)
     m = np.ascontiguousarray(m)
     out = np.empty_like(x) if out is None else out
-    _core.thin_plate(x, m, float(lam), out, reflect=bool(reflect))
+    _core.thin_plate(x, m, float(lam), out, reflect=bool(reflect), order=int(order),
+                     weights=None if weights is None else [float(w) for w in weights])
     return out
+
+
+def chebyshev_lmax(ndim: int, order: int = 2, weights: Optional[Sequence[float]] = None) -> float:
+    """An upper bound of the eigenvalues of diag(A)^-1 A for A = diag(m) + lam R, any m >= 0 and lam
+    >= 0: LMAX = 4 for the thin-plate penalty; for the Laplacian-power form R = L_w^q, L_w =
+    sum_i w_i L_i, Gershgorin's bound max_k sum_j |R_kj| / R_kk with sum_j |R_kj| <= (|L_w|^q 1)_k
+    (|.| entrywise; equal in the interior, where the signs of L_w^q alternate with the distance),
+    on a grid of 2 q + 3 nodes per axis (every kind of row near the ends and the interior appear;
+    diag(R) from the axes' diag(L^a), which act on separate indices). Microseconds (the dense
+    Gershgorin bound on that grid took 40 ms per set of weights)."""
+    if order == 2 and weights is None:
+        return LMAX
+    w = [1.0] * ndim if weights is None else [float(v) for v in weights]
+    n = 2 * order + 3
+    shape = (n,) * ndim
+
+    def abs_laplacian(v: Array) -> Array:  # |L_w| v: diagonal (neighbours) + off-diagonal (+1 each)
+        out = np.zeros_like(v)
+        for a in range(ndim):
+            lo = [slice(None)] * ndim
+            hi = [slice(None)] * ndim
+            lo[a], hi[a] = slice(0, -1), slice(1, None)
+            out[tuple(lo)] += w[a] * (v[tuple(lo)] + v[tuple(hi)])
+            out[tuple(hi)] += w[a] * (v[tuple(hi)] + v[tuple(lo)])
+        return out
+
+    rows = np.ones(shape)
+    for _ in range(order):
+        rows = abs_laplacian(rows)
+    L = np.diag(np.r_[1.0, np.full(n - 2, 2.0), 1.0]) - np.eye(n, k=1) - np.eye(n, k=-1)
+    dpow = [np.diag(np.linalg.matrix_power(L, a)) for a in range(order + 1)]  # diag(L^a), one axis
+    diag = np.zeros(shape)
+    import itertools
+    from math import factorial
+    for alpha in itertools.product(range(order + 1), repeat=ndim):
+        if sum(alpha) != order:
+            continue
+        term = np.ones(shape) * float(factorial(order) / np.prod([factorial(k) for k in alpha]))
+        for a, k in enumerate(alpha):
+            idx = [None] * ndim
+            idx[a] = slice(None)
+            term = term * (w[a] ** k * dpow[k])[tuple(idx)]
+        diag += term
+    return float(max(1.0, np.max(rows / diag)))
 
 
 class ThinPlateMG:
@@ -79,14 +141,24 @@ class ThinPlateMG:
     ``reflect``: R mirrored at the grid's ends (``DifferencePenalty(2, mixed=True,
     boundary="reflect")``) on every level."""
 
-    def __init__(self, m: Array, lam: Optional[float] = None, dtype=np.float32, reflect: bool = False):
+    def __init__(self, m: Array, lam: Optional[float] = None, dtype=np.float32, reflect: bool = False,
+                 order: int = 2, weights: Optional[Sequence[float]] = None, degree: Optional[int] = None,
+                 alpha: Optional[float] = None):
         m = np.ascontiguousarray(m, dtype=dtype)
         if not 1 <= m.ndim <= 3 or m.size == 0:
             raise ValueError(f"m must be a grid of 1 to 3 axes with at least one node, got shape {m.shape}")
         self.shape, self.dtype = m.shape, m.dtype
         kind = _core.ThinPlateHierarchy32 if m.dtype == np.float32 else _core.ThinPlateHierarchy64
         self.reflect = bool(reflect)
-        self._h = kind(m, DEGREE, LMAX, ALPHA, COARSEST, self.reflect)
+        self.order = int(order)
+        self.weights = None if weights is None else tuple(float(w) for w in weights)
+        #: the smoother's degree, Chebyshev interval [lmax / alpha, lmax] (POWER_SMOOTHER for order 3)
+        default_degree, default_alpha = (DEGREE, ALPHA) if self.order == 2 else POWER_SMOOTHER
+        self.degree = default_degree if degree is None else int(degree)
+        self.alpha = default_alpha if alpha is None else float(alpha)
+        self.lmax = chebyshev_lmax(m.ndim, self.order, self.weights)
+        self._h = kind(m, self.degree, self.lmax, self.alpha, COARSEST, self.reflect, 0, self.order,
+                       None if self.weights is None else list(self.weights))
         #: every level's grid shape, finest first
         self.levels = [tuple(s[3 - m.ndim:]) for s in self._h.shapes]
         self.lam: Optional[float] = None
@@ -102,6 +174,16 @@ class ThinPlateMG:
         """The penalty's boundary on every level: mirrored (True) or natural; lam kept."""
         self.reflect = bool(reflect)
         self._h.set_reflect(self.reflect)
+        return self
+
+    def set_weights(self, weights: Sequence[float]) -> "ThinPlateMG":
+        """New axis weights of the Laplacian-power form (built with ``weights`` or order 3), with
+        their Chebyshev bound; lam kept."""
+        w = tuple(float(v) for v in weights)
+        self._h.set_weights(list(w))
+        self.lmax = chebyshev_lmax(len(self.shape), self.order, w)
+        self._h.set_chebyshev(self.lmax, self.alpha)
+        self.weights = w
         return self
 
     def set_data(self, m: Array) -> "ThinPlateMG":
