@@ -313,17 +313,19 @@ def test_dot_refuses_bad_arrays():
 MASKED_SHAPES = [(0, 3), (1, 1), (7, 3), (100, 1), (100, 2), (100, 4), (1000, 3), (33, 0)]
 
 
+@pytest.mark.parametrize("planar", [False, True], ids=["interleaved", "planar"])
 @pytest.mark.parametrize("shape", MASKED_SHAPES, ids=str)
-def test_masked_fill_matches_reference(rng, shape, dtype):
+def test_masked_fill_matches_reference(rng, shape, dtype, planar):
     """_core.masked_fill (one pass: zero the unobserved values, per-channel range of the observed
-    ones, count of non-finite observed values) against reference.masked_fill."""
+    ones, count of non-finite observed values; out (n, C) or planar (C, n)) against
+    reference.masked_fill."""
     s = rng.standard_normal(shape).astype(dtype)
     mask = rng.random(shape[0]) < 0.5
     if shape[0] > 1:
         s[~mask] = np.nan  # unobserved values may be anything
-    out = np.full_like(s, 7)
-    lo, hi, bad = _core.masked_fill(s, mask.view(np.uint8), out)
-    want, wlo, whi, wbad = reference.masked_fill(s, mask)
+    out = np.full(shape[::-1] if planar else shape, 7, dtype)
+    lo, hi, bad = _core.masked_fill(s, mask.view(np.uint8), out, planar)
+    want, wlo, whi, wbad = reference.masked_fill(s, mask, planar)
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(np.asarray(lo, dtype), wlo)
     np.testing.assert_array_equal(np.asarray(hi, dtype), whi)
@@ -331,7 +333,7 @@ def test_masked_fill_matches_reference(rng, shape, dtype):
     if mask.any() and shape[1]:
         i = int(np.flatnonzero(mask)[-1])
         s[i, -1] = np.inf
-        assert _core.masked_fill(s, mask.view(np.uint8), out)[2] == reference.masked_fill(s, mask)[3] == 1
+        assert _core.masked_fill(s, mask.view(np.uint8), out, planar)[2] == reference.masked_fill(s, mask)[3] == 1
 
 
 def test_masked_signal_strided_and_bad_values(rng, dtype):
@@ -348,6 +350,10 @@ def test_masked_signal_strided_and_bad_values(rng, dtype):
     np.testing.assert_array_equal(out, np.where(mask[..., None], s, 0))
     np.testing.assert_array_equal(lo, s[mask].min(axis=0))
     np.testing.assert_array_equal(hi, s[mask].max(axis=0))
+    planes, plo, phi = masked_signal(s, mask, planar=True)
+    assert planes.shape == (3, 40, 15) and planes.flags.c_contiguous
+    np.testing.assert_array_equal(planes, np.moveaxis(np.where(mask[..., None], s, 0), -1, 0))
+    np.testing.assert_array_equal(plo, lo)
     s[np.argwhere(mask)[0][0], np.argwhere(mask)[0][1], 1] = np.nan
     with pytest.raises(ValueError, match=r"signal \(where mask is True\) must be finite, found NaN"):
         masked_signal(s, mask)
@@ -356,6 +362,8 @@ def test_masked_signal_strided_and_bad_values(rng, dtype):
     with pytest.raises(ValueError, match="out must not overlap s"):
         z = np.zeros((4, 2), dtype)
         _core.masked_fill(z, np.ones(4, np.uint8), z)
+    with pytest.raises(ValueError, match=r"out must have shape \(C, n\)"):
+        _core.masked_fill(np.zeros((4, 2), dtype), np.ones(4, np.uint8), np.zeros((4, 2), dtype), True)
 
 
 def test_work_cache_reuses_a_hierarchy_memory(rng):

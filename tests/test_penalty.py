@@ -407,5 +407,6 @@ def test_lattice_sums_are_the_blending_transpose(rng, shape):
     counts, rhs = lattice_sums(pts, shape, values)
     B = BlendingMatrix(pts, nodes, None, outside="clamp")
     np.testing.assert_allclose(counts, B.rmatvec(np.ones(300)).reshape(shape), rtol=1e-6)
-    np.testing.assert_allclose(rhs, B.rmatvec(values).reshape(shape + (3,)), rtol=1e-5, atol=1e-5)
+    assert len(rhs) == 3 and all(p.shape == tuple(shape) and p.dtype == np.float32 for p in rhs)
+    np.testing.assert_allclose(np.stack(rhs, -1), B.rmatvec(values).reshape(shape + (3,)), rtol=1e-5, atol=1e-5)
     assert counts.sum() == 300

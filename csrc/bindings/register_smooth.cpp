@@ -202,16 +202,19 @@ void register_smooth(py::module_& m) {
       "them first (internal).");
   m.def(
       "masked_fill",
-      [](const Array& s, const Array& mask, const Array& out) {
+      [](const Array& s, const Array& mask, const Array& out, bool planar) {
         for (const auto& [a, name] : {std::pair<const Array*, const char*>{&s, "s"}, {&out, "out"}, {&mask, "mask"}})
           bindings::require_host(*a, name);
         require(s.ndim() == 2, "masked_fill: s must be 2-D (n, C)");
         const index_t n = s.shape[0], C = s.shape[1];
-        require(out.shape == s.shape && out.dtype == s.dtype, "masked_fill: out must have s's shape and dtype");
+        const std::vector<index_t> want = planar ? std::vector<index_t>{C, n} : std::vector<index_t>{n, C};
+        require(std::vector<index_t>(out.shape.begin(), out.shape.end()) == want && out.dtype == s.dtype,
+                planar ? "masked_fill: out must have shape (C, n) and s's dtype" : "masked_fill: out must have s's shape and dtype");
         require(mask.ndim() == 1 && mask.shape[0] == n, "masked_fill: mask must be 1-D of s's length");
-        for (const Array* a : {&s, &out})
-          require(n <= 1 || C == 0 || ((C <= 1 || a->strides[1] == 1) && a->strides[0] == C),
-                  "masked_fill: s and out must be C-contiguous");
+        require(n <= 1 || C == 0 || ((C <= 1 || s.strides[1] == 1) && s.strides[0] == C), "masked_fill: s must be C-contiguous");
+        const index_t inner = out.shape.size() == 2 ? out.shape[1] : 0;
+        require(out.ndim() != 2 || out.shape[0] <= 1 || inner == 0 || ((inner <= 1 || out.strides[1] == 1) && out.strides[0] == inner),
+                "masked_fill: out must be C-contiguous");
         require(n <= 1 || mask.strides[0] == 1, "masked_fill: mask must be contiguous");
         const unsigned char* mp = bindings::data<const unsigned char>(mask, "mask");
         py::tuple result;
@@ -224,15 +227,15 @@ void register_smooth(py::module_& m) {
           index_t bad = 0;
           {
             py::gil_scoped_release release;
-            bad = masked_fill<T>(n, C, sp, mp, op, lo.data(), hi.data());
+            bad = masked_fill<T>(n, C, sp, mp, op, lo.data(), hi.data(), planar);
           }
           result = py::make_tuple(std::vector<double>(lo.begin(), lo.end()),
                                   std::vector<double>(hi.begin(), hi.end()), bad);
         });
         return result;
       },
-      py::arg("s"), py::arg("mask"), py::arg("out"),
-      "out = s where mask (uint8 (n,)) else 0, s (n, C); returns (per-channel min, max over the observed "
+      py::arg("s"), py::arg("mask"), py::arg("out"), py::arg("planar") = false,
+      "out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed "
       "values, how many of them are NaN or Inf) (internal).");
   m.def(
       "thin_plate",

@@ -536,16 +536,18 @@ def thin_plate_fmg(b, m, lam: float, cycles: int = 1, degree: int = 3, lmax: flo
     return x
 
 
-def masked_fill(s, mask):
-    """(s where mask else 0, per-channel min and max of the observed values (+inf/-inf when none),
-    how many observed values are NaN or Inf): ``_core.masked_fill`` of s (n, C) and mask (n,)."""
+def masked_fill(s, mask, planar: bool = False):
+    """(s where mask else 0 ((C, n) with planar), per-channel min and max of the observed values
+    (+inf/-inf when none), how many observed values are NaN or Inf): ``_core.masked_fill`` of s
+    (n, C) and mask (n,)."""
     s = np.asarray(s)
     on = np.asarray(mask, bool)
     obs = s[on]
     with np.errstate(invalid="ignore"):
         lo = obs.min(axis=0) if obs.shape[0] else np.full(s.shape[1], np.inf)
         hi = obs.max(axis=0) if obs.shape[0] else np.full(s.shape[1], -np.inf)
-    return np.where(on[:, None], s, 0).astype(s.dtype), lo, hi, int(np.count_nonzero(~np.isfinite(obs)))
+    out = np.where(on[:, None], s, 0).astype(s.dtype)
+    return (np.ascontiguousarray(out.T) if planar else out), lo, hi, int(np.count_nonzero(~np.isfinite(obs)))
 
 
 # ---- resampling (kronpe.resampling) ----------------------------------------------------------------

@@ -5,12 +5,13 @@
 
 namespace kronpe {
 
-// s and out (n, C) row-major, mask (n) (non-zero = observed): out = s where observed, 0
-// elsewhere (out must not overlap s); lo[c], hi[c] = the min and max of channel c over the observed values
+// s (n, C) row-major, mask (n) (non-zero = observed): out = s where observed, 0 elsewhere (out
+// (n, C), or (C, n) with planar: one contiguous plane per channel, as the solver takes them; out
+// must not overlap s); lo[c], hi[c] = the min and max of channel c over the observed values
 // (+inf and -inf when none is). Returns how many observed values are NaN or Inf (copied as they
 // are; lo and hi are then meaningless).
 template <typename T>
 index_t masked_fill(index_t n, index_t C, const T* s, const unsigned char* mask, T* out, T* lo,
-                    T* hi);
+                    T* hi, bool planar = false);
 
 }  // namespace kronpe

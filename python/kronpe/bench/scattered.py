@@ -61,7 +61,7 @@ def kronpe_points(img, mask, pts, query):
 def kronpe_mask(img, mask, pts, query):
     import kronpe
 
-    m = kronpe.fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+    m = kronpe.fit_grid(img, mask=mask)  # the values where mask is False are ignored (as inpaint_biharmonic does)
     return m.predict_grid(kronpe.data.grid_coords(mask.shape))[~mask]
 
 

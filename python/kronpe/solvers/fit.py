@@ -506,16 +506,15 @@ def _observed_mask(mask, shape) -> np.ndarray:
 def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) -> GridModel:
     """The default fit of a grid with holes (kronpe.solvers.smooth): Triangle(N_i) embedders
     (the identity at the default coordinates), thin-plate penalty, multigrid-preconditioned CG."""
-    S, lo, hi = _signal_arg(signal, shape, mask, with_range=True)
+    planes, lo, hi = _signal_arg(signal, shape, mask, with_range=True, planar=True)  # (C, N...)
     D = len(shape)
-    chans = S.shape[D:]
+    chans = np.shape(signal)[D:]
     # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
     _validate.check_array_budget("signal", list(shape) + [12 + 2 * max(1, int(np.prod(chans)))], 4,
                                  "the fill of a grid with holes needs about 12 + 2 C float32 values per node")
-    flat = S.reshape(shape + (-1,))
-    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), flat, None if ridge == "gcv" else float(ridge),
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), list(planes), None if ridge == "gcv" else float(ridge),
                               value_range=(lo, hi))
-    return GridModel(W.reshape(shape + chans).astype(S.dtype, copy=False), [Triangle(n) for n in shape], lam,
+    return GridModel(W.reshape(shape + chans).astype(planes.dtype, copy=False), [Triangle(n) for n in shape], lam,
                      info=info)
 
 

@@ -166,8 +166,8 @@ def lattice_grid(points: Array) -> Optional[List[Array]]:
     return nodes
 
 
-def lattice_sums(points: Array, shape: Sequence[int], values: Array) -> Tuple[Array, Array]:
-    """(samples per node (N...), their sums per channel (N..., C)) float32 for points (P, D) on the
+def lattice_sums(points: Array, shape: Sequence[int], values: Array) -> Tuple[Array, List[Array]]:
+    """(samples per node (N...), their sums per channel as C planes (N...)) float32 for points (P, D) on the
     lattice of ``shape`` nodes over [0, 1] (``lattice_grid``; positions rounded to the nearest
     node, outside ones clamped), values (P, C): B^T 1 and B^T values of the blending matrix,
     whose rows are then unit vectors, as a scatter-add (building B took 5 ms for 65k points)."""
@@ -177,9 +177,8 @@ def lattice_sums(points: Array, shape: Sequence[int], values: Array) -> Tuple[Ar
         flat = flat * n + k
     G = int(np.prod(shape))
     counts = np.bincount(flat, minlength=G).astype(np.float32).reshape(tuple(shape))
-    rhs = np.empty(tuple(shape) + (values.shape[1],), np.float32)
-    for c in range(values.shape[1]):
-        rhs[..., c] = np.bincount(flat, weights=values[:, c], minlength=G).reshape(tuple(shape))
+    rhs = [np.bincount(flat, weights=values[:, c], minlength=G).astype(np.float32).reshape(tuple(shape))
+           for c in range(values.shape[1])]
     return counts, rhs
 
 
@@ -223,10 +222,18 @@ def _mg_penalty(penalty: DifferencePenalty) -> Dict[str, Any]:
     return dict(reflect=penalty.reflect, order=penalty.order, weights=penalty.weights)
 
 
-def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: float, maxiter: int,
+def _as_planes(rhs) -> List[Array]:
+    """A right-hand side as C contiguous float32 planes: a list of them as it is, or (N..., C)."""
+    if isinstance(rhs, (list, tuple)):
+        return [np.ascontiguousarray(p, dtype=np.float32) for p in rhs]
+    return _planes(np.asarray(rhs, np.float32))
+
+
+def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxiter: int,
           penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None,
           value_range: Optional[Tuple[Array, Array]] = None) -> Tuple[Array, int, Array, float]:
-    """(M + lam R) W = rhs for W (N..., C) float32: multigrid-preconditioned CG on grids of 1 to 3
+    """(M + lam R) W = rhs for W (N..., C) float32 (rhs (N..., C) or C planes (N...)):
+    multigrid-preconditioned CG on grids of 1 to 3
     axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam and the penalty's boundary),
     DCT-preconditioned CG on more. ``value_range`` = per-channel (min, max): W clipped to it
     (channel by channel, before the channels are interleaved: the clip of the interleaved array
@@ -235,6 +242,7 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
     D = len(data.shape)
     if D > MG_MAX_AXES:
         M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
+        rhs = np.stack(rhs, -1) if isinstance(rhs, (list, tuple)) else rhs
         W, its, rels = pcg(lambda w: data(w) + np.float32(lam) * penalty.apply(w, D), M, rhs, x0, tol, maxiter)
         if value_range is None:
             return W, its, rels, 0.0
@@ -250,8 +258,8 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
             return out
     # channels in their principal basis (module docstring), the strongest first: its norm sets
     # the error scale of the others
-    C = rhs.shape[-1]
-    planes = _planes(rhs)
+    planes = _as_planes(rhs)
+    C = len(planes)
     V = principal_basis(planes)
     b = _mix_planes(planes, V)
     start_ = None if x0 is None else _mix_planes(_planes(x0), V)
@@ -264,7 +272,9 @@ def solve(data: DataTerm, rhs: Array, lam: float, x0: Optional[Array], tol: floa
             scale = max(float(np.sqrt(_dot(w, w))), 1e-30)
         its = max(its, it)
         rels.append(rel)
-    out = np.empty(rhs.shape, np.float32)
+    if C == 1 and value_range is None:  # (the sweep's fits) W itself, no copy
+        return W[0][..., None], its, np.array(rels), 0.0
+    out = np.empty(planes[0].shape + (C,), np.float32)
     return out, its, np.array(rels), _unmix(W, V.T, out, value_range)
 
 
@@ -331,7 +341,7 @@ def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty =
     return ThinPlateMG(data.diag if data.sparse is None else lumped(data), lam, **_mg_penalty(penalty))
 
 
-def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[str, Any]]:
+def choose_ridge(data: DataTerm, rhs, maxiter: int) -> Tuple[float, Dict[str, Any]]:
     """lambda held out on the whole grid (module docstring) for a diagonal data term (grids with
     holes, points on a lattice): the held-out samples are nodes with data, their values
     rhs / diag."""
@@ -342,7 +352,7 @@ def choose_ridge(data: DataTerm, rhs: Array, maxiter: int) -> Tuple[float, Dict[
     hold = obs[_holdout(obs.size)]
     train = diag.copy()
     train.flat[hold] = 0.0
-    y = _selection_signal(_planes(rhs), float(diag.sum()))[..., None]
+    y = _selection_signal(_as_planes(rhs), float(diag.sum()))[..., None]
     y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
     r_train = np.where((train > 0)[..., None], y, 0).astype(np.float32)
 
@@ -374,10 +384,12 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     return _sweep(sub, r_train, error, rho, maxiter)
 
 
-def _start(data: DataTerm, rhs: Array) -> Optional[Array]:
+def _start(data: DataTerm, rhs) -> Optional[Array]:
     """CG's start (module docstring): None (full multigrid, in the solver) on grids of 1 to 3 axes
     with a diagonal data term, else the normalised convolution."""
-    return None if len(data.shape) <= MG_MAX_AXES and data.sparse is None else start(data, rhs)
+    if len(data.shape) <= MG_MAX_AXES and data.sparse is None:
+        return None
+    return start(data, np.stack(rhs, -1) if isinstance(rhs, (list, tuple)) else rhs)
 
 
 def _too_few_to_hold_out() -> Dict[str, Any]:
@@ -507,14 +519,15 @@ def sample_range(values: Array) -> Tuple[Array, Array]:
     return v.min(axis=1), v.max(axis=1)
 
 
-def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[int] = None,
+def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = None,
         samples: Optional[Tuple[Any, Array]] = None, value_range: Optional[Tuple[Array, Array]] = None
         ) -> Tuple[Array, float, Dict[str, Any]]:
     """The default smooth fit: (grid values (N..., C) float32, lambda, info). ``samples`` = (B,
     values) for a sparse data term B^T B: the held-out choice of lambda needs the points.
     ``value_range`` = per-channel (min, max) of the samples: the grid values are clipped to it
     (module docstring)."""
-    rhs = np.asarray(rhs, np.float32)
+    rhs = _as_planes(rhs)  # once: the sweep and the solve take the channels as planes
+    size = sum(p.size for p in rhs)
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
     info: Dict[str, Any] = {}
     if ridge is None:
@@ -537,8 +550,8 @@ def fit(data: DataTerm, rhs: Array, ridge: Optional[float], maxiter: Optional[in
     # the interpolation limit converges slowest and its PSNR is the most sensitive to the solve
     tol = TOL_INTERPOLATING if info.get("interpolating") else TOL
     W, its, rels, clipped = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg,
-                                  value_range if rhs.size else None)
-    if value_range is not None and rhs.size:
+                                  value_range if size else None)
+    if value_range is not None and size:
         info["clipped"] = clipped
     res = float(rels.max()) if rels.size else 0.0
     multigrid = len(data.shape) <= MG_MAX_AXES
