@@ -461,12 +461,11 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
         counts, rhs = smooth.lattice_sums(pts, shape, s)
         W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None, value_range=smooth.sample_range(s))
     else:
-        B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads)
+        B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads).store()
         shape = B.grid_shape
         rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
-        S = B.to_scipy()
-        W, lam, info = smooth.fit(smooth.DataTerm(shape, sparse=(S.T @ S).tocsr().astype(np.float32)), rhs, None,
-                                  samples=(S, s), value_range=smooth.sample_range(s))
+        W, lam, info = smooth.fit(smooth.DataTerm(shape, blend=B), rhs, None, samples=(B, s),
+                                  value_range=smooth.sample_range(s))
     info["grid"] = "the points' lattice" if lattice is not None else "NODES_PER_SPACING nodes per mean sample spacing"
     return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
                    info["preconditioner"])

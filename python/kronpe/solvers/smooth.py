@@ -7,8 +7,8 @@ nor a penalty is given. Decisions (documented once, here):
 - **Model.** The unknowns are the model's values on a grid (the identity embedding: on a grid
   with holes, ``Triangle(N_i)`` at the default coordinates, whose matrix at the samples is the
   identity; at scattered points, the virtual grid's values blended multilinearly). The data term
-  is then ``w^T (B^T B) w``, a diagonal (the mask, or points on the nodes) or a sparse matrix
-  with 3^D bands, applied in one product.
+  is then ``w^T (B^T B) w``, a diagonal (the mask, or points on the nodes) or, off the nodes,
+  B^T (B w) through the stored blending matrix (``DataTerm``).
 - **Penalty**: on 1 and 2 axes the thin-plate form ``DifferencePenalty(2, mixed=True)``; on 3
   axes (ORDER) the third-order form mirrored at the ends with per-axis weights,
   ``DifferencePenalty(3, mixed=True, boundary="reflect", weights=w)`` = (sum_i w_i L_i)^3.
@@ -134,20 +134,40 @@ WEIGHT_MARGIN = 0.01
 
 
 class DataTerm:
-    """B^T B on the grid (N..., C): a diagonal ``diag`` (N...) or a sparse (G, G) matrix."""
+    """B^T B on the grid (N..., C): a diagonal ``diag`` (N...) (a mask, points on the nodes), or
+    the stored blending matrix ``blend`` itself (a kronpe BlendingMatrix B, (P, G)): B^T (B W),
+    two passes over the P x 2^D stored weights instead of one over the 3^D G entries of B^T B as a
+    sparse matrix (0.9 against 1.9 ms for 65k points on a 1026^2 grid, one thread)."""
 
-    def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, sparse=None):
+    def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, blend=None):
         self.shape = tuple(shape)
         self.diag = None if diag is None else np.asarray(diag, np.float32)
-        self.sparse = sparse
-        d = self.diag if sparse is None else sparse.diagonal().reshape(self.shape)
+        self.blend = blend
+        if blend is not None:  # diag(B^T B): the squared weights scatter-added onto their nodes
+            w = np.asarray(blend.weights, np.float64)
+            d = np.bincount(np.asarray(blend.indices).reshape(-1), weights=(w * w).reshape(-1),
+                            minlength=int(np.prod(self.shape)))
+        else:
+            d = self.diag
         self.rho = float(np.mean(d))
 
+    @property
+    def is_diagonal(self) -> bool:
+        return self.blend is None
+
     def __call__(self, W: Array) -> Array:
-        if self.sparse is None:
+        if self.blend is None:
             return self.diag[(...,) + (None,) * (W.ndim - self.diag.ndim)] * W
-        flat = W.reshape(self.sparse.shape[0], -1)
-        return np.asarray(self.sparse @ flat, W.dtype).reshape(W.shape)
+        flat = W.reshape(int(np.prod(self.shape)), -1)
+        return self.blend.rmatvec(self.blend.matvec(flat)).astype(W.dtype, copy=False).reshape(W.shape)
+
+    def lumped(self) -> Array:
+        """The row sums of B^T B (i.e. B^T 1; the diagonal itself when diagonal), float32 (N...):
+        the multigrid hierarchy's diagonal."""
+        if self.blend is None:
+            return self.diag
+        ones = np.ones(self.blend.shape[0], np.float32)
+        return np.asarray(self.blend.rmatvec(ones), np.float32).reshape(self.shape)
 
 
 def lattice_grid(points: Array) -> Optional[List[Array]]:
@@ -249,12 +269,12 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
         return W, its, rels, _unmix(_planes(W), np.eye(W.shape[-1], dtype=np.float32), W, value_range)
     mg = hierarchy(data, lam, penalty) if mg is None else mg
     operator = None
-    if data.sparse is not None:
+    if not data.is_diagonal:
         zeros = np.zeros(data.shape, np.float32)
 
         def operator(v: Array) -> Array:
             out = thin_plate_apply(v, zeros, lam, **_mg_penalty(penalty))  # lam R v
-            out += np.asarray(data.sparse @ v.reshape(-1), np.float32).reshape(v.shape)
+            out += data(v)
             return out
     # channels in their principal basis (module docstring), the strongest first: its norm sets
     # the error scale of the others
@@ -331,14 +351,9 @@ def principal_basis(planes: List[Array]) -> Array:
     return np.ascontiguousarray(V[:, ::-1], dtype=np.float32)
 
 
-def lumped(data: DataTerm) -> Array:
-    """The row sums of a sparse data term B^T B (i.e. B^T 1): the hierarchy's diagonal."""
-    return np.asarray(data.sparse.sum(axis=1), np.float32).reshape(data.shape)
-
-
 def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty = PENALTY) -> ThinPlateMG:
     """The multigrid hierarchy of M + lam R (M lumped when not diagonal), R a default penalty."""
-    return ThinPlateMG(data.diag if data.sparse is None else lumped(data), lam, **_mg_penalty(penalty))
+    return ThinPlateMG(data.lumped(), lam, **_mg_penalty(penalty))
 
 
 def choose_ridge(data: DataTerm, rhs, maxiter: int) -> Tuple[float, Dict[str, Any]]:
@@ -364,8 +379,9 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int) -> Tuple[float, Dict[str, An
 
 def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxiter: int
                         ) -> Tuple[float, Dict[str, Any]]:
-    """lambda held out among scattered samples: B the (P, G) blending matrix (scipy CSR), values
-    (P, C); HOLDOUT_FRACTION of the points left out, their error measured through their rows of B."""
+    """lambda held out among scattered samples: B the (P, G) blending matrix (a stored kronpe
+    BlendingMatrix), values (P, C); HOLDOUT_FRACTION of the points left out, their error measured
+    through their rows of B."""
     P = B.shape[0]
     if P < MIN_HOLDOUT:
         return rho * 10.0 ** (-FALLBACK_EXPONENT), _too_few_to_hold_out()
@@ -374,12 +390,13 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     keep[hold] = False
     cols = [np.ascontiguousarray(values[:, c], np.float64) for c in range(values.shape[1])]
     y = _selection_signal(cols, float(P))
-    Bt, Bh = B[keep], B[hold]
-    sub = DataTerm(shape, sparse=(Bt.T @ Bt).tocsr().astype(np.float32))
-    r_train = np.asarray(Bt.T @ y[keep], np.float32).reshape(tuple(shape) + (1,))
+    Bt, Bh = B.take(np.flatnonzero(keep)), B.take(hold)
+    sub = DataTerm(shape, blend=Bt)
+    r_train = np.asarray(Bt.rmatvec(y[keep]), np.float32).reshape(tuple(shape) + (1,))
+    y_hold = y[hold]
 
     def error(w):
-        return float(np.mean((Bh @ w.reshape(-1).astype(np.float64) - y[hold]) ** 2))
+        return float(np.mean((Bh.matvec(w.reshape(-1)).astype(np.float64) - y_hold) ** 2))
 
     return _sweep(sub, r_train, error, rho, maxiter)
 
@@ -387,7 +404,7 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
 def _start(data: DataTerm, rhs) -> Optional[Array]:
     """CG's start (module docstring): None (full multigrid, in the solver) on grids of 1 to 3 axes
     with a diagonal data term, else the normalised convolution."""
-    if len(data.shape) <= MG_MAX_AXES and data.sparse is None:
+    if len(data.shape) <= MG_MAX_AXES and data.is_diagonal:
         return None
     return start(data, np.stack(rhs, -1) if isinstance(rhs, (list, tuple)) else rhs)
 
@@ -523,7 +540,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
         samples: Optional[Tuple[Any, Array]] = None, value_range: Optional[Tuple[Array, Array]] = None
         ) -> Tuple[Array, float, Dict[str, Any]]:
     """The default smooth fit: (grid values (N..., C) float32, lambda, info). ``samples`` = (B,
-    values) for a sparse data term B^T B: the held-out choice of lambda needs the points.
+    values) for a blended data term B^T B: the held-out choice of lambda needs the points.
     ``value_range`` = per-channel (min, max) of the samples: the grid values are clipped to it
     (module docstring)."""
     rhs = _as_planes(rhs)  # once: the sweep and the solve take the channels as planes
@@ -531,9 +548,9 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
     info: Dict[str, Any] = {}
     if ridge is None:
-        if data.diag is None:
+        if not data.is_diagonal:
             if samples is None:
-                raise ValueError("choosing lambda for a sparse data term needs the samples")
+                raise ValueError("choosing lambda for a blended data term needs the samples")
             lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter)
         else:
             lam, extra = choose_ridge(data, rhs, maxiter)
@@ -545,8 +562,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     penalty = default_penalty(len(data.shape), info.get("boundary", BOUNDARIES[0]) == "reflect", info.get("weights"))
     info["boundary"] = penalty.boundary
     if mg is not None:
-        m = data.diag if data.sparse is None else lumped(data)
-        mg.set_data(m).set_ridge(lam)
+        mg.set_data(data.lumped()).set_ridge(lam)
     # the interpolation limit converges slowest and its PSNR is the most sensitive to the solve
     tol = TOL_INTERPOLATING if info.get("interpolating") else TOL
     W, its, rels, clipped = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg,
