@@ -95,3 +95,50 @@ def test_torch_kernels_follow_torch_threads():
         torch.set_num_threads(before)
     for a, b in zip(one, many):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_busy_cores_fall_back_to_one_thread(restore_threads):
+    """Processes that keep every core busy start the kernels' teams late (kronpe/threads.h): the
+    cores are marked busy, default teams shrink to one thread (the same bits: results never depend
+    on the count), and after the back-off the default count is back; get_num_threads is unchanged."""
+    import multiprocessing
+    import os
+    import time
+
+    from kronpe import _core
+    from kronpe.solvers.multigrid import ThinPlateMG
+
+    kronpe.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    m = (rng.random((512, 512)) < 0.5).astype(np.float32)
+    b = rng.standard_normal(m.shape).astype(np.float32)
+    mg = ThinPlateMG(m, 1e-3)
+    want = mg.vcycle(b).copy()
+    ctx = multiprocessing.get_context("spawn" if sys.platform != "linux" else "fork")
+    procs = [ctx.Process(target=_spin, args=(20.0,), daemon=True) for _ in range(os.cpu_count() or 2)]
+    for p in procs:
+        p.start()
+    try:
+        marks = _core.busy_cores()[1]
+        deadline = time.perf_counter() + 15.0
+        while _core.busy_cores()[1] == marks and time.perf_counter() < deadline:
+            np.testing.assert_array_equal(mg.vcycle(b), want)
+        assert _core.busy_cores()[1] > marks, "teams started on time with every core busy"
+        assert _core.busy_cores()[0] and kronpe.get_num_threads() == 2
+        np.testing.assert_array_equal(mg.vcycle(b), want)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+    time.sleep(0.3)  # > kBusyMilliseconds
+    assert not _core.busy_cores()[0]
+    np.testing.assert_array_equal(mg.vcycle(b), want)

@@ -21,7 +21,7 @@ namespace {
 
 int resolve_threads(int threads) {
 #ifdef KRONPE_OPENMP
-  return threads > 0 ? threads : default_threads();
+  return threads > 0 ? threads : kernel_threads();
 #else
   (void)threads;
   return 1;
@@ -139,19 +139,24 @@ void for_slabs(TransposeLayout lay, const index_t* ptr, int threads, MatrixView<
   const int nt = resolve_threads(threads);
   for (index_t phase = 0; phase < 2; ++phase) {
     const index_t count = (lay.slabs - phase + 1) / 2;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (index_t k = 0; k < count; ++k) {
-      const index_t s = phase + 2 * k;
-      if (phase == 0) {
-        const index_t r1 = std::min(out.rows, (s + 2) * lay.slab);
-        if (packed(out))
-          std::fill(out.data + s * lay.slab * out.cols, out.data + r1 * out.cols, T(0));
-        else
-          for (index_t r = s * lay.slab; r < r1; ++r)
-            for (index_t c = 0; c < out.cols; ++c) out(r, c) = T(0);
+    const TeamClock clock;
+#pragma omp parallel num_threads(nt)
+    {
+      clock.started();
+#pragma omp for schedule(dynamic, 1)
+      for (index_t k = 0; k < count; ++k) {
+        const index_t s = phase + 2 * k;
+        if (phase == 0) {
+          const index_t r1 = std::min(out.rows, (s + 2) * lay.slab);
+          if (packed(out))
+            std::fill(out.data + s * lay.slab * out.cols, out.data + r1 * out.cols, T(0));
+          else
+            for (index_t r = s * lay.slab; r < r1; ++r)
+              for (index_t c = 0; c < out.cols; ++c) out(r, c) = T(0);
+        }
+        for (index_t e = ptr[s]; e < ptr[s + 1]; e += kBlock)
+          body(s, e, std::min(kBlock, ptr[s + 1] - e));
       }
-      for (index_t e = ptr[s]; e < ptr[s + 1]; e += kBlock)
-        body(s, e, std::min(kBlock, ptr[s + 1] - e));
     }
   }
 }
@@ -530,8 +535,10 @@ void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int thread
   const index_t P = points.rows;
   const index_t nblocks = (P + kBlock - 1) / kBlock;
   const int nt = resolve_threads(threads);
+  const TeamClock clock;
 #pragma omp parallel num_threads(nt)
   {
+    clock.started();
     BlockScratch sc(wf.corners());
 #pragma omp for schedule(dynamic, 16)
     for (index_t blk = 0; blk < nblocks; ++blk) {

@@ -18,7 +18,7 @@ void for_each_row(index_t n, index_t width, const T* x, index_t x_stride, T* out
   const bool parallel = n * width >= kParallelElements;
   (void)parallel;
 #ifdef KRONPE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(default_threads()) if (parallel)
+#pragma omp parallel for schedule(static) num_threads(kernel_threads()) if (parallel)
 #endif
   for (index_t i = 0; i < n; ++i) row(static_cast<double>(x[i * x_stride]), out + i * out_row_stride);
 }

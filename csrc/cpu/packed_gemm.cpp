@@ -314,8 +314,10 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   };
 #ifdef KRONPE_OPENMP
   if (nt > 1 && nblocks > 1) {
+    const TeamClock clock;
 #pragma omp parallel num_threads(nt)
     {
+      clock.started();
 #pragma omp for schedule(static)
       for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
 #pragma omp for schedule(dynamic, 1)
@@ -356,7 +358,7 @@ void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, co
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
-  int nt = threads > 0 ? std::min(checked_threads(threads), kMaxThreads) : default_threads();
+  int nt = threads > 0 ? std::min(checked_threads(threads), kMaxThreads) : kernel_threads();
   // Calls that overlap (chains on several user threads, e.g. dask's) run on one thread each
   // rather than a team each on the same cores.
   struct Active {

@@ -2,6 +2,8 @@
 // kronpe/smooth.h for the definitions).
 #include "kronpe/smooth.h"
 
+#include "kronpe/threads.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -23,7 +25,7 @@ constexpr index_t kMinNodesPerThread = index_t(1) << 15;
 int pick_threads(int threads, index_t nodes) {
   checked_threads(threads);
 #ifdef KRONPE_OPENMP
-  const index_t cap = threads > 0 ? threads : omp_get_max_threads();
+  const index_t cap = threads > 0 ? threads : kernel_threads();  // 1 while the cores are busy
   return int(std::max<index_t>(1, std::min<index_t>(cap, nodes / kMinNodesPerThread)));
 #else
   return 1;
@@ -425,10 +427,12 @@ void for_rows(const Grid& g, int threads, Row&& row) {
   const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
   if (g.size() == 0) return;
   const int nt = pick_threads(threads, g.size());
+  const TeamClock clock;
 #ifdef KRONPE_OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
   {
+    clock.started();
     std::vector<T> acc(static_cast<std::size_t>(n2)), dg(static_cast<std::size_t>(n2));
     RowsOf<T> stencil(g);
 #ifdef KRONPE_OPENMP
@@ -616,10 +620,12 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       residual_row(n2, x + o, b + o, m + o, lam, acc, res + o);
     }
   };
+  const TeamClock clock;
 #ifdef KRONPE_OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
   {
+    clock.started();
     std::vector<T> acc(static_cast<std::size_t>(n2));
     std::vector<RowsOf<T>> stencil(static_cast<std::size_t>(stages), RowsOf<T>(g));  // one ring per stage
 #ifdef KRONPE_OPENMP
@@ -726,17 +732,24 @@ template <typename Line, typename Row>
 void for_transfer(index_t outer, index_t n, index_t inner, index_t out_n, int threads,
                   Line&& line, Row&& row) {
   const int nt = pick_threads(threads, outer * n * inner);
-  if (inner == 1) {
+  const TeamClock clock;
 #ifdef KRONPE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel num_threads(nt)
 #endif
-    for (index_t o = 0; o < outer; ++o) line(o);
-  } else {
+  {
+    clock.started();
+    if (inner == 1) {
 #ifdef KRONPE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+#pragma omp for schedule(static)
 #endif
-    for (index_t o = 0; o < outer; ++o)
-      for (index_t k = 0; k < out_n; ++k) row(o, k);
+      for (index_t o = 0; o < outer; ++o) line(o);
+    } else {
+#ifdef KRONPE_OPENMP
+#pragma omp for schedule(static) collapse(2)
+#endif
+      for (index_t o = 0; o < outer; ++o)
+        for (index_t k = 0; k < out_n; ++k) row(o, k);
+    }
   }
   (void)nt;
 }
@@ -794,12 +807,19 @@ double dot(index_t n, const T* a, const T* b, int threads) {
   const index_t blocks = (n + kDotBlock - 1) / kDotBlock;
   std::vector<double> part(static_cast<std::size_t>(blocks));
   const int nt = pick_threads(threads, n);
+  const TeamClock clock;
 #ifdef KRONPE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel num_threads(nt)
 #endif
-  for (index_t k = 0; k < blocks; ++k) {
-    const index_t lo = k * kDotBlock;
-    part[k] = dot_block(std::min(kDotBlock, n - lo), a + lo, b + lo);
+  {
+    clock.started();
+#ifdef KRONPE_OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (index_t k = 0; k < blocks; ++k) {
+      const index_t lo = k * kDotBlock;
+      part[k] = dot_block(std::min(kDotBlock, n - lo), a + lo, b + lo);
+    }
   }
   (void)nt;
   double s = 0.0;
@@ -811,8 +831,10 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   const int nt = pick_threads(threads, n);
   if (nt <= 1) return f(0, n);
 #ifdef KRONPE_OPENMP
+  const TeamClock clock;
 #pragma omp parallel num_threads(nt)
   {
+    clock.started();
     const index_t t = omp_get_thread_num(), count = omp_get_num_threads();
     f(n * t / count, n * (t + 1) / count);
   }

@@ -91,6 +91,10 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """Threads of kronpe's CPU kernels when a call gives none (internal)."""
 
+def busy_cores() -> Tuple[bool, int]:
+    """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off to
+    one thread while another library's threads hold the cores (internal)."""
+
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 
@@ -176,16 +180,17 @@ def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: flo
 def strided_copy(src: Descriptor, dst: Descriptor) -> None:
     """dst[...] = src[...] over a strided box (internal)."""
 
-def thin_plate(x: Descriptor, mask: Descriptor, lam: float, out: Descriptor, mode: str = "apply", b: Optional[Descriptor] = None, threads: int = 0) -> None:
-    """out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate penalty (internal)."""
+def thin_plate(x: Descriptor, mask: Descriptor, lam: float, out: Descriptor, mode: str = "apply", b: Optional[Descriptor] = None, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
+    """out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate penalty, mirrored with
+    reflect, or (sum_i w_i L_i)^order (order 3 or weights; mirrored only) (internal)."""
 
-def thin_plate_diag(mask: Descriptor, lam: float, out: Descriptor, threads: int = 0) -> None:
+def thin_plate_diag(mask: Descriptor, lam: float, out: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
     """out = diag(mask + lam R) (internal)."""
 
-def thin_plate_cheb_start(x: Optional[Descriptor], b: Descriptor, mask: Descriptor, lam: float, theta: float, r: Descriptor, d: Descriptor, threads: int = 0) -> None:
+def thin_plate_cheb_start(x: Optional[Descriptor], b: Descriptor, mask: Descriptor, lam: float, theta: float, r: Descriptor, d: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
     """r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 (internal)."""
 
-def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Descriptor, lam: float, c1: float, c2: float, d_out: Descriptor, threads: int = 0) -> None:
+def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Descriptor, lam: float, c1: float, c2: float, d_out: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
     """x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal)."""
 
 def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, add: bool = False, threads: int = 0) -> None:
@@ -194,8 +199,8 @@ def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, a
 def dot(a: Descriptor, b: Descriptor) -> float:
     """sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double (internal)."""
 
-def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor) -> Tuple[List[float], List[float], int]:
-    """out = s where mask (uint8 (n,)) else 0, s (n, C); returns (per-channel min, max over the observed
+def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor, planar: bool = False) -> Tuple[List[float], List[float], int]:
+    """out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed
     values, how many of them are NaN or Inf) (internal)."""
 
 def work_cache(clear: bool = False) -> int:
@@ -206,8 +211,14 @@ class ThinPlateHierarchy32:
     """The multigrid hierarchy of diag(m) + lam R on a float32 grid of 1 to 3 axes (kronpe/multigrid.h; internal:
     kronpe.solvers.multigrid.ThinPlateMG wraps it)."""
 
-    def __init__(self, m: Descriptor, degree: int, lmax: float, alpha: float, coarsest: int, threads: int = 0) -> None: ...
+    def __init__(self, m: Descriptor, degree: int, lmax: float, alpha: float, coarsest: int, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None: ...
     def set_lambda(self, lam: float) -> None: ...
+    def set_reflect(self, reflect: bool) -> None:
+        """The penalty's boundary on every level: mirrored (True) or natural (lam kept)."""
+    def set_weights(self, weights: List[float]) -> None:
+        """The Laplacian-power form's axis weights (lam kept)."""
+    def set_chebyshev(self, lmax: float, alpha: float) -> None:
+        """The smoother's interval [lmax / alpha, lmax]."""
     def set_data_term(self, m: Descriptor) -> None:
         """A new data term on the same grid (lam kept)."""
     @property

@@ -1,7 +1,15 @@
-// kronpe C++ core: how many threads kronpe's own CPU kernels (blending, embedders) use when a call
-// does not say (kronpe.set_num_threads / get_num_threads). The kernels run on the process's
-// OpenMP runtime, which torch shares when it is loaded (one libgomp.so.1 per process), so they
-// add no thread pool of their own.
+// kronpe C++ core: how many threads kronpe's own CPU kernels (blending, embedders, the smoother,
+// the packed GEMM) use when a call does not say (kronpe.set_num_threads / get_num_threads). The
+// kernels run on the process's OpenMP runtime, which torch shares when it is loaded (one
+// libgomp.so.1 per process), so they add no thread pool of their own.
+//
+// Busy cores. Threads of another library busy on our cores (OpenBLAS's workers spin for about
+// 0.1 s after every threaded BLAS call) start a team's threads late, and every barrier waits for
+// them: a 2-thread fill of a 451 x 300 photograph took 55-141 ms right after a NumPy matmul
+// against 29-36 ms on a quiet machine. Every parallel region of the kernels times its team's
+// start (TeamClock); a thread that starts more than kLateMicroseconds after the team was
+// launched marks the cores busy, and for kBusyMilliseconds after that the default count is 1
+// (calls that name their threads keep them).
 #pragma once
 
 namespace kronpe {
@@ -10,5 +18,27 @@ namespace kronpe {
 void set_default_threads(int n);
 // The count in force: the one set, else OpenMP's default; 1 without OpenMP.
 int default_threads();
+// What a kernel's team takes when its call gives no count: default_threads(), or 1 while the
+// cores are marked busy.
+int kernel_threads();
+
+constexpr long long kLateMicroseconds = 500;
+constexpr long long kBusyMilliseconds = 100;
+
+// Constructed by the launching thread just before a parallel region; started() is called by
+// every thread of the team first thing in the region.
+class TeamClock {
+ public:
+  TeamClock();
+  void started() const;
+
+ private:
+  long long t0_;
+};
+
+// Whether the cores are marked busy now; how many times they were marked since the process
+// started (diagnostics and tests).
+bool cores_busy();
+long long busy_marks();
 
 }  // namespace kronpe
