@@ -131,8 +131,9 @@ def test_measure_interleaves_checks_and_skips():
     assert "no_such_module_x does not import" in recs["absent peer"]["skipped"]
     assert recs["raising peer"]["skipped"].startswith("failed: ZeroDivisionError")
     assert calls.count("wrong") == 1 and "absent" not in calls  # never timed
-    # rounds interleaved: after the warm-ups, round r starts with method r mod 2
-    assert calls[3:] == ["kronpe", "peer", "peer", "kronpe", "kronpe", "peer"]
+    # rounds interleaved: after the checks, round r starts with method r mod 2; each timed call of
+    # these instant methods follows an untimed one (harness.WARM_SECONDS)
+    assert calls[3:] == [m for m in ["kronpe", "peer", "peer", "kronpe", "kronpe", "peer"] for _ in range(2)]
 
 
 def test_every_suite_lists_its_cases_and_the_quick_ones_are_few():
@@ -143,3 +144,58 @@ def test_every_suite_lists_its_cases_and_the_quick_ones_are_few():
     assert 0 < len(quick) < len(every)
     assert all(np.isfinite(c.size) for c in every)
     assert len({c.group for c in every}) == len(every)  # one group per case
+
+
+def test_measure_settles_before_each_timed_call(monkeypatch):
+    """Before every timed call of a case with several methods the harness waits until no other
+    thread of the process runs (at most KRONPE_BENCH_SETTLE seconds), outside the timings."""
+    from kronpe.bench import harness
+
+    waits = []
+    monkeypatch.setattr(harness, "settle", lambda limit: waits.append(limit) or 0.0)
+    case = Case("t", "g", lambda: {}, [Method("kronpe", lambda s: 1, peer=False), Method("peer", lambda s: 1)],
+                None, rounds=3)
+    monkeypatch.setenv("KRONPE_BENCH_SETTLE", "0.125")
+    recs = measure(case)
+    assert waits == [0.125] * 6 and all(r["stats"]["rounds"] == 3 for r in recs)
+    monkeypatch.delenv("KRONPE_BENCH_SETTLE")
+    waits.clear()
+    measure(case)
+    assert waits == [harness.SETTLE_SECONDS] * 6
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv("KRONPE_BENCH_SETTLE", bad)
+        with pytest.raises(ValueError, match="KRONPE_BENCH_SETTLE"):
+            measure(case)
+
+
+def test_settle_waits_for_running_threads(monkeypatch):
+    """settle polls the process's running threads: it returns once none runs, or at the limit."""
+    from kronpe.bench import harness
+
+    states = iter([2, 1, 0])
+    monkeypatch.setattr(harness, "running_threads", lambda: next(states))
+    monkeypatch.setattr(harness, "SETTLE_POLL", 0.001)
+    assert harness.settle(5.0) < 1.0
+    monkeypatch.setattr(harness, "running_threads", lambda: 1)
+    assert 0.05 <= harness.settle(0.05) < 1.0
+
+
+def test_running_threads_sees_a_busy_thread():
+    import threading
+    import time as _time
+
+    from kronpe.bench import harness
+
+    if harness.running_threads() is None:
+        pytest.skip("no /proc/self/task here")
+    stop = _time.perf_counter() + 0.5
+
+    def spin():
+        while _time.perf_counter() < stop:
+            _time.sleep(0)  # yields the GIL, stays runnable
+
+    t = threading.Thread(target=spin)
+    t.start()
+    seen = max(harness.running_threads() for _ in range(50))
+    t.join()
+    assert seen >= 1

@@ -143,7 +143,7 @@ void for_slabs(TransposeLayout lay, const index_t* ptr, int threads, MatrixView<
 #pragma omp parallel num_threads(nt)
     {
       clock.started();
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
       for (index_t k = 0; k < count; ++k) {
         const index_t s = phase + 2 * k;
         if (phase == 0) {
@@ -157,6 +157,7 @@ void for_slabs(TransposeLayout lay, const index_t* ptr, int threads, MatrixView<
         for (index_t e = ptr[s]; e < ptr[s + 1]; e += kBlock)
           body(s, e, std::min(kBlock, ptr[s + 1] - e));
       }
+      clock.finished();
     }
   }
 }
@@ -540,12 +541,13 @@ void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int thread
   {
     clock.started();
     BlockScratch sc(wf.corners());
-#pragma omp for schedule(dynamic, 16)
+#pragma omp for schedule(dynamic, 16) nowait
     for (index_t blk = 0; blk < nblocks; ++blk) {
       const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
       wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data());
       body(p0, n, sc.base.data(), sc.w.data());
     }
+    clock.finished();
   }
 }
 }  // namespace

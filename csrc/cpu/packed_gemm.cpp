@@ -314,14 +314,17 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   };
 #ifdef KRONPE_OPENMP
   if (nt > 1 && nblocks > 1) {
+    // the small operand packed by the calling thread (a few percent of the work at most): the team
+    // then meets only at its end, and a thread that loses its core (kronpe/threads.h) holds the
+    // others up once, not at a barrier in the middle
+    for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
     const TeamClock clock;
 #pragma omp parallel num_threads(nt)
     {
       clock.started();
-#pragma omp for schedule(static)
-      for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
       for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+      clock.finished();
     }
     return;
   }

@@ -436,9 +436,10 @@ void for_rows(const Grid& g, int threads, Row&& row) {
     std::vector<T> acc(static_cast<std::size_t>(n2)), dg(static_cast<std::size_t>(n2));
     RowsOf<T> stencil(g);
 #ifdef KRONPE_OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
     for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], acc.data(), dg.data(), r * n2, stencil);
+    clock.finished();
   }
   (void)nt;
 }
@@ -640,6 +641,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
         const index_t first = t > 0 ? lo + lag * s : lo, last = t + 1 < count ? hi - lag * s : hi;
         if (q >= first && q < last) run(s, q, acc.data(), stencil);
       }
+    clock.finished();
 #ifdef KRONPE_OPENMP
 #pragma omp barrier
 #pragma omp single
@@ -740,16 +742,17 @@ void for_transfer(index_t outer, index_t n, index_t inner, index_t out_n, int th
     clock.started();
     if (inner == 1) {
 #ifdef KRONPE_OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
       for (index_t o = 0; o < outer; ++o) line(o);
     } else {
 #ifdef KRONPE_OPENMP
-#pragma omp for schedule(static) collapse(2)
+#pragma omp for schedule(static) collapse(2) nowait
 #endif
       for (index_t o = 0; o < outer; ++o)
         for (index_t k = 0; k < out_n; ++k) row(o, k);
     }
+    clock.finished();
   }
   (void)nt;
 }
@@ -814,12 +817,13 @@ double dot(index_t n, const T* a, const T* b, int threads) {
   {
     clock.started();
 #ifdef KRONPE_OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
     for (index_t k = 0; k < blocks; ++k) {
       const index_t lo = k * kDotBlock;
       part[k] = dot_block(std::min(kDotBlock, n - lo), a + lo, b + lo);
     }
+    clock.finished();
   }
   (void)nt;
   double s = 0.0;
@@ -837,6 +841,7 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
     clock.started();
     const index_t t = omp_get_thread_num(), count = omp_get_num_threads();
     f(n * t / count, n * (t + 1) / count);
+    clock.finished();
   }
 #else
   f(0, n);

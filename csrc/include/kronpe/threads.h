@@ -4,13 +4,19 @@
 // libgomp.so.1 per process), so they add no thread pool of their own.
 //
 // Busy cores. Threads of another library busy on our cores (OpenBLAS's workers spin for about
-// 0.1 s after every threaded BLAS call) start a team's threads late, and every barrier waits for
-// them: a 2-thread fill of a 451 x 300 photograph took 55-141 ms right after a NumPy matmul
-// against 29-36 ms on a quiet machine. Every parallel region of the kernels times its team's
-// start (TeamClock); a thread that starts more than kLateMicroseconds after the team was
-// launched marks the cores busy, and for kBusyMilliseconds after that the default count is 1
-// (calls that name their threads keep them).
+// 0.1 s after every threaded BLAS call, an LLVM OpenMP runtime's for 0.2 s) start a team's
+// threads late or take their core away mid-work, and every barrier waits for them: a 2-thread fill
+// of a 451 x 300 photograph took 55-141 ms right after a NumPy matmul against 29-36 ms on a quiet
+// machine. Every parallel region of the kernels times its team (TeamClock): a thread that starts
+// more than kLateMicroseconds after the team was launched, or threads that finish further apart
+// than that and than a quarter of the region's time, make a late team; a late team marks the
+// cores busy when more tasks are runnable than there are CPUs (Linux: /proc/loadavg; a thread
+// waking on an idle core is late too, with nothing else running: 7-11 ms on this machine's
+// virtual CPUs after a pause), elsewhere when three came within kLateWindowMilliseconds; then
+// the cores are busy and for kBusyMilliseconds after that the default count is 1 (calls that name
+// their threads keep them).
 #pragma once
+#include <atomic>
 
 namespace kronpe {
 
@@ -24,16 +30,23 @@ int kernel_threads();
 
 constexpr long long kLateMicroseconds = 500;
 constexpr long long kBusyMilliseconds = 100;
+constexpr long long kLateWindowMilliseconds = 20;
 
-// Constructed by the launching thread just before a parallel region; started() is called by
-// every thread of the team first thing in the region.
+// Constructed by the launching thread just before a parallel region and destroyed after it (its
+// destructor judges the finish times); started() and finished() are called by every thread of the
+// team, first and last thing in the region.
 class TeamClock {
  public:
   TeamClock();
+  ~TeamClock();
+  TeamClock(const TeamClock&) = delete;
+  TeamClock& operator=(const TeamClock&) = delete;
   void started() const;
+  void finished() const;
 
  private:
   long long t0_;
+  mutable std::atomic<long long> first_done_, last_done_;
 };
 
 // Whether the cores are marked busy now; how many times they were marked since the process

@@ -5,7 +5,18 @@ every :class:`Method` (kronpe's and its peers') run on them. :func:`measure` cal
 once to warm up and checks its result (``Case.check``: an ``AssertionError`` marks the row as
 wrong, never silently timed), then times the methods in interleaved rounds (round r runs every
 method once, in an order rotated by r), so that every method sees the same load on a shared
-machine. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
+machine; before each timed call the harness waits (``settle``) until no other thread of the
+process is running, at most SETTLE_SECONDS (0.3 s; env ``KRONPE_BENCH_SETTLE``; a plain sleep of
+that long where /proc/self/task is not there), so that the threads the previous method left
+spinning have gone to sleep: OpenBLAS's workers spin ~0.1 s after a threaded call (measured here:
+running for 100 ms after a 600^2 NumPy matmul, torch's for 10 ms). Without it, kronpe's 32^3 chain
+took 175 us after the peers' calls against 40 us alone, on one thread, and a fill of chelsea a
+median of 66-80 ms right after a matmul against 29-36 ms alone (before kronpe learned to back off,
+kronpe/threads.h). After the wait, a method whose first call took less than WARM_SECONDS (50 ms) is
+called once more, untimed, just before its timed call: the wait lets thread pools fall asleep, and
+waking them (torch's, OpenMP's) cost tiny calls up to 10 ms (a 32^3 chain: torch 9.9 ms median
+against 0.12 ms warm). Every method, kronpe's and the peers', gets the same treatment, outside its
+timing. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
 the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
 ``extra_info``), so ``benches/report.py`` and ``--compare`` read both.
 
@@ -72,11 +83,66 @@ def _stats(times: List[float]) -> dict:
     }
 
 
+SETTLE_SECONDS = 0.3
+SETTLE_POLL = 0.002
+WARM_SECONDS = 0.05
+
+
+def settle_seconds() -> float:
+    """The longest wait before a timed call (module docstring): ``KRONPE_BENCH_SETTLE`` (seconds)
+    if set, else SETTLE_SECONDS."""
+    value = os.environ.get("KRONPE_BENCH_SETTLE")
+    if value is None:
+        return SETTLE_SECONDS
+    try:
+        out = float(value)
+    except ValueError:
+        raise ValueError(f"KRONPE_BENCH_SETTLE must be a number of seconds, got {value!r}") from None
+    if not out >= 0:
+        raise ValueError(f"KRONPE_BENCH_SETTLE must be >= 0 seconds, got {value!r}")
+    return out
+
+
+def running_threads() -> Optional[int]:
+    """How many other threads of this process are running now (Linux: state R in
+    /proc/self/task/*/stat); None where that cannot be read."""
+    import threading
+
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    me, n = str(threading.get_native_id()), 0
+    for t in tasks:
+        if t == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        n += stat[stat.rindex(")") + 2:].startswith("R")
+    return n
+
+
+def settle(limit: float) -> float:
+    """Wait until no other thread of this process is running, at most ``limit`` seconds (a sleep of
+    ``limit`` where that cannot be seen); returns the seconds waited."""
+    t0 = time.perf_counter()
+    if running_threads() is None:
+        time.sleep(limit)
+    else:
+        while running_threads() and time.perf_counter() - t0 < limit:
+            time.sleep(SETTLE_POLL)
+    return time.perf_counter() - t0
+
+
 def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
     """Records (pytest-benchmark's layout) of every method of ``case``, timed interleaved."""
     state = case.setup()
     live: List[Method] = []
     records: Dict[str, dict] = {}
+    short = set()  # methods called once more, untimed, right before each timed call
     for m in case.methods:
         rec = {"group": case.group, "name": m.name, "suite": case.suite, "params": dict(case.params),
                "extra_info": {"method": m.name, "peer": m.peer, "size": case.size}}
@@ -91,7 +157,10 @@ def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
             rec["skipped"] = f"{missing} does not import"
             continue
         try:
+            t0 = time.perf_counter()
             result = m.fn(state)  # warm-up, and the result to check
+            if time.perf_counter() - t0 < WARM_SECONDS:
+                short.add(m.name)
         except Exception as exc:  # a peer that fails here (version, memory) is reported, not fatal
             rec["skipped"] = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             continue
@@ -106,9 +175,14 @@ def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
         live.append(m)
     times: Dict[str, List[float]] = {m.name: [] for m in live}
     n = max(1, case.rounds if rounds is None else rounds)
+    limit = settle_seconds()
     for r in range(n):
         for i in range(len(live)):
             m = live[(i + r) % len(live)]
+            if limit > 0 and len(live) > 1:
+                settle(limit)
+                if m.name in short:
+                    m.fn(state)
             t0 = time.perf_counter()
             m.fn(state)
             times[m.name].append(time.perf_counter() - t0)
