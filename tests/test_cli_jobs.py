@@ -176,3 +176,24 @@ def test_new_commands_user_errors_one_line_exit_2(tmp_path, argv, words):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("kronpe: error:") and words in last, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_grid_of_volume_points_reports_the_order_3_model(tmp_path, capsys):
+    """kronpe grid on 3-D points: the default model's penalty (order 3, axis weights held out) and
+    lambda are reported, in text and in --json."""
+    import json as _json
+
+    rng = np.random.default_rng(4)
+    n = (10, 12, 14)
+    x = [np.arange(k) / k for k in n]
+    vol = np.sin(6 * x[0])[:, None, None] + np.cos(2 * x[1])[None, :, None] * x[2][None, None, :]
+    idx = np.argwhere(rng.random(n) < 0.3)
+    table = np.concatenate([idx / np.array(n), vol[tuple(idx.T)][:, None]], 1)
+    path = tmp_path / "pts.npy"
+    np.save(path, table)
+    assert main(["grid", str(path), "--shape", *map(str, n), "--out", str(tmp_path / "o"), "--json"]) == 0
+    rec = _json.loads(capsys.readouterr().out)
+    assert rec["penalty"].startswith("DifferencePenalty(3, mixed=True, boundary='reflect', weights=(")
+    assert rec["ridge"] > 0
+    grid = np.load(tmp_path / "o" / "pts_grid.npy")
+    assert grid.shape == n and np.sqrt(np.mean((grid - vol) ** 2)) < 0.05

@@ -76,12 +76,13 @@ def run_fill(args) -> int:
     report.put(image=stem, shape=shape, missing=int(missing.sum()))
     with report.steps(["fit", "predict", "write"]) as steps:
         t0 = time.perf_counter()
-        model = kronpe.fit_grid(np.where(keep, img, np.nan), mask=observed)
+        model = kronpe.fit_grid(img, mask=observed)  # the missing pixels' values are ignored
         steps.next()
         pred = np.clip(model.predict_grid(data.grid_coords(shape)), 0.0, 1.0).astype(np.float32)
         seconds = time.perf_counter() - t0
         steps.next()
         filled = np.where(keep, img, pred)
+        _say_model(report, model)
         report.say(f"time: {seconds:.3f} s (fit + predict)")
         report.put(seconds=seconds)
         if args.missing is not None:
@@ -94,6 +95,13 @@ def run_fill(args) -> int:
         steps.next()
     report.wrote(files)
     return report.done()
+
+
+def _say_model(report: Output, model) -> None:
+    """The default fit's model: its penalty (with the held-out boundary / axis weights) and lambda."""
+    penalty = model.info.get("penalty", "the identity (ridge)")
+    report.say(f"model: {penalty}, lambda {model.ridge:.3g} (held out)")
+    report.put(penalty=penalty, ridge=float(model.ridge))
 
 
 def _load_points(path: str) -> np.ndarray:
@@ -143,6 +151,7 @@ def run_grid(args) -> int:
         grid = np.asarray(model.predict_grid(data.grid_coords(shape)))
         seconds = time.perf_counter() - t0
         steps.next()
+        _say_model(report, model)
         report.say(f"time: {seconds:.3f} s (fit + predict)")
         report.put(seconds=seconds)
         out = _out_dir(args)
