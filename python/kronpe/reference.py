@@ -5,6 +5,7 @@ allowed here and in tests only (DESIGN.md).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -321,7 +322,6 @@ def penalty_matrix(Ks, order: int, mixed: bool = False, boundary: str = "natural
         return out
 
     if mixed:
-        import itertools
         alphas = [a for a in itertools.product(range(order + 1), repeat=D) if sum(a) == order]
     else:
         alphas = [tuple(order if j == i else 0 for j in range(D)) for i in range(D)]

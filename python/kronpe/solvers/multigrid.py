@@ -61,6 +61,8 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
 """
 from __future__ import annotations
 
+import itertools
+from math import factorial
 from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -120,8 +122,6 @@ def chebyshev_lmax(ndim: int, order: int = 2, weights: Optional[Sequence[float]]
     L = np.diag(np.r_[1.0, np.full(n - 2, 2.0), 1.0]) - np.eye(n, k=1) - np.eye(n, k=-1)
     dpow = [np.diag(np.linalg.matrix_power(L, a)) for a in range(order + 1)]  # diag(L^a), one axis
     diag = np.zeros(shape)
-    import itertools
-    from math import factorial
     for alpha in itertools.product(range(order + 1), repeat=ndim):
         if sum(alpha) != order:
             continue
