@@ -58,6 +58,15 @@ nor a penalty is given. Decisions (documented once, here):
   only the lumped data term, so the estimate is optimistic where lambda is tiny and nodes
   outnumber points (a smooth 3-D test function: RMS 0.02 at tol 1e-3 against 0.0003 converged,
   65 iterations to 1e-4, 200 to 1e-5).
+- **Smoother** (multigrid.py's Chebyshev): with a diagonal data term (grids with holes, points on
+  a lattice) and the thin-plate penalty, degree 2 over [LMAX / 4, LMAX] (DIAGONAL_SMOOTHER), not
+  the hierarchy's default degree 3 over [LMAX / 8, LMAX]: the same iteration counts mostly, a
+  quarter less work per V-cycle. Measured on five photographs, one thread (CPU ms, degree 3 -> 2):
+  masked astronaut 63 -> 47, coffee 44 -> 36, rocket 55 -> 49, camera 32 -> 30, chelsea 28 ->
+  25, scattered astronaut 71 -> 64; held-out PSNR within -0.02 / +0.02 dB (rocket scattered
+  -0.064, still 0.12 over the best peer; chelsea masked 32.6248 -> 32.6304, over
+  inpaint_biharmonic's 32.6265). Off the nodes (the lumped V-cycle) degree 2 moved PSNR by up to
+  -1.0 dB (astronaut off-grid): those keep degree 3.
 - **Start**: full multigrid (:meth:`.multigrid.ThinPlateMG.fmg`) on grids of 1 to 3 axes with a
   diagonal data term; otherwise the normalised convolution, Gaussian blur (sigma = 1 node) of
   B^T y divided by the blur of B^T 1 (where that is tiny, the data's mean).
@@ -128,6 +137,7 @@ START_SIGMA = 1.0
 LATTICE_RTOL = 1e-6
 NODES_PER_SPACING = {1: 4.0, 2: 4.0, 3: 2.0}
 ORDER = {1: 2, 2: 2, 3: 3}
+DIAGONAL_SMOOTHER = (2, 4.0)
 WEIGHT_STEP = 0.6
 WEIGHT_ITERATIONS = 4
 WEIGHT_MARGIN = 0.01
@@ -352,8 +362,11 @@ def principal_basis(planes: List[Array]) -> Array:
 
 
 def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty = PENALTY) -> ThinPlateMG:
-    """The multigrid hierarchy of M + lam R (M lumped when not diagonal), R a default penalty."""
-    return ThinPlateMG(data.lumped(), lam, **_mg_penalty(penalty))
+    """The multigrid hierarchy of M + lam R (M lumped when not diagonal), R a default penalty;
+    with a diagonal data term and the thin-plate penalty, the smoother DIAGONAL_SMOOTHER (module
+    docstring)."""
+    degree, alpha = DIAGONAL_SMOOTHER if data.is_diagonal and penalty.order == 2 else (None, None)
+    return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, **_mg_penalty(penalty))
 
 
 def choose_ridge(data: DataTerm, rhs, maxiter: int) -> Tuple[float, Dict[str, Any]]:
