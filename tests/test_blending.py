@@ -564,3 +564,25 @@ def test_subclass_declares_its_kernel(rng):
     pts = rng.random((40, 2))
     assert BlendingMatrix(pts, (6, 5), MyGaussian(8, 0.09)).rules == ("kernel", "kernel")
     assert BlendingMatrix(pts, (6, 5), Wrong(8, 0.09)).rules == ("distance", "distance")
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["on-the-fly", "stored"])
+def test_first_product_skips_the_plan_with_the_same_bits(stored):
+    """The first B v gathers in the points' own order (no sort); the second builds the plan (points
+    by cell) and gives the same bits; B^T r always uses the plan."""
+    rng = np.random.default_rng(3)
+    pts = rng.random((5000, 2))
+    B = BlendingMatrix(pts, [np.linspace(0, 1, 65), np.linspace(0, 1, 33)], None)
+    if stored:
+        B.store()
+    v = rng.standard_normal((B.shape[1], 3)).astype(np.float32)
+    first = B.matvec(v)
+    assert B._plan is None
+    second = B.matvec(v)
+    assert B._plan is not None
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_allclose(first, reference.blend_matrix(pts, list(B.grid_coords), [None, None]) @ v,
+                               rtol=1e-5, atol=1e-5)
+    fresh = BlendingMatrix(pts, [np.linspace(0, 1, 65), np.linspace(0, 1, 33)], None)
+    fresh.rmatvec(first)
+    assert fresh._plan is not None

@@ -387,6 +387,7 @@ class BlendingMatrix:
         self._weights: Optional[np.ndarray] = None
         self._plan: Optional[Tuple[np.ndarray, np.ndarray, int, bool]] = None
         self._ordered: dict = {}  # the points, or stored (indices, weights), in the plan's order
+        self._matvecs = 0  # host products B v so far: the first one runs without the plan (matvec)
         # per (array kind, CUDA device): device copies of the points / stored weights, the plan
         self._device: dict = {}
         if on_device and unchanged:  # validated as they were: keep the device array
@@ -465,6 +466,7 @@ class BlendingMatrix:
         new._indices = np.ascontiguousarray(self.indices[rows])
         new._weights = np.ascontiguousarray(self.weights[rows])
         new._plan = None
+        new._matvecs = 0
         new._ordered = {}
         new._device = {}
         new.on_the_fly = False
@@ -523,8 +525,17 @@ class BlendingMatrix:
         v2 = _validate.separate(res, v2)
         r2 = res.reshape(P, v2.shape[1])
         if P and v2.shape[1]:
-            perm, _, _, identity = self._order()
-            ops, rows = self._ordered_operands(), None if identity else _arrays.describe(perm)
+            # the plan (points sorted by cell) pays for itself only over several products: a first
+            # product gathers in the points' own order (a one-off predict of 263k points 3.5 against
+            # 5.9 ms with the plan's sort; 1M random points on a 2049^2 grid 70 against 150 ms)
+            planned = self._plan is not None or self._matvecs > 0
+            self._matvecs += 1
+            if planned:
+                perm, _, _, identity = self._order()
+                ops, rows = self._ordered_operands(), None if identity else _arrays.describe(perm)
+            else:
+                own = (self.points,) if self.on_the_fly else (self.indices, self.weights)
+                ops, rows = tuple(_arrays.describe(a) for a in own), None
             if self.on_the_fly:
                 _core.blend_fly(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
             else:
