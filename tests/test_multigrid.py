@@ -117,13 +117,16 @@ def test_full_multigrid_start_is_close_to_the_solution(rng, shape):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_apply_takes_any_layout(rng, layout, dtype):
+@pytest.mark.parametrize("penalty", ["natural", "order3w"])
+def test_apply_takes_any_layout(rng, layout, dtype, penalty):
     shape = (6, 7, 5)
     x, m, _ = _case(rng, shape, dtype)
     if layout == "broadcast":
         x = np.ascontiguousarray(np.broadcast_to(x[:1], shape))
-    got = multigrid.thin_plate_apply(CPU.view(x, layout), CPU.view(m, "contiguous" if layout == "broadcast" else layout), 0.5)
-    _close(got, reference.thin_plate_apply(x, m, 0.5), dtype)
+    pen = _pen(penalty, 3)
+    got = multigrid.thin_plate_apply(CPU.view(x, layout), CPU.view(m, "contiguous" if layout == "broadcast" else layout), 0.5,
+                                     **_kw(pen))
+    _close(got, reference.thin_plate_apply(x, m, 0.5, *pen), dtype)
 
 
 def test_kernels_refuse_bad_arrays(rng):

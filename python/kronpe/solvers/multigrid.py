@@ -61,6 +61,7 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from math import factorial
 from typing import Callable, Optional, Sequence, Tuple
@@ -102,7 +103,14 @@ def chebyshev_lmax(ndim: int, order: int = 2, weights: Optional[Sequence[float]]
     Gershgorin bound on that grid took 40 ms per set of weights)."""
     if order == 2 and weights is None:
         return LMAX
-    w = [1.0] * ndim if weights is None else [float(v) for v in weights]
+    return _power_lmax(int(ndim), int(order), None if weights is None else tuple(float(v) for v in weights))
+
+
+@functools.lru_cache(maxsize=64)
+def _power_lmax(ndim: int, order: int, weights: Optional[Tuple[float, ...]]) -> float:
+    """chebyshev_lmax of the Laplacian-power form, kept per (ndim, order, weights): the held-out
+    weight choice asks for the same few sets in every fit."""
+    w = [1.0] * ndim if weights is None else list(weights)
     n = 2 * order + 3
     shape = (n,) * ndim
 

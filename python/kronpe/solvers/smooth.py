@@ -153,13 +153,21 @@ class DataTerm:
         self.shape = tuple(shape)
         self.diag = None if diag is None else np.asarray(diag, np.float32)
         self.blend = blend
-        if blend is not None:  # diag(B^T B): the squared weights scatter-added onto their nodes
-            w = np.asarray(blend.weights, np.float64)
-            d = np.bincount(np.asarray(blend.indices).reshape(-1), weights=(w * w).reshape(-1),
-                            minlength=int(np.prod(self.shape)))
-        else:
-            d = self.diag
-        self.rho = float(np.mean(d))
+        self._rho: Optional[float] = None
+
+    @property
+    def rho(self) -> float:
+        """The mean of diag(B^T B) (the sampling density), computed when first asked for (the
+        held-out sweep's training term never is)."""
+        if self._rho is None:
+            if self.blend is None:
+                d = self.diag
+            else:  # diag(B^T B): the squared weights scatter-added onto their nodes
+                w = np.asarray(self.blend.weights, np.float64)
+                d = np.bincount(np.asarray(self.blend.indices).reshape(-1), weights=(w * w).reshape(-1),
+                                minlength=int(np.prod(self.shape)))
+            self._rho = float(np.mean(d))
+        return self._rho
 
     @property
     def is_diagonal(self) -> bool:
