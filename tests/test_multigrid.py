@@ -245,6 +245,64 @@ def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype, penalty):
 
 
 
+@pytest.mark.parametrize("penalty", ["natural", "reflect", "order3w"])
+@pytest.mark.parametrize("shape", [(70,), (300,), (30, 17), (2, 40), (9, 10, 11)], ids=str)
+def test_cycles_are_relaxed_vcycles_from_x(rng, shape, dtype, penalty):
+    """ThinPlateMG.cycles (the lambda sweep's stationary steps): each step x + omega V (b - A x),
+    against reference.thin_plate_vcycle and the reference operator; from fmg(b) without x0."""
+    m = (rng.random(shape) < 0.4) * rng.random(shape)
+    b, x0 = rng.standard_normal(shape), rng.standard_normal(shape)
+    lam = 0.05
+    pen = _pen(penalty, len(shape))
+    mg = ThinPlateMG(m, lam, dtype=dtype, **_kw(pen))
+    kw = dict(degree=mg.degree, lmax=mg.lmax, alpha=mg.alpha, coarsest=multigrid.COARSEST, **_kw(pen))
+    tol = 1e-9 if dtype == np.float64 else 2e-3
+    for omega in (1.0, 1.3):
+        want = x0.copy()
+        for _ in range(2):
+            r = b - reference.thin_plate_apply(want, m, lam, *pen)
+            want = want + omega * reference.thin_plate_vcycle(r, m, lam, **kw)
+        x0c = x0.astype(dtype)
+        got = mg.cycles(b.astype(dtype), x0c, 2, omega)
+        assert got.dtype == dtype and got.shape == shape
+        np.testing.assert_array_equal(x0c, x0.astype(dtype))  # x0 is not written
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, np.abs(want).max()))
+    f = reference.thin_plate_fmg(b, m, lam, **kw)
+    np.testing.assert_allclose(mg.cycles(b.astype(dtype), None, 0), f, rtol=0, atol=tol * max(1.0, np.abs(f).max()))
+
+
+def test_cycles_converge_to_the_dense_solution(rng):
+    shape = (33, 40)
+    m = (rng.random(shape) < 0.3).astype(np.float64)
+    b = m * rng.standard_normal(shape)
+    want = np.linalg.solve(reference.thin_plate_matrix(shape, m, 1e-2), b.ravel()).reshape(shape)
+    mg = ThinPlateMG(m, 1e-2, dtype=np.float64)
+    err = [np.abs(mg.cycles(b, None, k, 1.3) - want).max() for k in (1, 10, 60)]
+    assert err[2] < 1e-8 * np.abs(want).max() and err[2] < err[1] < err[0], err
+
+
+@pytest.mark.parametrize("shape", [(37,), (33, 40), (12, 11, 10)], ids=str)
+def test_compiled_pcg_follows_the_python_loop(rng, shape):
+    """The compiled PCG (fused passes for its error estimate) and ThinPlateMG._pcg (the same loop
+    in NumPy, for operators given as functions): the same iterations, solutions and estimates;
+    with tol <= 0 no estimate (NaN) after exactly maxiter iterations."""
+    m = (rng.random(shape) < 0.3).astype(np.float64)
+    b = m * rng.standard_normal(shape)
+    mg = ThinPlateMG(m, 1e-3, dtype=np.float64, reflect=True)
+
+    def op(v):
+        return multigrid.thin_plate_apply(v, m, 1e-3, reflect=True)
+
+    for tol, scale in ((1e-6, None), (1e-4, 3.0)):
+        x, its, rel = mg.solve(b, None, tol, 100, scale=scale)
+        x2, its2, rel2 = mg.solve(b, None, tol, 100, op, scale=scale)
+        assert its == its2 and rel <= tol
+        np.testing.assert_allclose(rel, rel2, rtol=1e-8)
+        np.testing.assert_allclose(x, x2, rtol=0, atol=1e-10 * np.abs(x).max())
+    for operator in (None, op):
+        x, its, rel = mg.solve(b, None, 0.0, 3, operator)
+        assert its == 3 and np.isnan(rel)
+
 # grids large enough that the smoother splits its rows among 3 threads (32k nodes per thread and
 # blocks at least as long as the boundary gaps, 2 lag (stages - 1) rows: 2-D lag 2 rows, 3-D lag two
 # planes; (24, 2731) and (36, 2731) are the shortest blocks allowed for 2 and 3 threads)
@@ -270,11 +328,14 @@ def test_smoother_wavefront_same_bits_for_any_thread_count(rng, shape, penalty):
         h.vcycle(b, v)
         h.fmg(b, f, 1)
         its = h.pcg(b, x, False, 1e-6, 5)  # CG's dot products and updates are split among threads too
-        outs.append((v, f, x, its))
-    for v, f, x, its in outs[1:]:
+        c = b * 0.5
+        h.cycles(b, c, True, 2, 1.3)
+        outs.append((v, f, x, its, c))
+    for v, f, x, its, c in outs[1:]:
         np.testing.assert_array_equal(v, outs[0][0])
         np.testing.assert_array_equal(f, outs[0][1])
         np.testing.assert_array_equal(x, outs[0][2])
+        np.testing.assert_array_equal(c, outs[0][4])
         assert its == outs[0][3]
 
 def test_hierarchy_refuses_bad_input():
@@ -290,6 +351,16 @@ def test_hierarchy_refuses_bad_input():
     b = np.zeros((9, 8), np.float32)
     with pytest.raises(ValueError, match="x must not be b"):
         mg._h.pcg(b, b, True, 1e-3, 10)
+    with pytest.raises(ValueError, match="x must not be b"):
+        mg._h.vcycle(b, b)
+    with pytest.raises(ValueError, match="x must not be b"):
+        mg._h.cycles(b, b, True, 1)
+    with pytest.raises(ValueError, match="omega must be in"):
+        mg._h.cycles(b, np.zeros_like(b), True, 1, 2.5)
+    with pytest.raises(ValueError, match="omega must be in"):
+        mg.cycles(b, None, 1, 0.0)
+    with pytest.raises(ValueError, match="cycles must be >= 0"):
+        mg._h.cycles(b, np.zeros_like(b), True, -1)
     with pytest.raises(ValueError, match="set_ridge"):
         ThinPlateMG(np.ones((9, 8))).solve(b)
 

@@ -155,6 +155,7 @@ void register_hierarchy(py::module_& m, const char* name) {
           [](H& h, const Array& b, const Array& x) {
             const T* bp = finest<const T>(h, b, "b");
             T* xp = finest<T>(h, x, "x");
+            require(b.address != x.address, "vcycle: x must not be b");
             py::gil_scoped_release release;
             h.vcycle(bp, xp);
           },
@@ -169,6 +170,18 @@ void register_hierarchy(py::module_& m, const char* name) {
             h.fmg(bp, xp, cycles);
           },
           py::arg("b"), py::arg("x"), py::arg("cycles") = 1, "x = the full multigrid approximation of A^-1 b")
+      .def(
+          "cycles",
+          [](H& h, const Array& b, const Array& x, bool from_x, int count, double omega) {
+            const T* bp = finest<const T>(h, b, "b");
+            T* xp = finest<T>(h, x, "x");
+            require(b.address != x.address, "cycles: x must not be b");
+            py::gil_scoped_release release;
+            h.cycles(bp, xp, from_x, count, omega);
+          },
+          py::arg("b"), py::arg("x"), py::arg("from_x"), py::arg("count"), py::arg("omega") = 1.0,
+          "count V-cycles from x (from_x) or from fmg(b), in place, each over-relaxed by omega: the "
+          "stationary multigrid iteration")
       .def(
           "pcg",
           [](H& h, const Array& b, const Array& x, bool from_x, double tol, index_t maxiter, double scale) {

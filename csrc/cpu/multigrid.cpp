@@ -96,11 +96,6 @@ namespace {
 
 constexpr index_t kMinNodes = 3;  // an axis of fewer nodes is not halved
 
-template <typename T>
-double norm2(index_t n, const T* a, int threads) {
-  return std::sqrt(std::max(dot(n, a, a, threads), 0.0));
-}
-
 // x += a p, r -= a q (CG's update of the iterate and the residual)
 template <typename T>
 KRONPE_CLONES void cg_update_range(index_t lo, index_t hi, T a, const T* __restrict p, const T* __restrict q,
@@ -122,6 +117,12 @@ KRONPE_CLONES void add_into_range(index_t lo, index_t hi, const T* __restrict a,
   for (index_t i = lo; i < hi; ++i) x[i] += a[i];
 }
 
+// x = old + omega (x - old) (an over-relaxed step)
+template <typename T>
+KRONPE_CLONES void relax_range(index_t lo, index_t hi, T omega, const T* __restrict old, T* __restrict x) {
+  for (index_t i = lo; i < hi; ++i) x[i] = old[i] + omega * (x[i] - old[i]);
+}
+
 // the same, split among threads
 template <typename T>
 void cg_update(index_t n, T a, const T* p, const T* q, T* x, T* r, int threads) {
@@ -131,6 +132,11 @@ void cg_update(index_t n, T a, const T* p, const T* q, T* x, T* r, int threads) 
 template <typename T>
 void cg_direction(index_t n, T beta, const T* z, T* p, int threads) {
   for_range(n, threads, [&](index_t lo, index_t hi) { cg_direction_range(lo, hi, beta, z, p); });
+}
+
+template <typename T>
+void relax(index_t n, T omega, const T* old, T* x, int threads) {
+  for_range(n, threads, [&](index_t lo, index_t hi) { relax_range(lo, hi, omega, old, x); });
 }
 
 template <typename T>
@@ -380,14 +386,14 @@ void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res
 }
 
 template <typename T>
-void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b) {
+void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero) {
   Level& L = levels_[level];
-  T* x = L.x.data();
+  T* x = out ? out : L.x.data();
   if (level == int(levels_.size()) - 1) {
     coarsest_solve(b, x);
     return;
   }
-  smooth(L, x, b, true, L.r.data());  // and the residual, into r
+  smooth(L, x, b, zero, L.r.data());  // and the residual, into r
   Level& C = levels_[level + 1];
   restrict_down(level, L.r.data(), C.b.data());
   vcycle_at(level + 1, C.b.data());
@@ -396,9 +402,27 @@ void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b) {
 }
 
 template <typename T>
+void ThinPlateHierarchy<T>::cycles(const T* b, T* x, bool from_x, int count, double omega) {
+  require(count >= 0, "multigrid: the number of cycles must be >= 0");
+  require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
+  if (!from_x) fmg(b, x, 1);
+  const index_t n = levels_[0].g.size();
+  if (omega != 1.0) z_.resize(static_cast<std::size_t>(n));
+  T* old = z_.data();
+  for (int c = 0; c < count; ++c) {
+    if (omega == 1.0) {
+      vcycle_at(0, b, x, false);
+      continue;
+    }
+    std::copy(x, x + n, old);
+    vcycle_at(0, b, x, false);
+    relax(n, T(omega), old, x, opt_.threads);
+  }
+}
+
+template <typename T>
 void ThinPlateHierarchy<T>::vcycle(const T* b, T* x) {
-  vcycle_at(0, b);
-  std::copy(levels_[0].x.begin(), levels_[0].x.end(), x);
+  vcycle_at(0, b, x);
 }
 
 template <typename T>
@@ -428,6 +452,9 @@ void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
   }
 }
 
+// With tol > 0 the error estimate ||z|| / ||x|| comes from fused passes: (r, z) and (z, z) in one,
+// ||x|| with the update of x and r; with tol <= 0 (the lambda sweep's fixed iterations) it is not
+// computed (NaN). The first V-cycle writes the first direction p itself.
 template <typename T>
 PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter,
                                      double scale) {
@@ -436,29 +463,47 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
   const index_t n = F.g.size();
   for (auto* v : {&r_, &z_, &p_, &ap_}) v->resize(static_cast<std::size_t>(n));
   T *r = r_.data(), *z = z_.data(), *p = p_.data(), *ap = ap_.data();
-  auto error = [&]() {
-    const double xn = scale > 0 ? scale : norm2(n, x, opt_.threads), zn = norm2(n, z, opt_.threads);
+  const bool estimate = tol > 0;
+  double xx = 0.0;  // ||x||^2 (when no scale is given)
+  auto error = [&](double zz) {
+    const double xn = scale > 0 ? scale : std::sqrt(std::max(xx, 0.0)), zn = std::sqrt(std::max(zz, 0.0));
     return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
   };
   if (!from_x) fmg(b, x, 1);
   thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads);
-  vcycle(r, z);
+  vcycle(r, p);  // z = M r, the first direction
   PcgResult out;
-  out.error = error();
-  if (tol > 0 && out.error <= tol) return out;
-  std::copy(z, z + n, p);
-  double rz = dot(n, r, z, opt_.threads);
+  out.error = std::numeric_limits<double>::quiet_NaN();
+  double sums[2];
+  double rz;
+  if (estimate) {
+    dot2(n, r, p, p, p, sums, opt_.threads);
+    rz = sums[0];
+    if (scale <= 0) xx = dot(n, x, x, opt_.threads);
+    out.error = error(sums[1]);
+    if (out.error <= tol) return out;
+  } else {
+    rz = dot(n, r, p, opt_.threads);
+  }
   for (index_t it = 1; it <= maxiter; ++it) {
     out.iterations = it;
     thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads);
     const double pap = dot(n, p, ap, opt_.threads);
     if (!(pap > 0)) break;
-    cg_update(n, T(rz / pap), p, ap, x, r, opt_.threads);
-    if (it == maxiter && tol <= 0) break;  // a fixed number of iterations (sweeps)
+    const T a = T(rz / pap);
+    if (estimate && scale <= 0) xx = cg_update_norm(n, a, p, ap, x, r, opt_.threads);
+    else cg_update(n, a, p, ap, x, r, opt_.threads);
+    if (it == maxiter && !estimate) break;  // a fixed number of iterations (sweeps)
     vcycle(r, z);
-    out.error = error();
-    if (out.error <= tol) break;
-    const double rz_new = dot(n, r, z, opt_.threads);
+    double rz_new;
+    if (estimate) {
+      dot2(n, r, z, z, z, sums, opt_.threads);
+      rz_new = sums[0];
+      out.error = error(sums[1]);
+      if (out.error <= tol) break;
+    } else {
+      rz_new = dot(n, r, z, opt_.threads);
+    }
     cg_direction(n, T(rz_new / rz), z, p, opt_.threads);
     rz = rz_new;
   }

@@ -803,12 +803,19 @@ KRONPE_CLONES double dot_block(index_t n, const T* __restrict a, const T* __rest
 // depend on how many threads computed them.
 constexpr index_t kDotBlock = index_t(1) << 15;
 
-template <typename T>
-double dot(index_t n, const T* a, const T* b, int threads) {
-  require(n >= 0, "dot: negative length");
-  if (n <= kDotBlock) return n ? dot_block(n, a, b) : 0.0;
+namespace {
+
+// K sums over [0, n) in blocks of kDotBlock values: block(lo, len, part) writes the K partial
+// sums of one block; they are added in block order, so the sums do not depend on the thread count.
+template <int K, typename F>
+void blocked_sums(index_t n, int threads, double out[K], F&& block) {
+  for (int k = 0; k < K; ++k) out[k] = 0.0;
+  if (n <= kDotBlock) {
+    if (n) block(index_t(0), n, out);
+    return;
+  }
   const index_t blocks = (n + kDotBlock - 1) / kDotBlock;
-  std::vector<double> part(static_cast<std::size_t>(blocks));
+  std::vector<double> part(static_cast<std::size_t>(blocks * K));
   const int nt = pick_threads(threads, n);
   const TeamClock clock;
 #ifdef KRONPE_OPENMP
@@ -819,15 +826,67 @@ double dot(index_t n, const T* a, const T* b, int threads) {
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-    for (index_t k = 0; k < blocks; ++k) {
-      const index_t lo = k * kDotBlock;
-      part[k] = dot_block(std::min(kDotBlock, n - lo), a + lo, b + lo);
+    for (index_t b = 0; b < blocks; ++b) {
+      const index_t lo = b * kDotBlock;
+      block(lo, std::min(kDotBlock, n - lo), part.data() + b * K);
     }
     clock.finished();
   }
   (void)nt;
-  double s = 0.0;
-  for (double v : part) s += v;
+  for (index_t b = 0; b < blocks; ++b)
+    for (int k = 0; k < K; ++k) out[k] += part[std::size_t(b * K + k)];
+}
+
+// x += a p, r -= a q over one block, and x . x after it, summed as dot_block sums
+template <typename T>
+KRONPE_CLONES double update_norm_block(index_t n, T a, const T* __restrict p, const T* __restrict q,
+                                       T* __restrict x, T* __restrict r) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      x[i + k] += a * p[i + k];
+      r[i + k] -= a * q[i + k];
+      s[k] += double(x[i + k]) * double(x[i + k]);
+    }
+  double t = 0.0;
+  for (; i < n; ++i) {
+    x[i] += a * p[i];
+    r[i] -= a * q[i];
+    t += double(x[i]) * double(x[i]);
+  }
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
+}
+
+}  // namespace
+
+template <typename T>
+double dot(index_t n, const T* a, const T* b, int threads) {
+  require(n >= 0, "dot: negative length");
+  double s;
+  blocked_sums<1>(n, threads, &s, [&](index_t lo, index_t len, double* part) {
+    part[0] = dot_block(len, a + lo, b + lo);
+  });
+  return s;
+}
+
+template <typename T>
+void dot2(index_t n, const T* a, const T* b, const T* c, const T* d, double out[2], int threads) {
+  require(n >= 0, "dot2: negative length");
+  // one block of the four arrays (128 kB of float32 each) stays in cache between the two sums
+  blocked_sums<2>(n, threads, out, [&](index_t lo, index_t len, double* part) {
+    part[0] = dot_block(len, a + lo, b + lo);
+    part[1] = dot_block(len, c + lo, d + lo);
+  });
+}
+
+template <typename T>
+double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, int threads) {
+  require(n >= 0, "cg_update_norm: negative length");
+  double s;
+  blocked_sums<1>(n, threads, &s, [&](index_t lo, index_t len, double* part) {
+    part[0] = update_norm_block(len, alpha, p + lo, q + lo, x + lo, r + lo);
+  });
   return s;
 }
 
@@ -860,7 +919,9 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
                                      int, const T*, const T*, T*, T*, T*, T*, int);              \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \
-  template double dot<T>(index_t, const T*, const T*, int);
+  template double dot<T>(index_t, const T*, const T*, int);                                     \
+  template void dot2<T>(index_t, const T*, const T*, const T*, const T*, double[2], int);       \
+  template double cg_update_norm<T>(index_t, T, const T*, const T*, T*, T*, int);
 
 KRONPE_SMOOTH_INSTANTIATE(float)
 KRONPE_SMOOTH_INSTANTIATE(double)

@@ -15,7 +15,7 @@
 //   grid the prolonged solution corrected by `cycles` V-cycles).
 // - pcg: CG preconditioned by one V-cycle, from x (from_x) or from fmg(b); stops when
 //   ||z|| <= tol * scale (scale <= 0: ||x||), z the preconditioned residual; tol <= 0: after
-//   exactly maxiter iterations.
+//   exactly maxiter iterations, with no error estimate (its passes skipped).
 // Work arrays are owned by the hierarchy: one object serves one thread of calls at a time.
 #pragma once
 #include <memory>
@@ -35,7 +35,7 @@ struct MultigridOptions {
 
 struct PcgResult {
   index_t iterations = 0;
-  double error = 0.0;  // ||z|| / scale at the end
+  double error = 0.0;  // ||z|| / scale at the end (NaN with tol <= 0: not estimated)
 };
 
 // Work memory of the solvers, kept between fits: a freed block (64 KiB and more) goes to a
@@ -103,6 +103,12 @@ class ThinPlateHierarchy {
   void vcycle(const T* b, T* x);
   // x = the full multigrid approximation of A^-1 b.
   void fmg(const T* b, T* x, int cycles);
+  // `count` V-cycles as a stationary iteration for A x = b from x (from_x) or from fmg(b), x in/out:
+  // each smooths from x itself, so the residual and the update need no passes of their own (one
+  // V-cycle's work per step; PCG's step adds two operator and five vector passes); omega != 1
+  // over-relaxes each step, x + omega (V-cycle(x) - x) (two more vector passes). Only for a
+  // hierarchy whose finest A is the system's (a diagonal data term).
+  void cycles(const T* b, T* x, bool from_x, int count, double omega = 1.0);
   // PCG for A x = b (module comment); x in/out.
   PcgResult pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter, double scale);
 
@@ -118,7 +124,8 @@ class ThinPlateHierarchy {
 
   // the smoother from x (zero: from 0); res: b - A x after it (null: not computed)
   void smooth(Level& L, T* x, const T* b, bool zero, T* res = nullptr);
-  void vcycle_at(int level, const T* b);  // result in levels_[level].x
+  // result in out (null: levels_[level].x); from zero, or (zero false) from out itself
+  void vcycle_at(int level, const T* b, T* out = nullptr, bool zero = true);
   void restrict_down(int level, const T* f, T* c);
   void prolong_up(int level, const T* c, T* f, bool add);
   void coarsest_solve(const T* b, T* x);

@@ -94,6 +94,16 @@ void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, boo
 template <typename T>
 double dot(index_t n, const T* a, const T* b, int threads = 0);
 
+// a . b and c . d in one pass over the four arrays, into out[0], out[1]: the same blocks and the
+// same bits as two calls of dot (CG's (r, z) and (z, z) after each V-cycle).
+template <typename T>
+void dot2(index_t n, const T* a, const T* b, const T* c, const T* d, double out[2], int threads = 0);
+
+// CG's update x += alpha p, r -= alpha q, and x . x after it in the same pass (the same bits as
+// dot(n, x, x) after the update).
+template <typename T>
+double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, int threads = 0);
+
 // f(lo, hi) over [0, n) split into contiguous ranges among threads (one range below 32k elements
 // per thread): the elementwise vector updates of the Krylov loops.
 void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f);

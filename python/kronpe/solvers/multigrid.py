@@ -221,13 +221,28 @@ class ThinPlateMG:
         self._h.fmg(self._grid(b), out, int(cycles))
         return out
 
+    def cycles(self, b: Array, x0: Optional[Array] = None, count: int = 1, omega: float = 1.0) -> Array:
+        """``count`` V-cycles for A x = b as a stationary iteration, from ``x0`` (None: ``fmg(b)``):
+        each step is x + omega V (b - A x), smoothed from x itself, so one costs a V-cycle and two
+        vector passes (a PCG iteration adds two operator applications and five vector passes: 1.3
+        against 0.8 ms at 512^2); 0 < omega < 2. A the hierarchy's finest matrix (a diagonal data
+        term). Returns x (a new array)."""
+        if self.lam is None:
+            raise ValueError("set_ridge(lam) first")
+        if not 0 < omega < 2:
+            raise ValueError(f"omega must be in (0, 2), got {omega}")
+        b = self._grid(b)
+        x = np.empty_like(b) if x0 is None else np.array(x0, dtype=self.dtype, copy=True).reshape(self.shape)
+        self._h.cycles(b, x, x0 is not None, int(count), float(omega))
+        return x
+
     def solve(self, b: Array, x0: Optional[Array] = None, tol: float = 1e-3, maxiter: int = 100,
               operator: Optional[Callable[[Array], Array]] = None, scale: Optional[float] = None
               ) -> Tuple[Array, int, float]:
         """PCG for A x = b (A = ``operator`` or the hierarchy's finest matrix) from ``x0`` (None: the
         full multigrid approximation, ``fmg``), stopped when ||z|| <= tol * ``scale`` (default
-        ||x||), z the preconditioned residual; tol <= 0: after exactly ``maxiter`` iterations.
-        Returns (x, iterations, ||z|| / scale at the end)."""
+        ||x||), z the preconditioned residual; tol <= 0: after exactly ``maxiter`` iterations, with
+        no error estimate (NaN). Returns (x, iterations, ||z|| / scale at the end)."""
         if self.lam is None:
             raise ValueError("set_ridge(lam) first")
         b = self._grid(b)
@@ -245,8 +260,9 @@ class ThinPlateMG:
         dt = self.dtype
         r = b - operator(x)
         z = self.vcycle(r)
-        rel = _error(x, z, scale)
-        if tol > 0 and rel <= tol:
+        estimate = tol > 0
+        rel = _error(x, z, scale) if estimate else float("nan")
+        if estimate and rel <= tol:
             return x, 0, rel
         p = z.copy()
         tmp = np.empty_like(b)
@@ -260,12 +276,13 @@ class ThinPlateMG:
             a = np.asarray(rz / pAp, dt)
             x += np.multiply(p, a, out=tmp)
             r -= np.multiply(Ap, a, out=tmp)
-            if it == maxiter and tol <= 0:
+            if it == maxiter and not estimate:
                 break  # a fixed number of iterations: no error estimate wanted (sweeps)
             self.vcycle(r, z)
-            rel = _error(x, z, scale)
-            if rel <= tol:
-                break
+            if estimate:
+                rel = _error(x, z, scale)
+                if rel <= tol:
+                    break
             rz_new = _dot(r, z)
             p *= np.asarray(rz_new / rz, dt)
             p += z
