@@ -426,22 +426,14 @@ void for_rows(const Grid& g, int threads, Row&& row) {
   check_grid(g);
   const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
   if (g.size() == 0) return;
-  const int nt = pick_threads(threads, g.size());
-  const TeamClock clock;
-#ifdef KRONPE_OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-  {
-    clock.started();
+  run_team(pick_threads(threads, g.size()), [&] {
     std::vector<T> acc(static_cast<std::size_t>(n2)), dg(static_cast<std::size_t>(n2));
     RowsOf<T> stencil(g);
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
 #endif
     for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], acc.data(), dg.data(), r * n2, stencil);
-    clock.finished();
-  }
-  (void)nt;
+  });
 }
 
 // 1 / a, or 0 for a node whose row of A is zero (no data, no penalty: it is left as it is).
@@ -621,12 +613,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       residual_row(n2, x + o, b + o, m + o, lam, acc, res + o);
     }
   };
-  const TeamClock clock;
-#ifdef KRONPE_OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-  {
-    clock.started();
+  run_team(nt, [&] {
     std::vector<T> acc(static_cast<std::size_t>(n2));
     std::vector<RowsOf<T>> stencil(static_cast<std::size_t>(stages), RowsOf<T>(g));  // one ring per stage
 #ifdef KRONPE_OPENMP
@@ -641,7 +628,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
         const index_t first = t > 0 ? lo + lag * s : lo, last = t + 1 < count ? hi - lag * s : hi;
         if (q >= first && q < last) run(s, q, acc.data(), stencil);
       }
-    clock.finished();
+    if (count == 1) return;
 #ifdef KRONPE_OPENMP
 #pragma omp barrier
 #pragma omp single
@@ -651,8 +638,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
         const index_t edge = rows * k / count;
         for (index_t q = edge - lag * s; q < edge + lag * s; ++q) run(s, q, acc.data(), stencil);
       }
-  }
-  (void)nt;
+  });
 }
 
 template <typename T>
@@ -733,13 +719,7 @@ KRONPE_CLONES void prolong_row(index_t inner, const T* __restrict c, index_t k,
 template <typename Line, typename Row>
 void for_transfer(index_t outer, index_t n, index_t inner, index_t out_n, int threads,
                   Line&& line, Row&& row) {
-  const int nt = pick_threads(threads, outer * n * inner);
-  const TeamClock clock;
-#ifdef KRONPE_OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-  {
-    clock.started();
+  run_team(pick_threads(threads, outer * n * inner), [&] {
     if (inner == 1) {
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
@@ -752,9 +732,7 @@ void for_transfer(index_t outer, index_t n, index_t inner, index_t out_n, int th
       for (index_t o = 0; o < outer; ++o)
         for (index_t k = 0; k < out_n; ++k) row(o, k);
     }
-    clock.finished();
-  }
-  (void)nt;
+  });
 }
 
 template <bool Add, typename T>
@@ -816,13 +794,7 @@ void blocked_sums(index_t n, int threads, double out[K], F&& block) {
   }
   const index_t blocks = (n + kDotBlock - 1) / kDotBlock;
   std::vector<double> part(static_cast<std::size_t>(blocks * K));
-  const int nt = pick_threads(threads, n);
-  const TeamClock clock;
-#ifdef KRONPE_OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-  {
-    clock.started();
+  run_team(pick_threads(threads, n), [&] {
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
 #endif
@@ -830,9 +802,7 @@ void blocked_sums(index_t n, int threads, double out[K], F&& block) {
       const index_t lo = b * kDotBlock;
       block(lo, std::min(kDotBlock, n - lo), part.data() + b * K);
     }
-    clock.finished();
-  }
-  (void)nt;
+  });
   for (index_t b = 0; b < blocks; ++b)
     for (int k = 0; k < K; ++k) out[k] += part[std::size_t(b * K + k)];
 }
@@ -891,20 +861,14 @@ double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, in
 }
 
 void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f) {
-  const int nt = pick_threads(threads, n);
-  if (nt <= 1) return f(0, n);
+  run_team(pick_threads(threads, n), [&] {
 #ifdef KRONPE_OPENMP
-  const TeamClock clock;
-#pragma omp parallel num_threads(nt)
-  {
-    clock.started();
     const index_t t = omp_get_thread_num(), count = omp_get_num_threads();
-    f(n * t / count, n * (t + 1) / count);
-    clock.finished();
-  }
 #else
-  f(0, n);
+    const index_t t = 0, count = 1;
 #endif
+    f(n * t / count, n * (t + 1) / count);
+  });
 }
 
 #define KRONPE_SMOOTH_INSTANTIATE(T)                                                            \

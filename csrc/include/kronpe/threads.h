@@ -49,6 +49,29 @@ class TeamClock {
   mutable std::atomic<long long> first_done_, last_done_;
 };
 
+// body() on a team of nt threads (an OpenMP parallel region timed by a TeamClock), or directly on
+// the calling thread when nt <= 1: no region and no clock (a region of one thread still cost
+// libgomp a futex wake per call, 50 per multigrid V-cycle: a third of a 128^2 V-cycle's time).
+// The worksharing directives inside body (omp for, barrier, single) bind to the team, or to the
+// calling thread alone.
+template <typename F>
+void run_team(int nt, F&& body) {
+#ifdef KRONPE_OPENMP
+  if (nt > 1) {
+    const TeamClock clock;
+#pragma omp parallel num_threads(nt)
+    {
+      clock.started();
+      body();
+      clock.finished();
+    }
+    return;
+  }
+#endif
+  (void)nt;
+  body();
+}
+
 // Whether the cores are marked busy now; how many times they were marked since the process
 // started (diagnostics and tests).
 bool cores_busy();
