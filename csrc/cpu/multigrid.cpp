@@ -200,12 +200,12 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   }
   for (Level& L : levels_) {
     const std::size_t n = L.m.size();
-    for (auto* v : {&L.w, &L.x, &L.b, &L.r, &L.d, &L.d2, &L.fr}) v->resize(n);
+    for (auto* v : {&L.w, &L.x, &L.b, &L.r, &L.d, &L.d2, &L.fr, &L.rd}) v->resize(n);
   }
   for (std::size_t l = 1; l < levels_.size(); ++l) levels_[l].fx.resize(levels_[l].m.size());
 
   set_chebyshev(opt_.lmax, opt_.alpha);
-  coarsest_penalty();
+  penalty_changed();
 }
 
 // The smoother's coefficients over [lmax / alpha, lmax].
@@ -226,6 +226,12 @@ void ThinPlateHierarchy<T>::set_chebyshev(double lmax, double alpha) {
     c2_.push_back(T(2.0 * rho_n / delta));
     rho = rho_n;
   }
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::penalty_changed() {
+  for (Level& L : levels_) penalty_diag<T>(L.g, L.rd.data(), opt_.threads);
+  coarsest_penalty();
 }
 
 // R on the coarsest grid, column by column (the same kernel in double).
@@ -255,8 +261,9 @@ void ThinPlateHierarchy<T>::coarse_weights(const Level& L, Level& C) {
 template <typename T>
 void ThinPlateHierarchy<T>::set_reflect(bool reflect) {
   require(reflect || !levels_[0].g.power(), "multigrid: order 3 and axis weights need the mirrored boundary");
+  if (levels_[0].g.reflect == reflect) return;  // nothing changes
   for (Level& L : levels_) L.g.reflect = reflect;
-  coarsest_penalty();
+  penalty_changed();
   set_lambda(lam_);
 }
 
@@ -266,7 +273,7 @@ void ThinPlateHierarchy<T>::set_weights(const double w[3]) {
   for (int a = 0; a < 3; ++a) require(std::isfinite(w[a]) && w[a] > 0, "multigrid: the axis weights must be finite and > 0");
   for (int a = 0; a < 3; ++a) levels_[0].g.w[a] = w[a];
   for (std::size_t l = 0; l + 1 < levels_.size(); ++l) coarse_weights(levels_[l], levels_[l + 1]);
-  coarsest_penalty();
+  penalty_changed();
   set_lambda(lam_);
 }
 
@@ -290,7 +297,7 @@ void ThinPlateHierarchy<T>::set_lambda(double lam) {
     // the power form's weights carry the spacing (coarse_weights); the thin-plate stencil's
     // fourth differences shrink 16-fold when every spacing doubles
     scale *= std::ldexp(1.0, c) / (L.g.power() ? 1.0 : 16.0);
-    thin_plate_diag<T>(L.g, L.m.data(), L.lam, L.w.data(), opt_.threads, true);
+    inverse_diag<T>(L.g.size(), L.m.data(), L.lam, L.rd.data(), L.w.data(), opt_.threads);
   }
   // the coarsest A = diag(m) + lam R (+ a relative 1e-10 on the diagonal: R's null space where
   // m == 0), factorised A = L L^T

@@ -20,7 +20,7 @@ namespace {
 
 // Nodes per thread below which a kernel runs serially: these passes take well under a
 // millisecond per million nodes, less than a fork/join costs on a busy machine.
-constexpr index_t kMinNodesPerThread = index_t(1) << 15;
+constexpr index_t kMinNodesPerThread = index_t(1) << 13;
 
 int pick_threads(int threads, index_t nodes) {
   checked_threads(threads);
@@ -655,6 +655,20 @@ void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool
   });
 }
 
+template <typename T>
+void penalty_diag(const Grid& g, T* out, int threads) {
+  const Bands<T> B(g);
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T*, index_t o, RowsOf<T>&) { r_diag_row(B, i0, i1, out + o); });
+}
+
+template <typename T>
+void inverse_diag(index_t n, const T* m, T lam, const T* rd, T* w, int threads) {
+  for_range(n, threads, [&](index_t lo, index_t hi) {
+    std::copy(rd + lo, rd + hi, w + lo);
+    invert_row(hi - lo, m + lo, lam, w + lo);
+  });
+}
+
 namespace {
 
 void check_transfer(const char* what, index_t outer, index_t n, index_t inner) {
@@ -879,6 +893,8 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   template void thin_plate_cheb_step<T>(const Grid&, const T*, T*, T*, const T*, T, T, T, T*,  \
                                         int);                                                   \
   template void thin_plate_diag<T>(const Grid&, const T*, T, T*, int, bool);                         \
+  template void penalty_diag<T>(const Grid&, T*, int);                                          \
+  template void inverse_diag<T>(index_t, const T*, T, const T*, T*, int);                       \
   template void thin_plate_smooth<T>(const Grid&, T*, const T*, const T*, const T*, T, T, bool, \
                                      int, const T*, const T*, T*, T*, T*, T*, int);              \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \

@@ -120,6 +120,7 @@ class ThinPlateHierarchy {
     // m; w = diag(A)^-1 (set with lam); V-cycle: x (result), b (rhs from the finer level), the smoother's r (then the
     // residual), d, d2 (also the transfers' intermediate grids); fmg: fx (iterate), fr (residual)
     WorkArray<T> m, w, x, b, r, d, d2, fx, fr;
+    WorkArray<T> rd;  // diag(R) (set with the penalty): w for a new lam in one pass
   };
 
   // the smoother from x (zero: from 0); res: b - A x after it (null: not computed)
@@ -132,6 +133,7 @@ class ThinPlateHierarchy {
   void check_data_term(const T* m) const;
   static void coarse_weights(const Level& L, Level& C);
   void coarsest_penalty();
+  void penalty_changed();  // every level's rd and the coarsest R
 
   MultigridOptions opt_;
   std::vector<Level> levels_;

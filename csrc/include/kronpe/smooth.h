@@ -78,6 +78,12 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
 // the smoother's scaling.
 template <typename T>
 void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool inverted = false);
+// diag(R) alone (no data term, lam = 1), and diag(A)^-1 = 1 / (m + lam rd) from it (0 where that
+// is 0; the same values as thin_plate_diag with inverted): a new lam in one streaming pass.
+template <typename T>
+void penalty_diag(const Grid& g, T* out, int threads);
+template <typename T>
+void inverse_diag(index_t n, const T* m, T lam, const T* rd, T* w, int threads);
 
 // (outer, n, inner) -> (outer, n / 2 + 1, inner), n >= 1 (n <= 2: nodes at 0 [and 2]).
 template <typename T>
