@@ -368,6 +368,12 @@ def test_fill_predicted_at_its_own_nodes_is_its_weights(rng):
     from kronpe.data import grid_coords
 
     np.testing.assert_array_equal(m.predict_grid(grid_coords((45, 30))), m.weights)
+    # known to be the identity without building the N x N matrices; any other coordinates build them
+    from kronpe.solvers.fit import _hats_at_centres
+
+    assert all(_hats_at_centres(e, c) for e, c in zip(m.embedders, grid_coords((45, 30))))
+    assert not _hats_at_centres(m.embedders[0], np.arange(45) / 45 + 1e-9)
+    assert not _hats_at_centres(m.embedders[0], np.arange(44) / 45)
     half = m.predict_grid([np.arange(45) / 45, (np.arange(29) + 0.5) / 30])  # between the nodes: a real chain
     np.testing.assert_allclose(half, 0.5 * (m.weights[:, :-1] + m.weights[:, 1:]), rtol=1e-5, atol=1e-6)
 

@@ -400,7 +400,10 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int) -> Tuple[float, Dict[str, An
     train.flat[hold] = 0.0
     y = _selection_signal(_as_planes(rhs), float(diag.sum()))[..., None]
     y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
-    r_train = np.where((train > 0)[..., None], y, 0).astype(np.float32)
+    # B^T y is 0 wherever diag(B^T B) is: leaving out the held-out nodes is all (a copy and a
+    # scatter: np.where over the grid took 0.56 ms at 451 x 300)
+    r_train = np.array(y, dtype=np.float32)
+    r_train.reshape(-1)[hold] = 0.0
 
     def error(w):
         return float(np.mean((w.reshape(-1)[hold] - y_ho) ** 2))
