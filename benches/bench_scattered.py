@@ -20,7 +20,7 @@ CASES = [(n, "scattered") for n in IMAGES] + [(n, "masked") for n in IMAGES[:2]]
 @pytest.mark.parametrize("name,task", CASES)
 def test_scattered(benchmark, name, task):
     s = task_inputs(name, task)
-    args = (s["img"], s["mask"], s["pts"], s["query"])
+    args = (s,)
     methods = SCATTERED if task == "scattered" else MASKED
     benchmark.group = f"{task}: {name}"
     kronpe_label = next(iter(methods))
