@@ -230,7 +230,10 @@ void ThinPlateHierarchy<T>::set_chebyshev(double lmax, double alpha) {
 
 template <typename T>
 void ThinPlateHierarchy<T>::penalty_changed() {
-  for (Level& L : levels_) penalty_diag<T>(L.g, L.rd.data(), opt_.threads);
+  for (Level& L : levels_) {
+    penalty_diag<T>(L.g, L.rd.data(), opt_.threads);
+    L.scratch = smooth_scratch<T>(L.g);
+  }
   coarsest_penalty();
 }
 
@@ -389,7 +392,7 @@ void ThinPlateHierarchy<T>::prolong_up(int level, const T* c, T* f, bool add) {
 template <typename T>
 void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res) {
   thin_plate_smooth<T>(L.g, x, b, L.m.data(), L.w.data(), L.lam, T(theta_), zero, int(c1_.size()), c1_.data(),
-                       c2_.data(), L.r.data(), L.d.data(), L.d2.data(), res, opt_.threads);
+                       c2_.data(), L.r.data(), L.d.data(), L.d2.data(), res, opt_.threads, L.scratch.get());
 }
 
 template <typename T>
@@ -451,7 +454,7 @@ void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
     T* xf = l == 0 ? x : L.fx.data();
     prolong_up(l, xc, xf, false);
     for (int c = 0; c < cycles; ++c) {
-      thin_plate_residual<T>(L.g, xf, bs[l], L.m.data(), L.lam, L.fr.data(), opt_.threads);
+      thin_plate_residual<T>(L.g, xf, bs[l], L.m.data(), L.lam, L.fr.data(), opt_.threads, L.scratch.get());
       vcycle_at(l, L.fr.data());
       add_into(L.g.size(), L.x.data(), xf, opt_.threads);
     }
@@ -477,7 +480,7 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
     return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
   };
   if (!from_x) fmg(b, x, 1);
-  thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads);
+  thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads, F.scratch.get());
   vcycle(r, p);  // z = M r, the first direction
   PcgResult out;
   out.error = std::numeric_limits<double>::quiet_NaN();
@@ -494,7 +497,7 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
   }
   for (index_t it = 1; it <= maxiter; ++it) {
     out.iterations = it;
-    thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads);
+    thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads, F.scratch.get());
     const double pap = dot(n, p, ap, opt_.threads);
     if (!(pap > 0)) break;
     const T a = T(rz / pap);

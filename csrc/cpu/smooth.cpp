@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -272,6 +273,11 @@ class FactoredRows {
  private:
   T* slot(index_t q) { return ring_.data() + (q % 3) * n2_; }
 
+ public:
+  void reset() { v_ = nullptr; }
+
+ private:
+
   // out = (L v)[row q]
   void laplacian(const T* v, index_t q, T* out) {
     const T* c = v + q * n2_;
@@ -324,6 +330,8 @@ class PowerRows {
   // the rows between a row and the farthest row its R v reads
   static index_t lag(const Grid& g) { return std::max<index_t>(1, g.order * reach(g)); }
 
+  void reset() { v_ = nullptr; }
+
   // acc[0..n2) = (R v)[row r]
   void row(const T* v, index_t r, T* __restrict acc) {
     if (v != v_ || r != next_) {  // a new run: every level's rows up to its lead
@@ -374,6 +382,10 @@ class RowsOf {
   explicit RowsOf(const Grid& g)
       : power_(g.power()), factored_(!power_ && FactoredRows<T>::applies(g)), f_(factored_ ? g : Grid{}),
         p_(power_ ? g : Grid{}) {}
+  void reset() {  // the next row starts a new run
+    f_.reset();
+    p_.reset();
+  }
   void row(const Bands<T>& B, const T* v, index_t i0, index_t i1, T* acc) {
     if (power_) p_.row(v, i0 * B.g.n[1] + i1, acc);
     else if (factored_) f_.row(v, i1, acc);
@@ -418,21 +430,76 @@ void r_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
   for (index_t i = 0; i < n2; ++i) out[i] = p01 + p2[i] + T(2) * (t0 * t1 + (t0 + t1) * t2[i]);
 }
 
+}  // namespace
+
+template <typename T>
+class SmoothScratch {
+ public:
+  explicit SmoothScratch(const Grid& grid) : g(grid), bands(grid) {}
+  bool serves(const Grid& h) const {
+    bool same = g.reflect == h.reflect && g.order == h.order && g.weighted == h.weighted;
+    for (int a = 0; a < 3; ++a) same = same && g.n[a] == h.n[a] && g.w[a] == h.w[a];
+    return same;
+  }
+  struct Thread {
+    std::vector<T> acc, dg;          // scratch rows
+    std::vector<RowsOf<T>> stencil;  // one ring per stage (for_rows: the first)
+  };
+  // thread t's scratch for `stages` stages, reset (made before a team starts: threads is not
+  // resized inside one)
+  void prepare(int nt, int stages) {
+    if (int(threads.size()) < nt) threads.resize(static_cast<std::size_t>(nt));
+    for (int t = 0; t < nt; ++t) {
+      Thread& th = threads[std::size_t(t)];
+      th.acc.resize(static_cast<std::size_t>(g.n[2]));
+      th.dg.resize(static_cast<std::size_t>(g.n[2]));
+      while (int(th.stencil.size()) < stages) th.stencil.emplace_back(g);
+      for (RowsOf<T>& rows : th.stencil) rows.reset();
+    }
+  }
+  Grid g;
+  Bands<T> bands;
+  std::vector<Thread> threads;
+};
+
+template <typename T>
+std::shared_ptr<SmoothScratch<T>> smooth_scratch(const Grid& g) {
+  check_grid(g);
+  return std::make_shared<SmoothScratch<T>>(g);
+}
+
+// The scratch of grid g: `given` when it serves g, else a new one held by `own`.
+template <typename T>
+SmoothScratch<T>* scratch_for(const Grid& g, SmoothScratch<T>* given, std::shared_ptr<SmoothScratch<T>>& own) {
+  if (given && given->serves(g)) return given;
+  own = std::make_shared<SmoothScratch<T>>(g);
+  return own.get();
+}
+
+namespace {
+
 // Runs row(i0, i1, acc, dg, offset, stencil) over every row of the grid, rows split among threads
 // in contiguous blocks, in increasing order; acc and dg are per-thread scratch rows, stencil the
 // thread's RowsOf (R v of a row).
 template <typename T, typename Row>
-void for_rows(const Grid& g, int threads, Row&& row) {
+void for_rows(const Grid& g, int threads, Row&& row, SmoothScratch<T>* scratch = nullptr) {
   check_grid(g);
   const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
   if (g.size() == 0) return;
-  run_team(pick_threads(threads, g.size()), [&] {
-    std::vector<T> acc(static_cast<std::size_t>(n2)), dg(static_cast<std::size_t>(n2));
-    RowsOf<T> stencil(g);
+  std::shared_ptr<SmoothScratch<T>> own;
+  scratch = scratch_for(g, scratch, own);
+  const int nt = pick_threads(threads, g.size());
+  scratch->prepare(nt, 1);
+  run_team(nt, [&] {
+#ifdef KRONPE_OPENMP
+    auto& th = scratch->threads[std::size_t(omp_get_thread_num())];
+#else
+    auto& th = scratch->threads[0];
+#endif
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-    for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], acc.data(), dg.data(), r * n2, stencil);
+    for (index_t r = 0; r < rows; ++r) row(r / g.n[1], r % g.n[1], th.acc.data(), th.dg.data(), r * n2, th.stencil[0]);
   });
 }
 
@@ -498,22 +565,26 @@ KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T
 }  // namespace
 
 template <typename T>
-void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads) {
-  const Bands<T> B(g);
+void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads, SmoothScratch<T>* scratch) {
+  std::shared_ptr<SmoothScratch<T>> own;
+  scratch = scratch_for(g, scratch, own);
+  const Bands<T>& B = scratch->bands;
   for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o, RowsOf<T>& rows) {
     rows.row(B, x, i0, i1, acc);
     apply_row(g.n[2], x + o, m + o, lam, acc, out + o);
-  });
+  }, scratch);
 }
 
 template <typename T>
 void thin_plate_residual(const Grid& g, const T* x, const T* b, const T* m, T lam, T* out,
-                         int threads) {
-  const Bands<T> B(g);
+                         int threads, SmoothScratch<T>* scratch) {
+  std::shared_ptr<SmoothScratch<T>> own;
+  scratch = scratch_for(g, scratch, own);
+  const Bands<T>& B = scratch->bands;
   for_rows<T>(g, threads, [&](index_t i0, index_t i1, T* acc, T*, index_t o, RowsOf<T>& rows) {
     rows.row(B, x, i0, i1, acc);
     residual_row(g.n[2], x + o, b + o, m + o, lam, acc, out + o);
-  });
+  }, scratch);
 }
 
 template <typename T>
@@ -580,11 +651,13 @@ KRONPE_CLONES void add_row(index_t n, const T* __restrict d, T* __restrict x, bo
 template <typename T>
 void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
                        bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
-                       int threads) {
+                       int threads, SmoothScratch<T>* scratch) {
   check_grid(g);
   require(nsteps >= 0, "thin_plate_smooth: nsteps must be >= 0");
   if (g.size() == 0) return;
-  const Bands<T> B(g);
+  std::shared_ptr<SmoothScratch<T>> own;
+  scratch = scratch_for(g, scratch, own);
+  const Bands<T>& B = scratch->bands;
   const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
   const index_t lag = g.power() ? PowerRows<T>::lag(g) : (g.n[0] > 1 ? std::max<index_t>(2, 2 * g.n[1]) : 2);
   const int stages = 1 + nsteps + (res ? 1 : 0);
@@ -613,14 +686,15 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       residual_row(n2, x + o, b + o, m + o, lam, acc, res + o);
     }
   };
+  scratch->prepare(nt, stages);
   run_team(nt, [&] {
-    std::vector<T> acc(static_cast<std::size_t>(n2));
-    std::vector<RowsOf<T>> stencil(static_cast<std::size_t>(stages), RowsOf<T>(g));  // one ring per stage
 #ifdef KRONPE_OPENMP
     const int t = omp_get_thread_num(), count = omp_get_num_threads();
 #else
     const int t = 0, count = 1;
 #endif
+    std::vector<T>& acc = scratch->threads[std::size_t(t)].acc;
+    std::vector<RowsOf<T>>& stencil = scratch->threads[std::size_t(t)].stencil;
     const index_t lo = rows * t / count, hi = rows * (t + 1) / count;
     for (index_t time = lo; time < hi + lag * (stages - 1); ++time)
       for (int s = 0; s < stages; ++s) {
@@ -886,8 +960,9 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
 }
 
 #define KRONPE_SMOOTH_INSTANTIATE(T)                                                            \
-  template void thin_plate_apply<T>(const Grid&, const T*, const T*, T, T*, int);              \
-  template void thin_plate_residual<T>(const Grid&, const T*, const T*, const T*, T, T*, int); \
+  template void thin_plate_apply<T>(const Grid&, const T*, const T*, T, T*, int, SmoothScratch<T>*); \
+  template void thin_plate_residual<T>(const Grid&, const T*, const T*, const T*, T, T*, int,        \
+                                       SmoothScratch<T>*);                                           \
   template void thin_plate_cheb_start<T>(const Grid&, const T*, const T*, const T*, T, T, T*,  \
                                          T*, int);                                              \
   template void thin_plate_cheb_step<T>(const Grid&, const T*, T*, T*, const T*, T, T, T, T*,  \
@@ -896,7 +971,9 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   template void penalty_diag<T>(const Grid&, T*, int);                                          \
   template void inverse_diag<T>(index_t, const T*, T, const T*, T*, int);                       \
   template void thin_plate_smooth<T>(const Grid&, T*, const T*, const T*, const T*, T, T, bool, \
-                                     int, const T*, const T*, T*, T*, T*, T*, int);              \
+                                     int, const T*, const T*, T*, T*, T*, T*, int,               \
+                                     SmoothScratch<T>*);                                          \
+  template std::shared_ptr<SmoothScratch<T>> smooth_scratch<T>(const Grid&);                     \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \
   template double dot<T>(index_t, const T*, const T*, int);                                     \

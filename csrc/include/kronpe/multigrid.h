@@ -121,6 +121,7 @@ class ThinPlateHierarchy {
     // residual), d, d2 (also the transfers' intermediate grids); fmg: fx (iterate), fr (residual)
     WorkArray<T> m, w, x, b, r, d, d2, fx, fr;
     WorkArray<T> rd;  // diag(R) (set with the penalty): w for a new lam in one pass
+    std::shared_ptr<SmoothScratch<T>> scratch;  // the smoother's bands and rings (set with the penalty)
   };
 
   // the smoother from x (zero: from 0); res: b - A x after it (null: not computed)

@@ -29,6 +29,7 @@
 //   restrict_axis  c[j] = f[2j] + (f[2j - 1] + f[2j + 1]) / 2   (P^T, terms in range)
 //   prolong_axis   f[2j] = c[j],  f[2j + 1] = (c[j] + c[j + 1]) / 2   (P; or f += P c)
 #pragma once
+#include <memory>
 #include <functional>
 
 #include "kronpe/common.h"
@@ -54,11 +55,22 @@ struct Grid {
 // n / 2 + 1: the coarse length of an axis of n >= 3 nodes.
 inline index_t coarse_length(index_t n) { return n / 2 + 1; }
 
+// What the kernels below build for a grid on every call (the penalty's bands, every thread's
+// scratch row and stencil rings), kept between calls on one grid instead (a multigrid hierarchy
+// keeps one per level: a V-cycle's small levels were mostly these allocations). Built by
+// smooth_scratch for a grid; a kernel given one uses it when the grid is the same, else builds
+// its own. One caller at a time.
 template <typename T>
-void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads);
+class SmoothScratch;
+template <typename T>
+std::shared_ptr<SmoothScratch<T>> smooth_scratch(const Grid& g);
+
+template <typename T>
+void thin_plate_apply(const Grid& g, const T* x, const T* m, T lam, T* out, int threads,
+                      SmoothScratch<T>* scratch = nullptr);
 template <typename T>
 void thin_plate_residual(const Grid& g, const T* x, const T* b, const T* m, T lam, T* out,
-                         int threads);
+                         int threads, SmoothScratch<T>* scratch = nullptr);
 template <typename T>
 void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T lam, T theta,
                            T* r, T* d, int threads);
@@ -72,7 +84,7 @@ void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T l
 template <typename T>
 void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
                        bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
-                       int threads);
+                       int threads, SmoothScratch<T>* scratch = nullptr);
 
 // diag(A), for Jacobi-type smoothers and the tests; inverted: diag(A)^-1 (0 where diag(A) is 0),
 // the smoother's scaling.
