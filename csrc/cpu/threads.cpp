@@ -1,6 +1,7 @@
 // The default thread count of kronpe's CPU kernels and the busy-core back-off (kronpe/threads.h).
 #include "kronpe/threads.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -90,11 +91,19 @@ void late_team(long long t) {
 }
 }  // namespace
 
-TeamClock::TeamClock() : t0_(now_us()), first_done_(-1), last_done_(-1) {}
+namespace {
+std::atomic<long long> g_last_team_end{-(1LL << 60)};  // steady-clock microseconds
+}  // namespace
+
+TeamClock::TeamClock()
+    : t0_(now_us()),
+      cold_(t0_ - g_last_team_end.load(std::memory_order_relaxed) > kColdMicroseconds),
+      first_done_(-1),
+      last_done_(-1) {}
 
 void TeamClock::started() const {
   const long long t = now_us();
-  if (t - t0_ > kLateMicroseconds) late_team(t);
+  if (!cold_ && t - t0_ > kLateMicroseconds) late_team(t);
 }
 
 void TeamClock::finished() const {
@@ -109,7 +118,8 @@ void TeamClock::finished() const {
 
 TeamClock::~TeamClock() {
   const long long first = first_done_.load(std::memory_order_relaxed), last = last_done_.load(std::memory_order_relaxed);
-  if (first < 0 || last <= first) return;
+  g_last_team_end.store(std::max(last, t0_), std::memory_order_relaxed);
+  if (cold_ || first < 0 || last <= first) return;
   const long long spread = last - first;
   if (spread > kLateMicroseconds && 4 * spread > last - t0_) late_team(last);
 }

@@ -31,6 +31,12 @@ int kernel_threads();
 constexpr long long kLateMicroseconds = 500;
 constexpr long long kBusyMilliseconds = 100;
 constexpr long long kLateWindowMilliseconds = 20;
+// A team launched longer than this after the last one ended is cold: its threads have gone to
+// sleep (or their idle virtual CPUs been descheduled) and wake late with nothing else running, so
+// its lateness says nothing about busy cores and is not judged. (The benchmark harness waits
+// for every thread to sleep before each call: the first call after that marked the cores busy
+// for the timed call behind it on a quiet machine, which then ran on one thread.)
+constexpr long long kColdMicroseconds = 2000;
 
 // Constructed by the launching thread just before a parallel region and destroyed after it (its
 // destructor judges the finish times); started() and finished() are called by every thread of the
@@ -46,6 +52,7 @@ class TeamClock {
 
  private:
   long long t0_;
+  bool cold_;  // launched more than kColdMicroseconds after the last team ended: not judged
   mutable std::atomic<long long> first_done_, last_done_;
 };
 
