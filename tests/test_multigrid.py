@@ -282,10 +282,10 @@ def test_cycles_converge_to_the_dense_solution(rng):
 
 
 @pytest.mark.parametrize("shape", [(37,), (33, 40), (12, 11, 10)], ids=str)
-def test_compiled_pcg_follows_the_python_loop(rng, shape):
-    """The compiled PCG (fused passes for its error estimate) and ThinPlateMG._pcg (the same loop
-    in NumPy, for operators given as functions): the same iterations, solutions and estimates;
-    with tol <= 0 no estimate (NaN) after exactly maxiter iterations."""
+def test_pcg_with_an_operator_function_follows_the_built_in_one(rng, shape):
+    """The compiled PCG on the hierarchy's own matrix and on the same matrix given as a function
+    (the path of data terms off the nodes): the same iterations, solutions and estimates; with
+    tol <= 0 no estimate (NaN) after exactly maxiter iterations."""
     m = (rng.random(shape) < 0.3).astype(np.float64)
     b = m * rng.standard_normal(shape)
     mg = ThinPlateMG(m, 1e-3, dtype=np.float64, reflect=True)
@@ -302,6 +302,16 @@ def test_compiled_pcg_follows_the_python_loop(rng, shape):
     for operator in (None, op):
         x, its, rel = mg.solve(b, None, 0.0, 3, operator)
         assert its == 3 and np.isnan(rel)
+    # the operator sees a read-only view; a wrong result or an exception is a named error
+    seen = []
+    mg.solve(b, None, 1e-3, 2, lambda v: seen.append(v.flags.writeable) or op(v))
+    assert seen and not any(seen)
+    with pytest.raises(ValueError, match="operator must return A v"):
+        mg.solve(b, None, 1e-3, 5, lambda v: np.zeros(3))
+    with pytest.raises(ZeroDivisionError):
+        mg.solve(b, None, 1e-3, 5, lambda v: 1 / 0)
+    with pytest.raises(ValueError, match="operator must be callable"):
+        mg._h.pcg(b, np.zeros_like(b), True, 1e-3, 5, 0.0, 3)
 
 # grids large enough that the smoother splits its rows among 3 threads (32k nodes per thread and
 # blocks at least as long as the boundary gaps, 2 lag (stages - 1) rows: 2-D lag 2 rows, 3-D lag two

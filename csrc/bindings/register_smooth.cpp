@@ -184,19 +184,39 @@ void register_hierarchy(py::module_& m, const char* name) {
           "stationary multigrid iteration")
       .def(
           "pcg",
-          [](H& h, const Array& b, const Array& x, bool from_x, double tol, index_t maxiter, double scale) {
+          [](H& h, const Array& b, const Array& x, bool from_x, double tol, index_t maxiter, double scale,
+             const py::object& op) {
             const T* bp = finest<const T>(h, b, "b");
             T* xp = finest<T>(h, x, "x");
             require(b.address != x.address, "pcg: x must not be b");
+            typename H::Operator apply;
+            if (!op.is_none()) {
+              require(PyCallable_Check(op.ptr()), "pcg: operator must be callable (v -> A v) or None");
+              // v: a read-only view of CG's vector for the call's duration; A v: an array of the
+              // finest grid's shape and dtype, copied out
+              const smooth::Grid& g = h.grid(0);
+              std::vector<py::ssize_t> shape(b.shape.begin(), b.shape.end());
+              apply = [&op, shape, size = g.size()](const T* v, T* out) {
+                py::gil_scoped_acquire hold;
+                py::array_t<T> view(shape, v, py::capsule(v, [](void*) {}));  // no copy, no owner
+                view.attr("flags").attr("writeable") = false;
+                auto got = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(op(view));
+                require(bool(got) && got.size() == size, "pcg: operator must return A v, an array of v's size");
+                std::copy(got.data(), got.data() + size, out);
+              };
+            }
             smooth::PcgResult r;
             {
               py::gil_scoped_release release;
-              r = h.pcg(bp, xp, from_x, tol, maxiter, scale);
+              r = h.pcg(bp, xp, from_x, tol, maxiter, scale, op.is_none() ? nullptr : &apply);
             }
             return py::make_tuple(r.iterations, r.error);
           },
           py::arg("b"), py::arg("x"), py::arg("from_x"), py::arg("tol"), py::arg("maxiter"), py::arg("scale") = 0.0,
-          "multigrid-preconditioned CG from x (from_x) or from fmg(b): (iterations, ||z|| / scale)");
+          py::arg("operator") = py::none(),
+          "multigrid-preconditioned CG from x (from_x) or from fmg(b): (iterations, ||z|| / scale); operator: "
+          "v -> A v for a system other than the hierarchy's finest matrix (v a read-only view valid during the "
+          "call)");
 }
 
 }  // namespace

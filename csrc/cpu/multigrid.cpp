@@ -117,6 +117,12 @@ KRONPE_CLONES void add_into_range(index_t lo, index_t hi, const T* __restrict a,
   for (index_t i = lo; i < hi; ++i) x[i] += a[i];
 }
 
+// r = b - r
+template <typename T>
+KRONPE_CLONES void subtract_from_range(index_t lo, index_t hi, const T* __restrict b, T* __restrict r) {
+  for (index_t i = lo; i < hi; ++i) r[i] = b[i] - r[i];
+}
+
 // x = old + omega (x - old) (an over-relaxed step)
 template <typename T>
 KRONPE_CLONES void relax_range(index_t lo, index_t hi, T omega, const T* __restrict old, T* __restrict x) {
@@ -132,6 +138,11 @@ void cg_update(index_t n, T a, const T* p, const T* q, T* x, T* r, int threads) 
 template <typename T>
 void cg_direction(index_t n, T beta, const T* z, T* p, int threads) {
   for_range(n, threads, [&](index_t lo, index_t hi) { cg_direction_range(lo, hi, beta, z, p); });
+}
+
+template <typename T>
+void subtract_from(index_t n, const T* b, T* r, int threads) {
+  for_range(n, threads, [&](index_t lo, index_t hi) { subtract_from_range(lo, hi, b, r); });
 }
 
 template <typename T>
@@ -467,7 +478,7 @@ void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
 // computed (NaN). The first V-cycle writes the first direction p itself.
 template <typename T>
 PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter,
-                                     double scale) {
+                                     double scale, const Operator* op) {
   require(maxiter >= 0, "multigrid: maxiter must be >= 0");
   Level& F = levels_[0];
   const index_t n = F.g.size();
@@ -480,7 +491,12 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
     return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
   };
   if (!from_x) fmg(b, x, 1);
-  thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads, F.scratch.get());
+  if (op) {
+    (*op)(x, r);
+    subtract_from(n, b, r, opt_.threads);  // r = b - A x
+  } else {
+    thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads, F.scratch.get());
+  }
   vcycle(r, p);  // z = M r, the first direction
   PcgResult out;
   out.error = std::numeric_limits<double>::quiet_NaN();
@@ -497,7 +513,8 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
   }
   for (index_t it = 1; it <= maxiter; ++it) {
     out.iterations = it;
-    thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads, F.scratch.get());
+    if (op) (*op)(p, ap);
+    else thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads, F.scratch.get());
     const double pap = dot(n, p, ap, opt_.threads);
     if (!(pap > 0)) break;
     const T a = T(rz / pap);

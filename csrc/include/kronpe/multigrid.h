@@ -18,6 +18,7 @@
 //   exactly maxiter iterations, with no error estimate (its passes skipped).
 // Work arrays are owned by the hierarchy: one object serves one thread of calls at a time.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -109,8 +110,12 @@ class ThinPlateHierarchy {
   // over-relaxes each step, x + omega (V-cycle(x) - x) (two more vector passes). Only for a
   // hierarchy whose finest A is the system's (a diagonal data term).
   void cycles(const T* b, T* x, bool from_x, int count, double omega = 1.0);
-  // PCG for A x = b (module comment); x in/out.
-  PcgResult pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter, double scale);
+  // out = A v for the system CG solves, when it is not the hierarchy's finest matrix (a data term
+  // B^T B off the nodes: the hierarchy holds its lumped diagonal)
+  using Operator = std::function<void(const T* v, T* out)>;
+  // PCG for A x = b (module comment); x in/out; A the finest matrix, or *op when given.
+  PcgResult pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter, double scale,
+                const Operator* op = nullptr);
 
  private:
   struct Level {
