@@ -544,3 +544,24 @@ def test_volume_defaults_choose_order_3_and_axis_weights():
     flat = fit_grid(np.where(mask, vol, np.nan), mask=mask, ridge=m.ridge)  # explicit ridge: weights all 1
     assert flat.info["penalty"] == "DifferencePenalty(3, mixed=True, boundary='reflect')"
     assert err < np.sqrt(np.mean((flat.predict_grid(x)[~mask] - vol[~mask]) ** 2))
+
+
+def test_data_term_add_to_is_btb_through_the_blending_matrix(rng):
+    """smooth.DataTerm.add_to (CG's operator off the nodes: the blending matrix's unchecked products
+    into kept buffers) adds B^T B v, B dense from the blending matrix, call after call."""
+    from kronpe import BlendingMatrix
+    from kronpe.solvers import smooth
+
+    shape = (17, 23)
+    nodes = [np.linspace(0, 1, n) for n in shape]
+    B = BlendingMatrix(rng.random((300, 2)), nodes, None, normalize=False, outside="clamp").store()
+    dense = np.zeros((300, int(np.prod(shape))))
+    np.put_along_axis(dense, np.asarray(B.indices), np.asarray(B.weights, np.float64), axis=1)
+    data = smooth.DataTerm(shape, blend=B)
+    for _ in range(2):
+        v = rng.standard_normal(shape).astype(np.float32)
+        out0 = rng.standard_normal(shape).astype(np.float32)
+        got = data.add_to(v, out0.copy())
+        want = out0 + (dense.T @ (dense @ v.ravel().astype(np.float64))).reshape(shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(data.add_to(v, np.zeros(shape, np.float32)), data(v[..., None])[..., 0], rtol=1e-6, atol=1e-6)

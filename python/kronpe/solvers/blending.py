@@ -523,7 +523,13 @@ class BlendingMatrix:
         P = self.points.shape[0]
         res = self._out("out", out, (P,) + trailing, v2.dtype, "points")
         v2 = _validate.separate(res, v2)
-        r2 = res.reshape(P, v2.shape[1])
+        self._gather(v2, res.reshape(P, v2.shape[1]))
+        return like(res, v) if out is None else res
+
+    def _gather(self, v2: np.ndarray, r2: np.ndarray) -> None:
+        """r2 = B v2, unchecked: v2 (G, C) and r2 (P, C) host arrays of one float dtype, C-contiguous,
+        not overlapping (matvec's kernel call; solvers' inner loops call it directly)."""
+        P = r2.shape[0]
         if P and v2.shape[1]:
             # the plan (points sorted by cell) pays for itself only over several products: a first
             # product gathers in the points' own order (a one-off predict of 263k points 3.5 against
@@ -540,7 +546,6 @@ class BlendingMatrix:
                 _core.blend_fly(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
             else:
                 _core.blend_stored(*ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
-        return like(res, v) if out is None else res
 
     def rmatvec(self, r, out: Optional[np.ndarray] = None) -> np.ndarray:
         """B^T r: values at the points -> scatter-added onto the grid (flat, row-major).
@@ -560,10 +565,14 @@ class BlendingMatrix:
         r2, trailing = _values_2d("r", arr, P, "one per point")
         res = self._out("out", out, (self.grid_size,) + trailing, r2.dtype, "grid")
         r2 = _validate.separate(res, r2)
-        g2 = res.reshape(self.grid_size, r2.shape[1])
-        if P == 0 or r2.shape[1] == 0:
+        self._scatter(r2, res.reshape(self.grid_size, r2.shape[1]))
+        return like(res, r) if out is None else res
+
+    def _scatter(self, r2: np.ndarray, g2: np.ndarray) -> None:
+        """g2 = B^T r2, unchecked (as ``_gather``): r2 (P, C), g2 (G, C)."""
+        if r2.shape[0] == 0 or r2.shape[1] == 0:
             g2[...] = 0
-            return like(res, r) if out is None else res
+            return
         perm, ptr, span, _ = self._order()
         ops, plan = self._ordered_operands(), (_arrays.describe(perm), _arrays.describe(ptr), True)
         if self.on_the_fly:
@@ -571,7 +580,6 @@ class BlendingMatrix:
                                       self.threads, *plan)
         else:
             _core.blend_transpose_stored(*ops, _arrays.describe(r2, "r"), _arrays.describe(g2, "out"), span, self.threads, *plan)
-        return like(res, r) if out is None else res
 
     # -- GPU products -------------------------------------------------------------------------
     def _device_state(self, like) -> dict:
