@@ -394,7 +394,8 @@ def test_dot_refuses_bad_arrays():
         _core.dot(a, a.astype(np.float64))
 
 
-MASKED_SHAPES = [(0, 3), (1, 1), (7, 3), (100, 1), (100, 2), (100, 4), (1000, 3), (33, 0)]
+# (70001, 3), (150001, 1): split among threads (64k values per thread)
+MASKED_SHAPES = [(0, 3), (1, 1), (7, 3), (100, 1), (100, 2), (100, 4), (1000, 3), (33, 0), (70001, 3), (150001, 1)]
 
 
 @pytest.mark.parametrize("planar", [False, True], ids=["interleaved", "planar"])
@@ -415,9 +416,10 @@ def test_masked_fill_matches_reference(rng, shape, dtype, planar):
     np.testing.assert_array_equal(np.asarray(hi, dtype), whi)
     assert bad == wbad == 0
     if mask.any() and shape[1]:
-        i = int(np.flatnonzero(mask)[-1])
-        s[i, -1] = np.inf
-        assert _core.masked_fill(s, mask.view(np.uint8), out, planar)[2] == reference.masked_fill(s, mask)[3] == 1
+        for i in (int(np.flatnonzero(mask)[-1]), int(np.flatnonzero(mask)[0])):  # the last block's, the first's
+            s[i, -1] = np.inf
+        assert _core.masked_fill(s, mask.view(np.uint8), out, planar)[2] == reference.masked_fill(s, mask)[3] == \
+            (1 if mask.sum() == 1 else 2)
 
 
 def test_masked_signal_strided_and_bad_values(rng, dtype):
