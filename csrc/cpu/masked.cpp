@@ -8,9 +8,6 @@
 #include <limits>
 #include <vector>
 
-#ifdef KRONPE_OPENMP
-#include <omp.h>
-#endif
 
 namespace kronpe {
 namespace {
@@ -72,12 +69,7 @@ index_t masked_fill(index_t n, index_t C, const T* s, const unsigned char* mask,
   if (nt == 1) return fill_range(0, n, n, C, s, mask, out, lo, hi, planar);
   std::vector<T> los(static_cast<std::size_t>(nt * C)), his(los.size());
   std::vector<index_t> bad(static_cast<std::size_t>(nt), 0);
-  run_team(nt, [&] {
-#ifdef KRONPE_OPENMP
-    const int t = omp_get_thread_num(), count = omp_get_num_threads();
-#else
-    const int t = 0, count = 1;
-#endif
+  run_team(nt, [&](int t, int count) {
     bad[std::size_t(t)] = fill_range(n * t / count, n * (t + 1) / count, n, C, s, mask, out, &los[std::size_t(t * C)],
                                      &his[std::size_t(t * C)], planar);
   });

@@ -490,12 +490,8 @@ void for_rows(const Grid& g, int threads, Row&& row, SmoothScratch<T>* scratch =
   scratch = scratch_for(g, scratch, own);
   const int nt = pick_threads(threads, g.size());
   scratch->prepare(nt, 1);
-  run_team(nt, [&] {
-#ifdef KRONPE_OPENMP
-    auto& th = scratch->threads[std::size_t(omp_get_thread_num())];
-#else
-    auto& th = scratch->threads[0];
-#endif
+  run_team(nt, [&](int t, int) {
+    auto& th = scratch->threads[std::size_t(t)];
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
 #endif
@@ -687,12 +683,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
     }
   };
   scratch->prepare(nt, stages);
-  run_team(nt, [&] {
-#ifdef KRONPE_OPENMP
-    const int t = omp_get_thread_num(), count = omp_get_num_threads();
-#else
-    const int t = 0, count = 1;
-#endif
+  run_team(nt, [&](int t, int count) {
     std::vector<T>& acc = scratch->threads[std::size_t(t)].acc;
     std::vector<RowsOf<T>>& stencil = scratch->threads[std::size_t(t)].stencil;
     const index_t lo = rows * t / count, hi = rows * (t + 1) / count;
@@ -807,7 +798,7 @@ KRONPE_CLONES void prolong_row(index_t inner, const T* __restrict c, index_t k,
 template <typename Line, typename Row>
 void for_transfer(index_t outer, index_t n, index_t inner, index_t out_n, int threads,
                   Line&& line, Row&& row) {
-  run_team(pick_threads(threads, outer * n * inner), [&] {
+  run_team(pick_threads(threads, outer * n * inner), [&](int, int) {
     if (inner == 1) {
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
@@ -882,7 +873,7 @@ void blocked_sums(index_t n, int threads, double out[K], F&& block) {
   }
   const index_t blocks = (n + kDotBlock - 1) / kDotBlock;
   std::vector<double> part(static_cast<std::size_t>(blocks * K));
-  run_team(pick_threads(threads, n), [&] {
+  run_team(pick_threads(threads, n), [&](int, int) {
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static) nowait
 #endif
@@ -949,13 +940,8 @@ double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, in
 }
 
 void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f) {
-  run_team(pick_threads(threads, n), [&] {
-#ifdef KRONPE_OPENMP
-    const index_t t = omp_get_thread_num(), count = omp_get_num_threads();
-#else
-    const index_t t = 0, count = 1;
-#endif
-    f(n * t / count, n * (t + 1) / count);
+  run_team(pick_threads(threads, n), [&](int t, int count) {
+    f(n * index_t(t) / count, n * index_t(t + 1) / count);
   });
 }
 

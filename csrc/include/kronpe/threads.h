@@ -18,6 +18,10 @@
 #pragma once
 #include <atomic>
 
+#ifdef KRONPE_OPENMP
+#include <omp.h>
+#endif
+
 namespace kronpe {
 
 // n >= 1 threads, or 0 for OpenMP's default (omp_get_max_threads()); callers check the range.
@@ -56,11 +60,11 @@ class TeamClock {
   mutable std::atomic<long long> first_done_, last_done_;
 };
 
-// body() on a team of nt threads (an OpenMP parallel region timed by a TeamClock), or directly on
-// the calling thread when nt <= 1: no region and no clock (a region of one thread still cost
-// libgomp a futex wake per call, 50 per multigrid V-cycle: a third of a 128^2 V-cycle's time).
-// The worksharing directives inside body (omp for, barrier, single) bind to the team, or to the
-// calling thread alone.
+// body(t, count) on a team of nt threads (an OpenMP parallel region timed by a TeamClock; t the
+// thread's number, count the team's size), or body(0, 1) directly on the calling thread when
+// nt <= 1: no region and no clock (a region of one thread still cost libgomp a futex wake per
+// call, 50 per multigrid V-cycle: a third of a 128^2 V-cycle's time). The worksharing directives
+// inside body (omp for, barrier, single) bind to the team, or to the calling thread alone.
 template <typename F>
 void run_team(int nt, F&& body) {
 #ifdef KRONPE_OPENMP
@@ -69,14 +73,14 @@ void run_team(int nt, F&& body) {
 #pragma omp parallel num_threads(nt)
     {
       clock.started();
-      body();
+      body(omp_get_thread_num(), omp_get_num_threads());
       clock.finished();
     }
     return;
   }
 #endif
   (void)nt;
-  body();
+  body(0, 1);
 }
 
 // Whether the cores are marked busy now; how many times they were marked since the process
