@@ -431,13 +431,9 @@ void ThinPlateHierarchy<T>::cycles(const T* b, T* x, bool from_x, int count, dou
   if (omega != 1.0) z_.resize(static_cast<std::size_t>(n));
   T* old = z_.data();
   for (int c = 0; c < count; ++c) {
-    if (omega == 1.0) {
-      vcycle_at(0, b, x, false);
-      continue;
-    }
-    std::copy(x, x + n, old);
+    if (omega != 1.0) std::copy(x, x + n, old);
     vcycle_at(0, b, x, false);
-    relax(n, T(omega), old, x, opt_.threads);
+    if (omega != 1.0) relax(n, T(omega), old, x, opt_.threads);
   }
 }
 

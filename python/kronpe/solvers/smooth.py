@@ -87,12 +87,13 @@ nor a penalty is given. Decisions (documented once, here):
   and the thin-plate penalty one V-cycle from the last fit, over-relaxed by SWEEP_OMEGA = 1.3
   (``ThinPlateMG.cycles``: no residual, operator or vector passes of its own; one thread, CPU ms
   per fill: masked astronaut 56 -> 50, chelsea 27 -> 25, scattered chelsea 28 -> 23), else one
-  preconditioned CG iteration. The truncated fits are part of the choice: with omega = 1 the
-  lambdas chosen were smaller (scattered coffee 25.79 -> 25.74 dB, chelsea 30.749 -> 30.743, masked
-  camera 28.341 -> 28.330); 1.3 chose as CG did on 10 of the 12 photograph tasks on nodes and
-  better on two (scattered chelsea 30.749 -> 30.751 dB, rocket 26.899 -> 26.961), 1.6 lost masked chelsea (32.617 dB, under
-  inpaint_biharmonic's 32.627); the order-3 volume keeps CG (its held-out axis weights chose 0.36
-  instead of 0.6 from V-cycles: 28.04 against 28.20 dB). The sweep runs until the
+  preconditioned CG iteration (also with SWEEP_OMEGA = None). The truncated fits are part of the
+  choice: with omega = 1 the lambdas chosen were smaller (scattered coffee 25.79 -> 25.74 dB,
+  chelsea 30.749 -> 30.743, masked camera 28.341 -> 28.330); 1.3 chose as CG did on 10 of the 12
+  photograph tasks on nodes and better on two (scattered chelsea 30.749 -> 30.751 dB, rocket
+  26.899 -> 26.961), 1.6 lost masked chelsea (32.617 dB, under inpaint_biharmonic's 32.627); the
+  order-3 volume keeps CG (its held-out axis weights chose 0.36 instead of 0.6 from V-cycles:
+  28.04 against 28.20 dB). The sweep runs until the
   held-out error has risen twice or fallen by less than SWEEP_FLAT = 0.3% twice (0.6% chose the
   same on six photographs, both tasks, but sent four off-grid fits to the interpolation limit: up
   to 2.5 dB worse and 20x slower); one parabolic
@@ -479,8 +480,8 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     model = {"penalty": default_penalty(D)}
     mg = hierarchy(sub, None, model["penalty"]) if D <= MG_MAX_AXES else None
     x0 = _start(sub, r_train)
-    # with a diagonal data term the hierarchy's matrix is the system's: V-cycles from the last fit
-    # (STATIONARY_SWEEP), else PCG iterations on the exact operator
+    # with a diagonal data term the hierarchy's matrix is the system's: over-relaxed V-cycles from
+    # the last fit (SWEEP_OMEGA), else PCG iterations on the exact operator
     stationary = SWEEP_OMEGA is not None and mg is not None and sub.is_diagonal and model["penalty"].order == 2
     b_train = np.ascontiguousarray(r_train[..., 0]) if stationary else None
 
