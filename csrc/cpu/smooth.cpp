@@ -243,6 +243,8 @@ class FactoredRows {
   explicit FactoredRows(const Grid& g)
       : n1_(g.n[1]), n2_(g.n[2]), natural_(!g.reflect), ring_(static_cast<std::size_t>(3 * g.n[2])) {}
 
+  void reset() { v_ = nullptr; }  // the next row starts a new run
+
   // acc[0..n2) = (R v)[row q]
   void row(const T* v, index_t q, T* __restrict acc) {
     if (v != v_ || q != next_) {  // a new run: L v of the rows before
@@ -272,11 +274,6 @@ class FactoredRows {
 
  private:
   T* slot(index_t q) { return ring_.data() + (q % 3) * n2_; }
-
- public:
-  void reset() { v_ = nullptr; }
-
- private:
 
   // out = (L v)[row q]
   void laplacian(const T* v, index_t q, T* out) {
