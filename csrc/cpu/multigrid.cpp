@@ -242,8 +242,8 @@ void ThinPlateHierarchy<T>::set_chebyshev(double lmax, double alpha) {
 template <typename T>
 void ThinPlateHierarchy<T>::penalty_changed() {
   for (Level& L : levels_) {
-    penalty_diag<T>(L.g, L.rd.data(), opt_.threads);
     L.scratch = smooth_scratch<T>(L.g);
+    penalty_diag<T>(L.g, L.rd.data(), opt_.threads, L.scratch.get());
   }
   coarsest_penalty();
 }

@@ -718,9 +718,12 @@ void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool
 }
 
 template <typename T>
-void penalty_diag(const Grid& g, T* out, int threads) {
-  const Bands<T> B(g);
-  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T*, index_t o, RowsOf<T>&) { r_diag_row(B, i0, i1, out + o); });
+void penalty_diag(const Grid& g, T* out, int threads, SmoothScratch<T>* scratch) {
+  std::shared_ptr<SmoothScratch<T>> own;
+  scratch = scratch_for(g, scratch, own);
+  const Bands<T>& B = scratch->bands;
+  for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T*, index_t o, RowsOf<T>&) { r_diag_row(B, i0, i1, out + o); },
+              scratch);
 }
 
 template <typename T>
@@ -951,7 +954,7 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   template void thin_plate_cheb_step<T>(const Grid&, const T*, T*, T*, const T*, T, T, T, T*,  \
                                         int);                                                   \
   template void thin_plate_diag<T>(const Grid&, const T*, T, T*, int, bool);                         \
-  template void penalty_diag<T>(const Grid&, T*, int);                                          \
+  template void penalty_diag<T>(const Grid&, T*, int, SmoothScratch<T>*);                                          \
   template void inverse_diag<T>(index_t, const T*, T, const T*, T*, int);                       \
   template void thin_plate_smooth<T>(const Grid&, T*, const T*, const T*, const T*, T, T, bool, \
                                      int, const T*, const T*, T*, T*, T*, T*, int,               \

@@ -93,7 +93,7 @@ void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool
 // diag(R) alone (no data term, lam = 1), and diag(A)^-1 = 1 / (m + lam rd) from it (0 where that
 // is 0; the same values as thin_plate_diag with inverted): a new lam in one streaming pass.
 template <typename T>
-void penalty_diag(const Grid& g, T* out, int threads);
+void penalty_diag(const Grid& g, T* out, int threads, SmoothScratch<T>* scratch = nullptr);
 template <typename T>
 void inverse_diag(index_t n, const T* m, T lam, const T* rd, T* w, int threads);
 

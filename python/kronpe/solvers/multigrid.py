@@ -239,14 +239,20 @@ class ThinPlateMG:
         vector passes (a PCG iteration adds two operator applications and five vector passes: 1.3
         against 0.8 ms at 512^2); 0 < omega < 2. A the hierarchy's finest matrix (a diagonal data
         term). Returns x (a new array)."""
-        if self.lam is None:
-            raise ValueError("set_ridge(lam) first")
         if not 0 < omega < 2:
             raise ValueError(f"omega must be in (0, 2), got {omega}")
-        b = self._grid(b)
-        x = np.empty_like(b) if x0 is None else np.array(x0, dtype=self.dtype, copy=True).reshape(self.shape)
+        b, x = self._iterands(b, x0)
         self._h.cycles(b, x, x0 is not None, int(count), float(omega))
         return x
+
+    def _iterands(self, b: Array, x0: Optional[Array]) -> Tuple[Array, Array]:
+        """(b on this grid, the iterate: a copy of x0, or uninitialised for a start from fmg(b))
+        of cycles and solve; lam must be set."""
+        if self.lam is None:
+            raise ValueError("set_ridge(lam) first")
+        b = self._grid(b)
+        x = np.empty_like(b) if x0 is None else np.array(x0, dtype=self.dtype, copy=True).reshape(self.shape)
+        return b, x
 
     def solve(self, b: Array, x0: Optional[Array] = None, tol: float = 1e-3, maxiter: int = 100,
               operator: Optional[Callable[[Array], Array]] = None, scale: Optional[float] = None
@@ -255,10 +261,7 @@ class ThinPlateMG:
         full multigrid approximation, ``fmg``), stopped when ||z|| <= tol * ``scale`` (default
         ||x||), z the preconditioned residual; tol <= 0: after exactly ``maxiter`` iterations, with
         no error estimate (NaN). Returns (x, iterations, ||z|| / scale at the end)."""
-        if self.lam is None:
-            raise ValueError("set_ridge(lam) first")
-        b = self._grid(b)
-        x = np.empty_like(b) if x0 is None else np.array(x0, dtype=self.dtype, copy=True).reshape(self.shape)
+        b, x = self._iterands(b, x0)
         # operator(v): v a read-only view of CG's vector, valid during the call
         its, rel = self._h.pcg(b, x, x0 is not None, float(tol), int(maxiter), 0.0 if scale is None else float(scale),
                                operator=operator)
