@@ -269,6 +269,12 @@ def test_cycles_are_relaxed_vcycles_from_x(rng, shape, dtype, penalty):
         np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, np.abs(want).max()))
     f = reference.thin_plate_fmg(b, m, lam, **kw)
     np.testing.assert_allclose(mg.cycles(b.astype(dtype), None, 0), f, rtol=0, atol=tol * max(1.0, np.abs(f).max()))
+    # non-contiguous b and x0 (every other element of arrays twice as long along the last axis)
+    wide = (slice(None),) * (len(shape) - 1) + (slice(None, None, 2),)
+    bs = np.repeat(b.astype(dtype), 2, axis=-1)[wide]
+    xs = np.repeat(x0.astype(dtype), 2, axis=-1)[wide]
+    assert not bs.flags.c_contiguous
+    np.testing.assert_array_equal(mg.cycles(bs, xs, 2, 1.3), mg.cycles(b.astype(dtype), x0.astype(dtype), 2, 1.3))
 
 
 def test_cycles_converge_to_the_dense_solution(rng):
