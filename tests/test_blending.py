@@ -470,6 +470,24 @@ def test_outside_rules(rng):
     np.testing.assert_array_equal(B.indices, Bc.indices)
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "broadcast"])
+def test_outside_check_in_any_layout(rng, layout):
+    """The range check reads every column of the points in any memory layout (column_range: one
+    1-D reduction per column) and names the axis that is out of range."""
+    from kronpe._adapters import validate
+
+    base = rng.random((301, 3))
+    pts = {"C": base, "F": np.asfortranarray(base), "strided": np.repeat(base, 2, axis=0)[::2],
+           "broadcast": np.broadcast_to(base[:1], (301, 3))}[layout]
+    lo, hi = validate.column_range(pts)
+    np.testing.assert_array_equal(lo, np.min(np.asarray(pts), axis=0))
+    np.testing.assert_array_equal(hi, np.max(np.asarray(pts), axis=0))
+    bad = np.array(pts, order="F" if layout == "F" else "C")
+    bad[150, 2] = 1.25
+    with pytest.raises(ValueError, match=r"along axis 2, got values in \[.*, 1.25\]"):
+        BlendingMatrix(bad, (4, 4, 4), None)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -137,7 +137,7 @@ def run_grid(args) -> int:
         raise ValueError(f"each row needs {D} coordinates (--shape has {D} axes) and at least one value, "
                          f"got {table.shape[1]} columns")
     pts, vals = table[:, :D], table[:, D:]
-    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    lo, hi = _validate.column_range(pts)
     if (lo < 0).any() or (hi > 1).any():
         pts = (pts - lo) / np.where(hi > lo, hi - lo, 1.0)
         report.say("coordinates outside [0, 1]: each axis rescaled from the points' bounding box")

@@ -279,7 +279,7 @@ def validate_points(points, outside: str, nodes: Optional[List[np.ndarray]] = No
     lo = np.array([n[0] for n in nodes])
     hi = np.array([n[-1] for n in nodes])
     small = _validate.compact(pts)
-    pmin, pmax = small.min(axis=0).astype(np.float64), small.max(axis=0).astype(np.float64)
+    pmin, pmax = (r.astype(np.float64) for r in _validate.column_range(small))
     # float32 points may round a boundary node outwards by an ulp: that much is tolerated (the
     # kernels clamp it), anything further is outside
     slack = 4 * float(np.finfo(np.float32).eps) * np.maximum(np.abs(lo), np.abs(hi)) if dt == np.float32 else 0.0

@@ -197,7 +197,8 @@ def auto_embedders(points: np.ndarray) -> List[Any]:
     P, D = points.shape
     if P == 0:
         raise ValueError("points: cannot choose embedders from an empty point set")
-    ext = np.maximum(points.max(axis=0) - points.min(axis=0), 1.0 / max(P, 2))
+    lo, hi = _validate.column_range(points)
+    ext = np.maximum(hi - lo, 1.0 / max(P, 2))
     h_mean = (float(np.prod(ext)) / P) ** (1.0 / D)
     out = []
     for i in range(D):

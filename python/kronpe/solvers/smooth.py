@@ -124,6 +124,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._adapters import validate as _validate
 from .krylov import SeparablePreconditioner, pcg, sweep_ridges
 from .multigrid import ThinPlateMG, _dot, thin_plate_apply
 from .penalty import DifferencePenalty
@@ -255,7 +256,8 @@ def lattice_sums(points: Array, shape: Sequence[int], values: Array) -> Tuple[Ar
 def density_grid(points: Array) -> List[int]:
     """Nodes per axis at 1 / NODES_PER_SPACING[D] of the mean sample spacing (module docstring)."""
     P, D = points.shape
-    ext = np.maximum(points.max(axis=0) - points.min(axis=0), 1.0 / max(P, 2))
+    lo, hi = _validate.column_range(points)
+    ext = np.maximum(hi - lo, 1.0 / max(P, 2))
     h = (float(np.prod(ext)) / P) ** (1.0 / D)
     f = NODES_PER_SPACING.get(D, 2.0)
     return [int(min(max(np.ceil(f / h) + 1, 3), 1 << 14)) for _ in range(D)]
@@ -427,10 +429,23 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int) -> Tuple[float, Dict[str, An
     r_train = np.array(y, dtype=np.float32)
     r_train.reshape(-1)[hold] = 0.0
 
-    def error(w):
-        return float(np.mean((w.reshape(-1)[hold] - y_ho) ** 2))
-
+    error = _held_out_error(hold, y_ho)
     return _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter)
+
+
+def _held_out_error(hold: Array, y_ho: Array) -> Callable[[Array], float]:
+    """The mean squared error of a grid's values at the flat indices ``hold`` against ``y_ho``
+    (float32), gathered into one kept buffer and summed in float64 by the compiled dot (the
+    fancy index, its temporaries and np.mean took 14 us per call at 128^2, ten calls per fill)."""
+    y_ho = np.ascontiguousarray(y_ho, np.float32)
+    buf = np.empty_like(y_ho)
+
+    def error(w: Array) -> float:
+        np.take(w.reshape(-1), hold, out=buf)
+        np.subtract(buf, y_ho, out=buf)
+        return _dot(buf, buf) / max(buf.size, 1)
+
+    return error
 
 
 def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxiter: int
