@@ -10,20 +10,24 @@ from kronpe.solvers.multigrid import ThinPlateMG
 
 SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (2, 9), (3, 8), (4, 5), (5, 5), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
 RTOL = {np.float32: 2e-5, np.float64: 1e-12}
-#: the penalty forms: (reflect, order, weights of 3 axes or None); the Laplacian-power forms
-#: (order 3, weighted) are mirrored only
-PENALTIES = {"natural": (False, 2, None), "reflect": (True, 2, None), "weighted2": (True, 2, (0.6, 1.7, 1.2)),
-             "order3": (True, 3, None), "order3w": (True, 3, (0.6, 1.0, 1.4))}
+#: the penalty forms: (reflect, order, weights of 3 axes or None, top, tail); the Laplacian-power
+#: forms (order 3, weighted, polynomials top L_w^order + tail L_w^(order - 1)) are mirrored only
+PENALTIES = {"natural": (False, 2, None, 1.0, 0.0), "reflect": (True, 2, None, 1.0, 0.0),
+             "weighted2": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.0), "order3": (True, 3, None, 1.0, 0.0),
+             "order3w": (True, 3, (0.6, 1.0, 1.4), 1.0, 0.0),
+             # the squared Laplacian plus a tenth of the third power (DifferencePenalty(2, ..., higher=0.1)),
+             # and a weighted squared Laplacian with tension
+             "poly3": (True, 3, None, 0.1, 1.0), "poly2w": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.5)}
 
 
 def _pen(name, ndim):
-    """(reflect, order, weights of ndim axes) of a PENALTIES entry."""
-    reflect, order, w = PENALTIES[name]
-    return reflect, order, None if w is None else list(w[3 - ndim:])
+    """(reflect, order, weights of ndim axes, top, tail) of a PENALTIES entry."""
+    reflect, order, w, top, tail = PENALTIES[name]
+    return reflect, order, None if w is None else list(w[3 - ndim:]), top, tail
 
 
 def _kw(pen):
-    return dict(reflect=pen[0], order=pen[1], weights=pen[2])
+    return dict(reflect=pen[0], order=pen[1], weights=pen[2], top=pen[3], tail=pen[4])
 
 
 def _case(rng, shape, dtype):
@@ -479,21 +483,24 @@ def test_work_cache_reuses_a_hierarchy_memory(rng):
 # ---- the Laplacian-power form (order 3, axis weights) ----------------------------------------------
 
 
-@pytest.mark.parametrize("ndim,order,weights", [(1, 3, None), (2, 3, (0.5, 2.0)), (3, 3, (0.6, 1.0, 1.0)),
-                                                (3, 2, (1.0, 0.3, 1.0)), (2, 2, (1.0, 1.0))])
-def test_chebyshev_bound_is_gershgorins(ndim, order, weights):
-    """chebyshev_lmax (separable, |L_w|^q 1 over diag(R)) equals the dense Gershgorin bound of
-    diag(R)^-1 R on a grid with interior rows, and bounds the largest eigenvalue of diag(A)^-1 A."""
+@pytest.mark.parametrize("ndim,order,weights,top,tail", [
+    (1, 3, None, 1.0, 0.0), (2, 3, (0.5, 2.0), 1.0, 0.0), (3, 3, (0.6, 1.0, 1.0), 1.0, 0.0),
+    (3, 2, (1.0, 0.3, 1.0), 1.0, 0.0), (2, 2, (1.0, 1.0), 1.0, 0.0),
+    (2, 3, None, 0.1, 1.0), (1, 3, None, 0.5, 2.0), (3, 2, (1.0, 0.3, 1.0), 1.0, 0.5)])
+def test_chebyshev_bound_is_gershgorins(ndim, order, weights, top, tail):
+    """chebyshev_lmax (separable, (top |L_w|^q + tail |L_w|^(q-1)) 1 over diag(R)) equals the dense
+    Gershgorin bound of diag(R)^-1 R on a grid with interior rows, and bounds the largest
+    eigenvalue of diag(A)^-1 A."""
     shape = (2 * order + 3,) * ndim
-    R = reference.penalty_matrix(shape, order, True, "reflect", weights)
+    R = reference.thin_plate_matrix(shape, np.zeros(shape), 1.0, True, order, weights, top, tail)
     d = np.diag(R)
     gershgorin = float(np.max(np.abs(R).sum(axis=1) / d))
-    assert multigrid.chebyshev_lmax(ndim, order, weights) == pytest.approx(gershgorin, rel=1e-12)
+    assert multigrid.chebyshev_lmax(ndim, order, weights, top, tail) == pytest.approx(gershgorin, rel=1e-12)
     big = (11, 13, 9)[:ndim]
     m = (np.random.default_rng(0).random(big) < 0.3).astype(float)
-    A = reference.thin_plate_matrix(big, m, 0.05, True, order, weights)
-    top = np.max(np.linalg.eigvals(A / np.diag(A)[:, None]).real)
-    assert top <= multigrid.chebyshev_lmax(ndim, order, weights) * (1 + 1e-9)
+    A = reference.thin_plate_matrix(big, m, 0.05, True, order, weights, top, tail)
+    largest = np.max(np.linalg.eigvals(A / np.diag(A)[:, None]).real)
+    assert largest <= multigrid.chebyshev_lmax(ndim, order, weights, top, tail) * (1 + 1e-9)
 
 
 def test_set_weights_is_a_new_hierarchy(rng):

@@ -396,6 +396,50 @@ def test_boundary_ties_go_to_the_mirrored_boundary(monkeypatch):
     assert m.info["boundary"] == ("reflect" if mirrored < natural else "natural")
 
 
+def test_higher_order_lead_penalty_is_held_out_and_solved_exactly(monkeypatch):
+    """At the interpolation limit of a 2-D grid the defaults hold out the thin-plate penalty
+    against thin-plate + HIGHER times the third power for the leading component: the errors are
+    reported, the choice follows them (HIGHER_MARGIN), a chosen one is what the leading component
+    is solved with (a dense solve of (M + lam (L^2 + h L^3)) w = M y, then clipped), and HIGHER = 0
+    turns the test off."""
+    from kronpe import reference
+    from kronpe.solvers import smooth
+
+    rng = np.random.default_rng(4)
+    n1, n2 = 26, 31
+    x1, x2 = (np.arange(n1) + 0.5) / n1, (np.arange(n2) + 0.5) / n2
+    img = np.cos(2.5 * x1)[:, None] * np.sin(1.5 + 2 * x2)[None, :]  # smooth: interpolated
+    mask = rng.random(img.shape) < 0.5
+    sig = np.where(mask, img, np.nan)
+    monkeypatch.setattr(smooth, "HIGHER_MARGIN", -1.0)  # any error: taken
+    monkeypatch.setattr(smooth, "TOL_INTERPOLATING", 1e-8)  # the final solve converged
+    m = fit_grid(sig, mask=mask)
+    assert m.info["interpolating"] and m.info["boundary"] == "reflect"
+    tp, hi = m.info["higher_holdout_errors"]
+    assert np.isfinite(tp) and np.isfinite(hi) and tp > 0 and hi > 0
+    assert m.info["lead_penalty"] == repr(smooth.HigherPenalty(smooth.HIGHER))
+    y = np.where(mask, img, 0.0)
+
+    def dense(order, top, tail):
+        A = reference.thin_plate_matrix(img.shape, mask.astype(float), m.ridge, True, order, None, top, tail)
+        return np.clip(np.linalg.solve(A, y.ravel()).reshape(img.shape), img[mask].min(), img[mask].max())
+
+    want = dense(3, smooth.HIGHER, 1.0)
+    got = m.predict_grid([np.arange(n1) / n1, np.arange(n2) / n2])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    assert np.abs(dense(2, 1.0, 0.0) - want).max() > 100 * 1e-5 * np.abs(want).max()  # not the thin-plate's
+    monkeypatch.setattr(smooth, "HIGHER_MARGIN", 1.0)  # never taken: the thin-plate solve
+    m2 = fit_grid(sig, mask=mask)
+    assert "lead_penalty" not in m2.info and len(m2.info["higher_holdout_errors"]) == 2
+    monkeypatch.setattr(smooth, "HIGHER_MARGIN", 0.0)
+    m3 = fit_grid(sig, mask=mask)
+    tp3, hi3 = m3.info["higher_holdout_errors"]
+    assert ("lead_penalty" in m3.info) == (hi3 < tp3)
+    monkeypatch.setattr(smooth, "HIGHER", 0.0)
+    m4 = fit_grid(sig, mask=mask)
+    assert "higher_holdout_errors" not in m4.info and "lead_penalty" not in m4.info
+
+
 @pytest.mark.parametrize("shape", [(9,), (17, 12), (5, 6, 7)], ids=str)
 def test_lattice_sums_are_the_blending_transpose(rng, shape):
     """The default fit's right-hand side for points on a lattice (a scatter-add) equals B^T 1 and

@@ -41,10 +41,13 @@ struct Penalty {
   bool reflect = false;
   int order = 2;
   std::optional<std::vector<double>> weights;
+  double top = 1.0, tail = 0.0;  // the power form's polynomial (smooth::Grid)
 
   void set(smooth::Grid& g, int ndim) const {
     g.reflect = reflect;
     g.order = order;
+    g.top = top;
+    g.tail = tail;
     if (!weights) return;
     require(int(weights->size()) == ndim, "weights must have one value per axis (" + std::to_string(ndim) + "), got " +
                                               std::to_string(weights->size()));
@@ -93,9 +96,10 @@ void register_hierarchy(py::module_& m, const char* name) {
                 "The multigrid hierarchy of diag(m) + lam R on a grid of 1 to 3 axes (kronpe/multigrid.h; "
                 "internal: kronpe.solvers.multigrid.ThinPlateMG wraps it).")
       .def(py::init([](const Array& mm, int degree, double lmax, double alpha, index_t coarsest, bool reflect,
-                       int threads, int order, const std::optional<std::vector<double>>& weights) {
+                       int threads, int order, const std::optional<std::vector<double>>& weights, double top,
+         double tail) {
              smooth::Grid g = grid_of(mm, "m");
-             Penalty{reflect, order, weights}.set(g, mm.ndim());
+             Penalty{reflect, order, weights, top, tail}.set(g, mm.ndim());
              smooth::MultigridOptions o;
              o.degree = degree;
              o.lmax = lmax;
@@ -107,7 +111,7 @@ void register_hierarchy(py::module_& m, const char* name) {
              return std::make_unique<H>(g, mp, o);
            }),
            py::arg("m"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"), py::arg("coarsest"),
-           py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2, py::arg("weights") = py::none())
+           py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2, py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0)
       .def("set_lambda", [](H& h, double lam) { h.set_lambda(lam); }, py::arg("lam"))
       .def(
           "set_weights",
@@ -274,11 +278,12 @@ void register_smooth(py::module_& m) {
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,
          const std::optional<Array>& b, bool reflect, int threads, int order,
-         const std::optional<std::vector<double>>& weights) {
+         const std::optional<std::vector<double>>& weights, double top,
+         double tail) {
         require(mode == "apply" || mode == "residual", "thin_plate: mode must be apply or residual");
         if (mode == "residual") require(b.has_value(), "thin_plate: residual needs b");
         const Array& bb = b ? *b : x;
-        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, Penalty{reflect, order, weights}, [&](const smooth::Grid& g, auto t) {
+        same_grid(x, {{&mask, "mask"}, {&out, "out"}, {&bb, "b"}}, Penalty{reflect, order, weights, top, tail}, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* xp = p<const T>(x, "x");
           const T* mp = p<const T>(mask, "mask");
@@ -291,14 +296,15 @@ void register_smooth(py::module_& m) {
       },
       py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("mode") = "apply",
       py::arg("b") = py::none(), py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2,
-      py::arg("weights") = py::none(),
+      py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0,
       "out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate "
       "penalty (internal).");
   m.def(
       "thin_plate_diag",
       [](const Array& mask, double lam, const Array& out, bool reflect, int threads, int order,
-         const std::optional<std::vector<double>>& weights) {
-        same_grid(mask, {{&out, "out"}}, Penalty{reflect, order, weights}, [&](const smooth::Grid& g, auto t) {
+         const std::optional<std::vector<double>>& weights, double top,
+         double tail) {
+        same_grid(mask, {{&out, "out"}}, Penalty{reflect, order, weights, top, tail}, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
           const T* mp = p<const T>(mask, "mask");
           T* op = p<T>(out, "out");
@@ -307,13 +313,14 @@ void register_smooth(py::module_& m) {
         });
       },
       py::arg("mask"), py::arg("lam"), py::arg("out"), py::arg("reflect") = false, py::arg("threads") = 0,
-      py::arg("order") = 2, py::arg("weights") = py::none(), "out = diag(mask + lam R) (internal).");
+      py::arg("order") = 2, py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0, "out = diag(mask + lam R) (internal).");
   m.def(
       "thin_plate_cheb_start",
       [](const std::optional<Array>& x, const Array& b, const Array& mask, double lam, double theta,
          const Array& r, const Array& d, bool reflect, int threads, int order,
-         const std::optional<std::vector<double>>& weights) {
-        const Penalty pen{reflect, order, weights};
+         const std::optional<std::vector<double>>& weights, double top,
+         double tail) {
+        const Penalty pen{reflect, order, weights, top, tail};
         if (x) same_grid(b, {{&*x, "x"}}, pen, [](const smooth::Grid&, auto) {});
         same_grid(b, {{&mask, "mask"}, {&r, "r"}, {&d, "d"}}, pen, [&](const smooth::Grid& g, auto t) {
           using T = decltype(t);
@@ -328,15 +335,16 @@ void register_smooth(py::module_& m) {
       },
       py::arg("x"), py::arg("b"), py::arg("mask"), py::arg("lam"), py::arg("theta"), py::arg("r"),
       py::arg("d"), py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2,
-      py::arg("weights") = py::none(),
+      py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0,
       "r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 "
       "(internal).");
   m.def(
       "thin_plate_cheb_step",
       [](const Array& d, const Array& r, const Array& x, const Array& mask, double lam, double c1,
          double c2, const Array& d_out, bool reflect, int threads, int order,
-         const std::optional<std::vector<double>>& weights) {
-        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}}, Penalty{reflect, order, weights},
+         const std::optional<std::vector<double>>& weights, double top,
+         double tail) {
+        same_grid(d, {{&r, "r"}, {&x, "x"}, {&mask, "mask"}, {&d_out, "d_out"}}, Penalty{reflect, order, weights, top, tail},
                   [&](const smooth::Grid& g, auto t) {
                     using T = decltype(t);
                     require(d.address != d_out.address, "thin_plate_cheb_step: d_out must not be d");
@@ -352,7 +360,7 @@ void register_smooth(py::module_& m) {
       },
       py::arg("d"), py::arg("r"), py::arg("x"), py::arg("mask"), py::arg("lam"), py::arg("c1"),
       py::arg("c2"), py::arg("d_out"), py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2,
-      py::arg("weights") = py::none(),
+      py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0,
       "x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal).");
   m.def(
       "dot",

@@ -168,8 +168,8 @@ void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
 template <typename T>
 void ThinPlateHierarchy<T>::check_data_term(const T* m) const {
   const index_t size = levels_.empty() ? 0 : levels_[0].g.size();
-  bool ok = true;
-  for (index_t i = 0; i < size; ++i) ok = ok && m[i] >= T(0) && m[i] <= std::numeric_limits<T>::max();
+  bool ok = true;  // (no branch per node: & not &&)
+  for (index_t i = 0; i < size; ++i) ok &= (m[i] >= T(0)) & (m[i] <= std::numeric_limits<T>::max());
   require(ok, "multigrid: m must be finite and >= 0");
 }
 

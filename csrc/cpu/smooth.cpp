@@ -40,13 +40,20 @@ void check_grid(const Grid& g) {
   require(!g.power() || g.reflect, "smooth: order 3 and axis weights need the mirrored boundary (reflect)");
   for (int a = 0; a < 3; ++a)
     require(std::isfinite(g.w[a]) && g.w[a] > 0, "smooth: the axis weights must be finite and > 0");
+  require(std::isfinite(g.top) && g.top > 0 && std::isfinite(g.tail) && g.tail >= 0,
+          "smooth: the power form's coefficients must be finite, top > 0 and tail >= 0");
 }
 
-// diag(L^p), L the Neumann Laplacian of n nodes (p >= 0): L^p e_k stays within k +- p.
+// diag(L^p), L the Neumann Laplacian of n nodes (p >= 0): L^p e_k stays within k +- p, so nodes
+// further than p from both ends all have the interior value (node p's), computed once.
 std::vector<double> neumann_power_diag(index_t n, int p) {
   std::vector<double> out(static_cast<std::size_t>(n), 1.0), v, t;
   if (p == 0) return out;
   for (index_t k = 0; k < n; ++k) {
+    if (k > p && k < n - 1 - p) {  // interior: node p's value (k = p is computed before)
+      out[std::size_t(k)] = out[std::size_t(p)];
+      continue;
+    }
     const index_t lo = std::max<index_t>(0, k - p), hi = std::min<index_t>(n - 1, k + p), m = hi - lo + 1;
     v.assign(static_cast<std::size_t>(m), 0.0);
     t.resize(v.size());
@@ -108,7 +115,8 @@ struct Bands {
       for (int a = 0; a < 3; ++a)
         for (int k = 0; k <= g.order; ++k) {
           pd[a][k] = neumann_power_diag(g.n[a], k);
-          for (double& v : pd[a][k]) v *= std::pow(g.w[a], k);
+          const double f = std::pow(g.w[a], k);
+          for (double& v : pd[a][k]) v *= f;
         }
       return;
     }
@@ -306,6 +314,12 @@ KRONPE_CLONES void weighted_laplacian_row(index_t n, T w0, T w1, T w2, const T* 
   out[n - 1] = across(n - 1) + w2 * (c[n - 1] - c[n - 2]);
 }
 
+// acc = top acc + tail low: the polynomial's two powers of a row.
+template <typename T>
+KRONPE_CLONES void combine_row(index_t n, T top, T tail, const T* __restrict low, T* __restrict acc) {
+  for (index_t i = 0; i < n; ++i) acc[i] = top * acc[i] + tail * low[i];
+}
+
 // R v row by row in the Laplacian-power form (Grid::power): R = L_w^q, L_w = sum_i w_i L_i, as q
 // weighted 7-point passes. Level k (1 <= k < q) holds L_w^k v in a ring of 2 (q - k) S + 1 rows,
 // S the row distance of a neighbour across (n1 in 3-D, 1 on a plane): when row r is asked for,
@@ -317,7 +331,9 @@ template <typename T>
 class PowerRows {
  public:
   explicit PowerRows(const Grid& g)
-      : n0_(g.n[0]), n1_(g.n[1]), n2_(g.n[2]), q_(g.order), reach_(reach(g)), rows_(g.n[0] * g.n[1]) {
+      : n0_(g.n[0]), n1_(g.n[1]), n2_(g.n[2]), q_(g.order), reach_(reach(g)), rows_(g.n[0] * g.n[1]),
+        top_(T(g.top)), tail_(T(g.tail)), polynomial_(g.polynomial()),
+        plane_(g.n[0] == 1 && g.n[2] >= 2 && g.w[1] == 1.0 && g.w[2] == 1.0) {
     for (int a = 0; a < 3; ++a) w_[a] = T(g.w[a]);
     for (int k = 1; k < q_; ++k) {
       cap_[k] = 2 * (q_ - k) * reach_ + 1;
@@ -345,6 +361,7 @@ class PowerRows {
     }
     next_ = r + 1;
     apply(q_ - 1, r, acc);
+    if (polynomial_) combine_row(n2_, top_, tail_, at(q_ - 1, r), acc);  // row r of level q - 1 is in its ring
   }
 
  private:
@@ -356,6 +373,10 @@ class PowerRows {
   void apply(int k, index_t j, T* out) const {
     const index_t i0 = j / n1_, i1 = j % n1_;
     const T* c = at(k, j);
+    if (plane_) {  // unweighted on a plane: the 5-point pass of FactoredRows (the same sums)
+      laplacian_row(n2_, i1 > 0 ? at(k, j - 1) : c, c, i1 + 1 < n1_ ? at(k, j + 1) : c, out);
+      return;
+    }
     weighted_laplacian_row(n2_, w_[0], w_[1], w_[2], i0 > 0 ? at(k, j - n1_) : c, i1 > 0 ? at(k, j - 1) : c, c,
                            i1 + 1 < n1_ ? at(k, j + 1) : c, i0 + 1 < n0_ ? at(k, j + n1_) : c, out);
   }
@@ -364,6 +385,9 @@ class PowerRows {
   index_t n0_, n1_, n2_;
   int q_;
   index_t reach_, rows_;
+  T top_, tail_;
+  bool polynomial_;
+  bool plane_ = false;  // n0 == 1, n2 >= 2 and the in-plane weights 1: laplacian_row
   T w_[3];
   index_t cap_[3] = {0, 0, 0};
   std::vector<T> ring_[3];
@@ -395,24 +419,37 @@ class RowsOf {
   PowerRows<T> p_;
 };
 
+// out[i] = sum_{a <= q} g[a] pd[a][i] (in double; the powers' loop outside, so that the nodes' vectorises).
+template <typename T>
+KRONPE_CLONES void power_diag_sum(index_t n, int q, const double* g, const std::vector<double>* pd,
+                                  T* __restrict out) {
+  const double* __restrict p0 = pd[0].data();
+  const double* __restrict p1 = pd[1].data();
+  const double* __restrict p2 = q >= 2 ? pd[2].data() : p1;
+  const double* __restrict p3 = q >= 3 ? pd[3].data() : p1;
+  const double g0 = g[0], g1 = g[1], g2 = q >= 2 ? g[2] : 0.0, g3 = q >= 3 ? g[3] : 0.0;
+  for (index_t i = 0; i < n; ++i) out[i] = T(((g0 * p0[i] + g1 * p1[i]) + g2 * p2[i]) + g3 * p3[i]);
+}
+
 // diag(R) along the row (i0, i1, :) in the Laplacian-power form: diag((sum_a w_a L_a)^q) =
 // sum over a0 + a1 + a2 = q of q! / (a0! a1! a2!) prod_a w_a^(a_a) diag(L_a^(a_a)) (the axes'
 // factors commute and act on separate indices).
 template <typename T>
 void power_diag_row(const Bands<T>& B, index_t i0, index_t i1, T* __restrict out) {
-  const int q = B.g.order;
   const double fact[4] = {1, 1, 2, 6};
-  double g[4] = {0, 0, 0, 0};  // the factor of w_2^a2 diag(L_2^a2)
-  for (int a0 = 0; a0 <= q; ++a0)
-    for (int a1 = 0; a0 + a1 <= q; ++a1) {
-      const int a2 = q - a0 - a1;
-      g[a2] += fact[q] / (fact[a0] * fact[a1] * fact[a2]) * B.pd[0][a0][std::size_t(i0)] * B.pd[1][a1][std::size_t(i1)];
-    }
-  for (index_t i = 0; i < B.g.n[2]; ++i) {
-    double v = 0.0;
-    for (int a2 = 0; a2 <= q; ++a2) v += g[a2] * B.pd[2][a2][std::size_t(i)];
-    out[i] = T(v);
+  // g[a2]: the factor of w_2^a2 diag(L_2^a2), over the polynomial's powers q (top) and q - 1 (tail)
+  double g[4] = {0, 0, 0, 0};
+  for (int q = B.g.order; q >= B.g.order - 1; --q) {
+    const double c = q == B.g.order ? B.g.top : B.g.tail;
+    if (c == 0.0) continue;
+    for (int a0 = 0; a0 <= q; ++a0)
+      for (int a1 = 0; a0 + a1 <= q; ++a1) {
+        const int a2 = q - a0 - a1;
+        g[a2] += c * fact[q] / (fact[a0] * fact[a1] * fact[a2]) * B.pd[0][a0][std::size_t(i0)] *
+                 B.pd[1][a1][std::size_t(i1)];
+      }
   }
+  power_diag_sum(B.g.n[2], B.g.order, g, B.pd[2], out);
 }
 
 // diag(R) along the row (i0, i1, :).
@@ -434,7 +471,8 @@ class SmoothScratch {
  public:
   explicit SmoothScratch(const Grid& grid) : g(grid), bands(grid) {}
   bool serves(const Grid& h) const {
-    bool same = g.reflect == h.reflect && g.order == h.order && g.weighted == h.weighted;
+    bool same = g.reflect == h.reflect && g.order == h.order && g.weighted == h.weighted && g.top == h.top &&
+                g.tail == h.tail;
     for (int a = 0; a < 3; ++a) same = same && g.n[a] == h.n[a] && g.w[a] == h.w[a];
     return same;
   }

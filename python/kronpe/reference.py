@@ -385,35 +385,43 @@ def points_penalised_fit(points, values, embedders, nodes, ridge: float, order: 
 # ---- the thin-plate operator and the multigrid transfers (kronpe.solvers.multigrid) -----------------
 
 
-def thin_plate_matrix(shape, mask, lam: float, reflect: bool = False, order: int = 2, weights=None) -> np.ndarray:
+def thin_plate_matrix(shape, mask, lam: float, reflect: bool = False, order: int = 2, weights=None,
+                      top: float = 1.0, tail: float = 0.0) -> np.ndarray:
     """A = diag(mask) + lam R, R the thin-plate penalty (``penalty_matrix(shape, 2, mixed=True)``,
-    ``boundary="reflect"`` with ``reflect``); with ``order`` 3 or ``weights`` (mirrored only), the
-    Laplacian-power form ``penalty_matrix(shape, order, True, "reflect", weights)`` = (sum_i w_i L_i)^order."""
+    ``boundary="reflect"`` with ``reflect``); with ``order`` 3, ``weights`` or a polynomial (``top``,
+    ``tail``; mirrored only), the Laplacian-power form ``top penalty_matrix(shape, order, True,
+    "reflect", weights) + tail penalty_matrix(shape, order - 1, True, "reflect", weights)`` = top
+    (sum_i w_i L_i)^order + tail (sum_i w_i L_i)^(order - 1)."""
     shape = tuple(int(n) for n in shape)
-    R = penalty_matrix(shape, order, mixed=True, boundary="reflect" if reflect else "natural", weights=weights)
+    boundary = "reflect" if reflect else "natural"
+    R = top * penalty_matrix(shape, order, mixed=True, boundary=boundary, weights=weights)
+    if tail:
+        R = R + tail * penalty_matrix(shape, order - 1, mixed=True, boundary=boundary, weights=weights)
     return np.diag(np.asarray(mask, np.float64).ravel()) + lam * R
 
 
-def thin_plate_apply(x, mask, lam: float, reflect: bool = False, order: int = 2, weights=None) -> np.ndarray:
+def thin_plate_apply(x, mask, lam: float, reflect: bool = False, order: int = 2, weights=None, top: float = 1.0,
+                     tail: float = 0.0) -> np.ndarray:
     """A x (the grid's shape)."""
     x = np.asarray(x, np.float64)
-    return (thin_plate_matrix(x.shape, mask, lam, reflect, order, weights) @ x.ravel()).reshape(x.shape)
+    return (thin_plate_matrix(x.shape, mask, lam, reflect, order, weights, top, tail) @ x.ravel()).reshape(x.shape)
 
 
-def thin_plate_cheb_start(x, b, mask, lam: float, theta: float, reflect: bool = False, order: int = 2, weights=None):
+def thin_plate_cheb_start(x, b, mask, lam: float, theta: float, reflect: bool = False, order: int = 2, weights=None,
+                          top: float = 1.0, tail: float = 0.0):
     """(r, d): r = (b - A x) / diag(A), d = r / theta (x None: zero)."""
     b = np.asarray(b, np.float64)
-    A = thin_plate_matrix(b.shape, mask, lam, reflect, order, weights)
+    A = thin_plate_matrix(b.shape, mask, lam, reflect, order, weights, top, tail)
     ax = 0.0 if x is None else A @ np.asarray(x, np.float64).ravel()
     r = ((b.ravel() - ax) * _inverse_diag(A)).reshape(b.shape)
     return r, r / theta
 
 
 def thin_plate_cheb_step(d, r, x, mask, lam: float, c1: float, c2: float, reflect: bool = False, order: int = 2,
-                         weights=None):
+                         weights=None, top: float = 1.0, tail: float = 0.0):
     """(r', x', d'): x' = x + d, r' = r - (A d) / diag(A), d' = c1 d + c2 r'."""
     d = np.asarray(d, np.float64)
-    A = thin_plate_matrix(d.shape, mask, lam, reflect, order, weights)
+    A = thin_plate_matrix(d.shape, mask, lam, reflect, order, weights, top, tail)
     r2 = np.asarray(r, np.float64) - ((A @ d.ravel()) * _inverse_diag(A)).reshape(d.shape)
     return r2, np.asarray(x, np.float64) + d, c1 * d + c2 * r2
 
@@ -460,7 +468,7 @@ def thin_plate_hierarchy(m, coarsest: int = 64):
 
 def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha, pen):
     """``degree`` Chebyshev steps on diag(A)^-1 A over [lmax / alpha, lmax] from x (None: 0);
-    pen: (reflect, order, weights)."""
+    pen: (reflect, order, weights, top, tail)."""
     lo, hi = lmax / alpha, lmax
     theta, delta = (hi + lo) / 2, (hi - lo) / 2
     sigma = theta / delta
@@ -476,17 +484,18 @@ def _chebyshev_smooth(x, b, m, lam, degree, lmax, alpha, pen):
 
 def _coarse_penalty(lam, axes, pen):
     """lam and pen of the next coarser grid: lam 2^c / 16 (c the halved axes); in the
-    Laplacian-power form (order 3 or weights) lam 2^c and the halved axes' weights / 4."""
-    reflect, order, weights = pen
-    if order == 2 and weights is None:
+    Laplacian-power form (order 3, weights or a polynomial) lam 2^c and the halved axes' weights / 4
+    (each power of L_w then rediscretised)."""
+    reflect, order, weights, top, tail = pen
+    if order == 2 and weights is None and top == 1.0 and tail == 0.0:
         return lam * 2.0 ** len(axes) / 16, pen
     w = [wi / 4 if a in axes else wi for a, wi in enumerate(weights if weights is not None else (1.0,) * 3)]
-    return lam * 2.0 ** len(axes), (reflect, order, w)
+    return lam * 2.0 ** len(axes), (reflect, order, w, top, tail)
 
 
 def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
                       coarsest: int = 64, level: int = 0, levels=None, reflect: bool = False, order: int = 2,
-                      weights=None) -> np.ndarray:
+                      weights=None, top: float = 1.0, tail: float = 0.0) -> np.ndarray:
     """One V-cycle from zero for diag(m) + lam R (kronpe/multigrid.h), with dense matrices: the
     same Chebyshev smoothing before and after the coarse correction, lam_c = lam 2^c / 16 (c the
     halved axes; the Laplacian-power form: ``_coarse_penalty``), the coarsest grid solved densely
@@ -494,7 +503,7 @@ def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alph
     levels = thin_plate_hierarchy(m, coarsest) if levels is None else levels
     b = np.asarray(b, np.float64)
     mm, axes = levels[level]
-    pen = (reflect, order, None if weights is None else [float(v) for v in weights])
+    pen = (reflect, order, None if weights is None else [float(v) for v in weights], top, tail)
     if level == len(levels) - 1:
         A = thin_plate_matrix(mm.shape, mm, lam, *pen)
         A += 1e-10 * max(np.abs(A).max(), 1e-300) * np.eye(A.shape[0])
@@ -511,12 +520,13 @@ def thin_plate_vcycle(b, m, lam: float, degree: int = 3, lmax: float = 4.0, alph
 
 
 def thin_plate_fmg(b, m, lam: float, cycles: int = 1, degree: int = 3, lmax: float = 4.0, alpha: float = 8.0,
-                   coarsest: int = 64, reflect: bool = False, order: int = 2, weights=None) -> np.ndarray:
+                   coarsest: int = 64, reflect: bool = False, order: int = 2, weights=None, top: float = 1.0,
+                   tail: float = 0.0) -> np.ndarray:
     """Full multigrid from zero: b restricted to every grid, the coarsest solved, then on each finer
     grid the prolonged solution corrected by ``cycles`` V-cycles (of that grid's hierarchy)."""
     levels = thin_plate_hierarchy(m, coarsest)
     bs, lams = [np.asarray(b, np.float64)], [lam]
-    pens = [(reflect, order, None if weights is None else [float(v) for v in weights])]
+    pens = [(reflect, order, None if weights is None else [float(v) for v in weights], top, tail)]
     for mm, axes in levels[:-1]:
         c = bs[-1]
         for a in axes:

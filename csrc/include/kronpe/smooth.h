@@ -48,8 +48,13 @@ struct Grid {
   int order = 2;          // 2 or 3
   bool weighted = false;  // the Laplacian-power form with the weights w (also for order 2)
   double w[3] = {1.0, 1.0, 1.0};
+  // the power form as a polynomial: R = top (sum_i w_i L_i)^order + tail (sum_i w_i L_i)^(order - 1)
+  // (top 1, tail 0: the plain power; e.g. order 3, top h, tail 1: the squared Laplacian plus h
+  // times the third power, DifferencePenalty(2, mixed=True, boundary="reflect", higher=h))
+  double top = 1.0, tail = 0.0;
+  bool polynomial() const { return top != 1.0 || tail != 0.0; }
   index_t size() const { return n[0] * n[1] * n[2]; }
-  bool power() const { return order != 2 || weighted; }
+  bool power() const { return order != 2 || weighted || polynomial(); }
 };
 
 // n / 2 + 1: the coarse length of an axis of n >= 3 nodes.

@@ -96,8 +96,10 @@ class GridModel:
         Of the iterative fits (penalty or mask): ``iterations``, ``residual``, ``converged``,
         ``data_residual``, ``rho``, ``penalty``, and the held-out lambda search (last batch entry);
         the default fill of a grid with holes also ``boundary`` (the penalty's, held out:
-        "natural" or "reflect"), ``boundary_holdout_errors`` and ``clipped`` (the fraction of
-        values clipped to the samples' range).
+        "natural" or "reflect"), ``boundary_holdout_errors``, ``clipped`` (the fraction of
+        values clipped to the samples' range) and, at the interpolation limit of a 2-D grid,
+        ``higher_holdout_errors`` (thin-plate, thin-plate + a tenth of the third power) and
+        ``lead_penalty`` when the leading component took the higher-order penalty.
     """
 
     def __init__(self, weights: np.ndarray, embedders: Sequence[Embedder], ridge, gcv=None, info=None):

@@ -92,36 +92,42 @@ COARSEST = 64
 
 
 def thin_plate_apply(x: Array, m: Array, lam: float, out: Optional[Array] = None, reflect: bool = False,
-                     order: int = 2, weights: Optional[Sequence[float]] = None) -> Array:
+                     order: int = 2, weights: Optional[Sequence[float]] = None, top: float = 1.0,
+                     tail: float = 0.0) -> Array:
     """``m * x + lam * R x`` (R the thin-plate penalty, mirrored at the ends with ``reflect``; with
-    ``order`` 3 or ``weights``, mirrored only, R = (sum_i w_i L_i)^order) on a grid of 1 to 3
-    axes, x and m of one float dtype and shape, any memory layout (copied to C order when not in
-    it)."""
+    ``order`` 3, ``weights`` or a polynomial (``top``, ``tail``), mirrored only, R = top L_w^order +
+    tail L_w^(order - 1), L_w = sum_i w_i L_i) on a grid of 1 to 3 axes, x and m of one float
+    dtype and shape, any memory layout (copied to C order when not in it)."""
     x = np.ascontiguousarray(x)
     m = np.ascontiguousarray(m)
     out = np.empty_like(x) if out is None else out
     _core.thin_plate(x, m, float(lam), out, reflect=bool(reflect), order=int(order),
-                     weights=None if weights is None else [float(w) for w in weights])
+                     weights=None if weights is None else [float(w) for w in weights], top=float(top),
+                     tail=float(tail))
     return out
 
 
-def chebyshev_lmax(ndim: int, order: int = 2, weights: Optional[Sequence[float]] = None) -> float:
+def chebyshev_lmax(ndim: int, order: int = 2, weights: Optional[Sequence[float]] = None, top: float = 1.0,
+                   tail: float = 0.0) -> float:
     """An upper bound of the eigenvalues of diag(A)^-1 A for A = diag(m) + lam R, any m >= 0 and lam
-    >= 0: LMAX = 4 for the thin-plate penalty; for the Laplacian-power form R = L_w^q, L_w =
-    sum_i w_i L_i, Gershgorin's bound max_k sum_j |R_kj| / R_kk with sum_j |R_kj| <= (|L_w|^q 1)_k
-    (|.| entrywise; equal in the interior, where the signs of L_w^q alternate with the distance),
-    on a grid of 2 q + 3 nodes per axis (every kind of row near the ends and the interior appear;
-    diag(R) from the axes' diag(L^a), which act on separate indices). Microseconds (the dense
-    Gershgorin bound on that grid took 40 ms per set of weights)."""
-    if order == 2 and weights is None:
+    >= 0: LMAX = 4 for the thin-plate penalty; for the Laplacian-power form R = top L_w^q + tail
+    L_w^(q - 1), L_w = sum_i w_i L_i, Gershgorin's bound max_k sum_j |R_kj| / R_kk with sum_j |R_kj|
+    <= (top |L_w|^q 1 + tail |L_w|^(q - 1) 1)_k (|.| entrywise; equal in the interior, where the
+    signs of L_w^q alternate with the distance), on a grid of 2 q + 3 nodes per axis (every kind of
+    row near the ends and the interior appear; diag(R) from the axes' diag(L^a), which act on
+    separate indices). Microseconds (the dense Gershgorin bound on that grid took 40 ms per set of
+    weights)."""
+    if order == 2 and weights is None and top == 1.0 and tail == 0.0:
         return LMAX
-    return _power_lmax(int(ndim), int(order), None if weights is None else tuple(float(v) for v in weights))
+    return _power_lmax(int(ndim), int(order), None if weights is None else tuple(float(v) for v in weights),
+                       float(top), float(tail))
 
 
 @functools.lru_cache(maxsize=64)
-def _power_lmax(ndim: int, order: int, weights: Optional[Tuple[float, ...]]) -> float:
-    """chebyshev_lmax of the Laplacian-power form, kept per (ndim, order, weights): the held-out
-    weight choice asks for the same few sets in every fit."""
+def _power_lmax(ndim: int, order: int, weights: Optional[Tuple[float, ...]], top: float = 1.0,
+                tail: float = 0.0) -> float:
+    """chebyshev_lmax of the Laplacian-power form, kept per (ndim, order, weights, top, tail): the
+    held-out weight choice asks for the same few sets in every fit."""
     w = [1.0] * ndim if weights is None else list(weights)
     n = 2 * order + 3
     shape = (n,) * ndim
@@ -136,21 +142,27 @@ def _power_lmax(ndim: int, order: int, weights: Optional[Tuple[float, ...]]) -> 
             out[tuple(hi)] += w[a] * (v[tuple(hi)] + v[tuple(lo)])
         return out
 
-    rows = np.ones(shape)
-    for _ in range(order):
-        rows = abs_laplacian(rows)
     L = np.diag(np.r_[1.0, np.full(n - 2, 2.0), 1.0]) - np.eye(n, k=1) - np.eye(n, k=-1)
     dpow = [np.diag(np.linalg.matrix_power(L, a)) for a in range(order + 1)]  # diag(L^a), one axis
-    diag = np.zeros(shape)
-    for alpha in itertools.product(range(order + 1), repeat=ndim):
-        if sum(alpha) != order:
-            continue
-        term = np.ones(shape) * float(factorial(order) / np.prod([factorial(k) for k in alpha]))
-        for a, k in enumerate(alpha):
-            idx = [None] * ndim
-            idx[a] = slice(None)
-            term = term * (w[a] ** k * dpow[k])[tuple(idx)]
-        diag += term
+
+    def power_diag(q: int) -> Array:  # diag(L_w^q): the multinomial sum over the axes' powers
+        diag = np.zeros(shape)
+        for alpha in itertools.product(range(q + 1), repeat=ndim):
+            if sum(alpha) != q:
+                continue
+            term = np.ones(shape) * float(factorial(q) / np.prod([factorial(k) for k in alpha]))
+            for a, k in enumerate(alpha):
+                idx = [None] * ndim
+                idx[a] = slice(None)
+                term = term * (w[a] ** k * dpow[k])[tuple(idx)]
+            diag += term
+        return diag
+
+    rows_low = np.ones(shape)
+    for _ in range(order - 1):
+        rows_low = abs_laplacian(rows_low)
+    rows = top * abs_laplacian(rows_low) + tail * rows_low
+    diag = top * power_diag(order) + (tail * power_diag(order - 1) if tail else 0.0)
     return float(max(1.0, np.max(rows / diag)))
 
 
@@ -163,7 +175,7 @@ class ThinPlateMG:
 
     def __init__(self, m: Array, lam: Optional[float] = None, dtype=np.float32, reflect: bool = False,
                  order: int = 2, weights: Optional[Sequence[float]] = None, degree: Optional[int] = None,
-                 alpha: Optional[float] = None):
+                 alpha: Optional[float] = None, top: float = 1.0, tail: float = 0.0):
         m = np.ascontiguousarray(m, dtype=dtype)
         if not 1 <= m.ndim <= 3 or m.size == 0:
             raise ValueError(f"m must be a grid of 1 to 3 axes with at least one node, got shape {m.shape}")
@@ -172,13 +184,15 @@ class ThinPlateMG:
         self.reflect = bool(reflect)
         self.order = int(order)
         self.weights = None if weights is None else tuple(float(w) for w in weights)
+        #: the power form's polynomial R = top L_w^order + tail L_w^(order - 1) (thin_plate_apply)
+        self.top, self.tail = float(top), float(tail)
         #: the smoother's degree, Chebyshev interval [lmax / alpha, lmax] (POWER_SMOOTHER for order 3)
         default_degree, default_alpha = (DEGREE, ALPHA) if self.order == 2 else POWER_SMOOTHER
         self.degree = default_degree if degree is None else int(degree)
         self.alpha = default_alpha if alpha is None else float(alpha)
-        self.lmax = chebyshev_lmax(m.ndim, self.order, self.weights)
+        self.lmax = chebyshev_lmax(m.ndim, self.order, self.weights, self.top, self.tail)
         self._h = kind(m, self.degree, self.lmax, self.alpha, COARSEST, self.reflect, 0, self.order,
-                       None if self.weights is None else list(self.weights))
+                       None if self.weights is None else list(self.weights), self.top, self.tail)
         #: every level's grid shape, finest first
         self.levels = [tuple(s[3 - m.ndim:]) for s in self._h.shapes]
         self.lam: Optional[float] = None
@@ -201,7 +215,7 @@ class ThinPlateMG:
         their Chebyshev bound; lam kept."""
         w = tuple(float(v) for v in weights)
         self._h.set_weights(list(w))
-        self.lmax = chebyshev_lmax(len(self.shape), self.order, w)
+        self.lmax = chebyshev_lmax(len(self.shape), self.order, w, self.top, self.tail)
         self._h.set_chebyshev(self.lmax, self.alpha)
         self.weights = w
         return self

@@ -98,7 +98,9 @@ class PointModel:
         ``tol``, ``maxiter``, ``seconds``, ``preconditioner``; with ``ridge="auto"`` also
         ``ridge_candidates`` and ``holdout_errors`` (mean squared error per candidate); the
         default model also ``boundary``, ``boundary_holdout_errors`` (the penalty's boundary, held
-        out) and ``clipped`` (the fraction of grid values clipped to the samples' range).
+        out), ``clipped`` (the fraction of grid values clipped to the samples' range) and, on a 2-D
+        lattice at the interpolation limit, ``higher_holdout_errors`` and ``lead_penalty``
+        (kronpe.solvers.smooth: the leading component's higher-order penalty).
     normalize : bool, the blending weights' normalisation
     """
 
