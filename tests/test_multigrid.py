@@ -462,6 +462,50 @@ def test_masked_signal_strided_and_bad_values(rng, dtype):
         _core.masked_fill(np.zeros((4, 2), dtype), np.ones(4, np.uint8), np.zeros((4, 2), dtype), True)
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 1000, 70001])
+@pytest.mark.parametrize("cin,cout", [(1, 1), (3, 3), (3, 1), (2, 4), (5, 5)])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["planes", "interleaved"])
+def test_mix_channels_and_dots_match_reference(rng, n, cin, cout, interleaved, dtype):
+    """_core.mix_channels (the fill's change of channel basis, with the clip to a range) gives the
+    bits of the NumPy multiply-adds in k order, planes or an interleaved output, any thread count;
+    _core.dots every inner product as dot does."""
+    ins = [rng.standard_normal(n).astype(dtype) for _ in range(cin)]
+    v = rng.standard_normal((cin, cout)).astype(dtype)
+    lo, hi = (-0.5 * np.ones(cout, dtype), 0.7 * np.ones(cout, dtype))
+    for clip in (False, True):
+        want, wout = reference.mix_channels(ins, v, *((lo, hi) if clip else (None, None)))
+        if interleaved:
+            out = np.full((n, cout), 9, dtype)
+            outs = list(out.T)
+        else:
+            outs = [np.full(n, 9, dtype) for _ in range(cout)]
+        got = _core.mix_channels(ins, v, outs, *((lo, hi) if clip else (None, None)))
+        assert got == wout and (clip or got == 0)
+        for c in range(cout):
+            np.testing.assert_array_equal(outs[c], want[c])
+    S = np.array(_core.dots(ins)).reshape(cin, cin)
+    np.testing.assert_allclose(S, reference.dots(ins), rtol=1e-12, atol=1e-12 * max(1, n))
+    for i in range(cin):
+        for j in range(cin):
+            assert S[i, j] == _core.dot(ins[i], ins[j])  # dot's sums, symmetric
+
+
+def test_mix_channels_refuses_bad_arguments():
+    a = np.zeros(10, np.float32)
+    with pytest.raises(ValueError, match="v must be C-contiguous"):
+        _core.mix_channels([a, a], np.zeros((3, 1), np.float32), [np.zeros(10, np.float32)])
+    with pytest.raises(ValueError, match="outputs must not overlap inputs"):
+        _core.mix_channels([a], np.ones((1, 1), np.float32), [a])
+    with pytest.raises(ValueError, match="one size"):
+        _core.mix_channels([a, np.zeros(11, np.float32)], np.ones((2, 1), np.float32), [np.zeros(10, np.float32)])
+    with pytest.raises(ValueError, match="dtype"):
+        _core.mix_channels([a], np.ones((1, 1), np.float32), [np.zeros(10)])
+    with pytest.raises(ValueError, match="lo and hi go together"):
+        _core.mix_channels([a], np.ones((1, 1), np.float32), [np.zeros(10, np.float32)], np.zeros(1, np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.dots([np.zeros(20, np.float32)[::2]])
+
+
 def test_work_cache_reuses_a_hierarchy_memory(rng):
     """The solver's work arrays go back to a bounded cache when a hierarchy dies and the next one
     of the same grid takes them (no fresh pages to fault in); results unchanged."""

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "args.h"
+#include "kronpe/channels.h"
 #include "kronpe/masked.h"
 #include "kronpe/multigrid.h"
 #include "kronpe/smooth.h"
@@ -33,6 +34,24 @@ smooth::Grid grid_of(const Array& x, const char* name) {
     stride *= x.shape[a];
   }
   return g;
+}
+
+// The common size of C-contiguous host arrays of one dtype (planes of a grid, any shape).
+index_t flat_planes(const std::vector<Array>& arrays, const char* name) {
+  index_t n = -1;
+  for (const Array& a : arrays) {
+    bindings::require_host(a, name);
+    require(a.dtype == arrays[0].dtype, std::string(name) + " must share one dtype");
+    index_t size = 1, stride = 1;
+    for (index_t s : a.shape) size *= s;
+    for (int d = a.ndim() - 1; d >= 0; --d) {
+      require(size == 0 || a.shape[d] <= 1 || a.strides[d] == stride, std::string(name) + " must be C-contiguous");
+      stride *= a.shape[d];
+    }
+    require(n < 0 || size == n, std::string(name) + " must have one size");
+    n = size;
+  }
+  return n;
 }
 
 // The penalty of a grid: its boundary, order and (None: unweighted) axis weights, one per axis of
@@ -77,6 +96,13 @@ void same_grid(const Array& x, std::initializer_list<std::pair<const Array*, con
 template <typename T>
 T* p(const Array& a, const char* name) {
   return bindings::data<T>(a, name);
+}
+
+template <typename P>
+std::vector<P*> plane_pointers(const std::vector<Array>& arrays, const char* name) {
+  std::vector<P*> out;
+  for (const Array& a : arrays) out.push_back(p<P>(a, name));
+  return out;
 }
 
 // The finest grid's arrays of a hierarchy: its shape (padded) and dtype T.
@@ -391,6 +417,69 @@ void register_smooth(py::module_& m) {
       py::arg("a"), py::arg("b"),
       "sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double "
       "(internal).");
+  m.def(
+      "dots",
+      [](const std::vector<Array>& arrays) {
+        require(!arrays.empty(), "dots: no arrays");
+        const index_t n = flat_planes(arrays, "arrays");
+        const int c = int(arrays.size());
+        std::vector<double> S(std::size_t(c) * std::size_t(c));
+        bindings::dispatch1(arrays[0].dtype, [&](auto t) {
+          using T = decltype(t);
+          const std::vector<const T*> ap = plane_pointers<const T>(arrays, "arrays");
+          py::gil_scoped_release release;
+          smooth::dots<T>(n, c, ap.data(), S.data());
+        });
+        return S;
+      },
+      py::arg("arrays"),
+      "every inner product of C-contiguous arrays of one size and dtype, [a_i . a_j] flat (c, c), as dot "
+      "computes each (internal).");
+  m.def(
+      "mix_channels",
+      [](const std::vector<Array>& inputs, const Array& v, const std::vector<Array>& outputs,
+         const std::optional<Array>& lo, const std::optional<Array>& hi) {
+        require(!inputs.empty() && !outputs.empty(), "mix_channels: no inputs or no outputs");
+        const index_t n = flat_planes(inputs, "inputs");
+        const int cin = int(inputs.size()), cout = int(outputs.size());
+        require(v.ndim() == 2 && v.shape[0] == cin && v.shape[1] == cout && (cout <= 1 || v.strides[1] == 1) &&
+                    (cin <= 1 || v.strides[0] == cout),
+                "mix_channels: v must be C-contiguous (inputs, outputs)");
+        // outputs: n values each, one element stride (planes, or the columns of an interleaved array)
+        index_t stride = 1;
+        for (std::size_t c = 0; c < outputs.size(); ++c) {
+          const Array& o = outputs[c];
+          bindings::require_host(o, "outputs");
+          require(o.dtype == inputs[0].dtype, "mix_channels: outputs must have the inputs' dtype");
+          require(o.ndim() == 1 && o.shape[0] == n, "mix_channels: every output must be 1-D of the inputs' size");
+          if (c == 0) stride = n > 1 ? o.strides[0] : 1;
+          require(n <= 1 || o.strides[0] == stride, "mix_channels: the outputs must have one element stride");
+        }
+        require(stride >= 1, "mix_channels: the outputs' stride must be positive");
+        require(lo.has_value() == hi.has_value(), "mix_channels: lo and hi go together");
+        for (const std::optional<Array>* r : {&lo, &hi})
+          if (*r) require((*r)->ndim() == 1 && (*r)->shape[0] == cout && ((*r)->strides[0] == 1 || cout <= 1),
+                          "mix_channels: lo and hi must hold one contiguous value per output");
+        index_t outside = 0;
+        bindings::dispatch1(inputs[0].dtype, [&](auto t) {
+          using T = decltype(t);
+          const std::vector<const T*> ip = plane_pointers<const T>(inputs, "inputs");
+          std::vector<T*> op;
+          for (const Array& o : outputs) op.push_back(p<T>(o, "outputs"));
+          for (T* o : op)  // the outputs span [o, o + (n - 1) stride]
+            for (const T* i : ip)
+              require(n == 0 || o + (n - 1) * stride < i || i + n <= o, "mix_channels: outputs must not overlap inputs");
+          const T* vp = p<const T>(v, "v");
+          const T* lp = lo ? p<const T>(*lo, "lo") : nullptr;
+          const T* hp = hi ? p<const T>(*hi, "hi") : nullptr;
+          py::gil_scoped_release release;
+          outside = mix_channels<T>(n, cin, ip.data(), cout, vp, op.data(), stride, lp, hp);
+        });
+        return outside;
+      },
+      py::arg("inputs"), py::arg("v"), py::arg("outputs"), py::arg("lo") = py::none(), py::arg("hi") = py::none(),
+      "outputs[c] = sum_k v[k, c] inputs[k] (each optionally clipped to [lo[c], hi[c]]); returns how many "
+      "values were outside (internal).");
   m.def(
       "grid_transfer",
       [](const Array& src, const Array& dst, int axis, bool restrict_, bool add, int threads) {

@@ -957,6 +957,38 @@ double dot(index_t n, const T* a, const T* b, int threads) {
   return s;
 }
 
+namespace {
+
+// dots for c(c + 1) / 2 == K pairs: K sums per block, each a dot_block
+template <int K, typename T>
+void pair_dots(index_t n, int c, const T* const* a, double* S, int threads) {
+  double sums[K];
+  blocked_sums<K>(n, threads, sums, [&](index_t lo, index_t len, double* part) {
+    int k = 0;
+    for (int i = 0; i < c; ++i)
+      for (int j = 0; j <= i; ++j) part[k++] = dot_block(len, a[i] + lo, a[j] + lo);
+  });
+  int k = 0;
+  for (int i = 0; i < c; ++i)
+    for (int j = 0; j <= i; ++j) S[i * c + j] = S[j * c + i] = sums[k++];
+}
+
+}  // namespace
+
+template <typename T>
+void dots(index_t n, int c, const T* const* a, double* S, int threads) {
+  require(n >= 0 && c >= 1, "dots: negative length or no arrays");
+  switch (c) {
+    case 1: return pair_dots<1>(n, c, a, S, threads);
+    case 2: return pair_dots<3>(n, c, a, S, threads);
+    case 3: return pair_dots<6>(n, c, a, S, threads);
+    case 4: return pair_dots<10>(n, c, a, S, threads);
+    default:
+      for (int i = 0; i < c; ++i)
+        for (int j = 0; j <= i; ++j) S[i * c + j] = S[j * c + i] = dot(n, a[i], a[j], threads);
+  }
+}
+
 template <typename T>
 void dot2(index_t n, const T* a, const T* b, const T* c, const T* d, double out[2], int threads) {
   require(n >= 0, "dot2: negative length");
@@ -1001,6 +1033,7 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \
   template double dot<T>(index_t, const T*, const T*, int);                                     \
+  template void dots<T>(index_t, int, const T* const*, double*, int);                          \
   template void dot2<T>(index_t, const T*, const T*, const T*, const T*, double[2], int);       \
   template double cg_update_norm<T>(index_t, T, const T*, const T*, T*, T*, int);
 

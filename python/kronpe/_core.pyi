@@ -180,17 +180,17 @@ def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: flo
 def strided_copy(src: Descriptor, dst: Descriptor) -> None:
     """dst[...] = src[...] over a strided box (internal)."""
 
-def thin_plate(x: Descriptor, mask: Descriptor, lam: float, out: Descriptor, mode: str = "apply", b: Optional[Descriptor] = None, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
+def thin_plate(x: Descriptor, mask: Descriptor, lam: float, out: Descriptor, mode: str = "apply", b: Optional[Descriptor] = None, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None, top: float = 1.0, tail: float = 0.0) -> None:
     """out = mask x + lam R x (apply) or b - (mask x + lam R x) (residual); R the thin-plate penalty, mirrored with
     reflect, or (sum_i w_i L_i)^order (order 3 or weights; mirrored only) (internal)."""
 
-def thin_plate_diag(mask: Descriptor, lam: float, out: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
+def thin_plate_diag(mask: Descriptor, lam: float, out: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None, top: float = 1.0, tail: float = 0.0) -> None:
     """out = diag(mask + lam R) (internal)."""
 
-def thin_plate_cheb_start(x: Optional[Descriptor], b: Descriptor, mask: Descriptor, lam: float, theta: float, r: Descriptor, d: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
+def thin_plate_cheb_start(x: Optional[Descriptor], b: Descriptor, mask: Descriptor, lam: float, theta: float, r: Descriptor, d: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None, top: float = 1.0, tail: float = 0.0) -> None:
     """r = (b - A x) / diag(A), d = r / theta: a Chebyshev smoother's start; x None: x = 0 (internal)."""
 
-def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Descriptor, lam: float, c1: float, c2: float, d_out: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None:
+def thin_plate_cheb_step(d: Descriptor, r: Descriptor, x: Descriptor, mask: Descriptor, lam: float, c1: float, c2: float, d_out: Descriptor, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None, top: float = 1.0, tail: float = 0.0) -> None:
     """x += d, r -= (A d) / diag(A), d_out = c1 d + c2 r: a Chebyshev smoother's step (internal)."""
 
 def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, add: bool = False, threads: int = 0) -> None:
@@ -198,6 +198,12 @@ def grid_transfer(src: Descriptor, dst: Descriptor, axis: int, restrict: bool, a
 
 def dot(a: Descriptor, b: Descriptor) -> float:
     """sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double (internal)."""
+
+def dots(arrays: List[Descriptor]) -> List[float]:
+    """Every inner product of C-contiguous arrays of one size and dtype, [a_i . a_j] flat (c, c), as dot computes each (internal)."""
+
+def mix_channels(inputs: List[Descriptor], v: Descriptor, outputs: List[Descriptor], lo: Optional[Descriptor] = None, hi: Optional[Descriptor] = None) -> int:
+    """outputs[c] = sum_k v[k, c] inputs[k] (each optionally clipped to [lo[c], hi[c]]); returns how many values were outside (internal)."""
 
 def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor, planar: bool = False) -> Tuple[List[float], List[float], int]:
     """out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed
@@ -211,7 +217,7 @@ class ThinPlateHierarchy32:
     """The multigrid hierarchy of diag(m) + lam R on a float32 grid of 1 to 3 axes (kronpe/multigrid.h; internal:
     kronpe.solvers.multigrid.ThinPlateMG wraps it)."""
 
-    def __init__(self, m: Descriptor, degree: int, lmax: float, alpha: float, coarsest: int, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None) -> None: ...
+    def __init__(self, m: Descriptor, degree: int, lmax: float, alpha: float, coarsest: int, reflect: bool = False, threads: int = 0, order: int = 2, weights: Optional[List[float]] = None, top: float = 1.0, tail: float = 0.0) -> None: ...
     def set_lambda(self, lam: float) -> None: ...
     def set_reflect(self, reflect: bool) -> None:
         """The penalty's boundary on every level: mirrored (True) or natural (lam kept)."""

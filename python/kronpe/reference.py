@@ -560,6 +560,29 @@ def masked_fill(s, mask, planar: bool = False):
     return (np.ascontiguousarray(out.T) if planar else out), lo, hi, int(np.count_nonzero(~np.isfinite(obs)))
 
 
+def mix_channels(inputs, v, lo=None, hi=None):
+    """(outputs [sum_k v[k, c] inputs[k] for c], how many values fell outside [lo[c], hi[c]])
+    (``_core.mix_channels``): the terms added in k order in the inputs' dtype, each output clipped
+    to its range when lo and hi are given."""
+    v = np.asarray(v)
+    outs, outside = [], 0
+    for c in range(v.shape[1]):
+        acc = inputs[0] * inputs[0].dtype.type(v[0, c])
+        for k in range(1, len(inputs)):
+            acc = acc + inputs[k] * inputs[k].dtype.type(v[k, c])
+        if lo is not None:
+            outside += int(np.count_nonzero(acc < lo[c])) + int(np.count_nonzero(acc > hi[c]))
+            acc = np.minimum(np.maximum(acc, acc.dtype.type(lo[c])), acc.dtype.type(hi[c]))
+        outs.append(acc)
+    return outs, outside
+
+
+def dots(arrays) -> np.ndarray:
+    """(c, c) inner products of the arrays, in float64 (``_core.dots``)."""
+    a = [np.asarray(x, np.float64).ravel() for x in arrays]
+    return np.array([[float(np.dot(x, y)) for y in a] for x in a])
+
+
 # ---- resampling (kronpe.resampling) ----------------------------------------------------------------
 
 

@@ -116,6 +116,10 @@ void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, boo
 // whose sums are added in order: the same result for any thread count.
 template <typename T>
 double dot(index_t n, const T* a, const T* b, int threads = 0);
+// Every inner product of c arrays of n values (S[i * c + j] = S[j * c + i] = dot(n, a_i, a_j)),
+// one pass over each block of them, with dot's sums (the same values).
+template <typename T>
+void dots(index_t n, int c, const T* const* a, double* S, int threads = 0);
 
 // a . b and c . d in one pass over the four arrays, into out[0], out[1]: the same blocks and the
 // same bits as two calls of dot (CG's (r, z) and (z, z) after each V-cycle).
