@@ -425,6 +425,11 @@ def _unmix(planes: List[Array], V: Array, out: Array, value_range: Optional[Tupl
     (``_core.mix_channels``; NumPy's multiply-adds, clips and counts per channel took 1.1 ms at 451 x
     300 RGB). Returns the fraction of values clipped."""
     C = V.shape[1]
+    if not out.flags.c_contiguous:  # (reshape would copy: the writes would be lost)
+        tmp = np.empty(out.shape, out.dtype)
+        frac = _unmix(planes, V, tmp, value_range)
+        out[...] = tmp
+        return frac
     cols = list(out.reshape(-1, C).T)  # the channels of out, element stride C
     lo = hi = None
     if value_range is not None:
