@@ -121,7 +121,7 @@ def test_full_multigrid_start_is_close_to_the_solution(rng, shape):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("penalty", ["natural", "order3w"])
+@pytest.mark.parametrize("penalty", ["natural", "order3w", "poly3"])
 def test_apply_takes_any_layout(rng, layout, dtype, penalty):
     shape = (6, 7, 5)
     x, m, _ = _case(rng, shape, dtype)

@@ -100,8 +100,10 @@ def run_fill(args) -> int:
 def _say_model(report: Output, model) -> None:
     """The default fit's model: its penalty (with the held-out boundary / axis weights) and lambda."""
     penalty = model.info.get("penalty", "the identity (ridge)")
-    report.say(f"model: {penalty}, lambda {model.ridge:.3g} (held out)")
-    report.put(penalty=penalty, ridge=float(model.ridge))
+    lead = model.info.get("lead_penalty")
+    report.say(f"model: {penalty}, lambda {model.ridge:.3g} (held out)"
+               + (f"; leading component: {lead} (held out)" if lead else ""))
+    report.put(penalty=penalty, ridge=float(model.ridge), lead_penalty=lead)
 
 
 def _load_points(path: str) -> np.ndarray:
