@@ -321,7 +321,8 @@ KRONPE_CLONES void combine_row(index_t n, T top, T tail, const T* __restrict low
 }
 
 // R v row by row in the Laplacian-power form (Grid::power): R = L_w^q, L_w = sum_i w_i L_i, as q
-// weighted 7-point passes. Level k (1 <= k < q) holds L_w^k v in a ring of 2 (q - k) S + 1 rows,
+// weighted 7-point passes (5-point on an unweighted plane); a polynomial top L_w^q + tail L_w^(q-1)
+// adds the ring's row of level q - 1 at the end (combine_row). Level k (1 <= k < q) holds L_w^k v in a ring of 2 (q - k) S + 1 rows,
 // S the row distance of a neighbour across (n1 in 3-D, 1 on a plane): when row r is asked for,
 // level k runs (q - k) S rows ahead, so each row of each level is computed once per run. Rows
 // must come in increasing order within a run (a new run starts when they do not); every row
