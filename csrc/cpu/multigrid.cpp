@@ -401,25 +401,28 @@ void ThinPlateHierarchy<T>::prolong_up(int level, const T* c, T* f, bool add) {
 }
 
 template <typename T>
-void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res) {
+void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res, T* save, const T* from,
+                                   T omega) {
   thin_plate_smooth<T>(L.g, x, b, L.m.data(), L.w.data(), L.lam, T(theta_), zero, int(c1_.size()), c1_.data(),
-                       c2_.data(), L.r.data(), L.d.data(), L.d2.data(), res, opt_.threads, L.scratch.get());
+                       c2_.data(), L.r.data(), L.d.data(), L.d2.data(), res, opt_.threads, L.scratch.get(), save,
+                       from, omega);
 }
 
 template <typename T>
-void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero) {
+void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero, T* old, T omega) {
   Level& L = levels_[level];
   T* x = out ? out : L.x.data();
   if (level == int(levels_.size()) - 1) {
+    require(!old, "multigrid: an over-relaxed V-cycle needs a coarser level");
     coarsest_solve(b, x);
     return;
   }
-  smooth(L, x, b, zero, L.r.data());  // and the residual, into r
+  smooth(L, x, b, zero, L.r.data(), old);  // and the residual, into r (the start, into old)
   Level& C = levels_[level + 1];
   restrict_down(level, L.r.data(), C.b.data());
   vcycle_at(level + 1, C.b.data());
   prolong_up(level, C.x.data(), x, true);
-  smooth(L, x, b, false);
+  smooth(L, x, b, false, nullptr, nullptr, old, omega);
 }
 
 template <typename T>
@@ -430,7 +433,14 @@ void ThinPlateHierarchy<T>::cycles(const T* b, T* x, bool from_x, int count, dou
   const index_t n = levels_[0].g.size();
   if (omega != 1.0) z_.resize(static_cast<std::size_t>(n));
   T* old = z_.data();
+  // over-relaxed: fused into the finest level's smoothers (the start saved by the first, the
+  // relaxed result written by the last: no vector passes of their own), but on a single grid
+  const bool fused = omega != 1.0 && levels_.size() > 1;
   for (int c = 0; c < count; ++c) {
+    if (fused) {
+      vcycle_at(0, b, x, false, old, T(omega));
+      continue;
+    }
     if (omega != 1.0) std::copy(x, x + n, old);
     vcycle_at(0, b, x, false);
     if (omega != 1.0) relax(n, T(omega), old, x, opt_.threads);

@@ -660,6 +660,28 @@ KRONPE_CLONES void last_step_row(index_t n, const T* __restrict d, const T* __re
   }
 }
 
+// last_step_row with the result over-relaxed from `from`: x = from + omega (x_s - from).
+template <typename T>
+KRONPE_CLONES void last_step_relaxed_row(index_t n, const T* __restrict d, const T* __restrict r,
+                                         T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
+                                         const T* __restrict acc, const T* __restrict w,
+                                         const T* __restrict from, T omega) {
+  for (index_t i = 0; i < n; ++i) {
+    const T di = d[i];
+    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
+    const T xi = x[i] + di;
+    const T xs = xi + (c1 * di + c2 * ri);
+    x[i] = from[i] + omega * (xs - from[i]);
+  }
+}
+
+// x = from + omega ((x + d) - from) over a row (degree 1, over-relaxed).
+template <typename T>
+KRONPE_CLONES void add_relaxed_row(index_t n, const T* __restrict d, T* __restrict x, const T* __restrict from,
+                                   T omega) {
+  for (index_t i = 0; i < n; ++i) x[i] = from[i] + omega * ((x[i] + d[i]) - from[i]);
+}
+
 // x += d over a row (the smoother of degree 1: its start is its only step).
 template <typename T>
 KRONPE_CLONES void add_row(index_t n, const T* __restrict d, T* __restrict x, bool zero) {
@@ -683,16 +705,20 @@ KRONPE_CLONES void add_row(index_t n, const T* __restrict d, T* __restrict x, bo
 template <typename T>
 void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
                        bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
-                       int threads, SmoothScratch<T>* scratch) {
+                       int threads, SmoothScratch<T>* scratch, T* save, const T* from, T omega) {
   check_grid(g);
   require(nsteps >= 0, "thin_plate_smooth: nsteps must be >= 0");
+  require(!(save && zero) && !(from && (res || zero)), "thin_plate_smooth: save needs a start x; from, no res");
   if (g.size() == 0) return;
   std::shared_ptr<SmoothScratch<T>> own;
   scratch = scratch_for(g, scratch, own);
   const Bands<T>& B = scratch->bands;
   const index_t rows = g.n[0] * g.n[1], n2 = g.n[2];
   const index_t lag = g.power() ? PowerRows<T>::lag(g) : (g.n[0] > 1 ? std::max<index_t>(2, 2 * g.n[1]) : 2);
-  const int stages = 1 + nsteps + (res ? 1 : 0);
+  // degree 1 (no steps): x += d is a stage of its own, a lag behind the start, whose stencil reads
+  // x around its row (added in the start's stage, x changed under the next rows' stencils)
+  const int adds = nsteps == 0 ? 1 : 0;
+  const int stages = 1 + nsteps + adds + (res ? 1 : 0);
   const T inv_theta = T(1) / theta;
   int nt = pick_threads(threads, g.size());
   // each block boundary leaves a gap of 2 lag s rows in stage s, finished by one thread: blocks
@@ -704,14 +730,19 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
     const index_t i0 = q / g.n[1], i1 = q % g.n[1], o = q * n2;
     if (s == 0) {
       if (!zero) stencil[0].row(B, x, i0, i1, acc);
+      if (save) std::copy(x + o, x + o + n2, save + o);  // (row o of x is still the start's)
       start_row(n2, zero ? nullptr : x + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
-      if (nsteps == 0) add_row(n2, d + o, x + o, zero);
-      else if (zero) std::fill(x + o, x + o + n2, T(0));
+      if (zero && nsteps > 0) std::fill(x + o, x + o + n2, T(0));
+    } else if (s == 1 && adds) {  // degree 1: x += d
+      if (from) add_relaxed_row(n2, d + o, x + o, from + o, omega);
+      else add_row(n2, d + o, x + o, zero);
     } else if (s <= nsteps) {
       const T* din = (s % 2 == 1 ? d : d2);
       T* dout = (s % 2 == 1 ? d2 : d);
       stencil[s].row(B, din, i0, i1, acc);
       if (s < nsteps) step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
+      else if (from) last_step_relaxed_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o,
+                                           from + o, omega);
       else last_step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
     } else {
       stencil[s].row(B, x, i0, i1, acc);
@@ -1029,7 +1060,7 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   template void inverse_diag<T>(index_t, const T*, T, const T*, T*, int);                       \
   template void thin_plate_smooth<T>(const Grid&, T*, const T*, const T*, const T*, T, T, bool, \
                                      int, const T*, const T*, T*, T*, T*, T*, int,               \
-                                     SmoothScratch<T>*);                                          \
+                                     SmoothScratch<T>*, T*, const T*, T);                         \
   template std::shared_ptr<SmoothScratch<T>> smooth_scratch<T>(const Grid&);                     \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \

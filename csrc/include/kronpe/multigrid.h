@@ -129,10 +129,14 @@ class ThinPlateHierarchy {
     std::shared_ptr<SmoothScratch<T>> scratch;  // the smoother's bands and rings (set with the penalty)
   };
 
-  // the smoother from x (zero: from 0); res: b - A x after it (null: not computed)
-  void smooth(Level& L, T* x, const T* b, bool zero, T* res = nullptr);
-  // result in out (null: levels_[level].x); from zero, or (zero false) from out itself
-  void vcycle_at(int level, const T* b, T* out = nullptr, bool zero = true);
+  // the smoother from x (zero: from 0); res: b - A x after it (null: not computed); save, from,
+  // omega: thin_plate_smooth's fused over-relaxation
+  void smooth(Level& L, T* x, const T* b, bool zero, T* res = nullptr, T* save = nullptr,
+              const T* from = nullptr, T omega = T(1));
+  // result in out (null: levels_[level].x); from zero, or (zero false) from out itself; with
+  // `old` (not from zero, a level with a coarser one below) the result over-relaxed by omega from
+  // the start, which old receives (cycles)
+  void vcycle_at(int level, const T* b, T* out = nullptr, bool zero = true, T* old = nullptr, T omega = T(1));
   void restrict_down(int level, const T* f, T* c);
   void prolong_up(int level, const T* c, T* f, bool add);
   void coarsest_solve(const T* b, T* x);

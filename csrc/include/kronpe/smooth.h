@@ -86,10 +86,14 @@ void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T l
 // (zero: from x = 0, x written), nsteps cheb_steps with coefficients (c1[k], c2[k]), then
 // x += d_out; res (may be r, or null): b - A x after it. w: diag(A)^-1 (thin_plate_diag with
 // inverted); r, d, d2: work arrays of the grid's size. The same values as the separate kernels.
+// An over-relaxed stationary step fused in (ThinPlateHierarchy::cycles): save (not with zero)
+// receives x as it was before the smoother; with `from` given, the smoother's result x_s is
+// written over-relaxed from it, from + omega (x_s - from), and res must be null.
 template <typename T>
 void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
                        bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
-                       int threads, SmoothScratch<T>* scratch = nullptr);
+                       int threads, SmoothScratch<T>* scratch = nullptr, T* save = nullptr,
+                       const T* from = nullptr, T omega = T(1));
 
 // diag(A), for Jacobi-type smoothers and the tests; inverted: diag(A)^-1 (0 where diag(A) is 0),
 // the smoother's scaling.
