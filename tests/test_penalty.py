@@ -332,6 +332,44 @@ def test_default_points_on_a_lattice(rng):
     np.testing.assert_allclose(m.predict(ij / 64.0), img[mask], atol=0.02)  # close to the samples
 
 
+def test_predict_on_the_nodes_is_a_gather(rng):
+    """A default model's predictions at points exactly on its grid's nodes are gathered (points.
+    _node_indices), to the bit what the blend gives; any other point, a NaN, a non-node float32
+    coordinate or a point outside take the blend (and its errors)."""
+    import warnings
+    from kronpe import BlendingMatrix
+    from kronpe.solvers import points as P
+
+    img = _smooth_image()
+    mask = rng.random(img.shape[:2]) < 0.3
+    m = fit_points(np.argwhere(mask) / 64.0, img[mask])
+    q = np.argwhere(~mask) / 64.0
+    B = BlendingMatrix(q, list(m.grid_coords), list(m.embedders), normalize=m.normalize)
+    want = B.matvec(m.grid_values.reshape(B.grid_size, -1)).reshape((-1,) + m.channels)
+    flat = P._node_indices(q, m.grid_coords)
+    assert flat is not None and flat.size == q.shape[0]
+    got = m.predict(q)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(m.predict(q.astype(np.float32)), want)  # k / 64 is a float32 too
+    np.testing.assert_array_equal(m.predict(np.asfortranarray(q)), want)
+    off = q.copy()
+    off[5, 1] += 1e-3  # one point between nodes: the blend for all
+    assert P._node_indices(off, m.grid_coords) is None
+    B_off = BlendingMatrix(off, list(m.grid_coords), list(m.embedders), normalize=m.normalize)
+    np.testing.assert_array_equal(m.predict(off), B_off.matvec(m.grid_values.reshape(B.grid_size, -1)).reshape(
+        (-1,) + m.channels))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast warnings on the way to the blend's error
+        for bad in (np.nan, np.inf, 1.5):
+            b = q.copy()
+            b[3, 0] = bad
+            assert P._node_indices(b, m.grid_coords) is None
+            with pytest.raises(ValueError, match="points"):
+                m.predict(b)
+    assert P._node_indices(q[:0], m.grid_coords) is None and m.predict(q[:0]).shape == (0,) + m.channels
+
+
 def test_lattice_detection():
     from kronpe.solvers.smooth import lattice_grid
 

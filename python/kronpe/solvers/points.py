@@ -146,6 +146,11 @@ class PointModel:
 
         ``outside`` as in BlendingMatrix: "error" or "clamp" for points outside the grid.
         """
+        if all(e is None for e in self.embedders):  # multilinear hats: a point on a node is its value
+            flat = _node_indices(points, self.grid_coords)
+            if flat is not None:
+                V = self.grid_values.reshape((-1,) + self.channels)
+                return np.take(V, flat, axis=0)
         B = BlendingMatrix(points, list(self.grid_coords), list(self.embedders), normalize=self.normalize,
                            outside=outside)
         V = self.grid_values.reshape((B.grid_size, -1))
@@ -170,6 +175,31 @@ class PointModel:
             res = B.matvec(flat).reshape((c.size,) + moved.shape[1:])
             out = np.moveaxis(res, 0, i)
         return np.ascontiguousarray(out)
+
+
+def _node_indices(points, nodes: Sequence[np.ndarray]) -> Optional[np.ndarray]:
+    """The flat (C-order) grid indices of host points (P, D) whose every coordinate is exactly a
+    node of its axis, else None (then the blend, which checks the points). At a node the
+    multilinear blend's weights are exactly 1 and 0, so the value there is the node's, to the bit:
+    predicting the held-out pixels of a lattice fit gathers them (building and applying the
+    BlendingMatrix took 0.33 ms for 12k points)."""
+    if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] != len(nodes) \
+            or points.dtype.kind != "f" or points.shape[0] == 0:
+        return None
+    flat = None
+    for ax, g in enumerate(nodes):
+        n = g.size
+        if n < 2 or not g[-1] > g[0]:
+            return None
+        x = points[:, ax]
+        k = np.rint((x - g[0]) * ((n - 1) / (g[-1] - g[0])))
+        np.fmax(k, 0, out=k)  # (NaN -> 0: the node then differs from it)
+        np.fmin(k, n - 1, out=k)
+        ki = k.astype(np.intp)
+        if not np.array_equal(g[ki], x):
+            return None
+        flat = ki if flat is None else flat * n + ki
+    return flat
 
 
 # ---- argument handling -----------------------------------------------------------------------------
