@@ -353,6 +353,8 @@ def test_predict_on_the_nodes_is_a_gather(rng):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(m.predict(q.astype(np.float32)), want)  # k / 64 is a float32 too
     np.testing.assert_array_equal(m.predict(np.asfortranarray(q)), want)
+    with pytest.raises(ValueError, match="outside"):  # checked on the gather's way too
+        m.predict(q, outside="bogus")
     off = q.copy()
     off[5, 1] += 1e-3  # one point between nodes: the blend for all
     assert P._node_indices(off, m.grid_coords) is None

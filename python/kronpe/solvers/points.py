@@ -146,6 +146,7 @@ class PointModel:
 
         ``outside`` as in BlendingMatrix: "error" or "clamp" for points outside the grid.
         """
+        _validate.choice("outside", outside, ("error", "clamp"))
         if all(e is None for e in self.embedders):  # multilinear hats: a point on a node is its value
             flat = _node_indices(points, self.grid_coords)
             if flat is not None:
