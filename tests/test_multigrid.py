@@ -57,6 +57,27 @@ def test_apply_residual_diag_match_reference(rng, shape, dtype, penalty):
     _close(out, np.diag(reference.thin_plate_matrix(shape, m, lam, *pen)).reshape(shape), dtype)
 
 
+# rows of every width around the 16 floats of an AVX-512 vector (the planes' Laplacian passes take
+# their neighbours from the vectors loaded and mask the last partial vector)
+ROW_WIDTHS = [2, 3, 5, 15, 16, 17, 18, 31, 32, 33, 47, 48, 49, 63, 64, 65]
+
+
+@pytest.mark.parametrize("penalty", ["natural", "reflect", "poly3", "order3"])
+@pytest.mark.parametrize("width", ROW_WIDTHS)
+def test_apply_matches_reference_at_every_row_width(rng, width, dtype, penalty):
+    for shape in ((6, width), (1, 5, width)):
+        x, m, b = _case(rng, shape, dtype)
+        pen = _pen(penalty, len(shape))
+        lam = 0.37 if pen[1] == 2 else 0.037
+        want = reference.thin_plate_apply(x, m, lam, *pen)
+        _close(multigrid.thin_plate_apply(x, m, lam, **_kw(pen)), want, dtype)
+        # a row of x offset by one float in memory (unaligned rows) gives the same values
+        buf = np.empty(x.size + 1, dtype)[1:].reshape(shape)
+        buf[...] = x
+        np.testing.assert_array_equal(multigrid.thin_plate_apply(buf, m, lam, **_kw(pen)),
+                                      multigrid.thin_plate_apply(x, m, lam, **_kw(pen)))
+
+
 @pytest.mark.parametrize("penalty", list(PENALTIES))
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_chebyshev_kernels_match_reference(rng, shape, dtype, penalty):

@@ -65,7 +65,12 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
   diag(R) so that a new lam is one streaming pass), one-thread teams run on the calling thread
   (an OpenMP region of one thread still woke a futex per call) and teams start at 8k nodes per
   thread: one V-cycle (degree 2, one thread) 128^2 91 -> 59 us, 451 x 300 0.48 -> 0.39 ms,
-  512^2 0.80 -> 0.70 ms; two threads 451 x 300 0.34 -> 0.24 ms.
+  512^2 0.80 -> 0.70 ms; two threads 451 x 300 0.34 -> 0.24 ms. On AVX-512 the planes' Laplacian
+  pass (half of a V-cycle's time, bound by its five loads per vector) takes each row's left and
+  right neighbours from the vectors it loaded (valignd) and masks the last partial vector instead
+  of a scalar tail, bit for bit the same values: one V-cycle (degree 2), alternating processes on
+  a slower host, one thread 128^2 87 -> 77 us, 451 x 300 0.60 -> 0.52 ms; two threads 71 -> 64 us,
+  0.36 -> 0.32 ms.
 - **Non-diagonal data terms** (points off the nodes): the compiled CG calls the exact operator,
   given as a Python function (v -> A v on a read-only view of its vector; the vector updates and
   dot products stay compiled: the same loop in NumPy spent ~20% of an off-grid fit in them); the
