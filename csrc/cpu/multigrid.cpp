@@ -112,11 +112,6 @@ KRONPE_CLONES void cg_direction_range(index_t lo, index_t hi, T beta, const T* _
   for (index_t i = lo; i < hi; ++i) p[i] = z[i] + beta * p[i];
 }
 
-template <typename T>
-KRONPE_CLONES void add_into_range(index_t lo, index_t hi, const T* __restrict a, T* __restrict x) {
-  for (index_t i = lo; i < hi; ++i) x[i] += a[i];
-}
-
 // r = b - r
 template <typename T>
 KRONPE_CLONES void subtract_from_range(index_t lo, index_t hi, const T* __restrict b, T* __restrict r) {
@@ -148,11 +143,6 @@ void subtract_from(index_t n, const T* b, T* r, int threads) {
 template <typename T>
 void relax(index_t n, T omega, const T* old, T* x, int threads) {
   for_range(n, threads, [&](index_t lo, index_t hi) { relax_range(lo, hi, omega, old, x); });
-}
-
-template <typename T>
-void add_into(index_t n, const T* a, T* x, int threads) {
-  for_range(n, threads, [&](index_t lo, index_t hi) { add_into_range(lo, hi, a, x); });
 }
 
 // The (outer, n, inner) view of axis a of a three-axis shape.
@@ -211,7 +201,7 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   }
   for (Level& L : levels_) {
     const std::size_t n = L.m.size();
-    for (auto* v : {&L.w, &L.x, &L.b, &L.r, &L.d, &L.d2, &L.fr, &L.rd}) v->resize(n);
+    for (auto* v : {&L.w, &L.x, &L.b, &L.r, &L.d, &L.d2, &L.rd}) v->resize(n);
   }
   for (std::size_t l = 1; l < levels_.size(); ++l) levels_[l].fx.resize(levels_[l].m.size());
 
@@ -470,11 +460,9 @@ void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
     Level& L = levels_[l];
     T* xf = l == 0 ? x : L.fx.data();
     prolong_up(l, xc, xf, false);
-    for (int c = 0; c < cycles; ++c) {
-      thin_plate_residual<T>(L.g, xf, bs[l], L.m.data(), L.lam, L.fr.data(), opt_.threads, L.scratch.get());
-      vcycle_at(l, L.fr.data());
-      add_into(L.g.size(), L.x.data(), xf, opt_.threads);
-    }
+    // V-cycles smoothing from the prolonged iterate itself: x + V (b - A x) without a residual
+    // pass and a correction pass of their own (a V-cycle is affine in its start)
+    for (int c = 0; c < cycles; ++c) vcycle_at(l, bs[l], xf, false);
     xc = xf;
   }
 }

@@ -123,8 +123,8 @@ class ThinPlateHierarchy {
     bool halve[3] = {false, false, false};
     T lam = T(0);
     // m; w = diag(A)^-1 (set with lam); V-cycle: x (result), b (rhs from the finer level), the smoother's r (then the
-    // residual), d, d2 (also the transfers' intermediate grids); fmg: fx (iterate), fr (residual)
-    WorkArray<T> m, w, x, b, r, d, d2, fx, fr;
+    // residual), d, d2 (also the transfers' intermediate grids); fmg: fx (iterate)
+    WorkArray<T> m, w, x, b, r, d, d2, fx;
     WorkArray<T> rd;  // diag(R) (set with the penalty): w for a new lam in one pass
     std::shared_ptr<SmoothScratch<T>> scratch;  // the smoother's bands and rings (set with the penalty)
   };
