@@ -53,10 +53,13 @@ def _packed(a, b, ta, tb, threads=1, pad=0):
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37),
-                                   (0, 4, 3), (5, 0, 2), (3, 4, 0), (1, 300, 1), (2, 9, 50)])
+                                   (0, 4, 3), (5, 0, 2), (3, 4, 0), (1, 300, 1), (2, 9, 50),
+                                   (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32)])
 def test_packed_gemm_matches_numpy(rng, dtype, ta, tb, shape):
     """The AVX-512 packed GEMM against float64 NumPy: odd sizes (partial register tiles), a
-    contraction longer than one k block, empty products; operands with padded rows."""
+    contraction longer than one k block, empty products; operands with padded rows. (m >= n with
+    tb: the small operand's panels are packed by 16 x 16 transposes, k in whole blocks of 16 and
+    with a remainder, full and partial 32-column panels.)"""
     m, k, n = shape
     a = rng.standard_normal((k, m + 3) if ta else (m, k + 3)).astype(dtype)[:, : m if ta else k]
     b = rng.standard_normal((n, k + 2) if tb else (k, n + 2)).astype(dtype)[:, : k if tb else n]

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "kronpe/blas.h"
 #include "kronpe/threads.h"
@@ -90,6 +91,9 @@ bool chain_uses_packed_gemm() {
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
+#pragma GCC diagnostic push  // (GCC 12's shuffle intrinsics read _mm512_undefined_* ())
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 namespace {
 
@@ -183,6 +187,41 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
   }
 }
 
+// the 64-bit halves of a and b, interleaved per 128-bit lane (low halves, high halves)
+inline __m512 lo64(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+inline __m512 hi64(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+// 16 x 16 floats transposed: rows 16 floats apart along p (row r of the block at src + r * rs,
+// its 16 values contiguous) to dst[j * ds + r] (j = 0..15): three rounds of in-lane and
+// across-lane shuffles, 16 loads and 16 stores for 256 values.
+inline void transpose16(const float* src, index_t rs, float* dst, index_t ds) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * rs);
+  for (int i = 0; i < 16; i += 2) {  // lane k: [a(4k), b(4k), a(4k+1), b(4k+1)], [... 4k+2, 4k+3]
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // r[i + q], lane k: column 4k + q of rows i..i+3
+    r[i] = lo64(t[i], t[i + 2]);
+    r[i + 1] = hi64(t[i], t[i + 2]);
+    r[i + 2] = lo64(t[i + 1], t[i + 3]);
+    r[i + 3] = hi64(t[i + 1], t[i + 3]);
+  }
+  for (int q = 0; q < 4; ++q) {  // column 4k + q: lane k of r[q], r[4 + q], r[8 + q], r[12 + q]
+    const __m512 v0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), w0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+    const __m512 v1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
+                 w1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+    _mm512_storeu_ps(dst + q * ds, _mm512_shuffle_f32x4(v0, v1, 0x88));
+    _mm512_storeu_ps(dst + (4 + q) * ds, _mm512_shuffle_f32x4(w0, w1, 0x88));
+    _mm512_storeu_ps(dst + (8 + q) * ds, _mm512_shuffle_f32x4(v0, v1, 0xdd));
+    _mm512_storeu_ps(dst + (12 + q) * ds, _mm512_shuffle_f32x4(w0, w1, 0xdd));
+  }
+}
+
 // Slivers of R rows: rows [0, rows) x columns [0, kc) of a matrix whose element (i, p) lies at
 // src[i * rs + p * cs] go to dst[(s * kc + p) * R + r] (i = s * R + r), zero past `rows`.
 template <typename T, int R>
@@ -190,6 +229,16 @@ void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs
   for (index_t s0 = 0; s0 < rows; s0 += R, dst += kc * R) {
     const index_t h = std::min<index_t>(R, rows - s0);
     const T* s = src + s0 * rs;
+    if constexpr (std::is_same_v<T, float> && R % 16 == 0) {
+      if (h == R && cs == 1 && rs != 1) {  // transposing rows contiguous along p: 16 x 16 blocks
+        index_t p = 0;
+        for (; p + 16 <= kc; p += 16)
+          for (int r0 = 0; r0 < R; r0 += 16) transpose16(s + r0 * rs + p, rs, dst + p * R + r0, R);
+        for (; p < kc; ++p)
+          for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p];
+        continue;
+      }
+    }
     if (h == R && rs == 1) {  // a sliver's rows are contiguous: one short copy per p
       for (index_t p = 0; p < kc; ++p) {
         const T* q = s + p * cs;
@@ -346,6 +395,7 @@ void packed_gemm_avx512(bool ta, bool tb, index_t m, index_t n, index_t k, const
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
 #endif  // KRONPE_PACKED_AVX512
