@@ -265,8 +265,8 @@ inline __m512 laplacian_sum(__m512 x, __m512 u, __m512 d, __m512 l, __m512 r) {
                        _mm512_add_ps(_mm512_sub_ps(x, l), _mm512_sub_ps(x, r)));
 }
 
-// [lo[16 - s..15], hi[0..15 - s]] (s = 15: the left neighbours of hi) or, s = 1 with (hi, lo) =
-// (next, cur), [cur[1..15], next[0]] (the right neighbours of cur)
+// [lo[S..15], hi[0..S-1]]: S = 15 with (hi, lo) = (cur, prev), [prev[15], cur[0..14]] (the left
+// neighbours of cur); S = 1 with (next, cur), [cur[1..15], next[0]] (its right neighbours)
 template <int S>
 inline __m512 joined(__m512 hi, __m512 lo) {
   return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(hi), _mm512_castps_si512(lo), S));
