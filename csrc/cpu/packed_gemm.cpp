@@ -9,6 +9,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "kronpe/avx512.h"
 #include "kronpe/blas.h"
 #include "kronpe/threads.h"
 
@@ -16,33 +17,26 @@
 #include <omp.h>
 #endif
 
-// KRONPE_NO_AVX512: build without the AVX-512 code (as on other CPUs and compilers)
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
-    !defined(KRONPE_NO_AVX512)
-#define KRONPE_PACKED_AVX512 1
-#include <immintrin.h>
-#else
-#define KRONPE_PACKED_AVX512 0
-#endif
 
 namespace kronpe {
+
+#if KRONPE_AVX512
+bool cpu_has_avx512(bool full) {
+  static const bool f = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  static const bool all = f && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return full ? all : f;
+}
+#endif
+
 namespace {
 
 std::atomic<int> g_chain_gemm{int(ChainGemm::automatic)};
 std::atomic<int> g_active_calls{0};  // packed_gemm calls running now
 
-bool cpu_has_avx512() {
-#if KRONPE_PACKED_AVX512
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
 
 // Scratch for packed operands, one per thread, kept between calls (64-byte aligned).
 struct PackBuffer {
@@ -76,25 +70,22 @@ void set_chain_gemm(ChainGemm which) {
 
 ChainGemm chain_gemm_setting() { return ChainGemm(g_chain_gemm.load()); }
 
-bool packed_gemm_supported() { return cpu_has_avx512(); }
+bool packed_gemm_supported() {
+#if KRONPE_AVX512
+  return cpu_has_avx512(true);
+#else
+  return false;
+#endif
+}
 
 bool chain_uses_packed_gemm() {
   const ChainGemm w = chain_gemm_setting();
   return w == ChainGemm::packed || (w == ChainGemm::automatic && packed_gemm_supported());
 }
 
-#if KRONPE_PACKED_AVX512
+#if KRONPE_AVX512
 // ---- AVX-512 part: everything below is compiled for AVX-512 and only called after the check ----
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
-#pragma GCC diagnostic push  // (GCC 12's shuffle intrinsics read _mm512_undefined_* ())
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
 namespace {
 
 template <typename T>
@@ -396,13 +387,8 @@ void packed_gemm_avx512(bool ta, bool tb, index_t m, index_t n, index_t k, const
 }
 
 }  // namespace
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
-#endif  // KRONPE_PACKED_AVX512
+KRONPE_AVX512_END
+#endif  // KRONPE_AVX512
 
 template <typename T>
 void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
@@ -423,7 +409,7 @@ void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, co
     ~Active() { g_active_calls.fetch_sub(1); }
   } active;
   if (active.before > 0) nt = 1;
-#if KRONPE_PACKED_AVX512
+#if KRONPE_AVX512
   packed_gemm_avx512<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, nt);
 #else
   (void)nt, (void)a, (void)lda, (void)b, (void)ldb, (void)trans_a, (void)trans_b;

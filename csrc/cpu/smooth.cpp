@@ -2,6 +2,7 @@
 // kronpe/smooth.h for the definitions).
 #include "kronpe/smooth.h"
 
+#include "kronpe/avx512.h"
 #include "kronpe/threads.h"
 
 #include <algorithm>
@@ -16,14 +17,6 @@
 #include <omp.h>
 #endif
 
-// KRONPE_NO_AVX512: build without the AVX-512 code (as on other CPUs and compilers)
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
-    !defined(KRONPE_NO_AVX512)
-#define KRONPE_SMOOTH_AVX512 1
-#include <immintrin.h>
-#else
-#define KRONPE_SMOOTH_AVX512 0
-#endif
 
 
 namespace kronpe::smooth {
@@ -238,24 +231,8 @@ KRONPE_CLONES void laplacian_row_generic(index_t n, const T* __restrict up, cons
   out[n - 1] = (c[n - 1] - up[n - 1]) + (c[n - 1] - dn[n - 1]) + (c[n - 1] - c[n - 2]);
 }
 
-#if KRONPE_SMOOTH_AVX512
-bool cpu_has_avx512f() {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return ok;
-}
-
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#pragma GCC diagnostic push  // (GCC 12's valignd intrinsic reads _mm512_undefined_epi32 ())
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#if KRONPE_AVX512
+KRONPE_AVX512_BEGIN("avx512f")
 // The lanes [0, k) of 16 (0 <= k <= 16).
 inline __mmask16 lanes(index_t k) { return static_cast<__mmask16>((1u << static_cast<unsigned>(k)) - 1u); }
 
@@ -295,19 +272,14 @@ void laplacian_row_avx512(index_t n, const float* up, const float* c, const floa
                         laplacian_sum(cur, _mm512_maskz_loadu_ps(k, up + i), _mm512_maskz_loadu_ps(k, dn + i),
                                       joined<15>(cur, prev), right));
 }
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KRONPE_AVX512_END
 #endif
 
 template <typename T>
 inline void laplacian_row(index_t n, const T* up, const T* c, const T* dn, T* out) {
-#if KRONPE_SMOOTH_AVX512
+#if KRONPE_AVX512
   if constexpr (std::is_same_v<T, float>) {
-    if (cpu_has_avx512f()) {
+    if (cpu_has_avx512(false)) {
       laplacian_row_avx512(n, up, c, dn, out);
       return;
     }
