@@ -707,7 +707,7 @@ void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T l
 namespace {
 
 // The last Chebyshev step with the smoother's final x += d_out folded in (d_out not stored):
-// the same operations as step_row followed by add_into.
+// the same operations as step_row followed by x += d_out.
 template <typename T>
 KRONPE_CLONES void last_step_row(index_t n, const T* __restrict d, const T* __restrict r,
                                  T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
