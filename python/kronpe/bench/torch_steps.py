@@ -120,29 +120,27 @@ class KronpePoints(torch.nn.Module):
         return self.enc.forward_plan(self.plan)
 
 
-def make_models(case: str):
-    """{method: (model, target in that model's layout)}."""
+def make_models(case: str, device: str = "cpu"):
+    """{method: (model, target in that model's layout)}, every tensor on ``device``."""
     if case == "grid":
         s = setup_grid()
-        t = s["target"]
-        return {"kronpe": (KronpeGrid(s["embs"], s["bases"]), t),
-                "official": (OfficialGrid(s["bases"]), t.reshape(-1, 3))}
+        t = s["target"].to(device)
+        bases = [b.to(device) for b in s["bases"]]
+        return {"kronpe": (KronpeGrid(s["embs"], bases).to(device), t),
+                "official": (OfficialGrid(bases).to(device), t.reshape(-1, 3))}
     s = setup_points()
-    return {"kronpe": (KronpePoints(s["embs"], s["grid"], s["plan"]), s["target"]),
-            "official": (OfficialPoints(s["bases"], s["plan"]), s["target"])}
+    plan = type(s["plan"])(*(p.to(device) for p in s["plan"]))
+    t = s["target"].to(device)
+    return {"kronpe": (KronpePoints(s["embs"], s["grid"], plan).to(device), t),
+            "official": (OfficialPoints([b.to(device) for b in s["bases"]], plan).to(device), t)}
 
 
-def stepper(model, target, lr=LR):
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999))
+def stepper(model, target, lr=LR, cuda_graph: bool = False):
+    """One Adam step per call (kronpe.torch.train.adam_step, no weight decay), returning the loss;
+    with ``cuda_graph`` captured in a CUDA graph after three warm-up calls."""
+    from ..torch.train import adam_step
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = torch.mean((model() - target) ** 2)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
+    return adam_step(model.parameters(), model, target, lr=lr, weight_decay=0.0, cuda_graph=cuda_graph)
 
 
 def products_alone(case: str, backend: str):

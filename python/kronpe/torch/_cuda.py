@@ -12,14 +12,19 @@ RuntimeError ("kronpe was built without CUDA").
 - ``blend_transpose``: atomicAdd scatter; deterministic (a plan sorting the nonzeros by grid
   node, built per call) when ``torch.are_deterministic_algorithms_enabled()``.
 
-Indices are checked against the number of grid nodes (one device-to-host transfer of their
-min and max per call): an out-of-range index raises ValueError, as on the CPU.
+Indices are checked against the number of grid nodes: an out-of-range index raises ValueError,
+as on the CPU. The check reads their min and max back to the host (a synchronisation), once per
+indices tensor and version: a training loop that blends at fixed points pays it at its first
+step only, and a step captured in a CUDA graph (``torch.cuda.graph``, where no host read is
+allowed) needs its indices checked once before the capture (torch's warm-up steps do that);
+capturing with indices never checked raises ValueError.
 """
 from __future__ import annotations
 
 from typing import List
 
 import torch
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from .._adapters import arrays as _arrays, cuda as _cuda
 from ._checks import blend_output, check_blend, check_blend_transpose, check_mmp
@@ -33,13 +38,28 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     return _cuda.multi_mode_product(T, list(matrices), tuple(int(m) for m in modes), "C")
 
 
+# indices tensors found in range: tensor -> (version, data pointer, numel, min, max)
+# (keyed by identity: torch.utils.weak's dictionary, since tensors compare elementwise)
+_CHECKED = WeakTensorKeyDictionary()
+
+
 def _check_indices(indices: torch.Tensor, num_nodes: int) -> None:
     if indices.numel() == 0:
         return
-    lo, hi = _arrays.device_minmax(indices)
+    key = (indices._version, indices.data_ptr(), indices.numel())
+    seen = _CHECKED.get(indices)
+    if seen is not None and seen[:3] == key:
+        lo, hi = seen[3:]
+    elif torch.cuda.is_current_stream_capturing():
+        raise ValueError("indices must be checked before a CUDA graph capture: run the step once "
+                         "outside the capture (the graph cannot read them back to the host)")
+    else:
+        lo, hi = (int(v) for v in _arrays.device_minmax(indices))
+        if 0 <= lo and hi < num_nodes:
+            _CHECKED[indices] = key + (lo, hi)
     if lo < 0 or hi >= num_nodes:
         raise ValueError(
-            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{int(lo)}, {int(hi)}]"
+            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{lo}, {hi}]"
         )
 
 

@@ -51,11 +51,12 @@ def _out_shape(out_features: OutShape) -> Tuple[int, ...]:
 
 
 def _check_coords(name: str, x: torch.Tensor) -> None:
-    """1-D, finite, in [0, 1] (skipped while torch.compile traces: it reads the data)."""
+    """1-D, finite, in [0, 1] (the values are not read while torch.compile traces or a CUDA graph
+    captures: both forbid reading data back to the host)."""
     real_tensor(name, x)
     if x.dim() != 1:
         raise ValueError(f"{name} must be a 1-D tensor of coordinates, got shape {tuple(x.shape)}")
-    if torch.compiler.is_compiling() or x.numel() == 0:
+    if torch.compiler.is_compiling() or x.numel() == 0 or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
         return
     x = x.detach()
     if not bool(torch.isfinite(x).all()):

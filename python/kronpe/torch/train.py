@@ -26,6 +26,7 @@ from .modules import ComplexEncoding, sort_plan
 
 __all__ = [
     "History",
+    "adam_step",
     "fit_grid_adam",
     "fit_points_adam",
     "psnr",
@@ -64,6 +65,7 @@ def train(
     evaluate: Optional[Callable[[], float]] = None,
     progress: bool = True,
     desc: str = "adam",
+    cuda_graph: Optional[bool] = None,
 ) -> History:
     """Full-batch Adam on mean((forward() - target)^2) over ``model.parameters()``.
 
@@ -85,6 +87,13 @@ def train(
         Returns a PSNR (e.g. on held-out samples), called under ``torch.no_grad()``.
     progress : bool
         Show a tqdm progress bar (on stderr).
+    cuda_graph : bool, optional
+        Capture one step (forward, backward, Adam) in a CUDA graph after three warm-up steps and
+        replay it for the others: one launch per step instead of one per operation, so the step
+        costs the GPU's time, not Python's. Default: True when the parameters are on a CUDA
+        device. Needs a ``forward`` that reads the same tensors at every step (every kronpe
+        model here does) and ``evaluate`` free of in-place changes to them; Adam then keeps its
+        step count on the device (``capturable=True``), with the same arithmetic.
     """
     from .._progress import bar as _bar
 
@@ -97,15 +106,12 @@ def train(
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters")
-    opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+    step_fn = adam_step(params, forward, target, lr, weight_decay, cuda_graph, steps)
     hist = History()
     t0 = time.perf_counter()
     with _bar(steps, progress, desc) as bar:
         for step in range(1, steps + 1):
-            opt.zero_grad(set_to_none=True)
-            loss = torch.mean((forward() - target) ** 2)
-            loss.backward()
-            opt.step()
+            loss = step_fn()
             if step % log_every == 0 or step == steps:
                 mse = float(loss.detach())  # the loss before this step's update
                 hist.step.append(step)
@@ -123,6 +129,56 @@ def train(
     if not hist.seconds:
         hist.seconds.append(time.perf_counter() - t0)
     return hist
+
+
+_WARMUP = 3  # eager steps before a CUDA graph capture
+
+
+def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor, lr: float = PAPER_LR,
+              weight_decay: float = PAPER_WEIGHT_DECAY, cuda_graph: Optional[bool] = None,
+              steps: Optional[int] = None) -> Callable[[], torch.Tensor]:
+    """A function that runs one full-batch Adam step on mean((forward() - target)^2) over
+    ``params`` (betas (0.9, 0.999)) and returns that step's loss (a tensor; reading it waits for
+    the device). With ``cuda_graph`` (default: the parameters are on CUDA), its first three calls
+    run eagerly on a side stream, the fourth captures one step in a CUDA graph and every later
+    call replays it (see :func:`train`). ``steps``, when known, skips a capture that would be
+    replayed once only."""
+    params = list(params)
+    graph = bool(params[0].is_cuda) if cuda_graph is None else bool(cuda_graph)
+    if graph and not all(p.is_cuda for p in params):
+        raise ValueError("cuda_graph=True needs every trainable parameter on a CUDA device")
+    opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, capturable=graph)
+
+    def eager():
+        opt.zero_grad(set_to_none=not graph)  # a captured step keeps its gradient buffers
+        loss = torch.mean((forward() - target) ** 2)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if not graph:
+        return eager
+    dev = params[0].device
+    state = {"calls": 0, "graph": None, "loss": None}
+
+    def step():
+        state["calls"] += 1
+        if state["graph"] is None and (state["calls"] <= _WARMUP or state["calls"] == steps):
+            side = torch.cuda.Stream(device=dev)  # warm-up on a side stream, as torch.cuda.graph asks
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                loss = eager()
+            torch.cuda.current_stream(dev).wait_stream(side)
+            return loss
+        if state["graph"] is None:  # capture records the step without running it
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                state["loss"] = eager()
+            state["graph"] = g
+        state["graph"].replay()
+        return state["loss"]
+
+    return step
 
 
 def _tensor(x, dtype, device) -> torch.Tensor:

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One run on a lent GPU machine (the workplace's device tool): the CUDA tests, the GPU benchmark,
+# the whole suite and compute-sanitizer, each step under its own time limit, logs under $OUT.
+#
+#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,sanitize
+#                                # (default: all but profile)
+#
+# The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (built here with
+# the same nvcc; see benches/README.md "GPU"), else built there with cmake (sm_80 + sm_90).
+# Time limits (seconds) come from GPU_T_<STEP> (defaults below); the last lines printed are a
+# one-line summary per step.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kronpe-gpu}
+mkdir -p "$OUT"
+steps=${1:-env,gpu,bench,suite,threads,sanitize}
+t0=$(date +%s)
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+run_step() {  # name limit command...
+  local name=$1 limit=$2
+  shift 2
+  local s=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  note "$name rc=$rc $(( $(date +%s) - s ))s (limit ${limit}s): $(grep -E '(passed|failed|error|skipped)' "$OUT/$name.log" | tail -1)"
+}
+has() { [[ ",$steps," == *",$1,"* ]]; }
+
+export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+py=$(command -v python3)
+so=$(ls .gpu/pkg/kronpe/_core.cpython-*.so 2>/dev/null | head -1)
+[ -n "$so" ] && cp "$so" python/kronpe/
+if ! $py -c "import kronpe, sys; sys.exit(0 if kronpe.cuda.is_available() else 1)" >"$OUT/import.log" 2>&1; then
+  s=$(date +%s)
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKRONPE_CUDA=ON \
+    -Dpybind11_DIR="$($py -m pybind11 --cmakedir)" >"$OUT/build.log" 2>&1 &&
+    cmake --build build/gpu -j16 >>"$OUT/build.log" 2>&1
+  note "built there: rc=$? $(( $(date +%s) - s ))s"
+fi
+if has env; then
+  {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    uname -r
+    $py -c "import sys, numpy, torch; print(sys.version.split()[0], 'numpy', numpy.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
+    $py -c "import cupy; print('cupy', cupy.__version__)"
+    $py -c "import kronpe, json; print(json.dumps(kronpe.build_info(), default=str)); print(kronpe.cuda.info(load_cublas=True))"
+  } >"$OUT/env.log" 2>&1
+  note "env: $(head -1 "$OUT/env.log" | tail -1); $(sed -n 2p "$OUT/env.log")"
+fi
+# the GPU tests: every "cuda-cupy"/"cuda-torch" case of the suite and the GPU-only files
+has gpu && run_step gpu "${GPU_T_GPU:-150}" $py -m pytest -q -p no:cacheprovider -n 8 --tb=short -rfE \
+  -m "gpu and not slow" tests/
+has bench && run_step bench "${GPU_T_BENCH:-150}" $py benches/bench_cuda.py --json "$OUT/bench.json"
+has profile && run_step profile "${GPU_T_PROFILE:-120}" $py benches/bench_cuda.py --profile
+# the CPU suite: 8 workers of 2 OpenMP threads (16 workers of 16 threads oversubscribe the cores),
+# then the threaded kernels' files alone with every core
+has suite && OMP_NUM_THREADS=2 run_step suite "${GPU_T_SUITE:-120}" $py -m pytest -q -p no:cacheprovider -n 8 \
+  --tb=short -rfE -m "not gpu" tests/
+has threads && run_step threads "${GPU_T_THREADS:-120}" $py -X faulthandler -m pytest -q -p no:cacheprovider \
+  --tb=short -rfE -m "not gpu" tests/test_threads.py tests/test_mode_product.py tests/test_multigrid.py \
+  tests/test_blas.py tests/test_fit_points.py
+if has sanitize; then
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1 KRONPE_TEST_NO_POOL=1
+  for tool in memcheck racecheck synccheck; do
+    extra=()
+    [ "$tool" = memcheck ] && extra=(--leak-check no)
+    run_step "san_$tool" "${GPU_T_SAN:-60}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+      --target-processes all $py -m pytest -q -p no:cacheprovider -x -m "gpu and not slow" -k "cupy" \
+      tests/test_cuda.py tests/test_blending.py tests/test_mode_product.py
+    grep -E "ERROR SUMMARY|Device not supported" "$OUT/san_$tool.log" | tail -2
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING KRONPE_TEST_NO_POOL
+fi
+echo
+echo "gpu_check: $(( $(date +%s) - t0 ))s"
+printf '%s\n' "${summary[@]}"
+grep -E "^  (kronpe|cuBLAS|torch|papers|official|device|blend|cupy)" "$OUT/bench.log" 2>/dev/null | cut -c1-140
