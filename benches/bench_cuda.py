@@ -309,6 +309,52 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     row(results, "fits", f"papers (torch Adam, {steps} steps) scattered", t_p, psnr=kronpe.data.psnr(pred_p.double(), img.double()))
 
 
+def bench_device_fits(torch, kronpe, results, quick: bool) -> None:
+    """GridPlan.fit of CUDA tensors: the closed form on the tensors' GPU and stream, the weights a
+    CUDA tensor (one 512x512 image's 256x256 subsample, K = 256 Gaussians, fixed ridge and GCV; a
+    batch of them in one call, time per image; a 3-D 128^3 prediction from a 64^3 grid, K = 128),
+    each checked against the host fit of the same values before it is timed."""
+    print("device fits (GridPlan.fit / predict_grid of CUDA tensors, float32)")
+    batch = 8 if quick else 64
+    S = _image(torch, 512, batch)[::2, ::2].contiguous()  # (256, 256, batch): the training grids
+    one = S[..., 0].contiguous()
+    x = np.arange(256) / 256
+    plan = kronpe.GridPlan([x, x], kronpe.Gaussian(256, 0.0025), ridge=1e-6)
+    model = plan.fit(one)
+    if not (isinstance(model.weights, torch.Tensor) and model.weights.device == one.device):
+        raise AssertionError(f"GridPlan.fit of a CUDA tensor gave {type(model.weights).__name__} weights")
+    check(model.weights, plan.fit(one.cpu().numpy()).weights, 1e-3, "GridPlan.fit one image")
+    row(results, "device fits", "GridPlan.fit 2-D 256^2 -> K=256, one image", timeit(torch, lambda: plan.fit(one)),
+        target_ms=0.5)
+
+    check(plan.fit(S, batch_axes=1).weights, plan.fit(S.cpu().numpy(), batch_axes=1).weights, 1e-3,
+          "GridPlan.fit batch")
+    t = timeit(torch, lambda: plan.fit(S, batch_axes=1))
+    row(results, "device fits", f"GridPlan.fit 2-D 256^2 -> K=256, batch {batch} (per image)", t / batch,
+        target_ms=0.02)
+
+    g = plan.fit(one, ridge="gcv")
+    host = plan.fit(one.cpu().numpy(), ridge="gcv")  # the device's ridge must be as good on the host's curve
+    if not float(plan.gcv(one.cpu().numpy(), [g.ridge])[0]) <= host.gcv * (1 + 1e-2):
+        raise AssertionError(f"GridPlan.fit GCV: the device's ridge {g.ridge:.6g} scores worse than the host's "
+                             f"{host.ridge:.6g}")
+    check(g.weights, plan.fit(one.cpu().numpy(), ridge=g.ridge).weights, 1e-3, "GridPlan.fit GCV")
+    t = timeit(torch, lambda: plan.fit(one, ridge="gcv"), repeat=5 if quick else 10)
+    row(results, "device fits", "GridPlan.fit 2-D 256^2 -> K=256, one image, GCV", t, ridge=g.ridge,
+        host_ridge=host.ridge)
+
+    N3, K3 = 64, 128
+    vol = _image(torch, 128, 128)[::2, ::2, ::2].contiguous()  # (64, 64, 64)
+    x3, q3 = np.arange(N3) / N3, [np.arange(128) / 128] * 3
+    plan3 = kronpe.GridPlan([x3] * 3, kronpe.Gaussian(K3, 0.64 / K3), ridge=1e-6)
+    predict = lambda: plan3.fit(vol).predict_grid(q3)  # noqa: E731
+    check(predict(), plan3.fit(vol.cpu().numpy()).predict_grid(q3), 1e-3, "3-D prediction")
+    model3 = plan3.fit(vol)
+    row(results, "device fits", "GridPlan.fit + predict_grid 3-D 64^3 -> K=128 -> 128^3", timeit(torch, predict),
+        fit_ms=timeit(torch, lambda: plan3.fit(vol)) * 1e3,
+        predict_ms=timeit(torch, lambda: model3.predict_grid(q3)) * 1e3, target_ms=1.0)
+
+
 # ---- 4. torch training steps ----------------------------------------------------------------------
 
 
@@ -365,6 +411,34 @@ def profile(torch, kronpe, quick: bool) -> None:
         for graph in (False, True):
             for name, (m, t) in ts.make_models(case, device="cuda").items():
                 calls[f"{name} {'graph' if graph else 'eager'} step {case}"] = ts.stepper(m, t, cuda_graph=graph)
+    # device grid fits (issue 14's 0.5 ms and 1 ms rows): host time by Python function, too
+    emb = kronpe.Gaussian(256, 0.0025)
+    x256 = np.arange(256) / 256
+    plan = kronpe.GridPlan([x256, x256], [emb, emb], ridge=1e-6)
+    S = torch.rand(256, 256, device="cuda")
+    emb3 = kronpe.Gaussian(128, 0.64 / 128)
+    x64 = np.arange(64) / 64
+    plan3 = kronpe.GridPlan([x64] * 3, [emb3] * 3, ridge=1e-6)
+    V = torch.rand(64, 64, 64, device="cuda")
+    x128 = [np.arange(128) / 128] * 3
+    fits = {"GridPlan.fit 2-D 256^2 K=256": lambda: plan.fit(S),
+            "GridPlan.fit 3-D 64^3 K=128 + predict_grid 128^3": lambda: plan3.fit(V).predict_grid(x128)}
+    import cProfile
+    import pstats
+
+    for label, fn in fits.items():
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        pr.disable()
+        print(f"\n### cProfile: {label} (50 calls)")
+        pstats.Stats(pr).sort_stats("tottime").print_stats(22)
+    calls.update(fits)
     for label, fn in calls.items():
         for _ in range(5):
             fn()

@@ -2,8 +2,8 @@
 # One run on a lent GPU machine (the workplace's device tool): the CUDA tests, the GPU benchmark,
 # the whole suite and compute-sanitizer, each step under its own time limit, logs under $OUT.
 #
-#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,sanitize
-#                                # (default: all but profile)
+#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,crash,ncu,
+#                                # sanitize (default: env,gpu,bench,suite,threads,sanitize)
 #
 # The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (built here with
 # the same nvcc; see benches/README.md "GPU"), else built there with cmake (sm_80 + sm_90).
@@ -60,6 +60,19 @@ has suite && OMP_NUM_THREADS=2 run_step suite "${GPU_T_SUITE:-120}" $py -m pytes
 has threads && run_step threads "${GPU_T_THREADS:-120}" $py -X faulthandler -m pytest -q -p no:cacheprovider \
   --tb=short -rfE -m "not gpu" tests/test_threads.py tests/test_mode_product.py tests/test_multigrid.py \
   tests/test_blas.py tests/test_fit_points.py
+# the crash of test_torch_bad_input seen under xdist on the H200 machine: once more, in one process
+# with faulthandler (its stack lands in the log)
+has crash && run_step crash "${GPU_T_CRASH:-60}" $py -X faulthandler -m pytest -q -p no:cacheprovider --tb=short \
+  -rfE tests/test_bad_inputs.py -k "torch_bad_input"
+# Nsight Compute on the blend kernels (the third launch of each): the limiter of the 8M-point rows
+ncu_blend() {
+  for k in fly_kernel stored_kernel transpose_stored_atomic; do
+    ncu --clock-control none --target-processes all -k "regex:$k" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section ComputeWorkloadAnalysis --section WarpStateStats $py benches/bench_cuda.py --only blend --quick
+  done
+}
+has ncu && run_step ncu "${GPU_T_NCU:-90}" bash -c "$(declare -f ncu_blend); py=$py; ncu_blend"
 if has sanitize; then
   export PYTORCH_NO_CUDA_MEMORY_CACHING=1 KRONPE_TEST_NO_POOL=1
   for tool in memcheck racecheck synccheck; do

@@ -1,4 +1,5 @@
 // CUDA backend: runtime queries, the cuBLAS loader (dlopen) and the row-major GEMM wrapper.
+#include <algorithm>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -119,6 +120,25 @@ void check_cublas(cublasStatus_t status, const char* what) {
                      " (cublasStatus_t " + std::to_string(int(status)) + ")");
 }
 
+namespace {
+// Handles made ahead for streams under CUDA graph capture, where cublasCreate cannot run (it
+// allocates): one per device is kept ready, made by the last uncaptured call that found none.
+// Shared by all threads (a handle taken from here belongs to the taking thread from then on).
+std::mutex g_spare_mutex;
+std::vector<std::pair<int, cublasHandle_t>>* g_spares = new std::vector<std::pair<int, cublasHandle_t>>;
+
+cublasHandle_t new_handle(const CublasApi& api, cudaStream_t stream) {
+  cublasHandle_t h = nullptr;
+  check_cublas(api.create(&h), "cublasCreate");
+  cublasStatus_t st = api.set_stream(h, stream);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    api.destroy(h);
+    check_cublas(st, "cublasSetStream");
+  }
+  return h;
+}
+}  // namespace
+
 cublasHandle_t cublas_handle(int device, cudaStream_t stream) {
   // Never destroyed at thread or process exit (the CUDA context may already be gone then);
   // only evicted when a thread cycles through more than kHandleSlots streams.
@@ -127,12 +147,25 @@ cublasHandle_t cublas_handle(int device, cudaStream_t stream) {
   for (const HandleSlot& s : *slots)
     if (s.device == device && s.stream == stream) return s.handle;
   const CublasApi& api = cublas();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
   cublasHandle_t h = nullptr;
-  check_cublas(api.create(&h), "cublasCreate");
-  cublasStatus_t st = api.set_stream(h, stream);
-  if (st != CUBLAS_STATUS_SUCCESS) {
-    api.destroy(h);
-    check_cublas(st, "cublasSetStream");
+  {
+    std::lock_guard<std::mutex> lock(g_spare_mutex);
+    auto spare = std::find_if(g_spares->begin(), g_spares->end(),
+                              [&](const auto& e) { return e.first == device; });
+    if (capture != cudaStreamCaptureStatusNone) {
+      if (spare == g_spares->end())
+        throw BackendError(
+            "kronpe CUDA: no cuBLAS handle can be made while a CUDA graph is being captured: run "
+            "the computation once on this device outside the capture first");
+      h = spare->second;
+      g_spares->erase(spare);
+      check_cublas(api.set_stream(h, stream), "cublasSetStream");
+    } else {
+      h = new_handle(api, stream);
+      if (spare == g_spares->end()) g_spares->push_back({device, new_handle(api, nullptr)});
+    }
   }
   if (slots->size() < kHandleSlots) {
     slots->push_back({device, stream, h});

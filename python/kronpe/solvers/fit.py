@@ -40,9 +40,13 @@ For a signal subsampled with stride s from a grid of N_full, the training coordi
 Batches: ``GridPlan.fit(signal, batch_axes=b)`` treats the last b axes of the signal as
 independent signals (each its own GCV ridge); the axes between the D grid axes and the batch
 axes are channels of one signal (one shared ridge). ``fit_grid`` fits one signal (b = 0).
+
+Device signals (a CuPy array, a CUDA torch tensor) are fitted on their GPU and stream, and their
+models predict there: see ``GridPlan`` and ``GridModel`` for what crosses to the host.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -84,9 +88,15 @@ _DEFAULT_PAD = 2
 class GridModel:
     """A fitted Kronecker model: weights W (K_1, ..., K_D, *channels) and one embedder per axis.
 
+    Device weights (a CuPy array or a CUDA torch tensor, from the fit of such a signal) stay on
+    their GPU: ``predict_grid`` and ``predict`` embed the coordinates on the host (they are small),
+    upload the basis matrices and compute on the weights' device and current stream, returning the
+    weights' kind; ``save`` copies the weights to the host.
+
     Attributes
     ----------
-    weights : np.ndarray, shape (K_1, ..., K_D, *channels)
+    weights : array, shape (K_1, ..., K_D, *channels)
+        NumPy, or the signal's device kind (CuPy, CUDA torch) for a device fit.
     ridge : float or np.ndarray
         The ridge used (an array over the batch axes when a batch was fitted with GCV).
     embedders : list of Embedder
@@ -125,33 +135,57 @@ class GridModel:
         """Write the model to ``path`` (``.npz``, no pickle; ``kronpe.load`` reads it back)."""
         from .saving import save_model
 
-        save_model(self, path)
+        model = self
+        if _arrays.is_device(self.weights):  # the file holds host arrays
+            model = GridModel(_arrays.to_host(self.weights, "weights"), self.embedders, self.ridge, self.gcv, self.info)
+        save_model(model, path)
 
     def predict_grid(self, coords) -> np.ndarray:
         """Values on the grid of ``coords`` (D 1-D arrays in [0, 1], any lengths).
 
         Returns
         -------
-        np.ndarray, shape (M_1, ..., M_D, *channels), C-contiguous, the weights' dtype
+        array, shape (M_1, ..., M_D, *channels), C-contiguous, the weights' dtype
+            NumPy (torch for torch coordinates); the weights' kind for device weights, computed
+            on their GPU (the basis matrices are evaluated on the host and uploaded).
         """
         coords = _coords_list(coords)
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} arrays (one per grid axis), got {len(coords)}")
-        kd = _arrays.dask_api(self.weights)
+        W = self.weights
+        kd = _arrays.dask_api(W)
         if kd is not None:  # dask weights: a dask array, blocks predicted on the workers
             return kd.predict_grid(self, coords)
-        dt = self.weights.dtype
+        dev = _arrays.is_device(W)
+        dt = np.dtype(_arrays.dtype_name(W))
         template = coords[0] if coords else None
-        coords = [_validate.coords_1d(f"coords[{i}]", c, np.float64) for i, c in enumerate(coords)]
-        _validate.check_array_budget("coords", [c.size for c in coords] + list(self.channels), 2 * dt.itemsize,
-                                     "the predicted grid: pass fewer coordinates per axis")
+        coords = [_validate.coords_1d(f"coords[{i}]", _host(c, f"coords[{i}]"), np.float64)
+                  for i, c in enumerate(coords)]
+        if not dev:
+            _validate.check_array_budget("coords", [c.size for c in coords] + list(self.channels), 2 * dt.itemsize,
+                                         "the predicted grid: pass fewer coordinates per axis")
         # identity factors (a fill's Triangle(N) at its own nodes) are left out of the chain; a
         # Triangle at its centres is known to be one without its N x N matrix (0.25 ms at 451 x 300)
         phis = [None if _hats_at_centres(e, c) else np.asarray(e(c), dtype=np.float64).astype(dt, copy=False)
                 for c, e in zip(coords, self.embedders)]
         modes = tuple(i for i, p in enumerate(phis) if p is not None and not _is_identity(p))
-        out = (host_chain(self.weights, [phis[i] for i in modes], modes, order="C") if modes
-               else np.array(self.weights, dtype=dt, order="C"))
+        if dev:
+            if not modes:
+                return _device_copy(W)
+            # the uploaded basis matrices, kept per coordinates (a model predicted at the same
+            # grid again uploads nothing; four sets at most)
+            key = (_arrays.kind(W), _arrays.device_index(W), dt.char) + tuple(
+                (c.size, hash(c.tobytes())) for c in coords)
+            cache = self.__dict__.setdefault("_device_bases", {})
+            mats = cache.get(key)
+            if mats is None:
+                mats = [_arrays.device_from_host(np.ascontiguousarray(phis[i]), W) for i in modes]
+                if len(cache) >= 4:
+                    cache.pop(next(iter(cache)))
+                cache[key] = mats
+            return _device_chain(W, mats, modes)
+        out = (host_chain(W, [phis[i] for i in modes], modes, order="C") if modes
+               else np.array(W, dtype=dt, order="C"))
         # torch coordinates give a torch tensor back (NumPy in, NumPy out)
         return _arrays.like(out, template)
 
@@ -168,12 +202,14 @@ class GridModel:
 
         Returns
         -------
-        np.ndarray, shape (P, *channels)
+        array, shape (P, *channels)
+            NumPy (torch for torch points); the weights' kind for device weights, computed on
+            their GPU (the points are embedded on the host, the embeddings uploaded).
         """
         kd = _arrays.dask_api(self.weights)
         if kd is not None:
             return kd.predict_points(self, points, chunk)
-        pts = _validate.real_array("points", points)
+        pts = _validate.real_array("points", _host(points, "points"))
         D = self.ndim
         if pts.ndim != 2 or pts.shape[1] != D:
             raise ValueError(f"points must have shape (P, {D}), got {pts.shape}")
@@ -184,22 +220,27 @@ class GridModel:
         if pts.size and (pts.min() < 0 or pts.max() > 1):  # noqa: SIM102
             raise ValueError(f"points must lie in [0, 1], got values in [{pts.min():g}, {pts.max():g}]")
         W = self.weights
-        dt = W.dtype
-        K = W.shape[:D]
+        dev = _arrays.is_device(W)
+        dt = np.dtype(_arrays.dtype_name(W))
+        K = tuple(W.shape[:D])
         P = pts.shape[0]
-        out = np.empty((P,) + self.channels, dt)
+        out = (_arrays.device_empty(W, (P,) + self.channels, dt.name) if dev else np.empty((P,) + self.channels, dt))
         rest = int(np.prod(W.shape[1:], dtype=np.int64))
         W0 = W.reshape(K[0], rest)
+
+        def embed(i: int, x: np.ndarray):  # (p, K_i) in W's dtype, on W's device for device weights
+            e = np.asarray(self.embedders[i](x), np.float64).astype(dt, copy=False)
+            return _arrays.device_from_host(e, W) if dev else e
+
         step = max(1, int(_validate.positive_int("chunk", chunk) // max(1, rest)))
         for start in range(0, P, step):
             x = pts[start : start + step]
             p = x.shape[0]
-            t = np.asarray(self.embedders[0](x[:, 0]), np.float64).astype(dt, copy=False) @ W0  # (p, rest)
+            t = embed(0, x[:, 0]) @ W0  # (p, rest)
             for i in range(1, D):
-                e = np.asarray(self.embedders[i](x[:, i]), np.float64).astype(dt, copy=False)
-                t = np.matmul(e[:, None, :], t.reshape(p, K[i], -1))[:, 0, :]  # (p, rest / K_i)
+                t = (embed(i, x[:, i])[:, None, :] @ t.reshape(p, K[i], -1))[:, 0, :]  # (p, rest / K_i)
             out[start : start + p] = t.reshape((p,) + self.channels)
-        return _arrays.like(out, points)
+        return out if dev else _arrays.like(out, points)
 
 
 # ---- the plan --------------------------------------------------------------------------------
@@ -229,6 +270,20 @@ class GridPlan:
         ``mask`` given to ``.fit``, is solved by preconditioned CG (module docstring).
     tol, maxiter : float, int
         Relative residual at which that CG stops (default 1e-10), and its iteration limit.
+
+    Device signals (a CuPy array or a CUDA torch tensor) are fitted on their GPU, on the caller's
+    current stream, and give a GridModel whose weights are the same kind on the same device:
+    float32 stays float32, anything else computes in float64. The closed form runs there as
+    two mode-product chains (cuBLAS) and one broadcast multiply; a batch (``batch_axes``) goes
+    through the same single chains. The plan keeps device copies of the per-axis factors (the
+    padding folded into them: pad(S) x_i U_i^T = S x_i (U_i^T P_i), P_i the (N_i + 2 pad, N_i)
+    reflection) and of the fixed-ridge filters, per (array kind, device, dtype), so repeated fits
+    upload nothing. What crosses to the host: the finiteness check of the signal (one boolean,
+    read back at the end: a synchronisation); with ``ridge="gcv"`` one copy of the squared
+    projections summed over channels ((r_1..r_D, *batch) float64, plus the signals' squared norms
+    when U_i are not square), the ridge minimised on the host per batch entry and the filters
+    uploaded as one array. A penalty or a mask is a host solve: the signal is copied to the host,
+    fitted as a NumPy signal, and the weights copied back to its device.
     """
 
     def __init__(
@@ -264,6 +319,14 @@ class GridPlan:
         self.maxiter = None if maxiter is None else _validate.positive_int("maxiter", maxiter)
         self._axes = [_Axis.factor(e, c, p) for e, c, p in zip(self.embedders, self.coords, self.pads)]
         self._cast = {}
+        self._dev = {}  # device factors and filters, per (kind, device, dtype): _device_factors
+
+    def __getstate__(self):  # device arrays stay in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_dev"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._dev = {}
 
     # -- shapes ----------------------------------------------------------------------------
 
@@ -334,22 +397,49 @@ class GridPlan:
         mats = self._factors(Z.dtype, "V")
         return host_chain(Z, mats, tuple(range(len(mats))), order="C")
 
+    @property
+    def _full(self) -> bool:
+        """Every U_i square: the projection reaches the whole (padded) signal (rss0 = 0)."""
+        return all(a.U.shape[0] == a.U.shape[1] for a in self._axes)
+
     def _curve(self, S: np.ndarray, Z0: np.ndarray) -> _GCVCurve:
         """The GCV curve of one signal S (N.., *channels) with projection Z0 (r.., *channels)."""
+        return self._gcv_curve(*self._gcv_sums(S, Z0, 0))
+
+    def _gcv_sums(self, S: np.ndarray, Z0: np.ndarray, nb: int):
+        """(w, ss) of the GCV curves of signals S (N.., *channels, *batch) with projections Z0:
+        w (r.., *batch) the squared projections summed over channels, ss (*batch) the squared
+        norms of the padded signals (None when every U_i is square), float64."""
         D = self.ndim
-        axes = tuple(range(D, Z0.ndim))
         z = Z0.astype(np.float64)
-        w = np.sum(z * z, axis=axes) if axes else z * z
-        full = all(a.U.shape[0] == a.U.shape[1] for a in self._axes)  # U square: S fully reached
-        rss0 = 0.0 if full else float(np.sum(np.square(self._padded(S), dtype=np.float64)) - w.sum())
+        w = np.sum(z * z, axis=tuple(range(D, Z0.ndim - nb)))
+        ss = (None if self._full
+              else np.sum(np.square(self._padded(S), dtype=np.float64), axis=tuple(range(S.ndim - nb))))
+        return w, ss
+
+    def _gcv_curve(self, w: np.ndarray, ss) -> _GCVCurve:
+        """The GCV curve of one signal from its (w, ss) of ``_gcv_sums``."""
+        rss0 = 0.0 if ss is None else float(ss) - float(w.sum())
         s = self._products()
         return _GCVCurve(s * s, w, rss0, int(np.prod([a.U.shape[0] for a in self._axes])))
+
+    def _gcv_filters(self, w: np.ndarray, ss, nb: int, dt):
+        """(filters (r.., *batch) of dtype dt, ridges, GCV scores) of signals whose (w, ss) are those
+        of ``_gcv_sums``: each batch entry's ridge by its own GCV minimisation (floats for nb = 0)."""
+        batch = w.shape[w.ndim - nb:]
+        lams, scores = np.empty(batch), np.empty(batch)
+        F = np.empty(w.shape, dt)
+        for b in np.ndindex(*batch):
+            idx = (Ellipsis,) + b
+            lams[b], scores[b] = self._gcv_curve(w[idx], None if ss is None else ss[b]).minimise()
+            F[idx] = self._filter(float(lams[b]), dt)
+        return (F, lams, scores) if nb else (F, float(lams[()]), float(scores[()]))
 
     # -- public -----------------------------------------------------------------------------
 
     def gcv(self, signal, ridges) -> np.ndarray:
         """Exact GCV scores of ``signal`` (one signal, channels share the ridge) at ``ridges``."""
-        S = _signal_arg(signal, self.shape)
+        S = _signal_arg(_host(signal, "signal"), self.shape)
         ridges = np.asarray(ridges, dtype=np.float64)
         if ridges.size and (not np.isfinite(ridges).all() or ridges.min() < 0):
             raise ValueError("ridges must be non-negative finite numbers")
@@ -361,7 +451,8 @@ class GridPlan:
         Parameters
         ----------
         signal : array, shape (N_1, ..., N_D, *channels, *batch)
-            float32 gives float32 weights; anything else float64.
+            float32 gives float32 weights; anything else float64. A CuPy array or a CUDA torch
+            tensor is fitted on its GPU and gives weights of its kind there (class docstring).
         ridge : float >= 0 or "gcv", optional
             Overrides the plan's ridge.
         batch_axes : int
@@ -375,13 +466,17 @@ class GridPlan:
         """
         ridge = self.ridge if ridge is None else _ridge_arg(ridge)
         if mask is not None:
-            mask = _observed_mask(mask, self.shape)
+            mask = _observed_mask(_host(mask, "mask"), self.shape)
             if any(self.pads):
                 raise ValueError("pad must be 0 with a mask (reflected samples of missing values are unknown)")
         nb = _validate.nonnegative_int("batch_axes", batch_axes)
         kd = _arrays.dask_api(signal)
         if kd is not None:
             return kd.fit_plan(self, signal, ridge, nb, mask)
+        if _arrays.is_device(signal):
+            if self.penalty is None and mask is None:
+                return self._fit_device(signal, ridge, nb)
+            return _to_device(self.fit(_arrays.to_host(signal, "signal"), ridge, nb, mask), signal)  # host solve
         S = _signal_arg(signal, self.shape, mask)
         if nb > S.ndim - self.ndim:
             raise ValueError(f"batch_axes={nb} but the signal has only {S.ndim - self.ndim} axes after the grid axes")
@@ -390,28 +485,84 @@ class GridPlan:
     def _fit(self, S: np.ndarray, ridge: Ridge, nb: int = 0, mask: Optional[np.ndarray] = None) -> GridModel:
         """The fit of a signal checked once (``_signal_arg``): float32/float64, finite where
         observed, the plan's grid shape; nothing here asks it again."""
-        D = self.ndim
         if self.penalty is not None or mask is not None:
             return self._fit_penalised(S, ridge, nb, mask)
         dt = S.dtype
         Z0 = self._project(S)
         if ridge != "gcv":
-            Z = Z0 * self._filter(ridge, dt).reshape(Z0.shape[:D] + (1,) * (Z0.ndim - D))
-            return GridModel(self._weights(Z), self.embedders, ridge)
-        if nb == 0:
-            lam, score = self._curve(S, Z0).minimise()
-            Z = Z0 * self._filter(lam, dt).reshape(Z0.shape[:D] + (1,) * (Z0.ndim - D))
-            return GridModel(self._weights(Z), self.embedders, lam, score)
-        batch = S.shape[S.ndim - nb :]
-        lams = np.empty(batch)
-        scores = np.empty(batch)
-        Z = np.empty(Z0.shape, dt)
-        for b in np.ndindex(*batch):
-            idx = (Ellipsis,) + b
-            lams[b], scores[b] = self._curve(S[idx], Z0[idx]).minimise()
-            f = self._filter(float(lams[b]), dt)
-            Z[idx] = Z0[idx] * f.reshape(f.shape + (1,) * (Z0.ndim - D - nb))
-        return GridModel(self._weights(Z), self.embedders, lams, scores)
+            F, lam, score = self._filter(ridge, dt), ridge, None
+        else:
+            F, lam, score = self._gcv_filters(*self._gcv_sums(S, Z0, nb), nb, dt)
+        return GridModel(self._weights(_filtered(Z0, F, self.ndim, nb)), self.embedders, lam, score)
+
+    # -- device signals (CuPy, CUDA torch): the class docstring --------------------------------
+
+    def _device_factors(self, X) -> dict:
+        """The factors on X's device in X's dtype, uploaded once per (kind, device, dtype): "Ut"
+        (U_i^T P_i, the padding folded in), "V", "P" (the padding matrices, only when the GCV of a
+        padded signal needs its norm) and the cache of fixed-ridge "filters"."""
+        key = (_arrays.kind(X), _arrays.device_index(X), _arrays.dtype_name(X))
+        hit = self._dev.get(key)
+        if hit is None:
+            up = lambda m: _arrays.device_from_host(np.asarray(m, np.float64).astype(key[2]), X)  # noqa: E731
+            hit = self._dev[key] = dict(
+                Ut=[up(_fold_pad(a.U, p).T) for a, p in zip(self._axes, self.pads)], V=[up(a.V) for a in self._axes],
+                P=([up(_fold_pad(np.eye(n + 2 * p), p).T) for n, p in zip(self.shape, self.pads)]
+                   if any(self.pads) and not self._full else None),
+                filters={})
+        return hit
+
+    def _device_filter(self, X, ridge: float):
+        """The filter of a fixed ridge on X's device (``_filter``), cached (the last 8 ridges)."""
+        cache = self._device_factors(X)["filters"]
+        key = (float(ridge), self.rcond)
+        F = cache.get(key)
+        if F is None:
+            while len(cache) >= 8:
+                cache.pop(next(iter(cache)))
+            F = cache[key] = _arrays.device_from_host(self._filter(ridge, np.dtype(_arrays.dtype_name(X))), X)
+        return F
+
+    def _fit_device(self, signal, ridge: Ridge, nb: int) -> GridModel:
+        """The closed form of a device signal on its device and current stream (class docstring)."""
+        from .._adapters import cuda as _cuda
+
+        _cuda.require("GridPlan.fit")
+        X = _device_signal(signal, self.shape, nb)
+        D = self.ndim
+        with _device_scope(X):
+            f = self._device_factors(X)
+            ok = _device_lib(X).isfinite(X).all()  # read back at the end: one scalar, one sync
+            Z0 = _device_chain(X, f["Ut"], tuple(range(D)), order="K")
+            if ridge != "gcv":
+                F, lam, score = self._device_filter(X, ridge), ridge, None
+            else:
+                ok, F, lam, score = self._device_gcv(X, Z0, nb, ok, f["P"])
+                _check_finite(X, ok)
+            W = _device_chain(_filtered(Z0, F, D, nb), f["V"], tuple(range(D)))
+            _check_finite(X, ok)  # a fixed ridge: the one synchronisation, after everything is queued
+        return GridModel(W, self.embedders, lam, score)
+
+    def _device_gcv(self, X, Z0, nb: int, ok, pads):
+        """The GCV filters of device signals: w (and ss) reduced on the device, one copy to the
+        host (with the finiteness flag), each entry minimised there, the filters uploaded as one
+        array. Returns (finite: bool, filters, ridge(s), score(s))."""
+        D = self.ndim
+        z = _arrays.cast(Z0, "float64")
+        w = _device_sum(z * z, tuple(range(D, len(Z0.shape) - nb)))  # (r.., *batch)
+        parts = [w.reshape(-1)]
+        if not self._full:
+            Xp = _device_chain(X, pads, tuple(range(D)), order="K") if pads is not None else X
+            x = _arrays.cast(Xp, "float64")
+            parts.append(_device_sum(x * x, tuple(range(len(X.shape) - nb))).reshape(-1))  # (*batch)
+        parts.append(_arrays.cast(ok.reshape(1), "float64"))
+        host = _arrays.to_host(_device_concat(parts))  # the one copy (a synchronisation)
+        if host[-1] != 1:
+            return False, None, None, None
+        wh = host[:math.prod(w.shape)].reshape(tuple(w.shape))
+        ss = None if self._full else host[wh.size:-1].reshape(wh.shape[D:])
+        F, lam, score = self._gcv_filters(wh, ss, nb, np.dtype(_arrays.dtype_name(X)))
+        return True, _arrays.device_from_host(F, X), lam, score
 
     def _fit_penalised(self, S: np.ndarray, ridge: Ridge, nb: int, mask: Optional[np.ndarray]) -> GridModel:
         """CG on (A^T A + ridge R) w = A^T s (kronpe.solvers.penalised), one solve per batch entry."""
@@ -443,7 +594,119 @@ class GridPlan:
         new.embedders = list(embedders)
         new._axes = [_Axis.factor(e, c, p) for e, c, p in zip(new.embedders, self.coords, self.pads)]
         new._cast = {}
+        new._dev = {}
         return new
+
+
+# ---- helpers of the fits -----------------------------------------------------------------------
+
+
+def _filtered(Z0, F, D: int, nb: int):
+    """Z0 (r.., *channels, *batch) times the filter F: (r..) for all, or (r.., *batch) one per
+    batch entry, broadcast over the channels (NumPy or device arrays alike)."""
+    fs = tuple(F.shape)
+    return Z0 * F.reshape(fs[:D] + (1,) * (len(Z0.shape) - len(fs)) + fs[D:])
+
+
+def _fold_pad(U: np.ndarray, p: int) -> np.ndarray:
+    """P^T U for P the (n + 2p, n) odd-reflection padding of p samples per end (np.pad "reflect",
+    reflect_type="odd": padded row j < p is 2 S[0] - S[p - j], row n + p + j is 2 S[n-1] - S[n-2-j]),
+    U of n + 2p rows: so that pad(S) x U^T = S x (P^T U)^T."""
+    if not p:
+        return U
+    n = U.shape[0] - 2 * p
+    out = np.array(U[p:p + n], dtype=np.float64)
+    left, right = U[:p], U[p + n:]
+    out[0] += 2.0 * left.sum(axis=0)
+    out[p - np.arange(p)] -= left
+    out[n - 1] += 2.0 * right.sum(axis=0)
+    out[n - 2 - np.arange(p)] -= right
+    return out
+
+
+def _host(x, name: str):
+    """x, or a NumPy copy of a device array x."""
+    return _arrays.to_host(x, name) if _arrays.is_device(x) else x
+
+
+def _to_device(model: GridModel, template) -> GridModel:
+    """A model fitted on the host with its weights copied to the template's device."""
+    model.weights = _arrays.device_from_host(np.asarray(model.weights), template)
+    return model
+
+
+def _device_lib(x):
+    """The array library of a device array: the cupy or the torch module."""
+    if _arrays.kind(x) == "cupy":
+        import cupy
+
+        return cupy
+    import torch
+
+    return torch
+
+
+def _device_scope(x):
+    """A context with x's device current (CuPy's kernels run on the current device)."""
+    if _arrays.kind(x) == "cupy":
+        import cupy
+
+        return cupy.cuda.Device(_arrays.device_index(x))
+    return contextlib.nullcontext()
+
+
+def _device_sum(x, axes: Tuple[int, ...]):
+    """x summed over ``axes`` (none: x itself; torch sums everything for dim=())."""
+    if not axes:
+        return x
+    return x.sum(axis=axes) if _arrays.kind(x) == "cupy" else x.sum(dim=axes)
+
+
+def _device_concat(parts: list):
+    lib = _device_lib(parts[0])
+    return lib.concatenate(parts) if _arrays.kind(parts[0]) == "cupy" else lib.cat(parts)
+
+
+def _device_copy(x):
+    """A C-contiguous copy of a device array."""
+    if _arrays.kind(x) == "cupy":
+        return _device_lib(x).array(x, order="C", copy=True)
+    return x.clone(memory_format=_device_lib(x).contiguous_format)
+
+
+def _device_chain(T, mats, modes: Tuple[int, ...], order: str = "C"):
+    """The mode-product chain on T's device and current stream (host matrices are uploaded)."""
+    from .._adapters import cuda as _cuda
+
+    return _cuda.multi_mode_product(T, mats, modes, order)
+
+
+def _device_signal(x, shape: Tuple[int, ...], nb: int):
+    """A device signal checked where it lies (shape, dtype: float32 stays, else float64; its
+    values by the caller's finiteness flag), detached from autograd."""
+    from .._adapters import cuda as _cuda
+
+    xs, D = tuple(int(n) for n in x.shape), len(shape)
+    if len(xs) < D:
+        raise ValueError(f"signal must have at least {D} axes (N_1..N_{D}, *channels), got shape {xs}")
+    if xs[:D] != tuple(shape):
+        raise ValueError(f"signal must have shape {tuple(shape)} + channels to match the coordinates/embedders, "
+                         f"got {xs}")
+    if 0 in xs:
+        raise ValueError(f"signal is empty (shape {xs}): every axis needs at least one value")
+    if nb > len(xs) - D:
+        raise ValueError(f"batch_axes={nb} but the signal has only {len(xs) - D} axes after the grid axes")
+    if _arrays.kind(x) == "torch":
+        x = x.detach()
+    return _arrays.cast(x, _cuda.float_dtype("signal", x))
+
+
+def _check_finite(x, ok) -> None:
+    """ValueError naming the signal unless ``ok`` (a bool or a device boolean: read back here)."""
+    if not (ok if isinstance(ok, bool) else bool(_arrays.to_host(ok))):
+        found = "NaN" if bool(_arrays.to_host(_device_lib(x).isnan(x).any())) else "Inf"
+        raise ValueError(f"signal must be finite, found {found}")
+
 
 # ---- defaults and the one-call fit --------------------------------------------------------------
 
@@ -546,7 +809,10 @@ def fit_grid(
     Parameters
     ----------
     signal : array, shape (N_1, ..., N_D, *channels)
-        float32 gives float32 weights; anything else float64. Must be finite.
+        float32 gives float32 weights; anything else float64. Must be finite. A CuPy array or a
+        CUDA torch tensor is fitted on its GPU (``GridPlan``: the closed form there, the padding
+        of the default embedders and the GCV ridge included) and gives weights of its kind there;
+        the fits with a mask or a penalty, and the width search, run on a host copy.
     embedders : Embedder or list of D Embedder, optional
         None: kronpe chooses them (``default_embedders``: cubic B-splines at the sample spacing
         with a covering margin) and pads the signal by 2 samples per end.
@@ -577,7 +843,8 @@ def fit_grid(
     GridModel
     """
     kd = _arrays.dask_api(signal)
-    s = signal if kd is not None else _validate.real_array("signal", signal)
+    dev = _arrays.is_device(signal)
+    s = signal if kd is not None or dev else _validate.real_array("signal", signal)
     if width is not None:
         _validate.choice("width", width, ("gcv",))
     D = _grid_ndim(tuple(np.shape(s)), ndim, embedders, coords)
@@ -589,10 +856,12 @@ def fit_grid(
     default_coords = coords is None
     coords = _coords_arg(coords, shape)
     if mask is not None:
-        mask = _observed_mask(mask, shape)
+        mask = _observed_mask(_host(mask, "mask"), shape)
         if width is not None:
             raise ValueError("width='gcv' cannot be combined with a mask (GCV needs every sample)")
         if embedders is None and penalty is None and default_coords and pad is None and kd is None:
+            if dev:  # a host solve
+                return _to_device(_fit_smooth(_arrays.to_host(s, "signal"), shape, mask, _ridge_arg(ridge)), s)
             return _fit_smooth(s, shape, mask, _ridge_arg(ridge))
     if embedders is None:
         embedders = default_embedders(coords)
@@ -605,6 +874,10 @@ def fit_grid(
         return kd.fit_plan(plan, s, plan.ridge, 0, mask)
     if mask is not None:
         return plan.fit(s, mask=mask)
+    if dev:  # on the device (GridPlan.fit); the width search on a host copy
+        if width == "gcv":
+            plan = _search_widths(plan, _signal_arg(_arrays.to_host(s, "signal"), shape))
+        return plan.fit(s)
     S = _signal_arg(s, shape)
     if width == "gcv":
         plan = _search_widths(plan, S)
