@@ -158,6 +158,11 @@ def test_predict_on_device_equals_host(cuda_device):
     _same_place(cuda_device, grid, model.weights)
     _close(cuda_device.host(grid), host.predict_grid(q), np.float32, factor=10.0)
     assert cuda_device.is_dense(grid, "C")
+    # the device bases are kept per coordinates: again, at other coordinates, and back
+    q2 = [np.linspace(0, 1, n) ** 2 for n in (9, 6, 5)]
+    for c in (q, q2, q, q2):
+        _close(cuda_device.host(model.predict_grid(c)), host.predict_grid(c), np.float32, factor=10.0)
+    assert len(model._device_bases) == 2
     pts = np.random.default_rng(5).uniform(0, 1, (50, 3))
     for chunk in (8, 1 << 22):
         values = model.predict(pts, chunk=chunk)

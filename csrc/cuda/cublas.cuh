@@ -1,5 +1,5 @@
 // cuBLAS, loaded at run time (see kronpe/cuda.h): the few entry points kronpe uses, a handle per
-// (thread, device, stream), and a row-major strided-batched GEMM on top of the column-major API.
+// (device, stream), and a row-major strided-batched GEMM on top of the column-major API.
 #pragma once
 #include <cublas_api.h>
 
@@ -19,8 +19,9 @@ struct CublasApi {
 // The loaded library (loads it on first use); BackendError saying why when it cannot be loaded.
 const CublasApi& cublas();
 
-// A handle for the current device and `stream`, created on first use and kept (one per thread,
-// device and stream, so that concurrent streams never share a cuBLAS workspace).
+// A handle for the current device and `stream`, created on first use and kept (one per device
+// and stream, shared by threads, so that concurrent streams never share a cuBLAS workspace); a
+// stream under CUDA graph capture gets one made ahead (BackendError if none is ready).
 cublasHandle_t cublas_handle(int device, cudaStream_t stream);
 
 void check_cublas(cublasStatus_t status, const char* what);

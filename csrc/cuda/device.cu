@@ -101,7 +101,7 @@ struct HandleSlot {
   cublasHandle_t handle;
 };
 
-constexpr size_t kHandleSlots = 16;
+constexpr size_t kHandleSlots = 64;
 
 }  // namespace
 
@@ -121,11 +121,21 @@ void check_cublas(cublasStatus_t status, const char* what) {
 }
 
 namespace {
-// Handles made ahead for streams under CUDA graph capture, where cublasCreate cannot run (it
-// allocates): one per device is kept ready, made by the last uncaptured call that found none.
-// Shared by all threads (a handle taken from here belongs to the taking thread from then on).
-std::mutex g_spare_mutex;
-std::vector<std::pair<int, cublasHandle_t>>* g_spares = new std::vector<std::pair<int, cublasHandle_t>>;
+// The handles: one per (device, stream), shared by every thread (cuBLAS allows one handle from
+// several threads; a handle's stream never changes, so no thread reconfigures another's), under
+// a mutex. A stream under CUDA graph capture cannot get a new one (cublasCreate allocates), so
+// one handle per device is kept ready for it, made by the last uncaptured call that found none;
+// the forward and the backward of a captured step (two threads: torch's autograd runs the
+// backward on its own) then share the handle of the capture stream.
+struct Handles {
+  std::mutex mutex;
+  std::vector<HandleSlot> slots;  // at most kHandleSlots; the oldest evicted first
+  std::vector<std::pair<int, cublasHandle_t>> spares;
+};
+Handles& handles() {
+  static Handles* h = new Handles;  // never destroyed (see cublas_handle)
+  return *h;
+}
 
 cublasHandle_t new_handle(const CublasApi& api, cudaStream_t stream) {
   cublasHandle_t h = nullptr;
@@ -141,40 +151,34 @@ cublasHandle_t new_handle(const CublasApi& api, cudaStream_t stream) {
 
 cublasHandle_t cublas_handle(int device, cudaStream_t stream) {
   // Never destroyed at thread or process exit (the CUDA context may already be gone then);
-  // only evicted when a thread cycles through more than kHandleSlots streams.
-  thread_local std::vector<HandleSlot>* slots = new std::vector<HandleSlot>;
-  thread_local size_t next = 0;
-  for (const HandleSlot& s : *slots)
-    if (s.device == device && s.stream == stream) return s.handle;
+  // only evicted when more than kHandleSlots streams have been used.
   const CublasApi& api = cublas();
+  Handles& all = handles();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  for (const HandleSlot& s : all.slots)
+    if (s.device == device && s.stream == stream) return s.handle;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  auto spare = std::find_if(all.spares.begin(), all.spares.end(),
+                            [&](const auto& e) { return e.first == device; });
   cublasHandle_t h = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_spare_mutex);
-    auto spare = std::find_if(g_spares->begin(), g_spares->end(),
-                              [&](const auto& e) { return e.first == device; });
-    if (capture != cudaStreamCaptureStatusNone) {
-      if (spare == g_spares->end())
-        throw BackendError(
-            "kronpe CUDA: no cuBLAS handle can be made while a CUDA graph is being captured: run "
-            "the computation once on this device outside the capture first");
-      h = spare->second;
-      g_spares->erase(spare);
-      check_cublas(api.set_stream(h, stream), "cublasSetStream");
-    } else {
-      h = new_handle(api, stream);
-      if (spare == g_spares->end()) g_spares->push_back({device, new_handle(api, nullptr)});
-    }
-  }
-  if (slots->size() < kHandleSlots) {
-    slots->push_back({device, stream, h});
+  if (capture != cudaStreamCaptureStatusNone) {
+    if (spare == all.spares.end())
+      throw BackendError(
+          "kronpe CUDA: no cuBLAS handle can be made while a CUDA graph is being captured: run "
+          "the computation once on this device outside the capture first");
+    h = spare->second;
+    all.spares.erase(spare);
+    check_cublas(api.set_stream(h, stream), "cublasSetStream");
   } else {
-    HandleSlot& victim = (*slots)[next];
-    next = (next + 1) % kHandleSlots;
-    api.destroy(victim.handle);
-    victim = {device, stream, h};
+    h = new_handle(api, stream);
+    if (spare == all.spares.end()) all.spares.push_back({device, new_handle(api, nullptr)});
   }
+  if (all.slots.size() >= kHandleSlots) {
+    api.destroy(all.slots.front().handle);
+    all.slots.erase(all.slots.begin());
+  }
+  all.slots.push_back({device, stream, h});
   return h;
 }
 

@@ -126,11 +126,13 @@ def _element_strides(name: str, strides, item: int) -> Tuple[int, ...]:
     return tuple(s // item for s in strides)
 
 
-def describe(x: Any, name: str = "array") -> Descriptor:
+def describe(x: Any, name: str = "array", where: Optional[Tuple[int, int]] = None) -> Descriptor:
     """The :class:`Array` of a torch tensor (CPU or CUDA), a CuPy array or an array-like of
     float32, float64 or int64 (indices); a NumPy array is its own descriptor (the bindings read
     its buffer). The caller keeps ``x`` alive while the core uses a descriptor: it holds only an
-    address (``_core.f(describe(np.empty(n)))`` hands the core freed memory)."""
+    address (``_core.f(describe(np.empty(n)))`` hands the core freed memory). ``where``, the
+    (device index, stream) of a device array when the caller already knows them (:func:`where`),
+    saves asking torch or CuPy for the current stream once per operand."""
     if type(x) is np.ndarray:  # the hot path: a host NumPy array is its own descriptor (the
         # binding reads its buffer: address, shape, strides, dtype), and it stays alive with it
         if x.dtype not in _NUMPY_NAMES:
@@ -141,7 +143,10 @@ def describe(x: Any, name: str = "array") -> Descriptor:
         dt = str(x.dtype)[6:]  # "torch.float32" -> "float32"
         if dt not in _KERNEL_DTYPES:
             raise ValueError(f"{name} must be float32 or float64, got {dt}")
-        where = (device_index(x), current_stream(x)) if x.is_cuda else (-1, 0)
+        if not x.is_cuda:
+            where = (-1, 0)
+        elif where is None:
+            where = (device_index(x), current_stream(x))
         return Array(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, *where)
     x = np.asarray(x) if k == "numpy" else x
     dt = np.dtype(x.dtype).name
@@ -150,7 +155,14 @@ def describe(x: Any, name: str = "array") -> Descriptor:
     if k == "numpy":
         return x
     strides = _element_strides(name, x.strides, np.dtype(x.dtype).itemsize)
-    return Array(int(x.data.ptr), tuple(x.shape), strides, dt, device_index(x), current_stream(x))
+    if where is None:
+        where = (device_index(x), current_stream(x))
+    return Array(int(x.data.ptr), tuple(x.shape), strides, dt, *where)
+
+
+def where(x: Any) -> Tuple[int, int]:
+    """(device index, current stream) of a device array: what :func:`describe` records."""
+    return device_index(x), current_stream(x)
 
 
 def host_array(x: np.ndarray, name: str = "array") -> Array:
@@ -202,16 +214,16 @@ def device_empty(template: Any, shape, dtype: str):
     return torch.empty(shape, dtype=getattr(torch, dtype), device=template.device)
 
 
-def device_workspace(template: Any, nbytes: int) -> Tuple[Any, Optional[Array]]:
+def device_workspace(template: Any, nbytes: int, at: Optional[Tuple[int, int]] = None) -> Tuple[Any, Optional[Array]]:
     """Scratch memory on the template's device: (keep-alive array, its uint8 :class:`Array`
-    aligned to 256 bytes as the kernels want), or (None, None) for no bytes."""
+    aligned to 256 bytes as the kernels want), or (None, None) for no bytes. ``at``: the
+    template's (device, stream) when known (:func:`where`)."""
     nbytes = int(nbytes)
     if nbytes <= 0:
         return None, None
     buf = device_empty(template, (nbytes + 255,), "uint8")
     address = int(buf.data.ptr) if kind(template) == "cupy" else int(buf.data_ptr())
-    dev = device_index(template)
-    return buf, Array(address + (-address) % 256, (nbytes,), (1,), "uint8", dev, current_stream(template))
+    return buf, Array(address + (-address) % 256, (nbytes,), (1,), "uint8", *(at or where(template)))
 
 
 def cast(x: Any, dtype: str):

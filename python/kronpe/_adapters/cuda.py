@@ -112,15 +112,16 @@ def multi_mode_product(T: Any, matrices: Sequence[Any], modes: Tuple[int, ...], 
     dt = "float32" if all(d == "float32" for d in dts) else "float64"
     T = _arrays.cast(T, dt)
     mats = [_arrays.cast(a, dt) for a in mats]
-    tb = _arrays.describe(T, "T")
-    mbs = [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)]
+    at = _arrays.where(T)  # one stream lookup for every operand (all on T's device)
+    tb = _arrays.describe(T, "T", at)
+    mbs = [_arrays.describe(a, f"matrices[{j}]", at) for j, a in enumerate(mats)]
     out_shape = list(tb.shape)
     for b, k in zip(mbs, modes):
         out_shape[k] = b.shape[0]
     out = _arrays.device_empty(T, out_shape, dt)
     any_layout = order == "K"
-    _keep, ws = _arrays.device_workspace(T, _core.cuda_multi_mode_workspace(tb, mbs, list(modes), any_layout))
-    axes = _core.cuda_multi_mode_product(tb, mbs, list(modes), _arrays.describe(out, "out"), any_layout, ws)
+    _keep, ws = _arrays.device_workspace(T, _core.cuda_multi_mode_workspace(tb, mbs, list(modes), any_layout), at)
+    axes = _core.cuda_multi_mode_product(tb, mbs, list(modes), _arrays.describe(out, "out", at), any_layout, ws)
     return _arrays.logical_view(out, out_shape, axes)
 
 
@@ -199,12 +200,13 @@ def blend(values2: Any, out2: Any, *, axes=None, normalize: bool = True, points:
     """out2 (P, C) = B values2 (G, C) on the device: on the fly from points (with the kernels'
     axes) or from stored (indices, weights)."""
     require("blend")
-    vb, ob = _arrays.describe(values2, "values"), _arrays.describe(out2, "out")
+    at = _arrays.where(values2)  # one stream lookup for every operand
+    vb, ob = _arrays.describe(values2, "values", at), _arrays.describe(out2, "out", at)
     if points is not None:
-        _keep, ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
-        _core.cuda_blend_fly(axes, normalize, _arrays.describe(points, "points"), vb, ob, ws)
+        _keep, ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes), at)
+        _core.cuda_blend_fly(axes, normalize, _arrays.describe(points, "points", at), vb, ob, ws)
     else:
-        _core.cuda_blend_stored(_arrays.describe(indices, "indices"), _arrays.describe(weights, "weights"),
+        _core.cuda_blend_stored(_arrays.describe(indices, "indices", at), _arrays.describe(weights, "weights", at),
                                 vb, ob)
 
 
@@ -213,13 +215,14 @@ def blend_transpose(values2: Any, out2: Any, *, plan=None, axes=None, normalize:
     """out2 (G, C) = B^T values2 (P, C) on the device; deterministic with a plan (perm,
     offsets), atomic without."""
     require("blend_transpose")
-    vb, ob = _arrays.describe(values2, "values"), _arrays.describe(out2, "out")
+    at = _arrays.where(values2)
+    vb, ob = _arrays.describe(values2, "values", at), _arrays.describe(out2, "out", at)
     pa = oa = None
     if plan is not None:
-        pa, oa = _arrays.describe(plan[0], "perm"), _arrays.describe(plan[1], "offsets")
+        pa, oa = _arrays.describe(plan[0], "perm", at), _arrays.describe(plan[1], "offsets", at)
     if points is not None:
-        _keep, ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes))
-        _core.cuda_blend_transpose_fly(axes, normalize, _arrays.describe(points, "points"), vb, ob, pa, oa, ws)
+        _keep, ws = _arrays.device_workspace(values2, _core.cuda_blend_fly_workspace(axes), at)
+        _core.cuda_blend_transpose_fly(axes, normalize, _arrays.describe(points, "points", at), vb, ob, pa, oa, ws)
     else:
-        _core.cuda_blend_transpose_stored(_arrays.describe(indices, "indices"),
-                                          _arrays.describe(weights, "weights"), vb, ob, pa, oa)
+        _core.cuda_blend_transpose_stored(_arrays.describe(indices, "indices", at),
+                                          _arrays.describe(weights, "weights", at), vb, ob, pa, oa)

@@ -90,8 +90,8 @@ def train(
     cuda_graph : bool, optional
         Capture one step (forward, backward, Adam) in a CUDA graph after three warm-up steps and
         replay it for the others: one launch per step instead of one per operation, so the step
-        costs the GPU's time, not Python's. Default: True when the parameters are on a CUDA
-        device. Needs a ``forward`` that reads the same tensors at every step (every kronpe
+        costs the GPU's time, not Python's. Default (None): off for now (to be on for CUDA
+        parameters once a GPU run has checked it). Needs a ``forward`` that reads the same tensors at every step (every kronpe
         model here does) and ``evaluate`` free of in-place changes to them; Adam then keeps its
         step count on the device (``capturable=True``), with the same arithmetic.
     """
@@ -132,6 +132,10 @@ def train(
 
 
 _WARMUP = 3  # eager steps before a CUDA graph capture
+# Whether cuda_graph=None captures on CUDA. Off until a GPU run shows the captured step of both
+# kronpe paths (the first H200 run found the backward's cuBLAS handle uncapturable; fixed since,
+# not yet run): benches/README.md, GPU.
+_GRAPH_DEFAULT = False
 
 
 def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor, lr: float = PAPER_LR,
@@ -139,12 +143,12 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
               steps: Optional[int] = None) -> Callable[[], torch.Tensor]:
     """A function that runs one full-batch Adam step on mean((forward() - target)^2) over
     ``params`` (betas (0.9, 0.999)) and returns that step's loss (a tensor; reading it waits for
-    the device). With ``cuda_graph`` (default: the parameters are on CUDA), its first three calls
+    the device). With ``cuda_graph`` (see :func:`train` for the default), its first three calls
     run eagerly on a side stream, the fourth captures one step in a CUDA graph and every later
     call replays it (see :func:`train`). ``steps``, when known, skips a capture that would be
     replayed once only."""
     params = list(params)
-    graph = bool(params[0].is_cuda) if cuda_graph is None else bool(cuda_graph)
+    graph = _GRAPH_DEFAULT and bool(params[0].is_cuda) if cuda_graph is None else bool(cuda_graph)
     if graph and not all(p.is_cuda for p in params):
         raise ValueError("cuda_graph=True needs every trainable parameter on a CUDA device")
     opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, capturable=graph)
@@ -154,7 +158,7 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
         loss = torch.mean((forward() - target) ** 2)
         loss.backward()
         opt.step()
-        return loss
+        return loss.detach()  # holding the step's autograd graph would pin its streams
 
     if not graph:
         return eager
