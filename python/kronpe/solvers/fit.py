@@ -431,7 +431,8 @@ class GridPlan:
         F = np.empty(w.shape, dt)
         for b in np.ndindex(*batch):
             idx = (Ellipsis,) + b
-            lams[b], scores[b] = self._gcv_curve(w[idx], None if ss is None else ss[b]).minimise()
+            # a batch entry's w is a strided view: contiguous, the curve's passes over it run faster
+            lams[b], scores[b] = self._gcv_curve(np.ascontiguousarray(w[idx]), None if ss is None else ss[b]).minimise()
             F[idx] = self._filter(float(lams[b]), dt)
         return (F, lams, scores) if nb else (F, float(lams[()]), float(scores[()]))
 
