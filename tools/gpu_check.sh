@@ -2,8 +2,8 @@
 # One run on a lent GPU machine (the workplace's device tool): the CUDA tests, the GPU benchmark,
 # the whole suite and compute-sanitizer, each step under its own time limit, logs under $OUT.
 #
-#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,crash,ncu,
-#                                # sanitize (default: env,gpu,bench,suite,threads,sanitize)
+#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,crash,
+#                                # scaling,ncu,sanitize (default: env,gpu,bench,suite,threads,sanitize)
 #
 # The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (built here with
 # the same nvcc; see benches/README.md "GPU"), else built there with cmake (sm_80 + sm_90).
@@ -61,9 +61,21 @@ has threads && run_step threads "${GPU_T_THREADS:-120}" $py -X faulthandler -m p
   --tb=short -rfE -m "not gpu" tests/test_threads.py tests/test_mode_product.py tests/test_multigrid.py \
   tests/test_blas.py tests/test_fit_points.py
 # the crash of test_torch_bad_input seen under xdist on the H200 machine: once more, in one process
-# with faulthandler (its stack lands in the log)
-has crash && run_step crash "${GPU_T_CRASH:-60}" $py -X faulthandler -m pytest -q -p no:cacheprovider --tb=short \
-  -rfE tests/test_bad_inputs.py -k "torch_bad_input"
+# with faulthandler and every test's name printed (the last name before the stack is the culprit)
+has crash && run_step crash "${GPU_T_CRASH:-120}" $py -X faulthandler -m pytest -v -s -p no:cacheprovider \
+  -p no:xdist --tb=short -rfE tests/test_bad_inputs.py -k "torch_bad_input"
+# the host solver's scaling on that machine's cores (fit_points took 2x longer there with 16
+# threads than here with 2): one scattered fit at 1, 2, 4, 8 and 16 OpenMP threads
+has scaling && run_step scaling "${GPU_T_SCALING:-90}" bash -c 'for t in 1 2 4 8 16; do OMP_NUM_THREADS=$t '"$py"' -c "
+import sys, time, numpy as np
+sys.path.insert(0, \"python\")
+from kronpe.bench.scattered import task_inputs, kronpe_points
+s = task_inputs(\"astronaut\", \"scattered\")
+ts = []
+for r in range(6):
+    t0 = time.perf_counter(); kronpe_points(s); ts.append(time.perf_counter() - t0)
+print($t, \"threads: fit_points 25% astronaut, median\", round(float(np.median(ts[1:])) * 1e3, 1), \"ms\")
+"; done'
 # Nsight Compute on the blend kernels (the third launch of each): the limiter of the 8M-point rows
 ncu_blend() {
   for k in fly_kernel stored_kernel transpose_stored_atomic; do
