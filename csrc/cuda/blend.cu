@@ -8,6 +8,7 @@
 //   * without: one thread per point and atomicAdd per nonzero: no plan, nondeterministic order.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <type_traits>
 #include <vector>
 
 #include "common.cuh"
@@ -52,13 +53,25 @@ __device__ __forceinline__ void axis_pair(const DevAxis& a, const double* __rest
            w1);
 }
 
+// Kernels with per-point weight arrays come in versions for DC = 1, 2, 3 axes known at compile
+// time (the arrays live in registers, every loop unrolled) and a generic one (DC = 0: g.D axes
+// at run time, arrays of kMaxDims in local memory: 320 bytes of stack per thread, which made the
+// on-the-fly kernels instruction-bound). The arithmetic, and its order, is the same in all.
+template <int DC>
+__device__ __forceinline__ int dims(const DevGrid& g) {
+  return DC > 0 ? DC : g.D;
+}
+template <int DC>
+constexpr int kSlots = DC > 0 ? DC : blend::kMaxDims;
+
 // The per-axis pairs of point p: base index of its cell and (w0, w1) per axis.
-template <typename Q>
+template <int DC, typename Q>
 __device__ __forceinline__ index_t point_pairs(const DevGrid& g, const double* __restrict__ table,
                                                MatrixView<const Q> pts, index_t p, double* w0,
                                                double* w1) {
   index_t base = 0;
-  for (int i = 0; i < g.D; ++i) {
+#pragma unroll
+  for (int i = 0; i < dims<DC>(g); ++i) {
     index_t j;
     axis_pair(g.ax[i], table, g.normalize, double(pts(p, i)), j, w0[i], w1[i]);
     base += j * g.ax[i].stride;
@@ -68,12 +81,15 @@ __device__ __forceinline__ index_t point_pairs(const DevGrid& g, const double* _
 
 // Weight and grid offset of corner c (axis 0 the most significant bit), multiplied in axis
 // order as on the CPU.
+template <int DC>
 __device__ __forceinline__ double corner(const DevGrid& g, const double* w0, const double* w1,
                                          index_t c, index_t& offset) {
+  const int D = dims<DC>(g);
   double w = 1.0;
   offset = 0;
-  for (int i = 0; i < g.D; ++i) {
-    const bool bit = (c >> (g.D - 1 - i)) & 1;
+#pragma unroll
+  for (int i = 0; i < D; ++i) {
+    const bool bit = (c >> (D - 1 - i)) & 1;
     w *= bit ? w1[i] : w0[i];
     offset += bit ? g.ax[i].stride : 0;
   }
@@ -123,50 +139,53 @@ __device__ __forceinline__ bool bad_index(index_t idx, index_t size) {
   for (index_t i = index_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += index_t(gridDim.x) * blockDim.x)
 
 // ---- kernels: on the fly ---------------------------------------------------------------------
-template <typename Q>
+template <int DC, typename Q>
 __global__ void weights_kernel(DevGrid g, const double* __restrict__ table, MatrixView<const Q> pts,
                                MatrixView<index_t> indices, MatrixView<double> weights) {
-  double w0[blend::kMaxDims], w1[blend::kMaxDims];
-  const index_t nc = index_t(1) << g.D;
+  double w0[kSlots<DC>], w1[kSlots<DC>];
+  const index_t nc = index_t(1) << dims<DC>(g);
   KRONPE_GRID_STRIDE(p, pts.rows) {
-    const index_t base = point_pairs(g, table, pts, p, w0, w1);
+    const index_t base = point_pairs<DC>(g, table, pts, p, w0, w1);
+#pragma unroll
     for (index_t c = 0; c < nc; ++c) {
       index_t off;
-      const double w = corner(g, w0, w1, c, off);
+      const double w = corner<DC>(g, w0, w1, c, off);
       indices(p, c) = base + off;
       weights(p, c) = w;
     }
   }
 }
 
-template <typename T, typename Q>
+template <int DC, typename T, typename Q>
 __global__ void fly_kernel(DevGrid g, const double* __restrict__ table, MatrixView<const Q> pts,
                            MatrixView<const T> grid, MatrixView<T> out) {
-  double w0[blend::kMaxDims], w1[blend::kMaxDims];
-  const index_t nc = index_t(1) << g.D;
+  double w0[kSlots<DC>], w1[kSlots<DC>];
+  const index_t nc = index_t(1) << dims<DC>(g);
   KRONPE_GRID_STRIDE(p, pts.rows) {
-    const index_t base = point_pairs(g, table, pts, p, w0, w1);
+    const index_t base = point_pairs<DC>(g, table, pts, p, w0, w1);
     gather_row(grid, [&](auto add) {
+#pragma unroll
       for (index_t c = 0; c < nc; ++c) {
         index_t off;
-        const double w = corner(g, w0, w1, c, off);
+        const double w = corner<DC>(g, w0, w1, c, off);
         add(w, base + off);
       }
     }, out, p);
   }
 }
 
-template <typename T, typename Q>
-__global__ void transpose_fly_atomic_kernel(DevGrid g, const double* __restrict__ table,
+template <int DC, typename T, typename Q>
+__global__ void __launch_bounds__(kBlock, 4) transpose_fly_atomic_kernel(DevGrid g, const double* __restrict__ table,
                                             MatrixView<const Q> pts, MatrixView<const T> values,
                                             MatrixView<T> out) {
-  double w0[blend::kMaxDims], w1[blend::kMaxDims];
-  const index_t nc = index_t(1) << g.D, C = values.cols;
+  double w0[kSlots<DC>], w1[kSlots<DC>];
+  const index_t nc = index_t(1) << dims<DC>(g), C = values.cols;
   KRONPE_GRID_STRIDE(p, pts.rows) {
-    const index_t base = point_pairs(g, table, pts, p, w0, w1);
+    const index_t base = point_pairs<DC>(g, table, pts, p, w0, w1);
+#pragma unroll
     for (index_t c = 0; c < nc; ++c) {
       index_t off;
-      const double w = corner(g, w0, w1, c, off);
+      const double w = corner<DC>(g, w0, w1, c, off);
       for (index_t k = 0; k < C; ++k) atomicAdd(&out(base + off, k), T(w * double(values(p, k))));
     }
   }
@@ -293,6 +312,18 @@ __global__ void plan_offsets_kernel(const std::uint64_t* __restrict__ keys, inde
 #undef KRONPE_GRID_STRIDE
 
 // ---- host side -------------------------------------------------------------------------------
+// f(std::integral_constant<int, DC>) with DC = D for D = 1, 2, 3 (the kernels' compile-time
+// versions), else DC = 0 (the generic kernels).
+template <typename F>
+void with_dims(int D, F&& f) {
+  switch (D) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 0>{}); break;
+  }
+}
+
 std::size_t table_doubles(const WeightFunction& wf) {
   std::size_t n = 0;
   for (int i = 0; i < wf.dims(); ++i) n += std::size_t(3 * wf.axis_table(i).M - 2);
@@ -409,8 +440,10 @@ void blend_weights(const Context& ctx, const WeightFunction& wf, MatrixView<cons
   detail::Scratch scratch(ctx, blend_fly_workspace(wf));
   double* table = scratch.take<double>(table_doubles(wf));
   const DevGrid g = upload_grid(wf, table, s);
-  weights_kernel<Q><<<detail::blocks_for(P, kBlock), kBlock, 0, s>>>(g, table, points, indices,
-                                                                      weights);
+  with_dims(g.D, [&](auto dc) {
+    weights_kernel<decltype(dc)::value, Q><<<detail::blocks_for(P, kBlock), kBlock, 0, s>>>(
+        g, table, points, indices, weights);
+  });
   detail::check_launch("blend weights kernel");
 }
 
@@ -427,7 +460,10 @@ void blend_fly(const Context& ctx, const WeightFunction& wf, MatrixView<const Q>
   detail::Scratch scratch(ctx, blend_fly_workspace(wf));
   double* table = scratch.take<double>(table_doubles(wf));
   const DevGrid g = upload_grid(wf, table, s);
-  fly_kernel<T, Q><<<detail::blocks_for(P, kBlock), kBlock, 0, s>>>(g, table, points, grid, out);
+  with_dims(g.D, [&](auto dc) {
+    fly_kernel<decltype(dc)::value, T, Q><<<detail::blocks_for(P, kBlock), kBlock, 0, s>>>(
+        g, table, points, grid, out);
+  });
   detail::check_launch("blend kernel");
 }
 
@@ -457,8 +493,10 @@ void blend_transpose_fly(const Context& ctx, const WeightFunction& wf, MatrixVie
     detail::check_launch("blend_transpose (planned) kernel");
   } else {
     zero(ctx, out);
-    transpose_fly_atomic_kernel<T, Q><<<detail::blocks_for(P, kBlock), kBlock, 0, s>>>(
-        g, table, points, values, out);
+    with_dims(g.D, [&](auto dc) {
+      transpose_fly_atomic_kernel<decltype(dc)::value, T, Q>
+          <<<detail::blocks_for(P, kBlock), kBlock, 0, s>>>(g, table, points, values, out);
+    });
     detail::check_launch("blend_transpose (atomic) kernel");
   }
 }
