@@ -538,6 +538,8 @@ def blend_cases() -> Iterator[BlendCase]:
             yield BlendCase(f"nonuniform{D}-{'normalized' if normalize else 'raw'}", (5, 4, 3)[:D], embs, 40, (2,),
                             normalize, nonuniform=(1,))
         yield BlendCase(f"gauss{D}-many-points", (9, 7, 5)[:D], kronpe.Gaussian(8, 0.06), 1000, (2,))
+    # four axes: the CUDA kernels' generic version (their compiled versions stop at three axes)
+    yield BlendCase("gauss4", (5, 4, 3, 4), kronpe.Gaussian(6, 0.1), 300, (2,))
     yield BlendCase("float32-points", (8, 8), kronpe.Gaussian(8, 0.08), 200, points_dtype=np.float32)
     yield BlendCase("float32-points-grid-shaped", (9, 11), kronpe.Gaussian(8, 0.1), 300, (2,),
                     points_dtype=np.float32, grid_shaped=True)
