@@ -27,11 +27,11 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from .._adapters import arrays as _arrays, cuda as _cuda
-from ._checks import blend_output, check_blend, check_blend_transpose, check_mmp
+from ._checks import blend_output, check_blend, check_blend_transpose, mmp_shape
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
-    check_mmp(T, matrices, modes)
+    mmp_shape(T, matrices, modes)  # the quick test of a valid chain; check_mmp's named errors otherwise
     _cuda.require("kronpe.multi_mode_product")
     if not matrices:
         return T.clone(memory_format=torch.contiguous_format)
