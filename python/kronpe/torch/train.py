@@ -91,9 +91,10 @@ def train(
         Capture one step (forward, backward, Adam) in a CUDA graph after three warm-up steps and
         replay it for the others: one launch per step instead of one per operation, so the step
         costs the GPU's time, not Python's. Default (None): off for now (to be on for CUDA
-        parameters once a GPU run has checked it). Needs a ``forward`` that reads the same tensors at every step (every kronpe
-        model here does) and ``evaluate`` free of in-place changes to them; Adam then keeps its
-        step count on the device (``capturable=True``), with the same arithmetic.
+        parameters once a GPU run has checked it). Needs a ``forward`` that reads the same
+        tensors at every step (every kronpe model here does) and ``evaluate`` free of in-place
+        changes to them; Adam then keeps its step count on the device (``capturable=True``),
+        with the same arithmetic.
     """
     from .._progress import bar as _bar
 
