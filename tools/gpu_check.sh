@@ -5,12 +5,15 @@
 #   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,crash,
 #                                # scaling,ncu,sanitize (default: env,gpu,bench,suite,threads,sanitize)
 #
-# The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (built here with
-# the same nvcc; see benches/README.md "GPU"), else built there with cmake (sm_80 + sm_90).
+# The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (tools/gpu_prebuild.sh,
+# used when its SOURCE_HASH matches csrc/ and CMakeLists.txt), else built there with cmake.
 # Time limits (seconds) come from GPU_T_<STEP> (defaults below); the last lines printed are a
 # one-line summary per step.
 set -u
 cd "$(dirname "$0")/.."
+# the hash of the compiled sources: a carried build is used only when it was made from these
+src_hash() { cat CMakeLists.txt $(find csrc -type f | LC_ALL=C sort) | sha1sum | cut -c1-16; }
+if [ "${1:-}" = "--hash" ]; then src_hash; exit 0; fi
 OUT=${OUT:-/tmp/kronpe-gpu}
 mkdir -p "$OUT"
 steps=${1:-env,gpu,bench,suite,threads,sanitize}
@@ -30,7 +33,11 @@ has() { [[ ",$steps," == *",$1,"* ]]; }
 export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 py=$(command -v python3)
 so=$(ls .gpu/pkg/kronpe/_core.cpython-*.so 2>/dev/null | head -1)
-[ -n "$so" ] && cp "$so" python/kronpe/
+if [ -n "$so" ] && [ "$(cat .gpu/pkg/kronpe/SOURCE_HASH 2>/dev/null)" = "$(src_hash)" ]; then
+  cp "$so" python/kronpe/
+elif [ -n "$so" ]; then
+  note "the carried build in .gpu/ is of other sources: building here"
+fi
 if ! $py -c "import kronpe, sys; sys.exit(0 if kronpe.cuda.is_available() else 1)" >"$OUT/import.log" 2>&1; then
   s=$(date +%s)
   cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKRONPE_CUDA=ON \
