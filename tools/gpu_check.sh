@@ -2,7 +2,7 @@
 # One run on a lent GPU machine (the workplace's device tool): the CUDA tests, the GPU benchmark,
 # the whole suite and compute-sanitizer, each step under its own time limit, logs under $OUT.
 #
-#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,profile,suite,threads,crash,
+#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,kbench,profile,suite,threads,crash,
 #                                # scaling,ncu,sanitize (default: env,gpu,bench,suite,threads,sanitize)
 #
 # The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (tools/gpu_prebuild.sh,
@@ -59,6 +59,9 @@ fi
 has gpu && run_step gpu "${GPU_T_GPU:-150}" $py -m pytest -q -p no:cacheprovider -n 8 --tb=short -rfE \
   -m "gpu and not slow" tests/
 has bench && run_step bench "${GPU_T_BENCH:-150}" $py benches/bench_cuda.py --json "$OUT/bench.json"
+# kronpe bench's own CUDA suite (mode-n chains on the GPU with torch's peers): its table and JSON
+has kbench && run_step kbench "${GPU_T_KBENCH:-120}" $py -m kronpe bench --suite cuda --no-progress --no-plots \
+  --out "$OUT/kbench"
 has profile && run_step profile "${GPU_T_PROFILE:-120}" $py benches/bench_cuda.py --profile
 # the CPU suite: 8 workers of 2 OpenMP threads (16 workers of 16 threads oversubscribe the cores),
 # then the threaded kernels' files alone with every core
