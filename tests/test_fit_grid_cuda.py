@@ -229,6 +229,24 @@ def test_bad_device_values(cuda_device, bad):
         fit_grid(X)
 
 
+def test_finiteness_check_on_device(cuda_device):
+    """One float64 sum flags NaN and Inf; a sum that overflows on huge finite values is confirmed
+    element by element and passes."""
+    from kronpe.solvers.fit import _check_finite, _finite_flag
+
+    huge = np.full((40, 30), 1e307)
+    X = cuda_device.put(huge)
+    assert not bool(_arrays.to_host(_finite_flag(X)))  # the sum overflowed ...
+    _check_finite(X, _finite_flag(X))  # ... and the values are finite: no error
+    for bad, found in ((np.nan, "NaN"), (np.inf, "Inf"), (-np.inf, "Inf")):
+        a = np.ones((5, 4), np.float32)
+        a[2, 1] = bad
+        X = cuda_device.put(a)
+        with pytest.raises(ValueError, match=f"signal must be finite, found {found}"):
+            _check_finite(X, _finite_flag(X))
+    _check_finite(cuda_device.put(np.ones((5, 4), np.float32)), _finite_flag(cuda_device.put(np.ones((5, 4), np.float32))))
+
+
 def test_bad_device_shapes(cuda_device):
     coords, embs, S = _problem((10, 8), (7, 6), (2,), seed=11)
     plan = GridPlan(coords, embs, ridge=0.1)

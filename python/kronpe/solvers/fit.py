@@ -533,13 +533,12 @@ class GridPlan:
         D = self.ndim
         with _device_scope(X):
             f = self._device_factors(X)
-            ok = _device_lib(X).isfinite(X).all()  # read back at the end: one scalar, one sync
+            ok = _finite_flag(X)  # read back at the end: one scalar, one sync
             Z0 = _device_chain(X, f["Ut"], tuple(range(D)), order="K")
             if ridge != "gcv":
                 F, lam, score = self._device_filter(X, ridge), ridge, None
             else:
                 ok, F, lam, score = self._device_gcv(X, Z0, nb, ok, f["P"])
-                _check_finite(X, ok)
             W = _device_chain(_filtered(Z0, F, D, nb), f["V"], tuple(range(D)))
             _check_finite(X, ok)  # a fixed ridge: the one synchronisation, after everything is queued
         return GridModel(W, self.embedders, lam, score)
@@ -547,7 +546,7 @@ class GridPlan:
     def _device_gcv(self, X, Z0, nb: int, ok, pads):
         """The GCV filters of device signals: w (and ss) reduced on the device, one copy to the
         host (with the finiteness flag), each entry minimised there, the filters uploaded as one
-        array. Returns (finite: bool, filters, ridge(s), score(s))."""
+        array. Returns (True, filters, ridge(s), score(s)); ValueError for a signal with NaN or Inf."""
         D = self.ndim
         z = _arrays.cast(Z0, "float64")
         w = _device_sum(z * z, tuple(range(D, len(Z0.shape) - nb)))  # (r.., *batch)
@@ -559,7 +558,7 @@ class GridPlan:
         parts.append(_arrays.cast(ok.reshape(1), "float64"))
         host = _arrays.to_host(_device_concat(parts))  # the one copy (a synchronisation)
         if host[-1] != 1:
-            return False, None, None, None
+            _check_finite(X, False)  # raises, unless a float64 sum of huge finite values overflowed
         wh = host[:math.prod(w.shape)].reshape(tuple(w.shape))
         ss = None if self._full else host[wh.size:-1].reshape(wh.shape[D:])
         F, lam, score = self._gcv_filters(wh, ss, nb, np.dtype(_arrays.dtype_name(X)))
@@ -702,11 +701,23 @@ def _device_signal(x, shape: Tuple[int, ...], nb: int):
     return _arrays.cast(x, _cuda.float_dtype("signal", x))
 
 
+def _finite_flag(x):
+    """A device boolean, true when every value of x is finite: its sum in float64 is (one
+    reduction; NaN and Inf reach the sum, which float32 values cannot overflow), confirmed
+    element by element by ``_check_finite`` only when it is not."""
+    lib = _device_lib(x)
+    return lib.isfinite(x.sum(dtype=lib.float64))
+
+
 def _check_finite(x, ok) -> None:
     """ValueError naming the signal unless ``ok`` (a bool or a device boolean: read back here)."""
-    if not (ok if isinstance(ok, bool) else bool(_arrays.to_host(ok))):
-        found = "NaN" if bool(_arrays.to_host(_device_lib(x).isnan(x).any())) else "Inf"
-        raise ValueError(f"signal must be finite, found {found}")
+    if ok if isinstance(ok, bool) else bool(_arrays.to_host(ok)):
+        return
+    lib = _device_lib(x)
+    if bool(_arrays.to_host(lib.isfinite(x).all())):  # a float64 sum of huge finite values overflowed
+        return
+    found = "NaN" if bool(_arrays.to_host(lib.isnan(x).any())) else "Inf"
+    raise ValueError(f"signal must be finite, found {found}")
 
 
 # ---- defaults and the one-call fit --------------------------------------------------------------
