@@ -98,6 +98,35 @@ def test_gcv_binned_search_finds_the_minimum(rng):
     assert score == pytest.approx(float(curve(ridge)[0]), rel=1e-12)
 
 
+@pytest.mark.parametrize("r", [0, 1, 7, 8, 4099, 33000, 70000])
+def test_gcv_scores_kernel_matches_reference(rng, r):
+    m = rng.random(r) ** 6 + 1e-12
+    count = rng.integers(1, 4, r).astype(np.float64)
+    w = rng.random(r)
+    ridges = np.r_[0.0, np.logspace(-12, 2, 9)]
+    n = count.sum() + 50.0
+    got = np.asarray(kronpe._core.gcv_scores(m, count, w, ridges, 0.25, n, count.sum()))
+    np.testing.assert_allclose(got, reference.gcv_scores(m, count, w, ridges, 0.25, n), rtol=1e-12)
+    # the curve's own call takes strided, float32 and any-shaped inputs (copied contiguous, float64)
+    M = np.repeat(m, 2)[::2].reshape(1, -1)
+    curve = _GCVCurve(M.astype(np.float32) if r else M, np.repeat(w, 2)[::2], rss0=0.25, n=r + 50.0)
+    np.testing.assert_allclose(curve(ridges[1:]), reference.gcv_scores(curve.m, np.ones(curve.m.size), curve.w,
+                                                                      ridges[1:], 0.25, r + 50.0), rtol=1e-12)
+    assert kronpe._core.gcv_scores(m, count, w, np.empty(0), 0.25, n, count.sum()) == []
+
+
+def test_gcv_scores_kernel_rejects_bad_arrays():
+    a = np.ones(10)
+    with pytest.raises(ValueError, match="must be float64"):
+        kronpe._core.gcv_scores(a.astype(np.float32), a.astype(np.float32), a.astype(np.float32), a, 0.0, 20.0, 10.0)
+    with pytest.raises(ValueError, match="must have one size"):
+        kronpe._core.gcv_scores(a, a[:9], a, a, 0.0, 20.0, 10.0)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kronpe._core.gcv_scores(np.ones(20)[::2], a, a, a, 0.0, 20.0, 10.0)
+    with pytest.raises(ValueError, match="ridges must be float64"):
+        kronpe._core.gcv_scores(a, a, a, a.astype(np.float32), 0.0, 20.0, 10.0)
+
+
 def test_plan_reuse_and_batches(rng):
     coords, embs, S, phis = _problem(rng, (8, 7), (6, 5), (2, 3))  # channels 2, batch 3
     plan = GridPlan(coords, embs, ridge=0.5)

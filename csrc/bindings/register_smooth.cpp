@@ -418,6 +418,29 @@ void register_smooth(py::module_& m) {
       "sum(a * b) over C-contiguous arrays of one shape and dtype, accumulated in double "
       "(internal).");
   m.def(
+      "gcv_scores",
+      [](const Array& mm, const Array& count, const Array& w, const Array& ridges, double rss0, double n,
+         double total) {
+        const index_t r = flat_planes({mm, count, w}, "m, count and w");
+        require(mm.dtype == "float64", "gcv_scores: m, count and w must be float64, got " + mm.dtype);
+        require(ridges.dtype == "float64", "gcv_scores: ridges must be float64, got " + ridges.dtype);
+        const index_t L = flat_planes({ridges}, "ridges");
+        std::vector<double> scores(static_cast<std::size_t>(L));
+        const double* mp = p<const double>(mm, "m");
+        const double* cp = p<const double>(count, "count");
+        const double* wp = p<const double>(w, "w");
+        const double* rp = p<const double>(ridges, "ridges");
+        {
+          py::gil_scoped_release release;
+          smooth::gcv_scores(r, mp, cp, wp, L, rp, rss0, n, total, scores.data());
+        }
+        return scores;
+      },
+      py::arg("m"), py::arg("count"), py::arg("w"), py::arg("ridges"), py::arg("rss0"), py::arg("n"),
+      py::arg("total"),
+      "GCV scores at the ridges of a curve given by C-contiguous float64 m, count and w of one size "
+      "(internal, kronpe.solvers.gcv; kronpe.reference.gcv_scores).");
+  m.def(
       "dots",
       [](const std::vector<Array>& arrays) {
         require(!arrays.empty(), "dots: no arrays");

@@ -1051,6 +1051,48 @@ double dot(index_t n, const T* a, const T* b, int threads) {
 
 namespace {
 
+// sum f c and sum f^2 w over one block, f = lam / (m + lam): eight partial sums per sum, as
+// dot_block adds them
+KRONPE_CLONES void gcv_block(index_t n, double lam, const double* __restrict m,
+                             const double* __restrict c, const double* __restrict w, double* part) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      const double f = lam / (m[i + k] + lam);
+      a[k] += f * c[i + k];
+      b[k] += f * f * w[i + k];
+    }
+  double ta = 0.0, tb = 0.0;
+  for (; i < n; ++i) {
+    const double f = lam / (m[i] + lam);
+    ta += f * c[i];
+    tb += f * f * w[i];
+  }
+  part[0] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + ta;
+  part[1] = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7])) + tb;
+}
+
+}  // namespace
+
+void gcv_scores(index_t r, const double* m, const double* c, const double* w, index_t L,
+                const double* ridges, double rss0, double n, double total, double* scores,
+                int threads) {
+  require(r >= 0 && L >= 0, "gcv_scores: negative length");
+  for (index_t l = 0; l < L; ++l) {
+    const double lam = ridges[l];
+    double s[2];
+    blocked_sums<2>(r, threads, s, [&](index_t lo, index_t len, double* part) {
+      gcv_block(len, lam, m + lo, c + lo, w + lo, part);
+    });
+    const double rss = rss0 + s[1];
+    const double dof = std::max(n - (total - s[0]), 1e-300);
+    scores[l] = n * rss / (dof * dof);
+  }
+}
+
+namespace {
+
 // dots for c(c + 1) / 2 == K pairs: K sums per block, each a dot_block
 template <int K, typename T>
 void pair_dots(index_t n, int c, const T* const* a, double* S, int threads) {

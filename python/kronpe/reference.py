@@ -179,6 +179,18 @@ def grid_ridge_fit(signal, phis, ridge: float) -> np.ndarray:
     return w.reshape(tuple(p.shape[1] for p in phis) + S.shape[D:])
 
 
+def gcv_scores(m, count, w, ridges, rss0: float, n: float) -> np.ndarray:
+    """GCV at each ridge of a curve over products m of squared singular values (counts, squared
+    projections w): f = lam / (m + lam), n (rss0 + sum f^2 w) / (n - sum (1 - f) count)^2
+    (kronpe.solvers.gcv; the kernel _core.gcv_scores)."""
+    m, count, w = (np.asarray(a, np.float64).ravel() for a in (m, count, w))
+    lam = np.asarray(ridges, np.float64).ravel()[:, None]
+    f = lam / (m[None, :] + lam)
+    rss = rss0 + (f * f) @ w
+    dof = n - (count.sum() - f @ count)
+    return n * rss / np.maximum(dof, 1e-300) ** 2
+
+
 def grid_gcv(signal, phis, ridge: float) -> float:
     """Explicit hat-matrix GCV: n ||(I - H) s||^2 / (n - tr H)^2, H = A (A^T A + ridge I)^-1 A^T,
     residuals summed over the channels (one shared ridge)."""

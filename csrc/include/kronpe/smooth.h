@@ -135,6 +135,14 @@ void dot2(index_t n, const T* a, const T* b, const T* c, const T* d, double out[
 template <typename T>
 double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, int threads = 0);
 
+// GCV scores of a separable fit at L ridges (MATH.md 3.2; kronpe.solvers.gcv): over the r
+// products m of squared singular values (counts c, squared projections w), f = lam / (m + lam),
+// rss = rss0 + sum f^2 w, dof = n - (total - sum f c), scores[l] = n rss / max(dof, 1e-300)^2;
+// each sum in dot's blocks, added in order (the same result for any thread count).
+void gcv_scores(index_t r, const double* m, const double* c, const double* w, index_t L,
+                const double* ridges, double rss0, double n, double total, double* scores,
+                int threads = 0);
+
 // f(lo, hi) over [0, n) split into contiguous ranges among threads (one range below 32k elements
 // per thread): the elementwise vector updates of the Krylov loops.
 void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f);
