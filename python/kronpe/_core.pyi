@@ -202,6 +202,9 @@ def dot(a: Descriptor, b: Descriptor) -> float:
 def dots(arrays: List[Descriptor]) -> List[float]:
     """Every inner product of C-contiguous arrays of one size and dtype, [a_i . a_j] flat (c, c), as dot computes each (internal)."""
 
+def gcv_scores(m: Descriptor, count: Descriptor, w: Descriptor, ridges: Descriptor, rss0: float, n: float, total: float) -> List[float]:
+    """GCV scores at the ridges of a curve given by C-contiguous float64 m, count and w of one size (internal, kronpe.solvers.gcv; kronpe.reference.gcv_scores)."""
+
 def mix_channels(inputs: List[Descriptor], v: Descriptor, outputs: List[Descriptor], lo: Optional[Descriptor] = None, hi: Optional[Descriptor] = None) -> int:
     """outputs[c] = sum_k v[k, c] inputs[k] (each optionally clipped to [lo[c], hi[c]]); returns how many values were outside (internal)."""
 
