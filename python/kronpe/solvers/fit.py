@@ -537,8 +537,9 @@ class GridPlan:
             Z0 = _device_chain(X, f["Ut"], tuple(range(D)), order="K")
             if ridge != "gcv":
                 F, lam, score = self._device_filter(X, ridge), ridge, None
-            else:
-                ok, F, lam, score = self._device_gcv(X, Z0, nb, ok, f["P"])
+            else:  # the flag travels with GCV's one copy to the host (ValueError there)
+                F, lam, score = self._device_gcv(X, Z0, nb, ok, f["P"])
+                ok = True
             W = _device_chain(_filtered(Z0, F, D, nb), f["V"], tuple(range(D)))
             _check_finite(X, ok)  # a fixed ridge: the one synchronisation, after everything is queued
         return GridModel(W, self.embedders, lam, score)
@@ -546,7 +547,7 @@ class GridPlan:
     def _device_gcv(self, X, Z0, nb: int, ok, pads):
         """The GCV filters of device signals: w (and ss) reduced on the device, one copy to the
         host (with the finiteness flag), each entry minimised there, the filters uploaded as one
-        array. Returns (True, filters, ridge(s), score(s)); ValueError for a signal with NaN or Inf."""
+        array. Returns (filters, ridge(s), score(s)); ValueError for a signal with NaN or Inf."""
         D = self.ndim
         z = _arrays.cast(Z0, "float64")
         w = _device_sum(z * z, tuple(range(D, len(Z0.shape) - nb)))  # (r.., *batch)
@@ -562,7 +563,7 @@ class GridPlan:
         wh = host[:math.prod(w.shape)].reshape(tuple(w.shape))
         ss = None if self._full else host[wh.size:-1].reshape(wh.shape[D:])
         F, lam, score = self._gcv_filters(wh, ss, nb, np.dtype(_arrays.dtype_name(X)))
-        return True, _arrays.device_from_host(F, X), lam, score
+        return _arrays.device_from_host(F, X), lam, score
 
     def _fit_penalised(self, S: np.ndarray, ridge: Ridge, nb: int, mask: Optional[np.ndarray]) -> GridModel:
         """CG on (A^T A + ridge R) w = A^T s (kronpe.solvers.penalised), one solve per batch entry."""
