@@ -113,6 +113,9 @@ def test_gcv_scores_kernel_matches_reference(rng, r):
     np.testing.assert_allclose(curve(ridges[1:]), reference.gcv_scores(curve.m, np.ones(curve.m.size), curve.w,
                                                                       ridges[1:], 0.25, r + 50.0), rtol=1e-12)
     assert kronpe._core.gcv_scores(m, count, w, np.empty(0), 0.25, n, count.sum()) == []
+    # ridges are scored in groups of four per pass: each score the same bits as alone
+    alone = [kronpe._core.gcv_scores(m, count, w, ridges[i:i + 1], 0.25, n, count.sum())[0] for i in range(ridges.size)]
+    assert got.tolist() == alone
 
 
 def test_gcv_scores_kernel_rejects_bad_arrays():
