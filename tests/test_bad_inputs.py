@@ -71,6 +71,25 @@ def _small_budget(monkeypatch):
 
 
 @pytest.fixture(scope="module", autouse=True)
+def _thread_pools():
+    """Start every thread pool before the first address-space cap (``address_cap``): BLAS
+    libraries create their threads and per-thread buffers at their first call, hundreds of MB of
+    address space on a many-core machine, and some crash instead of failing cleanly when that
+    first call runs under the cap (seen once on a 16-core machine: a worker crashed in
+    test_torch_bad_input)."""
+    import scipy.linalg
+
+    a = np.ones((256, 256))
+    a @ a
+    scipy.linalg.blas.dgemm(1.0, a, a)
+    kronpe.multi_mode_product(np.ones((64, 64, 64), np.float32), [np.ones((64, 64), np.float32)] * 3)
+    if torch is not None:
+        t = torch.ones(256, 256)
+        t @ t
+    yield
+
+
+@pytest.fixture(scope="module", autouse=True)
 def _tally():
     yield
     path = os.environ.get("KRONPE_BAD_INPUTS_TALLY")
