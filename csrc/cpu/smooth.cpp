@@ -1093,15 +1093,14 @@ void gcv_scores(index_t r, const double* m, const double* c, const double* w, in
     const int g = int(std::min<index_t>(G, L - l0));
     double lam[G], s[2 * G];
     for (int k = 0; k < G; ++k) lam[k] = ridges[l0 + std::min(k, g - 1)];  // a short group repeats its last
-    if (g == 1) {
-      blocked_sums<2>(r, threads, s, [&](index_t lo, index_t len, double* part) {
-        gcv_block<1>(len, lam, m + lo, c + lo, w + lo, part);
+    auto pass = [&](auto width) {  // one ridge alone (the golden section's steps), or G
+      constexpr int W = decltype(width)::value;
+      blocked_sums<2 * W>(r, threads, s, [&](index_t lo, index_t len, double* part) {
+        gcv_block<W>(len, lam, m + lo, c + lo, w + lo, part);
       });
-    } else {
-      blocked_sums<2 * G>(r, threads, s, [&](index_t lo, index_t len, double* part) {
-        gcv_block<G>(len, lam, m + lo, c + lo, w + lo, part);
-      });
-    }
+    };
+    if (g == 1) pass(std::integral_constant<int, 1>{});
+    else pass(std::integral_constant<int, G>{});
     for (int k = 0; k < g; ++k) {
       const double rss = rss0 + s[2 * k + 1];
       const double dof = std::max(n - (total - s[2 * k]), 1e-300);

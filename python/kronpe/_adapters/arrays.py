@@ -126,11 +126,11 @@ def _element_strides(name: str, strides, item: int) -> Tuple[int, ...]:
     return tuple(s // item for s in strides)
 
 
-def describe(x: Any, name: str = "array", where: Optional[Tuple[int, int]] = None) -> Descriptor:
+def describe(x: Any, name: str = "array", at: Optional[Tuple[int, int]] = None) -> Descriptor:
     """The :class:`Array` of a torch tensor (CPU or CUDA), a CuPy array or an array-like of
     float32, float64 or int64 (indices); a NumPy array is its own descriptor (the bindings read
     its buffer). The caller keeps ``x`` alive while the core uses a descriptor: it holds only an
-    address (``_core.f(describe(np.empty(n)))`` hands the core freed memory). ``where``, the
+    address (``_core.f(describe(np.empty(n)))`` hands the core freed memory). ``at``, the
     (device index, stream) of a device array when the caller already knows them (:func:`where`),
     saves asking torch or CuPy for the current stream once per operand."""
     if type(x) is np.ndarray:  # the hot path: a host NumPy array is its own descriptor (the
@@ -144,10 +144,10 @@ def describe(x: Any, name: str = "array", where: Optional[Tuple[int, int]] = Non
         if dt not in _KERNEL_DTYPES:
             raise ValueError(f"{name} must be float32 or float64, got {dt}")
         if not x.is_cuda:
-            where = (-1, 0)
-        elif where is None:
-            where = (device_index(x), current_stream(x))
-        return Array(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, *where)
+            at = (-1, 0)
+        elif at is None:
+            at = where(x)
+        return Array(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, *at)
     x = np.asarray(x) if k == "numpy" else x
     dt = np.dtype(x.dtype).name
     if dt not in _KERNEL_DTYPES:
@@ -155,9 +155,7 @@ def describe(x: Any, name: str = "array", where: Optional[Tuple[int, int]] = Non
     if k == "numpy":
         return x
     strides = _element_strides(name, x.strides, np.dtype(x.dtype).itemsize)
-    if where is None:
-        where = (device_index(x), current_stream(x))
-    return Array(int(x.data.ptr), tuple(x.shape), strides, dt, *where)
+    return Array(int(x.data.ptr), tuple(x.shape), strides, dt, *(at or where(x)))
 
 
 def where(x: Any) -> Tuple[int, int]:
