@@ -30,12 +30,13 @@ KRONPE_CLONES index_t mix_range(index_t begin, index_t end, int cin, const T* co
         const T* __restrict b = in[k] + t0;
         for (index_t i = 0; i < m; ++i) acc[i] = acc[i] + b[i] * vk;
       }
-      if (lo) {
+      if (lo) {  // (an int count per tile and a select: an index_t count kept the loop scalar, 3x slower)
         const T l = lo[c], h = hi[c];
-        index_t count = 0;
+        int count = 0;
         for (index_t i = 0; i < m; ++i) {
-          count += index_t(acc[i] < l) + index_t(acc[i] > h);
-          acc[i] = std::min(std::max(acc[i], l), h);
+          const T a = acc[i];
+          count += int(a < l) + int(a > h);
+          acc[i] = a < l ? l : (a > h ? h : a);
         }
         outside += count;
       }

@@ -155,12 +155,29 @@ void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
 
 }  // namespace
 
+namespace {
+// Every m[i] in [0, max] (NaN fails both tests): blocks of 64 counted without branches, so that
+// the loop vectorises (a bool &= per value did not: 0.1 ms at 512^2, a quarter of set_data_term).
+template <typename T>
+KRONPE_CLONES bool all_finite_nonnegative(index_t n, const T* __restrict m) {
+  constexpr index_t kBlock = 64;
+  const T top = std::numeric_limits<T>::max();
+  index_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    int bad = 0;
+    for (index_t k = 0; k < kBlock; ++k) bad += int(!(m[i + k] >= T(0) && m[i + k] <= top));
+    if (bad) return false;
+  }
+  for (; i < n; ++i)
+    if (!(m[i] >= T(0) && m[i] <= top)) return false;
+  return true;
+}
+}  // namespace
+
 template <typename T>
 void ThinPlateHierarchy<T>::check_data_term(const T* m) const {
   const index_t size = levels_.empty() ? 0 : levels_[0].g.size();
-  bool ok = true;  // (no branch per node: & not &&)
-  for (index_t i = 0; i < size; ++i) ok &= (m[i] >= T(0)) & (m[i] <= std::numeric_limits<T>::max());
-  require(ok, "multigrid: m must be finite and >= 0");
+  require(all_finite_nonnegative(size, m), "multigrid: m must be finite and >= 0");
 }
 
 template <typename T>
