@@ -308,9 +308,10 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(flops / 4e6))));
   nt = int(std::min<index_t>(nt, slivers));
   // blocks per thread: four on one thread; eight in a team, for the dynamic schedule to even out
-  // (two threads, interleaved in one process, best of three calls: the D=2 chains 512 and 256->512
-  // 0.92-0.93 and 0.94-0.95 of the time with four, 256 and 1024 and the D=3 chains within 0.5%;
-  // on one thread eight moved the rows by -5% to +2%, so one thread keeps four)
+  // (four left a 512^2 step's 43 slivers in 7 blocks of 6 and one of 1; two threads, interleaved in
+  // one process, best of three calls: eight took the D=2 chains 512 and 256->512 in 0.92-0.93 and
+  // 0.94-0.95 of four's time, 256, 1024 and the D=3 chains within 0.5%; on one thread eight moved
+  // the rows by -5% to +2%, so one thread keeps four)
   const index_t per_thread = nt > 1 ? 8 : 4;
   const index_t per_block = std::min(
       max_per_block, std::max<index_t>(1, (slivers + per_thread * nt - 1) / (per_thread * nt)));

@@ -492,8 +492,7 @@ def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty =
     with a diagonal data term and the thin-plate penalty, the smoother DIAGONAL_SMOOTHER (module
     docstring)."""
     degree, alpha = DIAGONAL_SMOOTHER if data.is_diagonal and penalty.order == 2 else (None, None)
-    mg = ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, **_mg_penalty(penalty))
-    return mg
+    return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, **_mg_penalty(penalty))
 
 
 def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = None) -> Tuple[float, Dict[str, Any]]:
