@@ -609,6 +609,12 @@ template <typename T>
 KRONPE_CLONES void invert_row(index_t n, const T* __restrict m, T lam, T* __restrict dg) {
   for (index_t i = 0; i < n; ++i) dg[i] = inverse(m[i] + lam * dg[i]);
 }
+// w = inverse(m + lam rd): invert_row of a copy of rd, in one pass.
+template <typename T>
+KRONPE_CLONES void invert_row_from(index_t n, const T* __restrict m, T lam, const T* __restrict rd,
+                                   T* __restrict w) {
+  for (index_t i = 0; i < n; ++i) w[i] = inverse(m[i] + lam * rd[i]);
+}
 template <typename T>
 KRONPE_CLONES void apply_row(index_t n, const T* __restrict x, const T* __restrict m, T lam,
                              const T* __restrict acc, T* __restrict out) {
@@ -858,10 +864,7 @@ void penalty_diag(const Grid& g, T* out, int threads, SmoothScratch<T>* scratch)
 
 template <typename T>
 void inverse_diag(index_t n, const T* m, T lam, const T* rd, T* w, int threads) {
-  for_range(n, threads, [&](index_t lo, index_t hi) {
-    std::copy(rd + lo, rd + hi, w + lo);
-    invert_row(hi - lo, m + lo, lam, w + lo);
-  });
+  for_range(n, threads, [&](index_t lo, index_t hi) { invert_row_from(hi - lo, m + lo, lam, rd + lo, w + lo); });
 }
 
 namespace {
