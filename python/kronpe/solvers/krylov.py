@@ -79,24 +79,25 @@ def pcg(apply: Callable[[Array], Array], precond: Callable[[Array], Array], rhs:
 
 
 def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callable[[Array], float],
-                 lams: Sequence[float], ratio: float, flat: Optional[float] = None
-                 ) -> Tuple[float, List[float], List[float], Any]:
+                 lams: Sequence[float], ratio: float, flat: Optional[float] = None, with_start: bool = False
+                 ) -> Tuple[Any, ...]:
     """The held-out choice of lambda over ``lams`` (largest first, ``ratio`` between neighbours).
 
     Each solve is warm-started from the previous one; the sweep stops once the held-out error
     has risen twice in a row, or (``flat`` given) has fallen by less than the fraction ``flat``
     twice in a row (the curve is flat: smaller lambdas change the fit's error no more); the best value is refined by one parabolic step in log lambda
     through it and its neighbours (at most half a step of the sweep either way), kept if it
-    measures better. Returns (best, lambdas tried, their errors, the best's fit).
+    measures better. Returns (best, lambdas tried, their errors, the best's fit), and with
+    ``with_start`` the fit the best's solve started from (None for the first) last.
     """
     tried, errs = [], []
-    x = x_best = None  # only the best fit is kept (a sweep over a large grid holds two, not one per lambda)
+    x = x_best = x_from = None  # only the best fit is kept (and where it started from)
     for lam in lams:
-        x = solve(lam, x)
+        x_prev, x = (x if with_start else None), solve(lam, x)
         tried.append(lam)
         errs.append(error(x))
         if len(errs) == 1 or errs[-1] < min(errs[:-1]):  # the first of equal errors, as argmin below
-            x_best = x
+            x_best, x_from = x, x_prev
         if len(errs) >= 3 and errs[-1] > errs[-2] > errs[-3]:
             break  # the held-out error has risen twice: the minimum is behind
         if flat is not None and len(errs) >= 3 and all(
@@ -114,8 +115,8 @@ def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callab
             tried.append(cand)
             errs.append(error(x2))
             if errs[-1] < errs[k]:
-                best, x_best = cand, x2
-    return best, tried, errs, x_best
+                best, x_best, x_from = cand, x2, x_best
+    return (best, tried, errs, x_best, x_from) if with_start else (best, tried, errs, x_best)
 
 
 def _outer(vectors: Sequence[Array]) -> Array:
