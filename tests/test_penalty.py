@@ -288,6 +288,30 @@ def test_default_masked_grid_fills_holes(rng):
     assert err < 0.02 * blur  # a smooth signal is filled almost exactly
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_default_fill_from_the_sweep_matches_a_tight_solve(rng, channels):
+    """The default fill's leading component starts from the held-out sweep's fit (a fit without
+    the held-out nodes): its result is still the solution of the chosen system, to the solver's
+    tolerance (against a tight solve of that system from full multigrid)."""
+    from kronpe.solvers import smooth
+
+    img = _smooth_image(80)[..., :1]
+    img = np.concatenate([img, 0.8 * img + 0.1, 0.5 * img ** 2], -1)[..., :channels]
+    img += 0.01 * rng.standard_normal(img.shape).astype(np.float32)  # a finite lambda, not the limit
+    mask = rng.random(img.shape[:2]) < 0.4
+    m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+    info = m.info
+    assert info["iterations"] >= 1 and info["converged"]
+    planes = [np.ascontiguousarray(np.where(mask, img[..., c], 0)) for c in range(channels)]
+    lo, hi = smooth.sample_range(img[mask])
+    lead = smooth.HigherPenalty(smooth.HIGHER) if "lead_penalty" in info else None
+    penalty = DifferencePenalty(2, mixed=True, boundary=info["boundary"])
+    W = smooth.solve(smooth.DataTerm(mask.shape, mask), planes, m.ridge, None, 1e-8, 2000, penalty,
+                     value_range=(lo, hi), lead=lead)[0]
+    rel = np.sqrt(np.mean((m.weights - W) ** 2) / np.mean(W ** 2))
+    assert rel < 5 * info["tol"]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_default_boundary_is_held_out(seed):
     """The defaults pick the penalty's boundary by the held-out error: mirrored for a signal with
@@ -382,16 +406,28 @@ def test_lattice_detection():
 
 
 def test_lambda_selection_signal_does_not_cancel_channels(rng):
-    """lambda is held out on the channels' sum, or on their leading principal component where the
-    sum cancels them (channels a and 1 - a: the sum is a constant that any lambda fits)."""
-    from kronpe.solvers.smooth import _selection_signal
+    """lambda is held out on the channels' leading principal component of their second moments
+    (the final solve's first component; without that basis, their sum), or on the leading
+    component of their covariance where the sum cancels them (channels a and 1 - a: the sum is a
+    constant that any lambda fits; so is the second moments' leading component, nearly)."""
+    from kronpe.solvers.smooth import _selection_signal, principal_basis
 
     a = rng.random((40, 30)).astype(np.float32)
     planes = [a, np.float32(1) - a]
-    y = _selection_signal([p.copy() for p in planes], a.size)
-    assert np.std(y) > 0.5 * np.std(a)  # the component a - (1 - a), not the constant sum
-    same = _selection_signal([a.copy(), (2 * a).copy(), (a + 1).copy()], a.size)
+    for basis in (None, principal_basis(planes)):
+        y, lead = _selection_signal([p.copy() for p in planes], a.size, basis=basis)
+        assert not lead
+        assert np.std(y) > 0.5 * np.std(a)  # the component a - (1 - a), not the constant sum
+    correlated = [a.copy(), (2 * a).copy(), (a + 1).copy()]
+    same, lead = _selection_signal(correlated, a.size)
+    assert not lead
     np.testing.assert_allclose(same, a + 2 * a + (a + 1), rtol=1e-6)  # correlated channels: their sum
+    V = principal_basis(correlated)
+    first, lead = _selection_signal(correlated, a.size, basis=V)
+    assert lead
+    np.testing.assert_allclose(first, V[0, 0] * a + V[1, 0] * 2 * a + V[2, 0] * (a + 1), rtol=1e-5, atol=1e-6)
+    gray, lead = _selection_signal([a], a.size)
+    assert lead and gray is a
     img = _smooth_image()
     mask = rng.random(img.shape[:2]) < 0.3
     m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)

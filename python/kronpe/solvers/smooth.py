@@ -109,14 +109,17 @@ nor a penalty is given. Decisions (documented once, here):
   -1.0 dB (astronaut off-grid): those keep degree 3.
 - **Start**: full multigrid (:meth:`.multigrid.ThinPlateMG.fmg`) on grids of 1 to 3 axes with a
   diagonal data term; otherwise the normalised convolution, Gaussian blur (sigma = 1 node) of
-  B^T y divided by the blur of B^T 1 (where that is tiny, the data's mean). One channel with a
-  diagonal data term and lambda held out: the sweep's best fit (the same signal without its
-  held-out nodes, at the chosen lambda or the smallest tried) instead of full multigrid: one PCG
-  iteration fewer and no full-multigrid pass (masked camera 128^2 2.89 -> 2.59 ms, camera
-  512^2 18.9 -> 15.9, the 32 x 64 x 64 volume 148 -> 135, interleaved in one process; held-out
-  PSNR -0.0001 to +0.0066 dB). Several channels keep full multigrid: the sweep fits their sum,
-  not their leading principal component, and from a scaled sweep fit the component took one
-  iteration more (masked chelsea 4 -> 5).
+  B^T y divided by the blur of B^T 1 (where that is tiny, the data's mean). With a diagonal
+  data term and lambda held out, the leading principal component (the only channel of a
+  grayscale image) starts from the sweep's best fit instead, which fitted that very component
+  without its held-out nodes, at the chosen lambda or the smallest tried: no full-multigrid pass
+  and one PCG iteration fewer on the grayscale rows. Interleaved in one process against full
+  multigrid: masked camera 128^2 2.89 -> 2.59 ms, camera 512^2 18.9 -> 15.9, the 32 x 64 x 64
+  volume 148 -> 135, masked astronaut 31.0 -> 27.9, chelsea 22.0 -> 21.1, rocket 21.7 -> 20.9,
+  scattered rocket 29.9 -> 28.2 (0.90-0.99 of the time on the other rows). Held-out PSNR
+  -0.017 to +0.013 dB: the truncated solves end nearer the converged fit (masked coffee 27.0157
+  -> 26.9990 against 26.991 converged, still 0.10 dB over inpaint_biharmonic; chelsea masked
+  32.6304 -> 32.6343, scattered 30.7491 -> 30.7620).
 - **Channels** are solved one after the other (contiguous grids: the kernels' rows are
   streams), all with the one lambda and one multigrid hierarchy, in the orthonormal basis of
   their second moments (``principal_basis``; the solution is the same, the basis is orthonormal
@@ -126,8 +129,9 @@ nor a penalty is given. Decisions (documented once, here):
 - **Precision**: float32 vectors and products (the photographs' 8 bits need no more), float64
   dot products and coarsest-grid factorisation.
 - **Choosing lambda** (``ridge=None``): held out on the whole grid. 10% of the nodes with data
-  are left out; the sum of the channels (their leading principal component where the sum
-  cancels them, ``_selection_signal``) is fitted to the rest for lambda = rho 10^-k,
+  are left out; the channels' leading principal component (of their second moments, the final
+  solve's first component; the leading component of their covariance where the sum of the
+  channels cancels them, ``_selection_signal``) is fitted to the rest for lambda = rho 10^-k,
   k = 0, 0.5, ..., 4, largest first, each fit ONE step warm-started from the last
   (SWEEP_MAXITER; the ranking of the lambdas settles long before the solves converge: with up to
   four iterations each the choice was the same on five photographs): with a diagonal data term
@@ -385,8 +389,8 @@ def _as_planes(rhs) -> List[Array]:
 
 def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxiter: int,
           penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None,
-          value_range: Optional[Tuple[Array, Array]] = None, lead=None, moments: Optional[Array] = None
-          ) -> Tuple[Array, int, Array, float]:
+          value_range: Optional[Tuple[Array, Array]] = None, lead=None, moments: Optional[Array] = None,
+          lead_start: Optional[Array] = None) -> Tuple[Array, int, Array, float]:
     """(M + lam R) W = rhs for W (N..., C) float32 (rhs (N..., C) or C planes (N...)):
     multigrid-preconditioned CG on grids of 1 to 3
     axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam and the penalty's boundary),
@@ -395,7 +399,9 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     and its count took 7 ms at 512^2 RGB). Returns (W, iterations, per-channel stopping measure,
     the fraction of values clipped). ``lead``: the penalty (a ``HigherPenalty``) of the leading
     principal component's system, whose PCG ``mg`` (the thin-plate hierarchy) preconditions.
-    ``moments``: the channels' ``_moments`` when the caller has them (``rhs`` as planes)."""
+    ``moments``: the channels' ``_moments`` when the caller has them (``rhs`` as planes).
+    ``lead_start``: the leading principal component's start (on grids of 1 to 3 axes; instead of
+    ``x0``'s or full multigrid)."""
     D = len(data.shape)
     if D > MG_MAX_AXES:
         M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
@@ -419,7 +425,8 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     its, rels, scale = 0, [], None
     for c in range(C):
         op = lead_operator if c == 0 else operator
-        w, it, rel = mg.solve(b[c], None if start_ is None else start_[c], tol, maxiter, op, scale)
+        x_c = lead_start if c == 0 and lead_start is not None else (None if start_ is None else start_[c])
+        w, it, rel = mg.solve(b[c], x_c, tol, maxiter, op, scale)
         W.append(w)
         if scale is None and tol > 0:
             scale = max(float(np.sqrt(_dot(w, w))), 1e-30)
@@ -508,10 +515,14 @@ def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty =
     return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, **_mg_penalty(penalty))
 
 
-def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = None) -> Tuple[float, Dict[str, Any]]:
+def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = None,
+                 basis: Optional[Array] = None) -> Tuple[float, Dict[str, Any]]:
     """lambda held out on the whole grid (module docstring) for a diagonal data term (grids with
     holes, points on a lattice): the held-out samples are nodes with data, their values
-    rhs / diag. ``moments``: the channels' ``_moments``, when the caller has them."""
+    rhs / diag. ``moments``: the channels' ``_moments``, when the caller has them; ``basis``:
+    their ``principal_basis``, whose leading component is the selection signal unless it
+    cancels them (``_selection_signal``). info[SWEEP_FIT_KEY]: the sweep's best fit when the
+    signal was that component (in the basis' sign), a start for its final solve."""
     diag = data.diag
     obs = np.flatnonzero(diag > 0)
     if obs.size < MIN_HOLDOUT:
@@ -519,7 +530,8 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
     hold = obs[_holdout(obs.size)]
     train = diag.copy()
     train.flat[hold] = 0.0
-    y = _selection_signal(_as_planes(rhs), float(diag.sum()), moments)[..., None]
+    y, lead = _selection_signal(_as_planes(rhs), float(diag.sum()), moments, basis)
+    y = y[..., None]
     y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
     # B^T y is 0 wherever diag(B^T B) is: leaving out the held-out nodes is all (a copy and a
     # scatter: np.where over the grid took 0.56 ms at 451 x 300)
@@ -527,7 +539,10 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
     r_train.reshape(-1)[hold] = 0.0
 
     error = _held_out_error(hold, y_ho)
-    return _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter)
+    lam, info = _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter)
+    if not lead:
+        info.pop(SWEEP_FIT_KEY, None)
+    return lam, info
 
 
 def _held_out_error(hold: Array, y_ho: Array) -> Callable[[Array], float]:
@@ -557,7 +572,7 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     keep = np.ones(P, bool)
     keep[hold] = False
     cols = [np.ascontiguousarray(values[:, c], np.float64) for c in range(values.shape[1])]
-    y = _selection_signal(cols, float(P))
+    y = _selection_signal(cols, float(P))[0]
     Bt, Bh = B.take(np.flatnonzero(keep)), B.take(hold)
     sub = DataTerm(shape, blend=Bt)
     r_train = np.asarray(Bt.rmatvec(y[keep]), np.float32).reshape(tuple(shape) + (1,))
@@ -726,29 +741,35 @@ def _moments(planes: List[Array]) -> Array:
     return np.array(_core.dots([np.ascontiguousarray(p) for p in planes])).reshape(C, C)
 
 
-def _selection_signal(planes: List[Array], count: float, moments: Optional[Array] = None) -> Array:
-    """The one signal lambda is chosen on: the sum of the channels, unless it cancels them (its
-    variance less than SELECTION_SUM_SHARE of the leading principal component's, over the ``count``
-    samples; the planes are sums of samples at nodes, or the samples themselves): then that
-    component. (Channels a and 1 - a sum to a constant, which any lambda fits: the choice was left
-    to rounding noise. On photographs the sum holds 90%+ of the leading component's variance; the
-    component itself chose another lambda on rocket, 25% of its pixels, 0.08 dB worse.)
-    ``moments``: ``_moments(planes)`` when the caller has them (the fill's principal basis uses
-    them too). The means are float32 sums (float64 ones took 70 us per 451 x 300 channel)."""
+def _selection_signal(planes: List[Array], count: float, moments: Optional[Array] = None,
+                      basis: Optional[Array] = None) -> Tuple[Array, bool]:
+    """The one signal lambda is chosen on, and whether it is ``basis``' leading component: that
+    component (``basis`` given, the channels' ``principal_basis``: the final solve's first
+    component, whose start the sweep's fit then is) or the sum of the channels, unless those
+    cancel the channels (the sum's variance less than SELECTION_SUM_SHARE of the leading
+    principal component's of the covariance, over the ``count`` samples; the planes are sums of
+    samples at nodes, or the samples themselves): then that centred component. (Channels a and
+    1 - a sum to a constant, which any lambda fits: the choice was left to rounding noise. On
+    photographs the sum holds 90%+ of the leading centred component's variance; that component
+    itself chose another lambda on rocket, 25% of its pixels, 0.08 dB worse. The sum and the
+    leading component of the second moments chose the same lambda, boundary and lead penalty on
+    the twelve photograph rows.) ``moments``: ``_moments(planes)`` when the caller has them.
+    The means are float32 sums (float64 ones took 70 us per 451 x 300 channel)."""
     C = len(planes)
     if C == 1:
-        return planes[0]
+        return planes[0], True
     n = max(count, 1.0)
     mean = np.array([float(p.sum()) for p in planes]) / n
     cov = (_moments(planes) if moments is None else moments) / n - np.outer(mean, mean)
     w, V = np.linalg.eigh(cov)
     ones = np.full(C, 1.0 / np.sqrt(C))
     share = float(ones @ cov @ ones) / max(float(w[-1]), 1e-300)
-    v = np.ones(C) if share >= SELECTION_SUM_SHARE else V[:, -1]
+    lead = share >= SELECTION_SUM_SHARE and basis is not None
+    v = basis[:, 0] if lead else (np.ones(C) if share >= SELECTION_SUM_SHARE else V[:, -1])
     y = np.empty_like(planes[0])
-    _core.mix_channels([np.ascontiguousarray(p).reshape(-1) for p in planes], np.asarray(v, y.dtype).reshape(C, 1),
+    _core.mix_channels([np.ascontiguousarray(p).reshape(-1) for p in planes], np.ascontiguousarray(v, y.dtype).reshape(C, 1),
                        [y.reshape(-1)])
-    return y
+    return y, lead
 
 
 def sample_range(values: Array) -> Tuple[Array, Array]:
@@ -777,18 +798,17 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
                 raise ValueError("choosing lambda for a blended data term needs the samples")
             lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter)
         else:
-            lam, extra = choose_ridge(data, rhs, maxiter, moments)
+            lam, extra = choose_ridge(data, rhs, maxiter, moments, principal_basis(rhs, moments))
         info.update(extra)
     else:
         lam = float(ridge)
     x0 = _start(data, rhs)
     mg = info.pop(HIERARCHY_KEY, None)
     swept = info.pop(SWEEP_FIT_KEY, None)
-    if swept is not None and len(rhs) == 1 and data.is_diagonal and mg is not None:
-        # one channel on the nodes: the sweep fitted this very signal (without its held-out
-        # nodes) at the chosen lambda or the smallest tried; PCG starts there instead of from
-        # full multigrid (module docstring)
-        x0 = np.asarray(swept, np.float32).reshape(data.shape + (1,))
+    if swept is not None and (mg is None or not data.is_diagonal):
+        swept = None
+    # the leading component's PCG starts from the sweep's fit of it (module docstring)
+    lead_start = None if swept is None else np.asarray(swept, np.float32).reshape(data.shape)
     penalty = default_penalty(len(data.shape), info.get("boundary", BOUNDARIES[0]) == "reflect", info.get("weights"))
     info["boundary"] = penalty.boundary
     if mg is not None:
@@ -800,7 +820,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     # the interpolation limit converges slowest and its PSNR is the most sensitive to the solve
     tol = TOL_INTERPOLATING if info.get("interpolating") else TOL
     W, its, rels, clipped = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg,
-                                  value_range if size else None, lead, moments)
+                                  value_range if size else None, lead, moments, lead_start)
     if value_range is not None and size:
         info["clipped"] = clipped
     res = float(rels.max()) if rels.size else 0.0
