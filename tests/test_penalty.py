@@ -405,6 +405,30 @@ def test_lattice_detection():
     assert lattice_grid(np.array([[0.1], [0.33], [0.5]])) is None
 
 
+def test_lattice_detection_of_many_points(rng):
+    """With many points h is read off a strided subset first: when that subset misses the
+    smallest gap (only even multiples of 1/64 at the sampled positions) the whole set decides."""
+    from kronpe.solvers.smooth import LATTICE_PROBE, lattice_grid
+
+    P = 3 * LATTICE_PROBE
+    k = 2 * rng.integers(0, 33, P)
+    k[1::P // LATTICE_PROBE] += 1  # odd multiples only between the subset's points
+    k = np.minimum(k, 64)
+    x = k / 64.0
+    nodes = lattice_grid(np.stack([x, rng.integers(0, 11, P) / 10.0], 1))
+    assert [n.size for n in nodes] == [65, 11]
+    np.testing.assert_allclose(nodes[0], np.arange(65) / 64)
+    evens = lattice_grid((2 * rng.integers(0, 33, P) / 64.0)[:, None])  # no odd multiple anywhere: h = 1/32
+    assert evens[0].size == 33
+    off = x.copy()
+    off[5] += 0.3 / 64  # one point off the lattice
+    assert lattice_grid(off[:, None]) is None
+    for i in (6, 7):  # a gap far below the lattice's: not a lattice (1 / gap is no integer),
+        near = 2 * rng.integers(0, 33, P) / 64.0  # in the strided subset (6) or not (7)
+        near[i] = near[i + 5] + 1e-9
+        assert lattice_grid(near[:, None]) is None
+
+
 def test_lambda_selection_signal_does_not_cancel_channels(rng):
     """lambda is held out on the channels' leading principal component of their second moments
     (the final solve's first component; without that basis, their sum), or on the leading

@@ -204,6 +204,7 @@ SELECTION_SUM_SHARE = 0.5
 BOUNDARY_MARGIN = 0.01
 START_SIGMA = 1.0
 LATTICE_RTOL = 1e-6
+LATTICE_PROBE = 512
 NODES_PER_SPACING = {1: 4.0, 2: 4.0, 3: 2.0}
 ORDER = {1: 2, 2: 2, 3: 3}
 DIAGONAL_SMOOTHER = (2, 4.0)
@@ -280,21 +281,48 @@ class DataTerm:
 
 def lattice_grid(points: Array) -> Optional[List[Array]]:
     """Per-axis nodes k h over [0, 1] when every axis's coordinates are multiples of one h with
-    1 / h an integer (module docstring), else None."""
+    1 / h an integer (module docstring), else None. h is the smallest gap between an axis's
+    distinct coordinates; it is first read off an evenly strided subset of LATTICE_PROBE points
+    and kept when every coordinate is a multiple of it and no two distinct coordinates round to
+    the same multiple (then no gap of the whole set is smaller: the same h as from all of them),
+    else found from all of them (sorting 65k coordinates took 2.6 ms per axis)."""
     nodes = []
+    P = points.shape[0]
     for x in points.T:
-        u = np.unique(x)
-        if u.size < 2:
+        n = None
+        if P > 2 * LATTICE_PROBE:
+            n = _lattice_count(np.sort(x[:: P // LATTICE_PROBE]), x)
+        if n is None:
+            n = _lattice_count(np.sort(x), None)
+        if n is None:
             return None
-        h = float(np.min(np.diff(u)))
-        n = 1.0 / h
-        if abs(n - round(n)) > LATTICE_RTOL * n:
-            return None
-        k = u / h
-        if float(np.max(np.abs(k - np.rint(k)))) > 1e-6:  # (np.allclose's temporaries took 35 us per axis)
-            return None
-        nodes.append(np.arange(int(round(n)) + 1) / round(n))
+        nodes.append(np.arange(n + 1) / n)
     return nodes
+
+
+def _lattice_count(u: Array, x: Optional[Array]) -> Optional[int]:
+    """1 / h for h the smallest gap between the distinct values of ``u`` (sorted) when 1 / h is an
+    integer and every value of ``x`` (None: of ``u``) is a multiple of h, else None (np.sort and
+    the positive gaps: np.unique took 90 us for 4k values, three times as long)."""
+    gaps = np.diff(u)
+    gaps = gaps[gaps > 0]
+    if gaps.size == 0:
+        return None
+    h = float(np.min(gaps))
+    n = 1.0 / h
+    if abs(n - round(n)) > LATTICE_RTOL * n:
+        return None
+    k = (u if x is None else x) / h
+    r = np.rint(k)
+    if float(np.max(np.abs(k - r))) > 1e-6:  # (np.allclose's temporaries took 35 us per axis)
+        return None
+    if x is not None:  # one value per multiple of h: no gap of the whole set below h
+        r = r.astype(np.intp)
+        first = np.empty(int(r.max()) + 1)
+        first[r] = x
+        if not np.array_equal(first[r], x):
+            return None
+    return int(round(n))
 
 
 def lattice_sums(points: Array, shape: Sequence[int], values: Array) -> Tuple[Array, List[Array]]:
