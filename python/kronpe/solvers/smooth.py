@@ -27,13 +27,12 @@ nor a penalty is given. Decisions (documented once, here):
   iterations each picked 0.36, 0.17 dB worse). Only weight ratios matter at the interpolation
   limit, where the video is. With an explicit ridge the weights are all 1.
 - **Boundary** (order 2: natural or mirrored, ``DifferencePenalty(..., boundary=)``; order 3:
-  mirrored, the only one its multigrid kernels have), held out with lambda. With a diagonal data
-  term (the sweep's stationary V-cycles, natural boundary): the best fit's own step against the
-  same step mirrored, from the fit it started from and at its lambda (one V-cycle; the mirrored
-  fit goes on as the best when it wins); otherwise one more iteration from the best fit with
-  each boundary (two; the test of the diagonal case took two until the twelfth session: the
-  same choices and PSNR within 0.0002 dB on the twelve photograph rows, fills 2-7% faster,
-  interleaved in one process). The natural one wins
+  mirrored, the only one its multigrid kernels have), held out with lambda: the sweep's best
+  fit (natural boundary) against its own step mirrored, from the fit that step started from and
+  at its lambda (one V-cycle or PCG iteration; the mirrored fit goes on as the best when it
+  wins). Until the twelfth session the test was one more step from the best fit with each
+  boundary (two): the same choices on the twelve photograph rows and the six off-grid ones,
+  PSNR within 0.0002 dB, fills 2-7% faster (interleaved in one process). The natural one wins
   only when its held-out error is lower by more than BOUNDARY_MARGIN = 1% (``info["boundary"]``;
   closer than that the two are a coin toss of the held-out noise, and the mirrored boundary is
   inpaint_biharmonic's: a 128^2 crop of camera, 50% missing, chose natural by 0.008% and lost
@@ -672,9 +671,9 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     info: Dict[str, Any] = {"ridge_candidates": lams, "holdout_errors": errs, "interpolating": interpolating,
                             "boundary_holdout_errors": []}
     reflect = model["penalty"].reflect
-    if stationary and x_from is not None:
+    if mg is not None and model["penalty"].order == 2:
         # the boundary: the best fit's own step (natural) against that step mirrored, both from
-        # the fit the best started from, at its lambda (module docstring)
+        # the fit the best started from (None: the sweep's start), at its lambda (module docstring)
         mg.set_boundary(True)
         x_mirrored = run(lam_fit, x_from)
         info["boundary_holdout_errors"] = [min(errs), error(x_mirrored)]
@@ -682,25 +681,11 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
         mg.set_boundary(reflect)
         if reflect:
             x_best = x_mirrored
-        if HIGHER and interpolating and reflect and D == 2 and maxiter > 0:
+        if HIGHER and stationary and interpolating and reflect and D == 2 and maxiter > 0 and x_from is not None:
             # the higher-order penalty for the leading component, held out the same way: one
             # over-relaxed step of its system from the same fit, preconditioned by this
             # hierarchy's V-cycle (module docstring)
             e_hi = error(_higher_step(mg, sub.lumped(), b_train, x_from, lam_fit))
-            info["higher_holdout_errors"] = [info["boundary_holdout_errors"][1], e_hi]
-            info[HIGHER_KEY] = e_hi < info["boundary_holdout_errors"][1] * (1.0 - HIGHER_MARGIN)
-    elif mg is not None and model["penalty"].order == 2:
-        # the boundary: one more iteration from the best fit with each (module docstring)
-        for reflect in (False, True):
-            mg.set_boundary(reflect)
-            info["boundary_holdout_errors"].append(error(run(best, x_best)))
-        reflect = info["boundary_holdout_errors"][1] < info["boundary_holdout_errors"][0] * (1.0 + BOUNDARY_MARGIN)
-        mg.set_boundary(reflect)
-        if HIGHER and stationary and interpolating and reflect and D == 2 and maxiter > 0:
-            # the higher-order penalty for the leading component, held out the same way: one
-            # over-relaxed step of its system from the best fit, preconditioned by this
-            # hierarchy's V-cycle (module docstring)
-            e_hi = error(_higher_step(mg, sub.lumped(), b_train, x_best, best))
             info["higher_holdout_errors"] = [info["boundary_holdout_errors"][1], e_hi]
             info[HIGHER_KEY] = e_hi < info["boundary_holdout_errors"][1] * (1.0 - HIGHER_MARGIN)
     elif mg is not None:
