@@ -417,7 +417,7 @@ def _as_planes(rhs) -> List[Array]:
 def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxiter: int,
           penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None,
           value_range: Optional[Tuple[Array, Array]] = None, lead=None, moments: Optional[Array] = None,
-          lead_start: Optional[Array] = None) -> Tuple[Array, int, Array, float]:
+          lead_start: Optional[Array] = None, basis: Optional[Array] = None) -> Tuple[Array, int, Array, float]:
     """(M + lam R) W = rhs for W (N..., C) float32 (rhs (N..., C) or C planes (N...)):
     multigrid-preconditioned CG on grids of 1 to 3
     axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam and the penalty's boundary),
@@ -428,7 +428,7 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     principal component's system, whose PCG ``mg`` (the thin-plate hierarchy) preconditions.
     ``moments``: the channels' ``_moments`` when the caller has them (``rhs`` as planes).
     ``lead_start``: the leading principal component's start (on grids of 1 to 3 axes; instead of
-    ``x0``'s or full multigrid)."""
+    ``x0``'s or full multigrid). ``basis``: the channels' ``principal_basis`` when the caller has it."""
     D = len(data.shape)
     if D > MG_MAX_AXES:
         M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
@@ -445,7 +445,7 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     # the error scale of the others
     planes = _as_planes(rhs)
     C = len(planes)
-    V = principal_basis(planes, moments)
+    V = principal_basis(planes, moments) if basis is None else basis
     b = _mix_planes(planes, V)
     start_ = None if x0 is None else _mix_planes(_planes(x0), V)
     W = []
@@ -805,13 +805,15 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     moments = _moments(rhs) if len(rhs) > 1 else None
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
     info: Dict[str, Any] = {}
+    basis = None
     if ridge is None:
         if not data.is_diagonal:
             if samples is None:
                 raise ValueError("choosing lambda for a blended data term needs the samples")
             lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter)
         else:
-            lam, extra = choose_ridge(data, rhs, maxiter, moments, principal_basis(rhs, moments))
+            basis = principal_basis(rhs, moments)
+            lam, extra = choose_ridge(data, rhs, maxiter, moments, basis)
         info.update(extra)
     else:
         lam = float(ridge)
@@ -833,7 +835,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     # the interpolation limit converges slowest and its PSNR is the most sensitive to the solve
     tol = TOL_INTERPOLATING if info.get("interpolating") else TOL
     W, its, rels, clipped = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg,
-                                  value_range if size else None, lead, moments, lead_start)
+                                  value_range if size else None, lead, moments, lead_start, basis)
     if value_range is not None and size:
         info["clipped"] = clipped
     res = float(rels.max()) if rels.size else 0.0
