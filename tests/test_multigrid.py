@@ -666,3 +666,95 @@ def test_data_term_add_to_is_btb_through_the_blending_matrix(rng):
         want = out0 + (dense.T @ (dense @ v.ravel().astype(np.float64))).reshape(shape)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(data.add_to(v, np.zeros(shape, np.float32)), data(v[..., None])[..., 0], rtol=1e-6, atol=1e-6)
+
+
+LATTICE_CASES = [(0, 2, (5, 4)), (1, 1, (1,)), (9, 1, (7,)), (300, 2, (17, 33)), (2000, 3, (9, 5, 12)), (40000, 2, (257, 129))]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "fortran", "strided"])
+@pytest.mark.parametrize("P, D, n", LATTICE_CASES, ids=str)
+def test_lattice_index_matches_reference(rng, P, D, n, dtype, layout):
+    """_core.lattice_index (the nearest node of every point, C-order flat index; with the nodes
+    given, the first point off them) against reference.lattice_index, any layout of the points."""
+    k = np.stack([rng.integers(0, m, P) for m in n], 1) if P else np.zeros((0, D), np.int64)
+    span = np.array([2.0] * D)
+    origin = np.array([-0.5] * D)
+    nodes = [origin[a] + np.arange(n[a]) * (span[a] / max(n[a] - 1, 1)) for a in range(D)]
+    exact = np.stack([nodes[a][k[:, a]] for a in range(D)], 1) if P else np.zeros((0, D))
+    if P > 1:
+        exact[0] = -3.0  # outside: clamped to the first node (then off it: with nodes, the first miss)
+        exact[-1, 0] = np.nan  # NaN: node 0
+    pts = exact.astype(dtype)
+    if layout == "fortran":
+        pts = np.asfortranarray(pts)
+    elif layout == "strided":
+        wide = np.zeros((P, 2 * D + 1), dtype)
+        wide[:, 1::2] = pts
+        pts = wide[:, 1::2]
+    scale = [(m - 1) / span[a] for a, m in enumerate(n)]
+    out = np.full(P, -7, np.int64)
+    assert _core.lattice_index(pts, list(n), list(origin), scale, None, out) == P
+    want, first = reference.lattice_index(pts, n, origin, scale)
+    np.testing.assert_array_equal(out, want)
+    g = [np.asarray(v, np.float64) for v in nodes]
+    first_ref = reference.lattice_index(pts, n, origin, scale, g)[1]
+    got = _core.lattice_index(pts, list(n), list(origin), scale, g, out)
+    assert got == first_ref
+    if dtype == np.float64 and P > 2:
+        assert got == 0  # the clamped point is not on its node
+        ok = pts[1:-1]
+        out2 = np.empty(ok.shape[0], np.int64)
+        assert _core.lattice_index(ok, list(n), list(origin), scale, g, out2) == ok.shape[0]
+        np.testing.assert_array_equal(out2, reference.lattice_index(ok, n, origin, scale, g)[0])
+
+
+@pytest.mark.parametrize("P, C, G", [(0, 3, 5), (1, 1, 1), (50, 0, 7), (500, 3, 40), (70000, 1, 4096)], ids=str)
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+def test_lattice_sums_matches_reference(rng, P, C, G, dtype, strided):
+    """_core.lattice_sums (samples per node and their sums per channel, one pass in the values'
+    dtype) against reference.lattice_sums (float64 bincounts); at most two samples per node: the
+    same bits."""
+    flat = rng.permutation(np.repeat(np.arange(G), 2))[:P] if P <= 2 * G else rng.integers(0, G, P)
+    values = rng.standard_normal((P, C)).astype(dtype)
+    if strided:
+        values = np.asfortranarray(values) if C > 1 else np.repeat(values, 2, axis=0)[::2]
+    counts, sums = np.full(G, 5, dtype), np.full((C, G), 5, dtype)
+    _core.lattice_sums(flat.astype(np.int64), values, counts, sums)
+    wc, ws = reference.lattice_sums(flat, values, G)
+    np.testing.assert_array_equal(counts, wc)
+    if P <= 2 * G:
+        np.testing.assert_array_equal(sums, ws)
+    else:
+        np.testing.assert_allclose(sums, ws, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-3 if dtype == np.float32 else 1e-9)
+
+
+def test_lattice_kernels_bad_inputs():
+    pts = np.zeros((4, 2))
+    out = np.empty(4, np.int64)
+    with pytest.raises(ValueError, match="one value per coordinate"):
+        _core.lattice_index(pts, [3], [0.0], [1.0], None, out)
+    with pytest.raises(ValueError, match="out must be"):
+        _core.lattice_index(pts, [3, 3], [0.0, 0.0], [1.0, 1.0], None, np.empty(3, np.int64))
+    with pytest.raises(ValueError, match="got int32"):
+        _core.lattice_index(pts, [3, 3], [0.0, 0.0], [1.0, 1.0], None, np.empty(4, np.int32))
+    with pytest.raises(ValueError, match="out must be int64"):
+        _core.lattice_index(pts, [3, 3], [0.0, 0.0], [1.0, 1.0], None, np.empty(4))
+    with pytest.raises(ValueError, match=r"nodes\[1\]"):
+        _core.lattice_index(pts, [3, 3], [0.0, 0.0], [1.0, 1.0], [np.zeros(3), np.zeros(2)], out)
+    with pytest.raises(ValueError, match="at least one node"):
+        _core.lattice_index(pts, [3, 0], [0.0, 0.0], [1.0, 1.0], None, out)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _core.lattice_index(pts.astype(np.int64), [3, 3], [0.0, 0.0], [1.0, 1.0], None, out)
+    vals = np.ones((4, 2), np.float32)
+    counts, sums = np.full(3, 9, np.float32), np.full((2, 3), 9, np.float32)
+    with pytest.raises(ValueError, match=r"flat index 3 of point 2 outside \[0, 3\)"):
+        _core.lattice_sums(np.array([0, 1, 3, 2]), vals, counts, sums)
+    assert (counts == 9).all() and (sums == 9).all()  # nothing written: the check comes first
+    with pytest.raises(ValueError, match=r"flat index -1 of point 0"):
+        _core.lattice_sums(np.array([-1, 1, 2, 2]), vals, counts, sums)
+    with pytest.raises(ValueError, match="sums must be"):
+        _core.lattice_sums(np.array([0, 1, 2, 2]), vals, counts, np.empty((2, 4), np.float32))
+    with pytest.raises(ValueError, match="counts must be"):
+        _core.lattice_sums(np.array([0, 1, 2, 2]), vals, np.empty(3, np.float64), sums)
+    with pytest.raises(ValueError, match="values must be"):
+        _core.lattice_sums(np.array([0, 1, 2]), vals, counts, sums)

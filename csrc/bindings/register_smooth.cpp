@@ -301,6 +301,76 @@ void register_smooth(py::module_& m) {
       "out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed "
       "values, how many of them are NaN or Inf) (internal).");
   m.def(
+      "lattice_index",
+      [](const Array& points, const std::vector<index_t>& n, const std::vector<double>& origin,
+         const std::vector<double>& scale, const std::optional<std::vector<Array>>& nodes, const Array& out) {
+        bindings::require_host(points, "points");
+        bindings::require_host(out, "out");
+        require(points.ndim() == 2, "lattice_index: points must be 2-D (P, D)");
+        const index_t P = points.shape[0];
+        const int D = int(points.shape[1]);
+        require(D >= 1, "lattice_index: points must have at least one coordinate (D >= 1)");
+        require(index_t(n.size()) == D && index_t(origin.size()) == D && index_t(scale.size()) == D,
+                "lattice_index: n, origin and scale must hold one value per coordinate (D = " + std::to_string(D) + ")");
+        index_t* fp = bindings::data<index_t>(out, "out", 1);
+        require(out.shape[0] == P && (P <= 1 || out.strides[0] == 1), "lattice_index: out must be contiguous int64 (P,)");
+        std::vector<const double*> node_ptrs;
+        if (nodes) {
+          require(index_t(nodes->size()) == D, "lattice_index: nodes must hold one array per coordinate");
+          for (int a = 0; a < D; ++a) {
+            const Array& g = (*nodes)[std::size_t(a)];
+            bindings::require_host(g, "nodes");
+            const double* gp = bindings::data<const double>(g, "nodes", 1);
+            require(g.shape[0] == n[std::size_t(a)] && (g.shape[0] <= 1 || g.strides[0] == 1),
+                    "lattice_index: nodes[" + std::to_string(a) + "] must be contiguous float64 of n[" +
+                        std::to_string(a) + "] values");
+            node_ptrs.push_back(gp);
+          }
+        }
+        index_t first = 0;
+        bindings::dispatch1(points.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* pp = p<const T>(points, "points");
+          py::gil_scoped_release release;
+          first = lattice_index<T>(P, D, pp, points.strides[0], points.strides[1], n.data(), origin.data(),
+                                   scale.data(), nodes ? node_ptrs.data() : nullptr, fp);
+        });
+        return first;
+      },
+      py::arg("points"), py::arg("n"), py::arg("origin"), py::arg("scale"), py::arg("nodes"), py::arg("out"),
+      "out[p] = the C-order flat index of point p's nearest lattice node (kronpe/masked.h: node k of "
+      "axis a at origin[a] + k / scale[a], n[a] nodes, clamped); with nodes, the first p whose "
+      "coordinates are not exactly its nodes' values is returned (else P) (internal).");
+  m.def(
+      "lattice_sums",
+      [](const Array& flat, const Array& values, const Array& counts, const Array& sums) {
+        for (const auto& [a, name] : {std::pair<const Array*, const char*>{&flat, "flat"}, {&values, "values"},
+                                      {&counts, "counts"}, {&sums, "sums"}})
+          bindings::require_host(*a, name);
+        const index_t* fp = bindings::data<const index_t>(flat, "flat", 1);
+        require(values.ndim() == 2 && values.shape[0] == flat.shape[0],
+                "lattice_sums: values must be (P, C) with flat's P");
+        require(flat.shape[0] <= 1 || flat.strides[0] == 1, "lattice_sums: flat must be contiguous");
+        const index_t P = values.shape[0], C = values.shape[1];
+        require(counts.ndim() == 1 && counts.dtype == values.dtype && (counts.shape[0] <= 1 || counts.strides[0] == 1),
+                "lattice_sums: counts must be contiguous 1-D of values' dtype");
+        const index_t G = counts.shape[0];
+        require(sums.ndim() == 2 && sums.shape[0] == C && sums.shape[1] == G && sums.dtype == values.dtype &&
+                    (C * G <= 1 || ((G <= 1 || sums.strides[1] == 1) && (C <= 1 || sums.strides[0] == G))),
+                "lattice_sums: sums must be C-contiguous (C, G) of values' dtype");
+        bindings::dispatch1(values.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* vp = p<const T>(values, "values");
+          T* cp = p<T>(counts, "counts");
+          T* sp = p<T>(sums, "sums");
+          py::gil_scoped_release release;
+          lattice_sums<T>(P, C, fp, vp, values.strides[0], values.strides[1], G, cp, sp);
+        });
+      },
+      py::arg("flat"), py::arg("values"), py::arg("counts"), py::arg("sums"),
+      "counts[g] = how many points have flat index g, sums[c, g] = the sum of their values[:, c] "
+      "(kronpe/masked.h) (internal).");
+  m.def(
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,
          const std::optional<Array>& b, bool reflect, int threads, int order,

@@ -5,9 +5,11 @@
 #include "kronpe/threads.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 
@@ -150,9 +152,60 @@ index_t masked_fill(index_t n, index_t C, const T* s, const unsigned char* mask,
   return total;
 }
 
+template <typename T>
+index_t lattice_index(index_t P, int D, const T* points, index_t sp, index_t sa, const index_t* n,
+                      const double* origin, const double* scale, const double* const* nodes,
+                      index_t* flat) {
+  require(P >= 0 && D >= 1, "lattice_index: needs P >= 0 points of D >= 1 coordinates");
+  index_t G = 1;
+  for (int a = 0; a < D; ++a) {
+    require(n[a] >= 1, "lattice_index: every axis needs at least one node");
+    G = checked_mul(G, n[a], "lattice_index");
+  }
+  // one point at a time, its axes in order (P is the long loop; D is 1 to 3)
+  for (index_t p = 0; p < P; ++p) {
+    index_t f = 0;
+    for (int a = 0; a < D; ++a) {
+      const double x = double(points[p * sp + a * sa]);
+      const double k = std::rint((x - origin[a]) * scale[a]);
+      const index_t ki = k > 0 ? (k < double(n[a] - 1) ? index_t(k) : n[a] - 1) : 0;  // NaN: 0
+      if (nodes && !(nodes[a][ki] == x)) return p;
+      f = f * n[a] + ki;
+    }
+    flat[p] = f;
+  }
+  return P;
+}
+
+template <typename T>
+void lattice_sums(index_t P, index_t C, const index_t* flat, const T* values, index_t vp,
+                  index_t vc, index_t G, T* counts, T* sums) {
+  require(P >= 0 && C >= 0 && G >= 0, "lattice_sums: negative size");
+  checked_mul(C, G, "lattice_sums");
+  for (index_t p = 0; p < P; ++p)
+    if (flat[p] < 0 || flat[p] >= G)
+      require(false, "lattice_sums: flat index " + std::to_string(flat[p]) + " of point " + std::to_string(p) +
+                         " outside [0, " + std::to_string(G) + ")");
+  std::fill(counts, counts + G, T(0));
+  std::fill(sums, sums + C * G, T(0));
+  for (index_t p = 0; p < P; ++p) {
+    const index_t g = flat[p];
+    counts[g] += T(1);
+    for (index_t c = 0; c < C; ++c) sums[c * G + g] += values[p * vp + c * vc];
+  }
+}
+
 template index_t masked_fill<float>(index_t, index_t, const float*, const unsigned char*, float*,
                                     float*, float*, bool);
 template index_t masked_fill<double>(index_t, index_t, const double*, const unsigned char*,
                                      double*, double*, double*, bool);
+template index_t lattice_index<float>(index_t, int, const float*, index_t, index_t, const index_t*,
+                                      const double*, const double*, const double* const*, index_t*);
+template index_t lattice_index<double>(index_t, int, const double*, index_t, index_t, const index_t*,
+                                       const double*, const double*, const double* const*, index_t*);
+template void lattice_sums<float>(index_t, index_t, const index_t*, const float*, index_t, index_t,
+                                  index_t, float*, float*);
+template void lattice_sums<double>(index_t, index_t, const index_t*, const double*, index_t, index_t,
+                                   index_t, double*, double*);
 
 }  // namespace kronpe

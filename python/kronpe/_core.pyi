@@ -212,6 +212,14 @@ def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor, planar: bool =
     """out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed
     values, how many of them are NaN or Inf) (internal)."""
 
+def lattice_index(points: Descriptor, n: List[int], origin: List[float], scale: List[float],
+                  nodes: Optional[List[Descriptor]], out: Descriptor) -> int:
+    """out[p] = the C-order flat index of point p's nearest lattice node (kronpe/masked.h: node k of axis a at origin[a] + k / scale[a],
+    n[a] nodes, clamped); with nodes, the first p whose coordinates are not exactly its nodes' values is returned (else P) (internal)."""
+
+def lattice_sums(flat: Descriptor, values: Descriptor, counts: Descriptor, sums: Descriptor) -> None:
+    """counts[g] = how many points have flat index g, sums[c, g] = the sum of their values[:, c] (kronpe/masked.h) (internal)."""
+
 def work_cache(clear: bool = False) -> int:
     """The bytes of solver work memory kept for the next fit; clear=True frees them first (internal)."""
 

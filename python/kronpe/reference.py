@@ -572,6 +572,36 @@ def masked_fill(s, mask, planar: bool = False):
     return (np.ascontiguousarray(out.T) if planar else out), lo, hi, int(np.count_nonzero(~np.isfinite(obs)))
 
 
+def lattice_index(points, n, origin, scale, nodes=None):
+    """(flat C-order node indices (P,) int64, the first point off its nodes or P)
+    (``_core.lattice_index``): k_a = rint((x_a - origin[a]) scale[a]) clamped to [0, n[a] - 1]
+    (NaN: 0); with ``nodes`` (per axis, n[a] float64 values) a point passes only when every
+    coordinate equals its node's value (the indices from that point on are left out)."""
+    pts = np.asarray(points, np.float64)
+    P, D = pts.shape
+    flat = np.zeros(P, np.int64)
+    ok = np.ones(P, bool)
+    for a in range(D):
+        k = np.rint((pts[:, a] - origin[a]) * scale[a])
+        k = np.where(np.isnan(k), 0, np.clip(k, 0, n[a] - 1)).astype(np.int64)
+        if nodes is not None:
+            ok &= np.asarray(nodes[a], np.float64)[k] == pts[:, a]
+        flat = flat * n[a] + k
+    first = int(np.argmin(ok)) if not ok.all() else P
+    return flat[:first], first
+
+
+def lattice_sums(flat, values, G: int):
+    """(counts (G,), sums (C, G)) in the values' dtype (``_core.lattice_sums``): how many points
+    have each flat index and the sums of their values (P, C), in float64 then rounded (the kernel
+    adds in the values' dtype in the points' order: the same for up to two points per node)."""
+    values = np.asarray(values)
+    counts = np.bincount(flat, minlength=G).astype(values.dtype)
+    sums = np.stack([np.bincount(flat, weights=values[:, c], minlength=G) for c in range(values.shape[1])]) \
+        if values.shape[1] else np.zeros((0, G))
+    return counts, sums.astype(values.dtype).reshape(values.shape[1], G)
+
+
 def mix_channels(inputs, v, lo=None, hi=None):
     """(outputs [sum_k v[k, c] inputs[k] for c], how many values fell outside [lo[c], hi[c]])
     (``_core.mix_channels``): the terms added in k order in the inputs' dtype, each output clipped

@@ -14,4 +14,24 @@ template <typename T>
 index_t masked_fill(index_t n, index_t C, const T* s, const unsigned char* mask, T* out, T* lo,
                     T* hi, bool planar = false);
 
+// Points on a lattice (the default fit of scattered samples that lie on one, and the prediction
+// of such a fit at lattice points). Point p's coordinate along axis a (0 <= a < D) is
+// points[p * sp + a * sa]; axis a has n[a] >= 1 nodes; its node index is k = rint((x - origin[a])
+// * scale[a]) clamped to [0, n[a] - 1] (NaN: 0), and flat[p] = sum_a k_a prod_{b > a} n[b] (C
+// order). With `nodes` (per axis, n[a] values) a point passes only when every coordinate equals
+// its node's value exactly: returns the first p that does not (flat[0..p) written), else P.
+// Without `nodes` every point passes (returns P).
+template <typename T>
+index_t lattice_index(index_t P, int D, const T* points, index_t sp, index_t sa, const index_t* n,
+                      const double* origin, const double* scale, const double* const* nodes,
+                      index_t* flat);
+
+// counts[g] = how many p have flat[p] == g, sums[c * G + g] = the sum of their values[p * vp +
+// c * vc] (c < C), added in the points' order in T; counts and sums (G and C * G values) are
+// overwritten. Every flat[p] must lie in [0, G) (an index outside throws before anything is
+// written).
+template <typename T>
+void lattice_sums(index_t P, index_t C, const index_t* flat, const T* values, index_t vp,
+                  index_t vc, index_t G, T* counts, T* sums);
+
 }  // namespace kronpe

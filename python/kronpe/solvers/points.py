@@ -51,6 +51,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import _core
 from .._adapters import arrays as _arrays, validate as _validate
 from ..ops import host_chain
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
@@ -183,24 +184,18 @@ def _node_indices(points, nodes: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     node of its axis, else None (then the blend, which checks the points). At a node the
     multilinear blend's weights are exactly 1 and 0, so the value there is the node's, to the bit:
     predicting the held-out pixels of a lattice fit gathers them (building and applying the
-    BlendingMatrix took 0.33 ms for 12k points)."""
+    BlendingMatrix took 0.33 ms for 12k points; the node test in NumPy 1.7 ms for 197k, compiled
+    (``_core.lattice_index``) 0.3)."""
     if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] != len(nodes) \
-            or points.dtype.kind != "f" or points.shape[0] == 0:
+            or points.dtype not in (np.float32, np.float64) or points.shape[0] == 0:
         return None
-    flat = None
-    for ax, g in enumerate(nodes):
-        n = g.size
-        if n < 2 or not g[-1] > g[0]:
-            return None
-        x = points[:, ax]
-        k = np.rint((x - g[0]) * ((n - 1) / (g[-1] - g[0])))
-        np.fmax(k, 0, out=k)  # (NaN -> 0: the node then differs from it)
-        np.fmin(k, n - 1, out=k)
-        ki = k.astype(np.intp)
-        if not np.array_equal(g[ki], x):
-            return None
-        flat = ki if flat is None else flat * n + ki
-    return flat
+    g = [np.ascontiguousarray(n, np.float64) for n in nodes]
+    if any(n.size < 2 or not n[-1] > n[0] for n in g):
+        return None
+    flat = np.empty(points.shape[0], np.int64)
+    first = _core.lattice_index(points, [n.size for n in g], [float(n[0]) for n in g],
+                                [(n.size - 1) / float(n[-1] - n[0]) for n in g], g, flat)
+    return flat if first == points.shape[0] else None
 
 
 # ---- argument handling -----------------------------------------------------------------------------
