@@ -609,7 +609,7 @@ template <typename T>
 KRONPE_CLONES void invert_row(index_t n, const T* __restrict m, T lam, T* __restrict dg) {
   for (index_t i = 0; i < n; ++i) dg[i] = inverse(m[i] + lam * dg[i]);
 }
-// w = inverse(m + lam rd): invert_row of a copy of rd, in one pass.
+// w = inverse(m + lam rd): invert_row into another array.
 template <typename T>
 KRONPE_CLONES void invert_row_from(index_t n, const T* __restrict m, T lam, const T* __restrict rd,
                                    T* __restrict w) {
@@ -845,8 +845,7 @@ void thin_plate_diag(const Grid& g, const T* m, T lam, T* out, int threads, bool
   for_rows<T>(g, threads, [&](index_t i0, index_t i1, T*, T* dg, index_t o, RowsOf<T>&) {
     r_diag_row(B, i0, i1, dg);
     if (inverted) {
-      invert_row(g.n[2], m + o, lam, dg);
-      std::copy(dg, dg + g.n[2], out + o);
+      invert_row_from(g.n[2], m + o, lam, dg, out + o);
     } else {
       for (index_t i = 0; i < g.n[2]; ++i) out[o + i] = m[o + i] + lam * dg[i];
     }
