@@ -75,8 +75,9 @@ def _thread_pools():
     """Start every thread pool before the first address-space cap (``address_cap``): BLAS
     libraries create their threads and per-thread buffers at their first call, hundreds of MB of
     address space on a many-core machine, and some crash instead of failing cleanly when that
-    first call runs under the cap (seen once on a 16-core machine: a worker crashed in
-    test_torch_bad_input)."""
+    first call runs under the cap. (The worker seen crashing in test_torch_bad_input on a
+    16-core, 128 GiB machine was writing a 128 GiB reference copy of the huge broadcast;
+    _tensor_mutations makes none since.)"""
     import scipy.linalg
 
     a = np.ones((256, 256))
@@ -402,7 +403,8 @@ def drive(label, fn, kwargs, param, mutation, blame=None, reference=None):
         elif clean is not None:
             good = dict(kwargs, **{param: None})
             try:
-                good[param] = clean(value)
+                with address_cap():  # a clean copy is small, or it is not made
+                    good[param] = clean(value)
             except Exception:  # noqa: BLE001 - no clean version: success is not checked
                 good = None
             ref = None if good is None else (lambda: fn(**good))
@@ -861,11 +863,13 @@ def test_data_bad_input(data, files):
 def _tensor_mutations(t, finite=True):
     a = t.numpy()
     out = []
-    for tag, v, e, _ in array_mutations(a, finite):
+    for tag, v, e, clean in array_mutations(a, finite):
         if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" and v.dtype.isnative and not tag.startswith("huge"):
             v = torch.from_numpy(np.array(v))
+        # no clean version where the array's has none (the huge broadcast: 128 GiB as float64,
+        # which a machine with that much memory set out to write, 2026-11-26)
         out.append((tag, v, e, (lambda x: torch.from_numpy(_f64(x.numpy() if isinstance(x, torch.Tensor) else x)))
-                    if e == "ok" else None))
+                    if e == "ok" and clean is not None else None))
     return out
 
 

@@ -108,6 +108,24 @@ def test_rows_give_the_ratio_to_the_best_peer_and_the_fraction_of_gemm():
     assert "1 group(s) behind a peer: g 2.00x" in text
 
 
+def test_cuda_rows_are_a_fraction_of_the_gpu_gemm_rate():
+    doc = _doc({("CUDA g", "kronpe (CUDA)"): (1e-3, False, 2e10), ("CUDA g", "peer"): (2e-3, True, 2e10),
+                ("g", "kronpe"): (1.0, False, 5e10)}, gemm=1e11)
+    for b in doc["benchmarks"]:
+        if b["group"].startswith("CUDA"):
+            b["params"] = {"device": "cuda"}
+    rows = {r["method"]: r for r in report.rows(doc)}
+    assert "fraction" not in rows["kronpe (CUDA)"]  # no GPU rate measured: no fraction of the host's
+    assert rows["kronpe"]["fraction"] == pytest.approx(0.5)
+    doc["rates"]["gpu_gemm_flops"] = 4e13
+    rows = {r["method"]: r for r in report.rows(doc)}
+    assert rows["kronpe (CUDA)"]["fraction"] == pytest.approx(0.5)
+    assert rows["peer"]["fraction"] == pytest.approx(0.25)
+    assert rows["kronpe"]["fraction"] == pytest.approx(0.5)
+    text = report.markdown(doc)
+    assert "GPU GEMM rate 40.0 TFLOP/s" in text and "| CUDA g | kronpe (CUDA) | 1.000 (0.900) | 0.50x | 20000.0 GFLOP/s | 50% GEMM |" in text
+
+
 def test_measure_interleaves_checks_and_skips():
     calls = []
 

@@ -12,6 +12,7 @@ import pytest
 import kronpe
 from kronpe import DifferencePenalty, Gaussian, GridPlan, fit_grid
 from kronpe._adapters import arrays as _arrays
+from kronpe.solvers import fit as _fit
 from kronpe.solvers.fit import _fold_pad
 
 DTYPES = [np.float32, np.float64]
@@ -158,11 +159,23 @@ def test_predict_on_device_equals_host(cuda_device):
     _same_place(cuda_device, grid, model.weights)
     _close(cuda_device.host(grid), host.predict_grid(q), np.float32, factor=10.0)
     assert cuda_device.is_dense(grid, "C")
-    # the device bases are kept per coordinates: again, at other coordinates, and back
+    # the device bases are kept per embedders and coordinates: again, at other coordinates, and back
+    _fit._DEVICE_BASES.clear()
     q2 = [np.linspace(0, 1, n) ** 2 for n in (9, 6, 5)]
     for c in (q, q2, q, q2):
         _close(cuda_device.host(model.predict_grid(c)), host.predict_grid(c), np.float32, factor=10.0)
-    assert len(model._device_bases) == 2
+    assert len(_fit._DEVICE_BASES) == 2
+    # another model of the plan (other values) shares them and predicts its own weights
+    S2 = np.random.default_rng(6).standard_normal(S.shape).astype(np.float32)
+    model2 = plan.fit(cuda_device.put(S2))
+    for c in (q2, q):
+        _close(cuda_device.host(model2.predict_grid(c)), plan.fit(S2).predict_grid(c), np.float32, factor=10.0)
+    assert len(_fit._DEVICE_BASES) == 2
+    # other embedders (equal by value to none kept) get their own
+    other = GridPlan(coords, [e.replace(sigma=1.5 * e.sigma) for e in embs], ridge=1e-2)
+    _close(cuda_device.host(other.fit(cuda_device.put(S)).predict_grid(q)), other.fit(S).predict_grid(q),
+           np.float32, factor=10.0)
+    assert len(_fit._DEVICE_BASES) == 3
     pts = np.random.default_rng(5).uniform(0, 1, (50, 3))
     for chunk in (8, 1 << 22):
         values = model.predict(pts, chunk=chunk)

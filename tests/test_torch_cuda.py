@@ -159,6 +159,20 @@ def test_training_in_a_cuda_graph_matches_eager(path):
     np.testing.assert_allclose(hists[True].loss, hists[False].loss, rtol=1e-4)
 
 
+def test_adam_step_captures_cuda_parameters_by_default():
+    from kronpe.torch.train import adam_step
+
+    w = torch.nn.Parameter(torch.zeros(3, device=DEV))
+    target = torch.arange(3.0, device=DEV)
+    step = adam_step([w], lambda: w * 1.0, target, lr=0.1)
+    assert step.cuda_graph is True
+    losses = [float(step()) for _ in range(6)]  # three eager, one capture, two replays
+    assert losses[-1] < losses[0]
+    assert adam_step([w], lambda: w * 1.0, target, cuda_graph=False).cuda_graph is False
+    c = torch.nn.Parameter(torch.zeros(3))
+    assert adam_step([w, c], lambda: w * c, target).cuda_graph is False  # not all on the GPU: eager
+
+
 def test_adam_step_rejects_a_graph_of_cpu_parameters():
     from kronpe.torch.train import adam_step
 

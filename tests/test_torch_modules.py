@@ -292,6 +292,17 @@ def test_fit_points_adam_learns():
     assert ktrain.psnr(pred, torch.from_numpy(img.reshape(-1))) > 23
 
 
+def test_adam_step_on_cpu_runs_eagerly():
+    w = torch.nn.Parameter(torch.zeros(3))
+    target = torch.arange(3.0)
+    step = ktrain.adam_step([w], lambda: w * 1.0, target, lr=0.1)
+    assert step.cuda_graph is False
+    losses = [float(step()) for _ in range(5)]
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="cuda_graph=True needs every trainable parameter on a CUDA device"):
+        ktrain.adam_step([w], lambda: w, target, cuda_graph=True)
+
+
 class _Case:
     """The parts of kronpe.app.protocol.Case the demo rows read (2-D, stride 2)."""
 

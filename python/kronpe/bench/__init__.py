@@ -17,7 +17,7 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import report
-from .harness import Case, Method, copy_bandwidth, gemm_rate, machine_info, measure
+from .harness import Case, Method, copy_bandwidth, gemm_rate, gpu_gemm_rate, machine_info, measure
 
 __all__ = ["SUITES", "Case", "Method", "cases", "measure", "report", "run"]
 
@@ -96,6 +96,8 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
     gemm_after, copy_after = gemm_rate(side), copy_bandwidth()
     gemm = gemm_before if gemm_before["best"] >= gemm_after["best"] else gemm_after
     gemm = dict(gemm, best=max([gemm["best"]] + probes))
+    # the CUDA rows' reference: cuBLAS's GEMM rate on the same GPU, after the cases
+    gpu_gemm = gpu_gemm_rate() if any(c.params.get("device") == "cuda" for c in selected) else None
     return {
         "kronpe_bench": 1,
         "datetime": started,
@@ -104,6 +106,7 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         "machine_info": machine_info(),
         "rates": {"gemm_flops": gemm["best"], "gemm": {"before": gemm_before, "after": gemm_after,
                                                                    "per_case": probes},
-                  "copy_Bps": max(copy_before, copy_after), "copy": {"before": copy_before, "after": copy_after}},
+                  "copy_Bps": max(copy_before, copy_after), "copy": {"before": copy_before, "after": copy_after},
+                  **({"gpu_gemm_flops": gpu_gemm} if gpu_gemm else {})},
         "benchmarks": records,
     }

@@ -24,6 +24,7 @@ The files of ``benches/`` run the same cases under pytest-benchmark (``benches/c
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -212,6 +213,35 @@ def gemm_rate(n: int = 2048, rounds: int = 5) -> dict:
     out["best"] = max(out.values())
     out["n"] = n
     return out
+
+
+def gpu_gemm_rate(n: int = 8192, rounds: int = 5) -> Optional[float]:
+    """cuBLAS's float32 GEMM rate on torch's current GPU (flop/s of the fastest round, TF32 off,
+    timed with CUDA events), the reference of the CUDA rows; None without a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        g = torch.Generator(device="cuda").manual_seed(3)
+        a = torch.randn(n, n, device="cuda", generator=g)
+        b = torch.randn(n, n, device="cuda", generator=g)
+        torch.matmul(a, b)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        best = math.inf
+        for _ in range(rounds):
+            start.record()
+            torch.matmul(a, b)
+            stop.record()
+            stop.synchronize()
+            best = min(best, start.elapsed_time(stop) * 1e-3)
+        return 2.0 * n**3 / best
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def copy_bandwidth(nbytes: int = 64 << 20, rounds: int = 5) -> float:

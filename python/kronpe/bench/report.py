@@ -55,6 +55,11 @@ def rates(doc: dict) -> Tuple[float, float]:
     return (max(gemm) if gemm else math.nan), (max(copy) if copy else math.nan)
 
 
+def gpu_gemm(doc: dict) -> float:
+    """cuBLAS's float32 GEMM rate measured in the run (flop/s; NaN when no CUDA row ran)."""
+    return float(doc.get("rates", {}).get("gpu_gemm_flops") or math.nan)
+
+
 def groups(doc: dict) -> "OrderedDict[str, List[dict]]":
     out: "OrderedDict[str, List[dict]]" = OrderedDict()
     for b in doc["benchmarks"]:
@@ -66,6 +71,7 @@ def groups(doc: dict) -> "OrderedDict[str, List[dict]]":
 def rows(doc: dict) -> List[dict]:
     """One dict per benchmark: group, method, peer, median, min, vs_best_peer, rate, fraction, unit."""
     gemm, copy = rates(doc)
+    gpu = gpu_gemm(doc)
     out = []
     for group, bs in groups(doc).items():
         timed = [b for b in bs if _timed(b)]
@@ -79,8 +85,11 @@ def rows(doc: dict) -> List[dict]:
             if _timed(b):
                 med = b["stats"]["median"]
                 row.update(median=med, min=b["stats"]["min"], vs_best_peer=med / best)
-                if info.get("flops"):
-                    row.update(rate=info["flops"] / med / 1e9, unit="GFLOP/s", fraction=info["flops"] / med / gemm)
+                if info.get("flops"):  # a GPU row against the GPU's GEMM rate, never the host's
+                    ref = gpu if b.get("params", {}).get("device") == "cuda" else gemm
+                    row.update(rate=info["flops"] / med / 1e9, unit="GFLOP/s")
+                    if math.isfinite(ref):
+                        row.update(fraction=info["flops"] / med / ref)
                 elif info.get("bytes"):
                     row.update(rate=info["bytes"] / med / 1e9, unit="GB/s", fraction=info["bytes"] / med / copy)
             out.append(row)
@@ -112,6 +121,9 @@ def machine_line(doc: dict) -> str:
     if env:
         parts.append(env)
     parts.append(f"GEMM rate {gemm / 1e9:.1f} GFLOP/s (float32, fastest round), copy {copy / 1e9:.1f} GB/s")
+    if math.isfinite(gpu_gemm(doc)):
+        parts.append(f"GPU GEMM rate {gpu_gemm(doc) / 1e12:.1f} TFLOP/s (cuBLAS float32, TF32 off; the CUDA rows' "
+                     "reference)")
     return "Machine: " + "; ".join(parts)
 
 
@@ -127,7 +139,7 @@ def markdown(doc: dict) -> str:
             continue
         vs = "" if math.isnan(r["vs_best_peer"]) else f"{r['vs_best_peer']:.2f}x"
         rate = f"{r['rate']:.1f} {r['unit']}" if "rate" in r else ""
-        frac = f"{100 * r['fraction']:.0f}% {'GEMM' if r['unit'] == 'GFLOP/s' else 'copy'}" if "rate" in r else ""
+        frac = f"{100 * r['fraction']:.0f}% {'GEMM' if r['unit'] == 'GFLOP/s' else 'copy'}" if "fraction" in r else ""
         psnr = "" if r["psnr"] is None else f"{r['psnr']:.2f}"
         lines.append(f"| {r['group']} | {name} | {_ms(r['median'])} ({_ms(r['min'])}) | {vs} | {rate} | {frac} | {psnr} |")
     lines += ["", "vs best peer: median time / the fastest peer's median time in the same group (< 1: kronpe "

@@ -90,8 +90,8 @@ def train(
     cuda_graph : bool, optional
         Capture one step (forward, backward, Adam) in a CUDA graph after three warm-up steps and
         replay it for the others: one launch per step instead of one per operation, so the step
-        costs the GPU's time, not Python's. Default (None): off for now (to be on for CUDA
-        parameters once a GPU run has checked it). Needs a ``forward`` that reads the same
+        costs the GPU's time, not Python's. Default (None): on when the parameters are on a CUDA
+        device, off otherwise. Needs a ``forward`` that reads the same
         tensors at every step (every kronpe model here does) and ``evaluate`` free of in-place
         changes to them; Adam then keeps its step count on the device (``capturable=True``),
         with the same arithmetic.
@@ -133,10 +133,9 @@ def train(
 
 
 _WARMUP = 3  # eager steps before a CUDA graph capture
-# Whether cuda_graph=None captures on CUDA. Off until a GPU run shows the captured step of both
-# kronpe paths (the first H200 run found the backward's cuBLAS handle uncapturable; fixed since,
-# not yet run): benches/README.md, GPU.
-_GRAPH_DEFAULT = False
+# Whether cuda_graph=None captures on CUDA: on since the H200 run of the thirteenth session
+# (captured steps of both kronpe paths equal to the eager ones; benches/README.md, GPU).
+_GRAPH_DEFAULT = True
 
 
 def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor, lr: float = PAPER_LR,
@@ -147,9 +146,9 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
     the device). With ``cuda_graph`` (see :func:`train` for the default), its first three calls
     run eagerly on a side stream, the fourth captures one step in a CUDA graph and every later
     call replays it (see :func:`train`). ``steps``, when known, skips a capture that would be
-    replayed once only."""
+    replayed once only. The returned function's ``cuda_graph`` attribute says whether it captures."""
     params = list(params)
-    graph = _GRAPH_DEFAULT and bool(params[0].is_cuda) if cuda_graph is None else bool(cuda_graph)
+    graph = _GRAPH_DEFAULT and all(p.is_cuda for p in params) if cuda_graph is None else bool(cuda_graph)
     if graph and not all(p.is_cuda for p in params):
         raise ValueError("cuda_graph=True needs every trainable parameter on a CUDA device")
     opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, capturable=graph)
@@ -162,6 +161,7 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
         return loss.detach()  # holding the step's autograd graph would pin its streams
 
     if not graph:
+        eager.cuda_graph = False
         return eager
     dev = params[0].device
     state = {"calls": 0, "graph": None, "loss": None}
@@ -183,6 +183,7 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
         state["graph"].replay()
         return state["loss"]
 
+    step.cuda_graph = True
     return step
 
 
