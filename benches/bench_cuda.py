@@ -30,7 +30,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -387,7 +387,7 @@ def bench_torch_steps(torch, kronpe, results, quick: bool) -> None:
 # ---- --profile: where the time of the slow rows goes --------------------------------------------
 
 
-def profile(torch, kronpe, quick: bool) -> None:
+def profile(torch, kronpe, quick: bool, match: Optional[str] = None) -> None:
     """torch.profiler tables (GPU kernel time against the host's) of the blend rows and of the
     torch Adam steps, 20 calls each: a row whose host total far exceeds its kernels' is bound by
     launches, synchronisations or Python, not by the GPU."""
@@ -423,10 +423,32 @@ def profile(torch, kronpe, quick: bool) -> None:
     x128 = [np.arange(128) / 128] * 3
     fits = {"GridPlan.fit 2-D 256^2 K=256": lambda: plan.fit(S),
             "GridPlan.fit 3-D 64^3 K=128 + predict_grid 128^3": lambda: plan3.fit(V).predict_grid(x128)}
+    # small chains (the host's share of a call: kronpe ~2x torch's tensordot chain at 32^3-128^3)
+    from kronpe import torch as ktorch
+
+    T3 = torch.rand(64, 64, 64, device="cuda")
+    A3 = [torch.rand(64, 64, device="cuda") for _ in range(3)]
+    fits.update({"multi_mode_product 64^3 x 3 modes, torch CUDA": lambda: kronpe.multi_mode_product(T3, A3),
+                 "kronpe.torch.multi_mode_product 64^3 x 3 modes": lambda: ktorch.multi_mode_product(T3, A3),
+                 "torch tensordot chain 64^3 x 3 modes": lambda: torch.tensordot(torch.tensordot(torch.tensordot(
+                     T3, A3[0], dims=([0], [1])), A3[1], dims=([0], [1])), A3[2], dims=([0], [1]))})
+    if match:
+        fits = {k: v for k, v in fits.items() if match in k}
+        calls = {k: v for k, v in calls.items() if match in k}
     import cProfile
     import pstats
 
     for label, fn in fits.items():
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        ts_ = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ts_.append(time.perf_counter() - t0)
+        print(f"\n### {label}: median {1e3 * float(np.median(ts_)):.3f} ms a call, synchronised (200 calls)")
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
@@ -473,6 +495,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the blend rows and "
                     "the torch steps, then stop")
+    ap.add_argument("--profile-match", help="with --profile: only the rows whose label holds this text")
     ap.add_argument("--only", help="comma-separated sections to run (chains, blend, fits, device_fits, torch)")
     args = ap.parse_args(argv)
     torch, kronpe, cupy = _setup()
@@ -483,7 +506,7 @@ def main(argv=None) -> int:
           f"TF32: kronpe={kronpe.cuda.allow_tf32()} torch={torch.backends.cuda.matmul.allow_tf32}")
     results: List[Dict] = []
     if args.profile:
-        profile(torch, kronpe, args.quick)
+        profile(torch, kronpe, args.quick, args.profile_match)
         return 0
     only = set(args.only.split(",")) if args.only else None
     sections = [("chains", bench_chains, (torch, kronpe, cupy, results, args.quick)),

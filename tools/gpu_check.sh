@@ -62,7 +62,8 @@ has bench && run_step bench "${GPU_T_BENCH:-150}" $py benches/bench_cuda.py --js
 # kronpe bench's own CUDA suite (mode-n chains on the GPU with torch's peers): its table and JSON
 has kbench && run_step kbench "${GPU_T_KBENCH:-120}" $py -m kronpe bench --suite cuda --no-progress --no-plots \
   --out "$OUT/kbench"
-has profile && run_step profile "${GPU_T_PROFILE:-120}" $py benches/bench_cuda.py --profile
+has profile && run_step profile "${GPU_T_PROFILE:-120}" $py benches/bench_cuda.py --profile \
+  ${GPU_PROFILE_MATCH:+--profile-match "$GPU_PROFILE_MATCH"}
 # the CPU suite: 8 workers of 2 OpenMP threads (16 workers of 16 threads oversubscribe the cores),
 # then the threaded kernels' files alone with every core
 has suite && OMP_NUM_THREADS=2 run_step suite "${GPU_T_SUITE:-120}" $py -m pytest -q -p no:cacheprovider -n 8 \
