@@ -49,6 +49,8 @@ if has env; then
   {
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
     uname -r
+    lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\))"
+    echo "SMT siblings: $(cat /sys/devices/system/cpu/cpu*/topology/thread_siblings_list 2>/dev/null | sort -u | tr '\n' ' ')"
     $py -c "import sys, numpy, torch; print(sys.version.split()[0], 'numpy', numpy.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
     $py -c "import cupy; print('cupy', cupy.__version__)"
     $py -c "import kronpe, json; print(json.dumps(kronpe.build_info(), default=str)); print(kronpe.cuda.info(load_cublas=True))"
