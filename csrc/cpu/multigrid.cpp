@@ -260,9 +260,11 @@ void ThinPlateHierarchy<T>::coarsest_penalty() {
   const index_t n = last.g.size();
   penalty_.assign(static_cast<std::size_t>(n * n), 0.0);
   std::vector<double> unit(static_cast<std::size_t>(n), 0.0), zero(unit.size(), 0.0), col(unit.size());
+  // one scratch for every column (a new one per call was most of a 64^2 hierarchy's set-up)
+  const std::shared_ptr<SmoothScratch<double>> scratch = smooth_scratch<double>(last.g);
   for (index_t j = 0; j < n; ++j) {
     unit[j] = 1.0;
-    thin_plate_apply<double>(last.g, unit.data(), zero.data(), 1.0, col.data(), 1);
+    thin_plate_apply<double>(last.g, unit.data(), zero.data(), 1.0, col.data(), 1, scratch.get());
     for (index_t i = 0; i < n; ++i) penalty_[i * n + j] = col[i];
     unit[j] = 0.0;
   }
