@@ -186,6 +186,19 @@ def test_predict_on_device_equals_host(cuda_device):
     assert model.predict(np.zeros((0, 3))).shape == (0, 2)
 
 
+def test_large_device_bases_stay_with_their_model(cuda_device, monkeypatch):
+    """Bases over the shared store's byte budget are kept by their model alone (and found there)."""
+    coords, embs, S = _problem((12, 10), (9, 8), dtype=np.float32, seed=7)
+    plan = GridPlan(coords, embs, ridge=1e-2)
+    model, host = plan.fit(cuda_device.put(S)), plan.fit(S)
+    _fit._DEVICE_BASES.clear()
+    monkeypatch.setattr(_fit, "_DEVICE_BASES_BYTES", 16)
+    q = [np.linspace(0, 1, n) for n in (7, 5)]
+    for _ in range(3):
+        _close(cuda_device.host(model.predict_grid(q)), host.predict_grid(q), np.float32, factor=10.0)
+    assert len(_fit._DEVICE_BASES) == 0 and len(model._device_bases) == 1
+
+
 def test_penalty_and_mask_on_device_are_host_solves(cuda_device):
     coords, embs, S = _problem((14, 12), (10, 9), (2,), seed=6)
     X = cuda_device.put(S)

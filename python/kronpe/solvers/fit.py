@@ -83,9 +83,11 @@ _DEFAULT_MARGIN = 2
 # predict_grid's device basis matrices, shared by every model of the same embedders (frozen
 # dataclasses, compared by value): a plan's fresh fit predicted at a grid seen before embeds and
 # uploads nothing (a 3-D 64^3 -> 128^3 fit + predict on an H200 spent half its time embedding).
-# Keyed by the embedders, the weights' kind, device and dtype and the coordinates; four sets.
+# Keyed by the embedders, the weights' kind, device and dtype and the coordinates; four sets and
+# _DEVICE_BASES_BYTES at most (larger sets are kept by their model alone, as before).
 _DEVICE_BASES: "collections.OrderedDict" = collections.OrderedDict()
 _DEVICE_BASES_MAX = 4
+_DEVICE_BASES_BYTES = 256 << 20
 _DEVICE_BASES_LOCK = threading.Lock()
 _DEFAULT_ORDER = 3
 _DEFAULT_PAD = 2
@@ -177,15 +179,19 @@ class GridModel:
         if dev:  # the device basis matrices, kept per embedders and coordinates (_DEVICE_BASES)
             key = (_arrays.kind(W), _arrays.device_index(W), dt.char) + tuple(
                 (c.size, c.tobytes()) for c in coords)
+            own = self.__dict__.setdefault("_device_bases", collections.OrderedDict())
             try:
                 key = (tuple(self.embedders), hash(tuple(self.embedders))) + key
                 store = _DEVICE_BASES
             except TypeError:  # an embedder with unhashable fields: this model's own store
-                store = self.__dict__.setdefault("_device_bases", collections.OrderedDict())
+                store = own
             with _DEVICE_BASES_LOCK:
-                hit = store.get(key)
-                if hit is not None:
-                    store.move_to_end(key)
+                hit = None
+                for kept in (store, own):
+                    hit = kept.get(key)
+                    if hit is not None:
+                        kept.move_to_end(key)
+                        break
             if hit is not None:
                 modes, mats = hit
                 return _device_chain(W, mats, modes) if modes else _device_copy(W)
@@ -196,9 +202,12 @@ class GridModel:
         modes = tuple(i for i, p in enumerate(phis) if p is not None and not _is_identity(p))
         if dev:
             mats = [_arrays.device_from_host(np.ascontiguousarray(phis[i]), W) for i in modes]
+            if store is _DEVICE_BASES and sum(int(a.nbytes) for a in mats) > _DEVICE_BASES_BYTES:
+                store = own
             with _DEVICE_BASES_LOCK:
                 store[key] = (modes, mats)
-                while len(store) > _DEVICE_BASES_MAX:
+                while len(store) > _DEVICE_BASES_MAX or (store is _DEVICE_BASES and sum(
+                        int(a.nbytes) for _, ms in store.values() for a in ms) > _DEVICE_BASES_BYTES):
                     store.popitem(last=False)
             return _device_chain(W, mats, modes) if modes else _device_copy(W)
         out = (host_chain(W, [phis[i] for i in modes], modes, order="C") if modes
