@@ -87,6 +87,22 @@ def test_cublas_loads_without_a_device():
         assert c["cublas_version"] // 10000 == c["cublas_header_version"] // 10000
 
 
+def test_torch_chain_fast_path_only_for_cuda_tensors_of_one_float_dtype():
+    """The CUDA chain's short path (no checks, uploads or casts) is for CUDA torch tensors of one
+    float dtype on one device only; here (CPU tensors, NumPy) always the general path."""
+    torch = pytest.importorskip("torch")
+    T, A = torch.ones(3, 4), torch.ones(2, 3)
+    assert _cuda._one_torch_float(T, [A]) is None
+    assert _cuda._one_torch_float(np.ones((3, 4)), [np.ones((2, 3))]) is None
+    if torch.cuda.is_available():
+        Tc, Ac = T.cuda(), A.cuda()
+        assert _cuda._one_torch_float(Tc, [Ac]) == "float32"
+        assert _cuda._one_torch_float(Tc.double(), [Ac.double()]) == "float64"
+        assert _cuda._one_torch_float(Tc, [Ac.double()]) is None
+        assert _cuda._one_torch_float(Tc, [A]) is None
+        assert _cuda._one_torch_float(Tc.half(), [Ac.half()]) is None
+
+
 def test_tf32_policy_defaults_off():
     assert kronpe.cuda.allow_tf32() is False
     if kronpe.cuda.is_built():
