@@ -175,16 +175,15 @@ class GridModel:
         if not dev:
             _validate.check_array_budget("coords", [c.size for c in coords] + list(self.channels), 2 * dt.itemsize,
                                          "the predicted grid: pass fewer coordinates per axis")
-        key = None
         if dev:  # the device basis matrices, kept per embedders and coordinates (_DEVICE_BASES)
-            key = (_arrays.kind(W), _arrays.device_index(W), dt.char) + tuple(
+            place = (_arrays.kind(W), _arrays.device_index(W), dt.char) + tuple(
                 (c.size, c.tobytes()) for c in coords)
             own = self.__dict__.setdefault("_device_bases", collections.OrderedDict())
+            key, store = (tuple(self.embedders),) + place, _DEVICE_BASES
             try:
-                key = (tuple(self.embedders), hash(tuple(self.embedders))) + key
-                store = _DEVICE_BASES
+                hash(key)
             except TypeError:  # an embedder with unhashable fields: this model's own store
-                store = own
+                key, store = place, own
             with _DEVICE_BASES_LOCK:
                 hit = None
                 for kept in (store, own):

@@ -148,8 +148,9 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
     call replays it (see :func:`train`). ``steps``, when known, skips a capture that would be
     replayed once only. The returned function's ``cuda_graph`` attribute says whether it captures."""
     params = list(params)
-    graph = _GRAPH_DEFAULT and all(p.is_cuda for p in params) if cuda_graph is None else bool(cuda_graph)
-    if graph and not all(p.is_cuda for p in params):
+    on_cuda = all(p.is_cuda for p in params)
+    graph = _GRAPH_DEFAULT and on_cuda if cuda_graph is None else bool(cuda_graph)
+    if graph and not on_cuda:
         raise ValueError("cuda_graph=True needs every trainable parameter on a CUDA device")
     opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, capturable=graph)
 
