@@ -758,3 +758,85 @@ def test_lattice_kernels_bad_inputs():
         _core.lattice_sums(np.array([0, 1, 2, 2]), vals, np.empty(3, np.float64), sums)
     with pytest.raises(ValueError, match="values must be"):
         _core.lattice_sums(np.array([0, 1, 2]), vals, counts, sums)
+
+
+@pytest.mark.parametrize("shape", [(70,), (33, 40)], ids=str)
+def test_lead_solve_is_the_pcg_of_its_two_systems(rng, shape):
+    """LeadSolve (kronpe.solvers.smooth's speculation): stage 1 is ThinPlateMG.solve of the mirrored
+    thin-plate system from full multigrid, stage 2 the PCG of the system with the higher-order
+    penalty (its operator the power form's) from stage 1's solution, preconditioned by the same
+    hierarchy; the same bits run on the calling thread, beside a function, or on a thread of its
+    own, and a stage not asked for is not run."""
+    m = (rng.random(shape) < 0.5).astype(np.float32)
+    b = (m * rng.standard_normal(shape)).astype(np.float32)
+    lam, tol, maxiter, higher = 1e-5, 1e-6, 300, 0.1
+    mg = ThinPlateMG(m, lam, reflect=True, degree=2, alpha=4.0)
+    x1, it1, e1 = mg.solve(b, None, tol, maxiter)
+
+    def op(v):
+        return multigrid.thin_plate_apply(v, m, lam, reflect=True, order=3, top=higher, tail=1.0)
+
+    x2, it2, e2 = mg.solve(b, x1, tol, maxiter, operator=op)
+    assert it1 > 1 and it2 >= 1 and e1 <= tol and e2 <= tol
+
+    def make():
+        return _core.LeadSolve32(m, b, lam, 2, mg.lmax, 4.0, multigrid.COARSEST, 1, tol, maxiter, higher)
+
+    seq = make()
+    seq.finish(2)
+    beside = make()
+    assert beside.beside(lambda: ("result", 2)) == "result"
+    started = make()
+    started.start()
+    started.finish(2)
+    for done in (seq, beside, started):
+        assert done.stages_done == 2
+        for (x, it, err), (want, it_want, err_want) in zip((done.solution(1), done.solution(2)),
+                                                          ((x1, it1, e1), (x2, it2, e2))):
+            np.testing.assert_array_equal(x.reshape(shape), want)
+            assert (it, err) == (it_want, err_want)
+        h = done.hierarchy()
+        assert tuple(h.shapes[0][3 - len(shape):]) == shape and h.lam == lam
+    one = make()
+    assert one.beside(lambda: (None, 1)) is None
+    assert one.stages_done == 1
+    np.testing.assert_array_equal(one.solution(1)[0].reshape(shape), x1)
+    with pytest.raises(ValueError, match="stage"):
+        one.solution(2)
+    none = make()
+    none.beside(lambda: (None, 0))
+    assert none.stages_done == 0
+
+
+def test_lead_solve_errors(rng):
+    """A function that raises beside a LeadSolve raises, the solve is cancelled; bad arguments are
+    named."""
+    m = (rng.random((20, 30)) < 0.5).astype(np.float32)
+    b = m.copy()
+
+    def make(**kw):
+        args = dict(m=m, b=b, lam=1e-4, degree=2, lmax=4.0, alpha=4.0, coarsest=64, threads=1, tol=1e-3,
+                    maxiter=50, higher=0.1)
+        args.update(kw)
+        return _core.LeadSolve32(**args)
+
+    spec = make()
+    with pytest.raises(ZeroDivisionError):
+        spec.beside(lambda: (1 / 0, 1))
+    with pytest.raises(ValueError, match="cancelled"):
+        spec.finish(1)
+    with pytest.raises(ValueError, match="return"):
+        make().beside(lambda: "not a pair")
+    started = make()
+    started.start()
+    with pytest.raises(ValueError, match="started"):
+        started.start()
+    started.cancel()
+    with pytest.raises(ValueError, match="lam"):
+        make(lam=0.0)
+    with pytest.raises(ValueError, match="higher"):
+        make(higher=-1.0)
+    with pytest.raises(ValueError, match="shape"):
+        make(b=np.zeros((20, 31), np.float32))
+    with pytest.raises(ValueError, match="maxiter"):
+        make(maxiter=-1)

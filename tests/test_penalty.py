@@ -560,3 +560,84 @@ def test_lattice_sums_are_the_blending_transpose(rng, shape):
     assert len(rhs) == 3 and all(p.shape == tuple(shape) and p.dtype == np.float32 for p in rhs)
     np.testing.assert_allclose(np.stack(rhs, -1), B.rmatvec(values).reshape(shape + (3,)), rtol=1e-5, atol=1e-5)
     assert counts.sum() == 300
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05])
+@pytest.mark.parametrize("task", ["masked", "points"])
+def test_default_fill_same_bits_on_one_thread_or_two(monkeypatch, task, noise):
+    """On a small grid the defaults solve the leading component at the interpolation limit
+    (LeadSolve) beside the held-out sweep on two threads, or after it on one: the same fill, bit for
+    bit, whether the sweep then wants it (interpolating, with or without the higher-order penalty)
+    or not (a finite lambda); a grid over SPECULATE_MAX_NODES does without and matches too."""
+    from kronpe.solvers import smooth
+
+    rng = np.random.default_rng(5)
+    n1, n2 = 48, 40
+    x1, x2 = np.meshgrid(np.arange(n1) / n1, np.arange(n2) / n2, indexing="ij")
+    img = (np.sin(9 * x1) * np.cos(7 * x2 + 0.3) + 0.3 * np.sin(23 * x1 * x2))[..., None]
+    img = np.concatenate([img, 0.5 * img + 0.2 * x1[..., None]], -1).astype(np.float32)
+    img += noise * rng.standard_normal(img.shape).astype(np.float32)
+    mask = rng.random((n1, n2)) < 0.4
+
+    def fill():
+        if task == "masked":
+            m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+        else:
+            m = fit_points(np.argwhere(mask) / np.array([n1, n2]), img[mask])
+        return m.weights, m.info
+
+    kronpe.set_num_threads(2)
+    try:
+        calls = []
+        monkeypatch.setattr(smooth, "_lead_solved", lambda *a, _f=smooth._lead_solved: calls.append(1) or _f(*a))
+        two, info = fill()
+        assert bool(calls) == bool(info["interpolating"] and info["boundary"] == "reflect")
+        assert info["interpolating"] == (noise == 0.0)
+        kronpe.set_num_threads(1)
+        one, info1 = fill()
+        np.testing.assert_array_equal(one, two)
+        assert info1["iterations"] == info["iterations"] and info1["residual"] == info["residual"]
+        monkeypatch.setattr(smooth, "SPECULATE_MAX_NODES", 0)
+        calls.clear()
+        plain = fill()[0]
+        assert not calls
+        np.testing.assert_allclose(plain, two, rtol=0, atol=20 * info["tol"] * np.abs(two).max())
+    finally:
+        kronpe.set_num_threads(None)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05])
+@pytest.mark.parametrize("task", ["masked", "points"])
+def test_compiled_sweep_is_the_python_sweep(monkeypatch, task, noise):
+    """The held-out sweep of a diagonal data term in one compiled call (_core.held_out_sweep) tries the
+    same lambdas, measures the same held-out errors and makes the same choices (boundary, higher-order
+    penalty) as the Python loop (sweep_ridges and the tests after it): the same fill, bit for bit."""
+    from kronpe.solvers import smooth
+
+    rng = np.random.default_rng(6)
+    n1, n2 = 40, 52
+    x1, x2 = np.meshgrid(np.arange(n1) / n1, np.arange(n2) / n2, indexing="ij")
+    img = (np.cos(8 * x1 + 1) * np.sin(6 * x2) + 0.2 * np.cos(19 * x1 * x2))[..., None].astype(np.float32)
+    img += noise * rng.standard_normal(img.shape).astype(np.float32)
+    mask = rng.random((n1, n2)) < 0.45
+
+    def fill():
+        if task == "masked":
+            return fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+        return fit_points(np.argwhere(mask) / np.array([n1, n2]), img[mask])
+
+    for margin in (smooth.HIGHER_MARGIN, -1.0):  # -1: the mirrored boundary and the higher-order penalty taken
+        monkeypatch.setattr(smooth, "HIGHER_MARGIN", margin)
+        monkeypatch.setattr(smooth, "BOUNDARY_MARGIN", 1e3 if margin < 0 else smooth.BOUNDARY_MARGIN)
+        monkeypatch.setattr(smooth, "COMPILED_SWEEP", True)
+        compiled = fill()
+        monkeypatch.setattr(smooth, "COMPILED_SWEEP", False)
+        loop = fill()
+        np.testing.assert_array_equal(compiled.weights, loop.weights)
+        for key in ("ridge_candidates", "holdout_errors", "interpolating", "boundary", "boundary_holdout_errors",
+                    "higher_holdout_errors", "lead_penalty", "iterations"):
+            assert compiled.info.get(key) == loop.info.get(key), key
+        assert compiled.ridge == loop.ridge
+        assert compiled.info["interpolating"] == (noise == 0.0)
+        if margin < 0 and noise == 0.0:
+            assert "lead_penalty" in compiled.info

@@ -115,10 +115,20 @@ P* finest(const smooth::ThinPlateHierarchy<T>& h, const Array& a, const char* na
   return p<P>(a, name);
 }
 
+smooth::MultigridOptions options(int degree, double lmax, double alpha, index_t coarsest, int threads) {
+  smooth::MultigridOptions o;
+  o.degree = degree;
+  o.lmax = lmax;
+  o.alpha = alpha;
+  o.coarsest = coarsest;
+  o.threads = threads;
+  return o;
+}
+
 template <typename T>
 void register_hierarchy(py::module_& m, const char* name) {
   using H = smooth::ThinPlateHierarchy<T>;
-  py::class_<H>(m, name,
+  py::class_<H, std::shared_ptr<H>>(m, name,
                 "The multigrid hierarchy of diag(m) + lam R on a grid of 1 to 3 axes (kronpe/multigrid.h; "
                 "internal: kronpe.solvers.multigrid.ThinPlateMG wraps it).")
       .def(py::init([](const Array& mm, int degree, double lmax, double alpha, index_t coarsest, bool reflect,
@@ -126,15 +136,10 @@ void register_hierarchy(py::module_& m, const char* name) {
          double tail) {
              smooth::Grid g = grid_of(mm, "m");
              Penalty{reflect, order, weights, top, tail}.set(g, mm.ndim());
-             smooth::MultigridOptions o;
-             o.degree = degree;
-             o.lmax = lmax;
-             o.alpha = alpha;
-             o.coarsest = coarsest;
-             o.threads = threads;
+             const smooth::MultigridOptions o = options(degree, lmax, alpha, coarsest, threads);
              const T* mp = p<const T>(mm, "m");
              py::gil_scoped_release release;
-             return std::make_unique<H>(g, mp, o);
+             return std::make_shared<H>(g, mp, o);
            }),
            py::arg("m"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"), py::arg("coarsest"),
            py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2, py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0)
@@ -249,11 +254,131 @@ void register_hierarchy(py::module_& m, const char* name) {
           "call)");
 }
 
+template <typename T>
+void register_sweep(py::module_& m) {
+  using H = smooth::ThinPlateHierarchy<T>;
+  m.def(
+      "held_out_sweep",
+      [](H& h, const Array& b, const Array& hold, const Array& y_hold, const Array& x_best,
+         const std::vector<double>& lams, double ratio, double flat, int count, double omega, double boundary_margin,
+         double higher, double higher_margin) {
+        const T* bp = finest<const T>(h, b, "b");
+        T* xp = finest<T>(h, x_best, "x_best");
+        require(b.address != x_best.address, "held_out_sweep: x_best must not be b");
+        bindings::require_host(hold, "hold");
+        bindings::require_host(y_hold, "y_hold");
+        const index_t* hp = bindings::data<const index_t>(hold, "hold", 1);
+        const T* yp = bindings::data<const T>(y_hold, "y_hold", 1);
+        const index_t nh = hold.shape[0];
+        require(y_hold.shape[0] == nh && (nh <= 1 || (hold.strides[0] == 1 && y_hold.strides[0] == 1)),
+                "held_out_sweep: hold and y_hold must be contiguous and of one length");
+        smooth::SweepSettings st;
+        st.lams = lams;
+        st.ratio = ratio;
+        st.flat = flat;
+        st.count = count;
+        st.omega = omega;
+        st.boundary_margin = boundary_margin;
+        st.higher = higher;
+        st.higher_margin = higher_margin;
+        smooth::SweepOutcome o;
+        {
+          py::gil_scoped_release release;
+          o = smooth::held_out_sweep<T>(h, bp, nh, hp, yp, st, xp);
+        }
+        py::dict d;
+        d["tried"] = o.tried;
+        d["errs"] = o.errs;
+        d["best"] = o.best;
+        d["interpolating"] = o.interpolating;
+        d["boundary_errs"] = std::vector<double>{o.boundary_errs[0], o.boundary_errs[1]};
+        d["reflect"] = o.reflect;
+        if (o.higher_tested) {
+          d["higher_errs"] = std::vector<double>{o.higher_errs[0], o.higher_errs[1]};
+          d["higher"] = o.higher;
+        }
+        return d;
+      },
+      py::arg("h"), py::arg("b"), py::arg("hold"), py::arg("y_hold"), py::arg("x_best"), py::arg("lams"),
+      py::arg("ratio"), py::arg("flat"), py::arg("count"), py::arg("omega"), py::arg("boundary_margin"),
+      py::arg("higher"), py::arg("higher_margin"),
+      "the held-out sweep over lambda with a diagonal data term (kronpe/multigrid.h; internal: "
+      "kronpe.solvers.smooth): a dict of the lambdas tried, their errors, the choices; the best fit in x_best");
+}
+
+template <typename T>
+void register_lead_solve(py::module_& m, const char* name) {
+  using L = smooth::LeadSolve<T>;
+  py::class_<L>(m, name,
+                "The leading component of a fill at the interpolation limit, solved ahead of the sweep "
+                "(kronpe/multigrid.h; internal: kronpe.solvers.smooth).")
+      .def(py::init([](const Array& mm, const Array& b, double lam, int degree, double lmax, double alpha,
+                       index_t coarsest, int threads, double tol, index_t maxiter, double higher) {
+             smooth::Grid g = grid_of(mm, "m");
+             const smooth::Grid gb = grid_of(b, "b");
+             require(b.ndim() == mm.ndim() && gb.n[0] == g.n[0] && gb.n[1] == g.n[1] && gb.n[2] == g.n[2],
+                     "b must have m's shape");
+             require(g.size() > 0, "m must have at least one node");
+             const smooth::MultigridOptions o = options(degree, lmax, alpha, coarsest, threads);
+             const T* mp = p<const T>(mm, "m");
+             const T* bp = p<const T>(b, "b");
+             return std::make_unique<L>(g, mp, bp, lam, o, tol, maxiter, higher);
+           }),
+           py::arg("m"), py::arg("b"), py::arg("lam"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"),
+           py::arg("coarsest"), py::arg("threads"), py::arg("tol"), py::arg("maxiter"), py::arg("higher"))
+      .def("start", [](L& l) { l.start(); }, "both stages on a thread of its own")
+      .def(
+          "beside",
+          [](L& l, const py::function& fn) {
+            // fn() -> (result, stages wanted), run on this thread with the GIL while the stages run
+            // on a second one
+            py::object result;
+            {
+              py::gil_scoped_release release;
+              l.beside([&]() -> int {
+                py::gil_scoped_acquire hold;
+                py::tuple got = fn();
+                require(got.size() == 2, "beside: the function must return (result, stages)");
+                result = got[0];
+                return got[1].cast<int>();
+              });
+            }
+            return result;
+          },
+          py::arg("fn"), "fn() on this thread beside both stages on another: fn's result")
+      .def(
+          "finish",
+          [](L& l, int stages) {
+            py::gil_scoped_release release;
+            l.finish(stages);
+          },
+          py::arg("stages"), "waits for the started solve, or runs the first `stages` stages now")
+      .def("cancel", [](L& l) { l.cancel(); })
+      .def_property_readonly("stages_done", &L::stages_done)
+      .def("hierarchy", [](const L& l) { return l.hierarchy(); })
+      .def(
+          "solution",
+          [](const L& l, int stage) {
+            require(stage >= 1 && stage <= l.stages_done(), "solution: that stage has not run");
+            const smooth::Grid& g = l.grid();
+            const auto& x = l.x(stage);
+            py::array_t<T> out(std::vector<py::ssize_t>{py::ssize_t(g.n[0]), py::ssize_t(g.n[1]), py::ssize_t(g.n[2])});
+            std::copy(x.begin(), x.end(), out.mutable_data());
+            const smooth::PcgResult r = l.result(stage);
+            return py::make_tuple(out, r.iterations, r.error);
+          },
+          py::arg("stage"), "(x padded to three axes, iterations, error estimate) of a stage");
+}
+
 }  // namespace
 
 void register_smooth(py::module_& m) {
   register_hierarchy<float>(m, "ThinPlateHierarchy32");
   register_hierarchy<double>(m, "ThinPlateHierarchy64");
+  register_sweep<float>(m);
+  register_sweep<double>(m);
+  register_lead_solve<float>(m, "LeadSolve32");
+  register_lead_solve<double>(m, "LeadSolve64");
   m.def(
       "work_cache",
       [](bool clear) {

@@ -1,5 +1,10 @@
 // kronpe C++ core: the multigrid solver of the thin-plate systems (kronpe/multigrid.h).
 #include "kronpe/multigrid.h"
+#include "kronpe/threads.h"
+
+#ifdef KRONPE_OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__has_include)
 #if __has_include(<sys/mman.h>)
@@ -489,7 +494,7 @@ void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
 // computed (NaN). The first V-cycle writes the first direction p itself.
 template <typename T>
 PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter,
-                                     double scale, const Operator* op) {
+                                     double scale, const Operator* op, const std::atomic<bool>* stop) {
   require(maxiter >= 0, "multigrid: maxiter must be >= 0");
   Level& F = levels_[0];
   const index_t n = F.g.size();
@@ -523,6 +528,7 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
     rz = dot(n, r, p, opt_.threads);
   }
   for (index_t it = 1; it <= maxiter; ++it) {
+    if (stop && stop->load(std::memory_order_relaxed)) break;
     out.iterations = it;
     if (op) (*op)(p, ap);
     else thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads, F.scratch.get());
@@ -550,5 +556,250 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
 
 template class ThinPlateHierarchy<float>;
 template class ThinPlateHierarchy<double>;
+
+// ---- held_out_sweep (multigrid.h) -------------------------------------------------------------
+
+template <typename T>
+SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold, const index_t* hold,
+                            const T* y_hold, const SweepSettings& s, T* x_best) {
+  require(!s.lams.empty(), "held_out_sweep: no lambda to try");
+  require(s.count >= 0 && std::isfinite(s.omega) && s.omega > 0 && s.omega < 2, "held_out_sweep: bad cycles");
+  const Grid& g = h.grid(0);
+  const index_t n = g.size();
+  for (index_t i = 0; i < nhold; ++i) require(hold[i] >= 0 && hold[i] < n, "held_out_sweep: hold out of range");
+  // fits: a pool of arrays, each fit one of them (none: -1); a new fit takes one no name holds
+  std::vector<WorkArray<T>> pool;
+  int x = -1, x_b = -1, x_f = -1;
+  auto take = [&](std::initializer_list<int> held) {
+    for (int k = 0; k < int(pool.size()); ++k)
+      if (std::find(held.begin(), held.end(), k) == held.end()) return k;
+    pool.emplace_back(static_cast<std::size_t>(n));
+    return int(pool.size()) - 1;
+  };
+  // the fit at lam from the fit `from` (-1: from full multigrid), into a free array
+  auto run = [&](double lam, int from, std::initializer_list<int> held) {
+    h.set_lambda(lam);
+    const int k = take(held);
+    if (from >= 0) std::copy(pool[from].begin(), pool[from].end(), pool[k].begin());
+    h.cycles(b, pool[k].data(), from >= 0, s.count, s.omega);
+    return k;
+  };
+  WorkArray<T> buf(static_cast<std::size_t>(nhold));
+  auto error = [&](const T* w) {
+    for (index_t i = 0; i < nhold; ++i) buf[i] = w[hold[i]] - y_hold[i];
+    return dot(nhold, buf.data(), buf.data(), 1) / double(std::max<index_t>(nhold, 1));
+  };
+  SweepOutcome out;
+  std::vector<double>& errs = out.errs;
+  for (const double lam : s.lams) {
+    const int prev = x;
+    x = run(lam, x, {x, x_b, x_f});
+    out.tried.push_back(lam);
+    errs.push_back(error(pool[x].data()));
+    const std::size_t m = errs.size();
+    if (m == 1 || errs[m - 1] < *std::min_element(errs.begin(), errs.end() - 1)) {
+      x_b = x;
+      x_f = prev;
+    }
+    if (m >= 3 && errs[m - 1] > errs[m - 2] && errs[m - 2] > errs[m - 3]) break;  // risen twice
+    if (s.flat > 0 && m >= 3 && errs[m - 3] - errs[m - 2] < s.flat * errs[m - 3] &&
+        errs[m - 2] - errs[m - 1] < s.flat * errs[m - 2])
+      break;  // flat twice
+  }
+  const std::size_t k = std::size_t(std::min_element(errs.begin(), errs.end()) - errs.begin());
+  double best = out.tried[k];
+  if (k > 0 && k + 1 < out.tried.size()) {  // one parabolic step in log lambda through the three best
+    const double y0 = errs[k - 1], y1 = errs[k], y2 = errs[k + 1];
+    const double denom = y0 - 2 * y1 + y2;
+    if (denom > 0) {
+      const double step = std::min(std::max(0.5 * (y0 - y2) / denom, -0.5), 0.5);
+      const double cand = out.tried[k] * std::pow(s.ratio, -step);
+      const int x2 = run(cand, x_b, {x_b, x_f});
+      out.tried.push_back(cand);
+      errs.push_back(error(pool[x2].data()));
+      if (errs.back() < errs[k]) {
+        best = cand;
+        x_f = x_b;
+        x_b = x2;
+      }
+    }
+  }
+  const double lam_fit = best;
+  out.interpolating = best == *std::min_element(out.tried.begin(), out.tried.end());
+  out.best = best;
+  // the boundary: the best fit's step mirrored, from where it started, at its lambda
+  h.set_reflect(true);
+  const int x_m = run(lam_fit, x_f, {x_b, x_f});
+  out.boundary_errs[0] = *std::min_element(errs.begin(), errs.end());
+  out.boundary_errs[1] = error(pool[x_m].data());
+  out.reflect = out.boundary_errs[1] < out.boundary_errs[0] * (1.0 + s.boundary_margin);
+  h.set_reflect(out.reflect);
+  if (out.reflect) x_b = x_m;
+  if (s.higher > 0 && out.interpolating && out.reflect && x_f >= 0) {
+    // x + omega V (b - (diag(m) + lam R_h) x) from x = the fit the best started from
+    Grid gh = g;
+    gh.reflect = true;
+    gh.order = 3;
+    gh.weighted = false;
+    gh.top = s.higher;
+    gh.tail = 1.0;
+    const T* xs = pool[x_f].data();
+    WorkArray<T> r(static_cast<std::size_t>(n)), z(static_cast<std::size_t>(n));
+    thin_plate_apply<T>(gh, xs, h.data_term(0).data(), T(lam_fit), r.data(), 1);
+    for (index_t i = 0; i < n; ++i) r[i] = b[i] - r[i];
+    h.vcycle(r.data(), z.data());
+    const T omega = T(s.omega);
+    for (index_t i = 0; i < n; ++i) z[i] = z[i] * omega + xs[i];
+    out.higher_tested = true;
+    out.higher_errs[0] = out.boundary_errs[1];
+    out.higher_errs[1] = error(z.data());
+    out.higher = out.higher_errs[1] < out.higher_errs[0] * (1.0 - s.higher_margin);
+  }
+  std::copy(pool[x_b].begin(), pool[x_b].end(), x_best);
+  return out;
+}
+
+template SweepOutcome held_out_sweep<float>(ThinPlateHierarchy<float>&, const float*, index_t, const index_t*,
+                                            const float*, const SweepSettings&, float*);
+template SweepOutcome held_out_sweep<double>(ThinPlateHierarchy<double>&, const double*, index_t, const index_t*,
+                                             const double*, const SweepSettings&, double*);
+
+// ---- LeadSolve (multigrid.h) ----------------------------------------------------------------
+
+template <typename T>
+LeadSolve<T>::LeadSolve(const Grid& g, const T* m, const T* b, double lam, const MultigridOptions& options,
+                        double tol, index_t maxiter, double higher)
+    : g_(g), lam_(lam), tol_(tol), higher_(higher), maxiter_(maxiter), opt_(options) {
+  require(std::isfinite(lam) && lam > 0, "LeadSolve: lam must be > 0");
+  require(std::isfinite(higher) && higher >= 0, "LeadSolve: higher must be >= 0");
+  require(maxiter >= 0, "LeadSolve: maxiter must be >= 0");
+  g_.reflect = true;
+  g_.order = 2;
+  g_.weighted = false;
+  g_.top = 1.0;
+  g_.tail = 0.0;
+  const std::size_t n = static_cast<std::size_t>(g_.size());
+  m_.assign(m, m + n);
+  b_.assign(b, b + n);
+}
+
+template <typename T>
+LeadSolve<T>::~LeadSolve() {
+  cancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+template <typename T>
+void LeadSolve<T>::run(int stages) {
+  const std::size_t n = static_cast<std::size_t>(g_.size());
+  if (stages >= 1 && done_ < 1 && !stop_[0].load()) {
+    if (!h_) {
+      h_ = std::make_shared<ThinPlateHierarchy<T>>(g_, m_.data(), opt_);
+      h_->set_lambda(lam_);
+    }
+    x_[0].resize(n);
+    res_[0] = h_->pcg(b_.data(), x_[0].data(), false, tol_, maxiter_, 0.0, nullptr, &stop_[0]);
+    if (!stop_[0].load()) done_ = 1;
+  }
+  if (stages >= 2 && done_ == 1 && !stop_[1].load()) {
+    x_[1] = x_[0];
+    if (higher_ > 0) {
+      Grid gh = g_;
+      gh.order = 3;
+      gh.top = higher_;
+      gh.tail = 1.0;
+      const std::shared_ptr<SmoothScratch<T>> scratch = smooth_scratch<T>(gh);
+      const T lam = T(lam_);
+      const typename ThinPlateHierarchy<T>::Operator op = [&](const T* v, T* out) {
+        thin_plate_apply<T>(gh, v, m_.data(), lam, out, opt_.threads, scratch.get());
+      };
+      res_[1] = h_->pcg(b_.data(), x_[1].data(), true, tol_, maxiter_, 0.0, &op, &stop_[1]);
+    } else {
+      res_[1] = res_[0];
+    }
+    if (!stop_[1].load()) done_ = 2;
+  }
+}
+
+template <typename T>
+void LeadSolve<T>::start() {
+  require(!thread_.joinable() && done_ == 0 && !cancelled_, "LeadSolve: already started");
+  thread_ = std::thread([this] {
+    try {
+      run(2);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+}
+
+template <typename T>
+void LeadSolve<T>::beside(const std::function<int()>& main) {
+  require(!thread_.joinable() && done_ == 0 && !cancelled_, "LeadSolve: already started");
+  int wanted = 2, team = 1;
+  std::exception_ptr main_error;
+  auto run_main = [&] {
+    try {
+      wanted = main();
+    } catch (...) {
+      main_error = std::current_exception();
+      wanted = 0;
+    }
+    for (int k = std::max(wanted, 0); k < 2; ++k) stop_[k].store(true);
+  };
+#ifdef KRONPE_OPENMP
+#pragma omp parallel num_threads(2)
+  {
+    const int t = omp_get_thread_num();
+    if (t == 0) team = omp_get_num_threads();
+    // each on one thread, in a team of its own: the worksharing directives of the kernels under
+    // it (omp for, single, barrier: orphaned when a kernel runs on one thread) bind to that team,
+    // not to this one, whose other thread is busy with the other task
+    const ThreadsCap one(1);
+#pragma omp parallel num_threads(1)
+    {
+      if (t == 0) {
+        run_main();
+      } else {
+        try {
+          run(2);
+        } catch (...) {
+          error_ = std::current_exception();
+        }
+      }
+    }
+  }
+#else
+  run_main();
+#endif
+  if (main_error) {
+    cancel();
+    std::rethrow_exception(main_error);
+  }
+  if (team < 2) run(wanted);
+  finish(wanted);
+}
+
+template <typename T>
+void LeadSolve<T>::finish(int stages) {
+  require(!cancelled_, "LeadSolve: cancelled");
+  for (int k = std::max(stages, 0); k < 2; ++k) stop_[k].store(true);
+  if (thread_.joinable()) thread_.join();
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+  run(stages);
+}
+
+template <typename T>
+void LeadSolve<T>::cancel() {
+  cancelled_ = true;
+  for (auto& s : stop_) s.store(true);
+}
+
+template class LeadSolve<float>;
+template class LeadSolve<double>;
 
 }  // namespace kronpe::smooth

@@ -30,14 +30,21 @@ long long now_us() {
 
 void set_default_threads(int n) { g_threads.store(n > 0 ? n : 0); }
 
+namespace {
+thread_local int t_cap = 0;  // ThreadsCap's (0: none)
+}  // namespace
+
+ThreadsCap::ThreadsCap(int cap) : previous_(t_cap) { t_cap = cap > 0 ? cap : 0; }
+ThreadsCap::~ThreadsCap() { t_cap = previous_; }
+
 int default_threads() {
-  const int n = g_threads.load();
-  if (n > 0) return n;
+  int n = g_threads.load();
 #ifdef KRONPE_OPENMP
-  return omp_get_max_threads();
+  if (n <= 0) n = omp_get_max_threads();
 #else
-  return 1;
+  if (n <= 0) n = 1;
 #endif
+  return t_cap > 0 && n > t_cap ? t_cap : n;
 }
 
 int kernel_threads() {

@@ -6,7 +6,7 @@ device -1 or the CUDA ordinal, stream), or a host NumPy array, whose buffer the 
 type raises TypeError; a wrong value (dtype, rank, shape, device, a bad parameter) raises
 ValueError; a backend failure (BLAS, CUDA, a module built without CUDA) raises RuntimeError.
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kronpe._adapters.arrays import Descriptor
 
@@ -253,4 +253,35 @@ class ThinPlateHierarchy32:
 
 
 class ThinPlateHierarchy64(ThinPlateHierarchy32):
+    """The same on a float64 grid."""
+
+
+def held_out_sweep(h: ThinPlateHierarchy32, b: Descriptor, hold: Descriptor, y_hold: Descriptor, x_best: Descriptor,
+                   lams: List[float], ratio: float, flat: float, count: int, omega: float, boundary_margin: float,
+                   higher: float, higher_margin: float) -> Dict[str, Any]:
+    """The held-out sweep over lambda with a diagonal data term (kronpe/multigrid.h; internal: kronpe.solvers.smooth): a dict
+    of the lambdas tried, their errors and the choices (boundary, higher-order penalty); the best fit written to x_best."""
+
+
+class LeadSolve32:
+    """The leading component of a fill at the interpolation limit, solved ahead of the sweep (kronpe/multigrid.h; internal:
+    kronpe.solvers.smooth): stage 1 the mirrored thin-plate system from full multigrid, stage 2 the higher-order one from it."""
+
+    def __init__(self, m: Descriptor, b: Descriptor, lam: float, degree: int, lmax: float, alpha: float, coarsest: int,
+                 threads: int, tol: float, maxiter: int, higher: float) -> None: ...
+    def start(self) -> None:
+        """Both stages on a thread of its own."""
+    def beside(self, fn: Callable[[], Tuple[Any, int]]) -> Any:
+        """fn() on this thread (returning (result, stages wanted)) beside both stages on a second OpenMP thread: fn's result."""
+    def finish(self, stages: int) -> None:
+        """Waits for the started solve, or runs the first `stages` stages now."""
+    def cancel(self) -> None: ...
+    @property
+    def stages_done(self) -> int: ...
+    def hierarchy(self) -> ThinPlateHierarchy32: ...
+    def solution(self, stage: int) -> Tuple[Any, int, float]:
+        """(x padded to three axes, iterations, error estimate) of a stage."""
+
+
+class LeadSolve64(LeadSolve32):
     """The same on a float64 grid."""

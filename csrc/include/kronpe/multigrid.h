@@ -18,8 +18,11 @@
 //   exactly maxiter iterations, with no error estimate (its passes skipped).
 // Work arrays are owned by the hierarchy: one object serves one thread of calls at a time.
 #pragma once
+#include <atomic>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "kronpe/smooth.h"
@@ -114,8 +117,9 @@ class ThinPlateHierarchy {
   // B^T B off the nodes: the hierarchy holds its lumped diagonal)
   using Operator = std::function<void(const T* v, T* out)>;
   // PCG for A x = b (module comment); x in/out; A the finest matrix, or *op when given.
+  // stop: when it turns true (another thread), PCG returns after the iteration under way.
   PcgResult pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter, double scale,
-                const Operator* op = nullptr);
+                const Operator* op = nullptr, const std::atomic<bool>* stop = nullptr);
 
  private:
   struct Level {
@@ -154,6 +158,104 @@ class ThinPlateHierarchy {
   std::vector<double> chol_;            // Cholesky factor of the coarsest A, lower, (n, n)
   std::vector<double> cb_;              // the coarsest solve's vector
   WorkArray<T> r_, z_, p_, ap_;         // pcg's vectors (allocated on first use)
+};
+
+
+// The held-out sweep over lambda of kronpe.solvers.smooth (its _sweep with a diagonal data term and
+// the thin-plate penalty, and sweep_ridges under it), compiled: the Python loop's per-step calls
+// took a fifth of a 128^2 fill. On h (the training data term, the natural boundary), for each
+// lambda of `lams` (largest first) `count` over-relaxed V-cycles (ThinPlateHierarchy::cycles,
+// omega) from the last fit (the first from full multigrid), each fit's held-out error the mean of
+// (x[hold[i]] - y_hold[i])^2 (float32 differences, summed by dot); it stops once the error rose
+// twice in a row, or fell by less than `flat` of itself twice in a row; one parabolic step in log
+// lambda through the best and its neighbours (at most half a step, `ratio` between neighbours) is
+// kept if it measures better. Then the boundary: the best fit's step mirrored (from the fit it
+// started from, at its lambda) wins unless the natural one's error is lower by more than
+// boundary_margin; h is left with the boundary chosen. Then, with higher > 0, interpolating (the
+// best the smallest lambda tried), mirrored and a start there: the step x + omega V (b - A_h x)
+// of the higher-order system (R + higher L^3, the power form) from that start, its held-out error
+// taken against the mirrored one with higher_margin. Every value as the Python loop's.
+struct SweepSettings {
+  std::vector<double> lams;
+  double ratio = 1.0;
+  double flat = 0.0;  // <= 0: no flat test
+  int count = 1;
+  double omega = 1.0;
+  double boundary_margin = 0.0;
+  double higher = 0.0;
+  double higher_margin = 0.0;
+};
+
+struct SweepOutcome {
+  std::vector<double> tried, errs;  // the lambdas tried (the parabolic one last) and their errors
+  double best = 0.0;                // the lambda chosen (the smallest tried: interpolating)
+  bool interpolating = false;
+  double boundary_errs[2] = {0.0, 0.0};  // natural (the best), mirrored
+  bool reflect = false;
+  bool higher_tested = false;
+  double higher_errs[2] = {0.0, 0.0};  // mirrored, higher-order
+  bool higher = false;
+};
+
+// x_best (h's finest grid): the best fit (the mirrored one when that boundary won).
+template <typename T>
+SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold, const index_t* hold,
+                            const T* y_hold, const SweepSettings& s, T* x_best);
+
+// The leading component of a fill at the interpolation limit, solved ahead of the held-out sweep
+// that decides whether it is wanted (kronpe.solvers.smooth, "Speculation"): on a hierarchy of its
+// own of diag(m) + lam R, R the mirrored thin-plate penalty (the options' smoother and threads),
+// stage 1 is PCG from full multigrid to tol (the error estimate against the solution's own
+// norm); stage 2 (higher > 0) PCG for diag(m) + lam (R + higher L^3) (the power form: order 3,
+// top higher, tail 1), preconditioned by the same hierarchy's V-cycle, from stage 1's solution.
+// start() runs both stages on a thread of its own, beside the caller's sweep; finish(stages)
+// stops the stages after the first `stages` at their next iteration, waits for the thread, and
+// runs what is still missing of those stages (all of them when not started) on the calling
+// thread: the same operations either way. cancel() stops every stage at its next iteration (the
+// results are then not to be used); the destructor cancels and waits.
+template <typename T>
+class LeadSolve {
+ public:
+  // g: the finest grid (its penalty fields are set here); m, b: its data term and right-hand side,
+  // copied
+  LeadSolve(const Grid& g, const T* m, const T* b, double lam, const MultigridOptions& options, double tol,
+            index_t maxiter, double higher);
+  ~LeadSolve();
+  LeadSolve(const LeadSolve&) = delete;
+  LeadSolve& operator=(const LeadSolve&) = delete;
+
+  void start();
+  // main() on the calling thread while both stages run on a second thread of the OpenMP team
+  // (libgomp's worker: a thread of our own had to share its core with that worker, spinning after
+  // the last parallel region); main returns the stages wanted, the others are then stopped and
+  // beside returns once the wanted ones are done. Without a second thread (no OpenMP, a team
+  // of one), main() then the wanted stages, on the calling thread. Rethrows what either threw.
+  void beside(const std::function<int()>& main);
+  void finish(int stages);  // rethrows what the thread threw
+  void cancel();
+  int stages_done() const { return done_; }
+  const Grid& grid() const { return g_; }
+  // the hierarchy (built by the first stage; null before)
+  const std::shared_ptr<ThinPlateHierarchy<T>>& hierarchy() const { return h_; }
+  const WorkArray<T>& x(int stage) const { return x_[stage == 2 ? 1 : 0]; }
+  PcgResult result(int stage) const { return res_[stage == 2 ? 1 : 0]; }
+
+ private:
+  void run(int stages);
+
+  Grid g_;
+  WorkArray<T> m_, b_;
+  double lam_, tol_, higher_;
+  index_t maxiter_;
+  MultigridOptions opt_;
+  std::shared_ptr<ThinPlateHierarchy<T>> h_;
+  WorkArray<T> x_[2];
+  PcgResult res_[2];
+  int done_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_[2] = {false, false};  // stage 1's, stage 2's
+  bool cancelled_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace kronpe::smooth

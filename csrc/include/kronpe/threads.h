@@ -32,6 +32,19 @@ int default_threads();
 // cores are marked busy.
 int kernel_threads();
 
+// While one lives, default_threads() (and so kernel_threads()) is at most `cap` on the thread
+// that made it (two tasks sharing the cores, each on one: LeadSolve::beside in multigrid.h).
+class ThreadsCap {
+ public:
+  explicit ThreadsCap(int cap);
+  ~ThreadsCap();
+  ThreadsCap(const ThreadsCap&) = delete;
+  ThreadsCap& operator=(const ThreadsCap&) = delete;
+
+ private:
+  int previous_;
+};
+
 constexpr long long kLateMicroseconds = 500;
 constexpr long long kBusyMilliseconds = 100;
 constexpr long long kLateWindowMilliseconds = 20;

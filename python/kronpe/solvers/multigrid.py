@@ -182,7 +182,8 @@ class ThinPlateMG:
 
     def __init__(self, m: Array, lam: Optional[float] = None, dtype=np.float32, reflect: bool = False,
                  order: int = 2, weights: Optional[Sequence[float]] = None, degree: Optional[int] = None,
-                 alpha: Optional[float] = None, top: float = 1.0, tail: float = 0.0):
+                 alpha: Optional[float] = None, top: float = 1.0, tail: float = 0.0, threads: int = 0,
+                 _hierarchy=None):
         m = np.ascontiguousarray(m, dtype=dtype)
         if not 1 <= m.ndim <= 3 or m.size == 0:
             raise ValueError(f"m must be a grid of 1 to 3 axes with at least one node, got shape {m.shape}")
@@ -198,8 +199,13 @@ class ThinPlateMG:
         self.degree = default_degree if degree is None else int(degree)
         self.alpha = default_alpha if alpha is None else float(alpha)
         self.lmax = chebyshev_lmax(m.ndim, self.order, self.weights, self.top, self.tail)
-        self._h = kind(m, self.degree, self.lmax, self.alpha, COARSEST, self.reflect, 0, self.order,
-                       None if self.weights is None else list(self.weights), self.top, self.tail)
+        #: the kernels' threads (0: kronpe's default)
+        self.threads = int(threads)
+        # _hierarchy: a compiled hierarchy built with these arguments elsewhere (smooth.py's
+        # LeadSolve), wrapped instead of built
+        self._h = _hierarchy if _hierarchy is not None else kind(
+            m, self.degree, self.lmax, self.alpha, COARSEST, self.reflect, self.threads, self.order,
+            None if self.weights is None else list(self.weights), self.top, self.tail)
         #: every level's grid shape, finest first
         self.levels = [tuple(s[3 - m.ndim:]) for s in self._h.shapes]
         self.lam: Optional[float] = None

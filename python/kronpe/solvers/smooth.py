@@ -119,6 +119,26 @@ nor a penalty is given. Decisions (documented once, here):
   -0.017 to +0.013 dB: the truncated solves end nearer the converged fit (masked coffee 27.0157
   -> 26.9990 against 26.991 converged, still 0.10 dB over inpaint_biharmonic; chelsea masked
   32.6304 -> 32.6343, scattered 30.7491 -> 30.7620).
+- **Speculation** (``LeadSolve``, kronpe/multigrid.h): on grids of 1 or 2 axes of at most
+  SPECULATE_MAX_NODES nodes with a diagonal data term, the leading component's final solve at the
+  interpolation limit (lambda = rho 10^-INTERPOLATION_EXPONENT, the mirrored thin-plate penalty:
+  PCG from full multigrid to TOL_INTERPOLATING; on 2 axes then the higher-order system from that
+  solution) runs beside the held-out sweep, each on one thread (libgomp's second thread: a thread
+  of our own had to share its core with that one, spinning after the last parallel region: 2.3 ->
+  2.9 ms), and is used when the sweep chooses that limit with the mirrored boundary (the crops and
+  most photographs of the benchmark); on one thread (``kronpe.set_num_threads(1)``, busy cores) it
+  runs after the sweep, only when wanted: the same bits either way. On a 128^2 grid two threads
+  split a V-cycle no better than one (above), two tasks side by side do not slow each other
+  (V-cycles of two hierarchies at once: 75 us each, alone 75 us). Starting the component from full
+  multigrid instead of the sweep's fit costs an iteration or two, on the other thread. The held-out
+  sweep itself (``_core.held_out_sweep``, COMPILED_SWEEP) is one compiled call for such data term:
+  the same steps and bits as the Python loop of ``sweep_ridges`` and the tests after it, whose
+  per-step calls took a fifth of a 128^2 fill. Interleaved in one process (camera 128^2, fill and
+  predict; old / compiled sweep / speculation / both): 50% missing 2.31 / 2.15 / 1.78 / 1.58 ms,
+  25% as points 2.39 / 2.25 / 1.83 / 1.71 ms. Held-out PSNR: masked crop 27.7029 -> 27.7003 dB,
+  scattered crop 24.9089 -> 24.9024 (the truncated solves land elsewhere: converged, tol 1e-6,
+  27.6952 and 24.8923 dB against inpaint_biharmonic's 27.6650 and 24.8974: at the limit the fit is
+  that solution, a tie); the larger photographs do not speculate (their kernels use two threads).
 - **Channels** are solved one after the other (contiguous grids: the kernels' rows are
   streams), all with the one lambda and one multigrid hierarchy, in the orthonormal basis of
   their second moments (``principal_basis``; the solution is the same, the basis is orthonormal
@@ -178,7 +198,7 @@ import numpy as np
 from .._adapters import validate as _validate
 from .krylov import SeparablePreconditioner, pcg, sweep_ridges
 from .. import _core
-from .multigrid import ThinPlateMG, _dot, thin_plate_apply
+from .multigrid import COARSEST, ThinPlateMG, _dot, chebyshev_lmax, thin_plate_apply
 from .penalty import DifferencePenalty
 
 Array = np.ndarray
@@ -214,6 +234,8 @@ HIGHER = 0.1
 HIGHER_MARGIN = 2e-3
 HIGHER_KEY = "_higher"
 SWEEP_FIT_KEY = "_sweep_fit"
+SPECULATE_MAX_NODES = 1 << 16
+COMPILED_SWEEP = True
 
 
 class DataTerm:
@@ -419,7 +441,9 @@ def _as_planes(rhs) -> List[Array]:
 def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxiter: int,
           penalty: DifferencePenalty = PENALTY, mg: Optional[ThinPlateMG] = None,
           value_range: Optional[Tuple[Array, Array]] = None, lead=None, moments: Optional[Array] = None,
-          lead_start: Optional[Array] = None, basis: Optional[Array] = None) -> Tuple[Array, int, Array, float]:
+          lead_start: Optional[Array] = None, basis: Optional[Array] = None,
+          lead_solution: Optional[Tuple[Array, int, float]] = None, mixed: Optional[List[Array]] = None
+          ) -> Tuple[Array, int, Array, float]:
     """(M + lam R) W = rhs for W (N..., C) float32 (rhs (N..., C) or C planes (N...)):
     multigrid-preconditioned CG on grids of 1 to 3
     axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam and the penalty's boundary),
@@ -430,7 +454,10 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     principal component's system, whose PCG ``mg`` (the thin-plate hierarchy) preconditions.
     ``moments``: the channels' ``_moments`` when the caller has them (``rhs`` as planes).
     ``lead_start``: the leading principal component's start (on grids of 1 to 3 axes; instead of
-    ``x0``'s or full multigrid). ``basis``: the channels' ``principal_basis`` when the caller has it."""
+    ``x0``'s or full multigrid). ``basis``: the channels' ``principal_basis`` when the caller has it;
+    ``mixed``: the right-hand side in that basis (``_mix_planes``) when the caller has it;
+    ``lead_solution``: the leading component's (solution, iterations, error estimate), solved
+    already (``LeadSolve``)."""
     D = len(data.shape)
     if D > MG_MAX_AXES:
         M = SeparablePreconditioner(None, data.rho, lam, penalty, data.shape)
@@ -448,14 +475,17 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     planes = _as_planes(rhs)
     C = len(planes)
     V = principal_basis(planes, moments) if basis is None else basis
-    b = _mix_planes(planes, V)
+    b = _mix_planes(planes, V) if mixed is None else mixed
     start_ = None if x0 is None else _mix_planes(_planes(x0), V)
     W = []
     its, rels, scale = 0, [], None
     for c in range(C):
         op = lead_operator if c == 0 else operator
         x_c = lead_start if c == 0 and lead_start is not None else (None if start_ is None else start_[c])
-        w, it, rel = mg.solve(b[c], x_c, tol, maxiter, op, scale)
+        if c == 0 and lead_solution is not None:
+            w, it, rel = lead_solution
+        else:
+            w, it, rel = mg.solve(b[c], x_c, tol, maxiter, op, scale)
         W.append(w)
         if scale is None and tol > 0:
             scale = max(float(np.sqrt(_dot(w, w))), 1e-30)
@@ -536,16 +566,17 @@ def principal_basis(planes: List[Array], moments: Optional[Array] = None) -> Arr
     return np.ascontiguousarray(V[:, ::-1], dtype=np.float32)
 
 
-def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty = PENALTY) -> ThinPlateMG:
+def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty = PENALTY, threads: int = 0
+              ) -> ThinPlateMG:
     """The multigrid hierarchy of M + lam R (M lumped when not diagonal), R a default penalty;
     with a diagonal data term and the thin-plate penalty, the smoother DIAGONAL_SMOOTHER (module
     docstring)."""
     degree, alpha = DIAGONAL_SMOOTHER if data.is_diagonal and penalty.order == 2 else (None, None)
-    return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, **_mg_penalty(penalty))
+    return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, threads=threads, **_mg_penalty(penalty))
 
 
 def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = None,
-                 basis: Optional[Array] = None) -> Tuple[float, Dict[str, Any]]:
+                 basis: Optional[Array] = None, threads: int = 0) -> Tuple[float, Dict[str, Any]]:
     """lambda held out on the whole grid (module docstring) for a diagonal data term (grids with
     holes, points on a lattice): the held-out samples are nodes with data, their values
     rhs / diag. ``moments``: the channels' ``_moments``, when the caller has them; ``basis``:
@@ -568,7 +599,8 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
     r_train.reshape(-1)[hold] = 0.0
 
     error = _held_out_error(hold, y_ho)
-    lam, info = _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter)
+    lam, info = _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter, threads,
+                       (hold, np.ascontiguousarray(y_ho, np.float32)))
     if not lead:
         info.pop(SWEEP_FIT_KEY, None)
     return lam, info
@@ -642,12 +674,14 @@ def _holdout_of(n: int, fraction: float, seed: int) -> Array:
     return out
 
 
-def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: float, maxiter: int
-           ) -> Tuple[float, Dict[str, Any]]:
-    """The held-out sweep over lambda = rho 10^-k, k in EXPONENTS (module docstring)."""
+def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: float, maxiter: int,
+           threads: int = 0, held: Optional[Tuple[Array, Array]] = None) -> Tuple[float, Dict[str, Any]]:
+    """The held-out sweep over lambda = rho 10^-k, k in EXPONENTS (module docstring); ``threads``:
+    its hierarchy's kernels' (0: the default); ``held``: the held-out nodes' flat indices and
+    values (float32) that ``error`` measures, for the compiled sweep (COMPILED_SWEEP)."""
     D = len(sub.shape)
     model = {"penalty": default_penalty(D)}
-    mg = hierarchy(sub, None, model["penalty"]) if D <= MG_MAX_AXES else None
+    mg = hierarchy(sub, None, model["penalty"], threads) if D <= MG_MAX_AXES else None
     x0 = _start(sub, r_train)
     # with a diagonal data term the hierarchy's matrix is the system's: over-relaxed V-cycles from
     # the last fit (SWEEP_OMEGA), else PCG iterations on the exact operator
@@ -663,6 +697,8 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
                      model["penalty"], mg)[0]
 
     ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
+    if COMPILED_SWEEP and stationary and held is not None:
+        return _compiled_sweep(mg, b_train, held, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio, rho, maxiter)
     best, lams, errs, x_best, x_from = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio,
                                                     flat=SWEEP_FLAT_NODES if stationary else SWEEP_FLAT,
                                                     with_start=True)
@@ -698,6 +734,75 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     # arrays are allocated once per fit
     info[HIERARCHY_KEY] = mg
     info[SWEEP_FIT_KEY] = x_best
+    return best, info
+
+
+def _lead_solve(data: DataTerm, b: Array, maxiter: int) -> Tuple[Optional[Any], int]:
+    """(the leading component's LeadSolve, or None where it is not tried; the threads of the
+    sweep's hierarchy: 1 when the solve runs beside the sweep, else 0) for a fill choosing lambda
+    on a diagonal data term (module docstring, "Speculation"): on grids of 1 or 2 axes of at most
+    SPECULATE_MAX_NODES nodes, a solve of the component ``b`` at the interpolation limit with the
+    mirrored thin-plate penalty (then, on 2 axes, with the higher-order one), beside the sweep
+    when kronpe has two threads or more and the cores are not busy (each on one thread)."""
+    D = len(data.shape)
+    size = int(np.prod(data.shape))
+    if not (D in (1, 2) and ORDER.get(D, 2) == 2 and SWEEP_OMEGA is not None and 0 < size <= SPECULATE_MAX_NODES
+            and maxiter > 0 and data.rho > 0):
+        return None, 0
+    concurrent = _core.get_num_threads() >= 2 and not _core.busy_cores()[0]
+    threads = 1 if concurrent else 0
+    degree, alpha = DIAGONAL_SMOOTHER
+    spec = _core.LeadSolve32(np.ascontiguousarray(data.diag, np.float32), np.ascontiguousarray(b, np.float32),
+                             data.rho * 10.0 ** (-INTERPOLATION_EXPONENT), degree, chebyshev_lmax(D, 2), alpha,
+                             COARSEST, threads, TOL_INTERPOLATING, maxiter, HIGHER if D == 2 else 0.0)
+    return spec, threads
+
+
+def _stages_wanted(info: Dict[str, Any], higher: Optional[bool] = None) -> int:
+    """The LeadSolve stages a sweep's outcome ``info`` wants: none unless it chose the
+    interpolation limit with the mirrored boundary, then 2 with the higher-order penalty
+    (``higher``, default info's HIGHER_KEY), else 1."""
+    if not (info.get("interpolating") and info.get("boundary") == BOUNDARIES[1]):
+        return 0
+    return 2 if (info.get(HIGHER_KEY, False) if higher is None else higher) else 1
+
+
+def _lead_solved(spec, data: DataTerm, higher: bool) -> Tuple[Tuple[Array, int, float], ThinPlateMG]:
+    """(the leading component's (solution, iterations of both stages, error estimate), the
+    LeadSolve's hierarchy for the other components) once the sweep chose the interpolation limit
+    with the mirrored boundary; ``higher``: with the higher-order penalty (stage 2)."""
+    stages = 2 if higher else 1
+    spec.finish(stages)
+    x, its, rel = spec.solution(stages)
+    if higher:
+        its += spec.solution(1)[1]
+    degree, alpha = DIAGONAL_SMOOTHER
+    lam = data.rho * 10.0 ** (-INTERPOLATION_EXPONENT)
+    mg = ThinPlateMG(data.diag, None, reflect=True, degree=degree, alpha=alpha, _hierarchy=spec.hierarchy())
+    mg.lam = float(lam)
+    return (x.reshape(data.shape), int(its), float(rel)), mg
+
+
+def _compiled_sweep(mg: ThinPlateMG, b: Array, held: Tuple[Array, Array], lams: List[float], ratio: float,
+                    rho: float, maxiter: int) -> Tuple[float, Dict[str, Any]]:
+    """_sweep's stationary branch (a diagonal data term, the thin-plate penalty) in one compiled
+    call (``_core.held_out_sweep``: the same steps and values as sweep_ridges, the boundary test and
+    the higher-order test in Python; their per-step calls took a fifth of a 128^2 fill)."""
+    D = len(mg.shape)
+    x_best = np.empty(mg.shape, np.float32)
+    higher = HIGHER if (HIGHER and D == 2 and maxiter > 0) else 0.0
+    o = _core.held_out_sweep(mg._h, b, held[0], held[1], x_best, lams, ratio, SWEEP_FLAT_NODES,
+                             min(maxiter, SWEEP_MAXITER), SWEEP_OMEGA, BOUNDARY_MARGIN, higher, HIGHER_MARGIN)
+    mg.reflect = bool(o["reflect"])
+    mg.lam = float(mg._h.lam)
+    best = rho * 10.0 ** (-INTERPOLATION_EXPONENT) if o["interpolating"] else o["best"]
+    info: Dict[str, Any] = {"ridge_candidates": list(o["tried"]), "holdout_errors": list(o["errs"]),
+                            "interpolating": bool(o["interpolating"]),
+                            "boundary_holdout_errors": list(o["boundary_errs"]),
+                            "boundary": BOUNDARIES[int(mg.reflect)], HIERARCHY_KEY: mg, SWEEP_FIT_KEY: x_best}
+    if "higher_errs" in o:
+        info["higher_holdout_errors"] = list(o["higher_errs"])
+        info[HIGHER_KEY] = bool(o["higher"])
     return best, info
 
 
@@ -807,7 +912,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     moments = _moments(rhs) if len(rhs) > 1 else None
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
     info: Dict[str, Any] = {}
-    basis = None
+    basis = mixed = spec = None
     if ridge is None:
         if not data.is_diagonal:
             if samples is None:
@@ -815,29 +920,49 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
             lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter)
         else:
             basis = principal_basis(rhs, moments)
-            lam, extra = choose_ridge(data, rhs, maxiter, moments, basis)
+            mixed = _mix_planes(rhs, basis)
+            # the leading component at the interpolation limit, solved beside the sweep
+            spec, threads = _lead_solve(data, mixed[0], maxiter)
+
+            def sweep():
+                chosen = choose_ridge(data, rhs, maxiter, moments, basis, threads)
+                return chosen, _stages_wanted(chosen[1])
+
+            if spec is not None and threads == 1:
+                lam, extra = spec.beside(sweep)
+            else:
+                lam, extra = sweep()[0]
         info.update(extra)
     else:
         lam = float(ridge)
     x0 = _start(data, rhs)
     mg = info.pop(HIERARCHY_KEY, None)
     swept = info.pop(SWEEP_FIT_KEY, None)
+    higher = bool(info.pop(HIGHER_KEY, False))
+    lead_solution = None
+    if spec is not None:
+        if _stages_wanted(info, higher):
+            lead_solution, mg = _lead_solved(spec, data, higher)
+            swept = None
+        else:
+            spec.cancel()
     if swept is not None and (mg is None or not data.is_diagonal):
         swept = None
     # the leading component's PCG starts from the sweep's fit of it (module docstring)
     lead_start = None if swept is None else np.asarray(swept, np.float32).reshape(data.shape)
     penalty = default_penalty(len(data.shape), info.get("boundary", BOUNDARIES[0]) == "reflect", info.get("weights"))
     info["boundary"] = penalty.boundary
-    if mg is not None:
+    if mg is not None and lead_solution is None:
         mg.set_data(data.lumped()).set_ridge(lam)
     lead = None
-    if info.pop(HIGHER_KEY, False):
+    if higher:
         lead = HigherPenalty(HIGHER)
         info["lead_penalty"] = repr(HigherPenalty(HIGHER))
     # the interpolation limit converges slowest and its PSNR is the most sensitive to the solve
     tol = TOL_INTERPOLATING if info.get("interpolating") else TOL
     W, its, rels, clipped = solve(data, rhs, lam, x0, tol, maxiter, penalty, mg,
-                                  value_range if size else None, lead, moments, lead_start, basis)
+                                  value_range if size else None, lead, moments, lead_start, basis,
+                                  lead_solution, mixed)
     if value_range is not None and size:
         info["clipped"] = clipped
     res = float(rels.max()) if rels.size else 0.0
