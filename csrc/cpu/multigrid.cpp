@@ -538,6 +538,7 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
     if (estimate && scale <= 0) xx = cg_update_norm(n, a, p, ap, x, r, opt_.threads);
     else cg_update(n, a, p, ap, x, r, opt_.threads);
     if (it == maxiter && !estimate) break;  // a fixed number of iterations (sweeps)
+    if (stop && stop->load(std::memory_order_relaxed)) break;  // (x and r updated: a whole step)
     vcycle(r, z);
     double rz_new;
     if (estimate) {
