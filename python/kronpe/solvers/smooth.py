@@ -195,6 +195,7 @@ nor a penalty is given. Decisions (documented once, here):
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -470,10 +471,9 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
         if value_range is None:
             return W, its, rels, 0.0
         return W, its, rels, _unmix(_planes(W), np.eye(W.shape[-1], dtype=np.float32), W, value_range)
-    mg = hierarchy(data, lam, penalty) if mg is None else mg
     operator = _operator(data, lam, penalty)
     # the leading component's own penalty: its operator, preconditioned by the same hierarchy
-    lead_operator = operator if lead is None else _operator(data, lam, lead, always=True)
+    lead_operator = operator if lead is None or lead_solution is not None else _operator(data, lam, lead, always=True)
     # channels in their principal basis (module docstring), the strongest first: its norm sets
     # the error scale of the others
     planes = _as_planes(rhs)
@@ -489,6 +489,8 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
         if c == 0 and lead_solution is not None:
             w, it, rel = lead_solution
         else:
+            # (mg: a hierarchy, None for a new one, or a function that makes it: only when wanted)
+            mg = hierarchy(data, lam, penalty) if mg is None else (mg if isinstance(mg, ThinPlateMG) else mg())
             w, it, rel = mg.solve(b[c], x_c, tol, maxiter, op, scale)
         W.append(w)
         if scale is None and tol > 0:
@@ -749,7 +751,7 @@ def _lead_solve(data: DataTerm, b: Array, maxiter: int) -> Tuple[Optional[Any], 
     mirrored thin-plate penalty (then, on 2 axes, with the higher-order one), beside the sweep
     when kronpe has two threads or more and the cores are not busy (each on one thread)."""
     D = len(data.shape)
-    size = int(np.prod(data.shape))
+    size = math.prod(data.shape)
     if not (D in (1, 2) and ORDER.get(D, 2) == 2 and SWEEP_OMEGA is not None and 0 < size <= SPECULATE_MAX_NODES
             and maxiter > 0 and data.rho > 0):
         return None, 0
@@ -771,20 +773,23 @@ def _stages_wanted(info: Dict[str, Any], higher: Optional[bool] = None) -> int:
     return 2 if (info.get(HIGHER_KEY, False) if higher is None else higher) else 1
 
 
-def _lead_solved(spec, data: DataTerm, higher: bool) -> Tuple[Tuple[Array, int, float], ThinPlateMG]:
-    """(the leading component's (solution, iterations of both stages, error estimate), the
-    LeadSolve's hierarchy for the other components) once the sweep chose the interpolation limit
-    with the mirrored boundary; ``higher``: with the higher-order penalty (stage 2)."""
+def _lead_solved(spec, data: DataTerm, higher: bool) -> Tuple[Tuple[Array, int, float], Callable[[], ThinPlateMG]]:
+    """(the leading component's (solution, iterations of both stages, error estimate), a function
+    wrapping the LeadSolve's hierarchy for the other components) once the sweep chose the
+    interpolation limit with the mirrored boundary; ``higher``: with the higher-order penalty
+    (stage 2)."""
     stages = 2 if higher else 1
     spec.finish(stages)
     x, its, rel = spec.solution(stages)
     if higher:
         its += spec.solution(1)[1]
-    degree, alpha = DIAGONAL_SMOOTHER
-    lam = data.rho * 10.0 ** (-INTERPOLATION_EXPONENT)
-    mg = ThinPlateMG(data.diag, None, reflect=True, degree=degree, alpha=alpha, _hierarchy=spec.hierarchy())
-    mg.lam = float(lam)
-    return (x.reshape(data.shape), int(its), float(rel)), mg
+    def wrapped() -> ThinPlateMG:
+        degree, alpha = DIAGONAL_SMOOTHER
+        mg = ThinPlateMG(data.diag, None, reflect=True, degree=degree, alpha=alpha, _hierarchy=spec.hierarchy())
+        mg.lam = float(data.rho * 10.0 ** (-INTERPOLATION_EXPONENT))
+        return mg
+
+    return (x.reshape(data.shape), int(its), float(rel)), wrapped
 
 
 def _compiled_sweep(mg: ThinPlateMG, b: Array, held: Tuple[Array, Array], lams: List[float], ratio: float,
