@@ -254,56 +254,83 @@ void register_hierarchy(py::module_& m, const char* name) {
           "call)");
 }
 
+// The held-out sweep's settings from the binding's arguments.
+smooth::SweepSettings sweep_settings(const std::vector<double>& lams, double ratio, double flat, int count, double omega,
+                                     double boundary_margin, double higher, double higher_margin) {
+  smooth::SweepSettings st;
+  st.lams = lams;
+  st.ratio = ratio;
+  st.flat = flat;
+  st.count = count;
+  st.omega = omega;
+  st.boundary_margin = boundary_margin;
+  st.higher = higher;
+  st.higher_margin = higher_margin;
+  return st;
+}
+
+py::dict sweep_outcome(const smooth::SweepOutcome& o) {
+  py::dict d;
+  d["tried"] = o.tried;
+  d["errs"] = o.errs;
+  d["best"] = o.best;
+  d["interpolating"] = o.interpolating;
+  d["boundary_errs"] = std::vector<double>{o.boundary_errs[0], o.boundary_errs[1]};
+  d["reflect"] = o.reflect;
+  if (o.higher_tested) {
+    d["higher_errs"] = std::vector<double>{o.higher_errs[0], o.higher_errs[1]};
+    d["higher"] = o.higher;
+  }
+  return d;
+}
+
 template <typename T>
 void register_sweep(py::module_& m) {
   using H = smooth::ThinPlateHierarchy<T>;
   m.def(
-      "held_out_sweep",
-      [](H& h, const Array& b, const Array& hold, const Array& y_hold, const Array& x_best,
-         const std::vector<double>& lams, double ratio, double flat, int count, double omega, double boundary_margin,
-         double higher, double higher_margin) {
-        const T* bp = finest<const T>(h, b, "b");
-        T* xp = finest<T>(h, x_best, "x_best");
-        require(b.address != x_best.address, "held_out_sweep: x_best must not be b");
+      "held_out_fill_sweep",
+      [](const Array& mm, const Array& y, const Array& hold, const Array& x_best, int degree, double lmax,
+         double alpha, index_t coarsest, int threads, const std::vector<double>& lams, double ratio, double flat,
+         int count, double omega, double boundary_margin, double higher, double higher_margin) {
+        const smooth::Grid g = grid_of(mm, "m");
+        for (const auto& [a, name] : {std::pair<const Array*, const char*>{&y, "y"}, {&x_best, "x_best"}}) {
+          const smooth::Grid h = grid_of(*a, name);
+          require(a->ndim() == mm.ndim() && h.n[0] == g.n[0] && h.n[1] == g.n[1] && h.n[2] == g.n[2],
+                  std::string(name) + " must have m's shape");
+        }
+        const T* mp = p<const T>(mm, "m");
+        const T* yp = p<const T>(y, "y");
+        T* xp = p<T>(x_best, "x_best");
         bindings::require_host(hold, "hold");
-        bindings::require_host(y_hold, "y_hold");
         const index_t* hp = bindings::data<const index_t>(hold, "hold", 1);
-        const T* yp = bindings::data<const T>(y_hold, "y_hold", 1);
-        const index_t nh = hold.shape[0];
-        require(y_hold.shape[0] == nh && (nh <= 1 || (hold.strides[0] == 1 && y_hold.strides[0] == 1)),
-                "held_out_sweep: hold and y_hold must be contiguous and of one length");
-        smooth::SweepSettings st;
-        st.lams = lams;
-        st.ratio = ratio;
-        st.flat = flat;
-        st.count = count;
-        st.omega = omega;
-        st.boundary_margin = boundary_margin;
-        st.higher = higher;
-        st.higher_margin = higher_margin;
+        const index_t nh = hold.shape[0], n = g.size();
+        require(nh <= 1 || hold.strides[0] == 1, "held_out_fill_sweep: hold must be contiguous");
+        require(g.size() > 0, "m must have at least one node");
+        const smooth::SweepSettings st =
+            sweep_settings(lams, ratio, flat, count, omega, boundary_margin, higher, higher_margin);
+        std::shared_ptr<H> h;
         smooth::SweepOutcome o;
         {
           py::gil_scoped_release release;
-          o = smooth::held_out_sweep<T>(h, bp, nh, hp, yp, st, xp);
+          for (index_t i = 0; i < nh; ++i)
+            require(hp[i] >= 0 && hp[i] < n && mp[hp[i]] > T(0), "held_out_fill_sweep: hold must index nodes with data");
+          // the training term and right-hand side (the held-out nodes left out), their values y / m
+          smooth::WorkArray<T> train(mp, mp + n), b(yp, yp + n), y_hold(static_cast<std::size_t>(nh));
+          for (index_t i = 0; i < nh; ++i) {
+            y_hold[std::size_t(i)] = yp[hp[i]] / mp[hp[i]];
+            train[std::size_t(hp[i])] = T(0);
+            b[std::size_t(hp[i])] = T(0);
+          }
+          h = std::make_shared<H>(g, train.data(), options(degree, lmax, alpha, coarsest, threads));
+          o = smooth::held_out_sweep<T>(*h, b.data(), nh, hp, y_hold.data(), st, xp);
         }
-        py::dict d;
-        d["tried"] = o.tried;
-        d["errs"] = o.errs;
-        d["best"] = o.best;
-        d["interpolating"] = o.interpolating;
-        d["boundary_errs"] = std::vector<double>{o.boundary_errs[0], o.boundary_errs[1]};
-        d["reflect"] = o.reflect;
-        if (o.higher_tested) {
-          d["higher_errs"] = std::vector<double>{o.higher_errs[0], o.higher_errs[1]};
-          d["higher"] = o.higher;
-        }
-        return d;
+        return py::make_tuple(h, sweep_outcome(o));
       },
-      py::arg("h"), py::arg("b"), py::arg("hold"), py::arg("y_hold"), py::arg("x_best"), py::arg("lams"),
-      py::arg("ratio"), py::arg("flat"), py::arg("count"), py::arg("omega"), py::arg("boundary_margin"),
-      py::arg("higher"), py::arg("higher_margin"),
-      "the held-out sweep over lambda with a diagonal data term (kronpe/multigrid.h; internal: "
-      "kronpe.solvers.smooth): a dict of the lambdas tried, their errors, the choices; the best fit in x_best");
+      py::arg("m"), py::arg("y"), py::arg("hold"), py::arg("x_best"), py::arg("degree"), py::arg("lmax"),
+      py::arg("alpha"), py::arg("coarsest"), py::arg("threads"), py::arg("lams"), py::arg("ratio"), py::arg("flat"),
+      py::arg("count"), py::arg("omega"), py::arg("boundary_margin"), py::arg("higher"), py::arg("higher_margin"),
+      "held_out_sweep on the hierarchy of m with the held-out nodes left out (m = 0 and y = 0 there, their values "
+      "y / m held out), built here: (the hierarchy, the sweep's dict)");
 }
 
 template <typename T>

@@ -256,11 +256,13 @@ class ThinPlateHierarchy64(ThinPlateHierarchy32):
     """The same on a float64 grid."""
 
 
-def held_out_sweep(h: ThinPlateHierarchy32, b: Descriptor, hold: Descriptor, y_hold: Descriptor, x_best: Descriptor,
-                   lams: List[float], ratio: float, flat: float, count: int, omega: float, boundary_margin: float,
-                   higher: float, higher_margin: float) -> Dict[str, Any]:
-    """The held-out sweep over lambda with a diagonal data term (kronpe/multigrid.h; internal: kronpe.solvers.smooth): a dict
-    of the lambdas tried, their errors and the choices (boundary, higher-order penalty); the best fit written to x_best."""
+def held_out_fill_sweep(m: Descriptor, y: Descriptor, hold: Descriptor, x_best: Descriptor, degree: int, lmax: float,
+                        alpha: float, coarsest: int, threads: int, lams: List[float], ratio: float, flat: float, count: int,
+                        omega: float, boundary_margin: float, higher: float, higher_margin: float
+                        ) -> Tuple[ThinPlateHierarchy32, Dict[str, Any]]:
+    """The held-out sweep over lambda with a diagonal data term m, the nodes hold left out (kronpe/multigrid.h; internal:
+    kronpe.solvers.smooth): (the training term's hierarchy, a dict of the lambdas tried, their errors and the choices);
+    the best fit written to x_best."""
 
 
 class LeadSolve32:

@@ -594,9 +594,16 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
     if obs.size < MIN_HOLDOUT:
         return data.rho * 10.0 ** (-FALLBACK_EXPONENT), _too_few_to_hold_out()
     hold = obs[_holdout(obs.size)]
+    planes = _as_planes(rhs)
+    y, lead = _selection_signal(planes, float(diag.sum()) if len(planes) > 1 else 1.0, moments, basis)
+    D = diag.ndim
+    if COMPILED_SWEEP and SWEEP_OMEGA is not None and D <= MG_MAX_AXES and ORDER.get(D, 2) == 2:
+        lam, info = _compiled_sweep(diag, y, hold, data.rho, maxiter, threads)
+        if not lead:
+            info.pop(SWEEP_FIT_KEY, None)
+        return lam, info
     train = diag.copy()
     train.flat[hold] = 0.0
-    y, lead = _selection_signal(_as_planes(rhs), float(diag.sum()), moments, basis)
     y = y[..., None]
     y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
     # B^T y is 0 wherever diag(B^T B) is: leaving out the held-out nodes is all (a copy and a
@@ -605,8 +612,7 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
     r_train.reshape(-1)[hold] = 0.0
 
     error = _held_out_error(hold, y_ho)
-    lam, info = _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter, threads,
-                       (hold, np.ascontiguousarray(y_ho, np.float32)))
+    lam, info = _sweep(DataTerm(train.shape, train), r_train, error, data.rho, maxiter, threads)
     if not lead:
         info.pop(SWEEP_FIT_KEY, None)
     return lam, info
@@ -681,10 +687,10 @@ def _holdout_of(n: int, fraction: float, seed: int) -> Array:
 
 
 def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: float, maxiter: int,
-           threads: int = 0, held: Optional[Tuple[Array, Array]] = None) -> Tuple[float, Dict[str, Any]]:
+           threads: int = 0) -> Tuple[float, Dict[str, Any]]:
     """The held-out sweep over lambda = rho 10^-k, k in EXPONENTS (module docstring); ``threads``:
-    its hierarchy's kernels' (0: the default); ``held``: the held-out nodes' flat indices and
-    values (float32) that ``error`` measures, for the compiled sweep (COMPILED_SWEEP)."""
+    its hierarchy's kernels' (0: the default). With a diagonal data term and the thin-plate penalty
+    choose_ridge runs the compiled one instead (_compiled_sweep, COMPILED_SWEEP)."""
     D = len(sub.shape)
     model = {"penalty": default_penalty(D)}
     mg = hierarchy(sub, None, model["penalty"], threads) if D <= MG_MAX_AXES else None
@@ -703,8 +709,6 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
                      model["penalty"], mg)[0]
 
     ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
-    if COMPILED_SWEEP and stationary and held is not None:
-        return _compiled_sweep(mg, b_train, held, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio, rho, maxiter)
     best, lams, errs, x_best, x_from = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio,
                                                     flat=SWEEP_FLAT_NODES if stationary else SWEEP_FLAT,
                                                     with_start=True)
@@ -792,23 +796,35 @@ def _lead_solved(spec, data: DataTerm, higher: bool) -> Tuple[Tuple[Array, int, 
     return (x.reshape(data.shape), int(its), float(rel)), wrapped
 
 
-def _compiled_sweep(mg: ThinPlateMG, b: Array, held: Tuple[Array, Array], lams: List[float], ratio: float,
-                    rho: float, maxiter: int) -> Tuple[float, Dict[str, Any]]:
-    """_sweep's stationary branch (a diagonal data term, the thin-plate penalty) in one compiled
-    call (``_core.held_out_sweep``: the same steps and values as sweep_ridges, the boundary test and
-    the higher-order test in Python; their per-step calls took a fifth of a 128^2 fill)."""
-    D = len(mg.shape)
-    x_best = np.empty(mg.shape, np.float32)
-    higher = HIGHER if (HIGHER and D == 2 and maxiter > 0) else 0.0
-    o = _core.held_out_sweep(mg._h, b, held[0], held[1], x_best, lams, ratio, SWEEP_FLAT_NODES,
-                             min(maxiter, SWEEP_MAXITER), SWEEP_OMEGA, BOUNDARY_MARGIN, higher, HIGHER_MARGIN)
-    mg.reflect = bool(o["reflect"])
-    mg.lam = float(mg._h.lam)
+def _compiled_sweep(diag: Array, y: Array, hold: Array, rho: float, maxiter: int, threads: int
+                    ) -> Tuple[float, Dict[str, Any]]:
+    """_sweep's stationary branch (a diagonal data term ``diag``, the thin-plate penalty) for the
+    selection signal ``y`` with the nodes ``hold`` held out, in one compiled call
+    (``_core.held_out_fill_sweep``: the training term, its hierarchy, sweep_ridges' steps, the
+    boundary test and the higher-order test, the same values as the Python loop; its per-step
+    calls and array set-up took a fifth of a 128^2 fill). info[HIERARCHY_KEY]: a function that
+    wraps the sweep's hierarchy (a ThinPlateMG), called only where it is wanted."""
+    D = diag.ndim
+    x_best = np.empty(diag.shape, np.float32)
+    degree, alpha = DIAGONAL_SMOOTHER
+    lams = [rho * 10.0 ** (-k) for k in EXPONENTS]
+    h, o = _core.held_out_fill_sweep(
+        np.ascontiguousarray(diag, np.float32), np.ascontiguousarray(y, np.float32).reshape(diag.shape), hold, x_best,
+        degree, chebyshev_lmax(D, 2), alpha, COARSEST, threads, lams, 10.0 ** (EXPONENTS[1] - EXPONENTS[0]),
+        SWEEP_FLAT_NODES, min(maxiter, SWEEP_MAXITER), SWEEP_OMEGA, BOUNDARY_MARGIN,
+        HIGHER if (HIGHER and D == 2 and maxiter > 0) else 0.0, HIGHER_MARGIN)
+    reflect = bool(o["reflect"])
+
+    def wrapped() -> ThinPlateMG:
+        mg = ThinPlateMG(diag, None, reflect=reflect, degree=degree, alpha=alpha, threads=threads, _hierarchy=h)
+        mg.lam = float(h.lam)
+        return mg
+
     best = rho * 10.0 ** (-INTERPOLATION_EXPONENT) if o["interpolating"] else o["best"]
     info: Dict[str, Any] = {"ridge_candidates": list(o["tried"]), "holdout_errors": list(o["errs"]),
                             "interpolating": bool(o["interpolating"]),
                             "boundary_holdout_errors": list(o["boundary_errs"]),
-                            "boundary": BOUNDARIES[int(mg.reflect)], HIERARCHY_KEY: mg, SWEEP_FIT_KEY: x_best}
+                            "boundary": BOUNDARIES[int(reflect)], HIERARCHY_KEY: wrapped, SWEEP_FIT_KEY: x_best}
     if "higher_errs" in o:
         info["higher_holdout_errors"] = list(o["higher_errs"])
         info[HIGHER_KEY] = bool(o["higher"])
@@ -962,6 +978,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
     penalty = default_penalty(len(data.shape), info.get("boundary", BOUNDARIES[0]) == "reflect", info.get("weights"))
     info["boundary"] = penalty.boundary
     if mg is not None and lead_solution is None:
+        mg = mg if isinstance(mg, ThinPlateMG) else mg()
         mg.set_data(data.lumped()).set_ridge(lam)
     lead = None
     if higher:
