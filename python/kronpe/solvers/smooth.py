@@ -130,12 +130,15 @@ nor a penalty is given. Decisions (documented once, here):
   runs after the sweep, only when wanted: the same bits either way. On a 128^2 grid two threads
   split a V-cycle no better than one (above), two tasks side by side do not slow each other
   (V-cycles of two hierarchies at once: 75 us each, alone 75 us). Starting the component from full
-  multigrid instead of the sweep's fit costs an iteration or two, on the other thread. The held-out
-  sweep itself (``_core.held_out_sweep``, COMPILED_SWEEP) is one compiled call for such data term:
-  the same steps and bits as the Python loop of ``sweep_ridges`` and the tests after it, whose
-  per-step calls took a fifth of a 128^2 fill. Interleaved in one process (camera 128^2, fill and
-  predict; old / compiled sweep / speculation / both): 50% missing 2.31 / 2.15 / 1.78 / 1.58 ms,
-  25% as points 2.39 / 2.25 / 1.83 / 1.71 ms. Held-out PSNR: masked crop 27.7029 -> 27.7003 dB,
+  multigrid instead of the sweep's fit costs an iteration or two, on the other thread; on one
+  thread it is that much slower (camera 128^2, one thread: 2.57 -> 2.77 ms masked, 2.52 -> 2.60
+  as points), the price of one result for any thread count. The held-out sweep itself
+  (``_core.held_out_fill_sweep``, COMPILED_SWEEP) is one compiled call for such a data term (the
+  training term, its hierarchy, the steps): the same steps and bits as the Python loop of
+  ``sweep_ridges`` and the tests after it, whose per-step calls and set-up took a fifth of a
+  128^2 fill. Interleaved in one process (camera 128^2, fill and predict; old / compiled sweep /
+  speculation / both): 50% missing 2.31 / 2.15 / 1.78 / 1.58 ms (1.53 with the set-up compiled
+  too), 25% as points 2.39 / 2.25 / 1.83 / 1.71 ms. Held-out PSNR: masked crop 27.7029 -> 27.7003 dB,
   scattered crop 24.9089 -> 24.9024 (the truncated solves land elsewhere: converged, tol 1e-6,
   27.6952 and 24.8923 dB against inpaint_biharmonic's 27.6650 and 24.8974: at the limit the fit is
   that solution, a tie); larger grids do not speculate (their kernels use two threads: masked,
