@@ -760,17 +760,18 @@ def test_lattice_kernels_bad_inputs():
         _core.lattice_sums(np.array([0, 1, 2]), vals, counts, sums)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(70,), (33, 40)], ids=str)
-def test_lead_solve_is_the_pcg_of_its_two_systems(rng, shape):
+def test_lead_solve_is_the_pcg_of_its_two_systems(rng, shape, dtype):
     """LeadSolve (kronpe.solvers.smooth's speculation): stage 1 is ThinPlateMG.solve of the mirrored
     thin-plate system from full multigrid, stage 2 the PCG of the system with the higher-order
     penalty (its operator the power form's) from stage 1's solution, preconditioned by the same
     hierarchy; the same bits run on the calling thread, beside a function, or on a thread of its
     own, and a stage not asked for is not run."""
-    m = (rng.random(shape) < 0.5).astype(np.float32)
-    b = (m * rng.standard_normal(shape)).astype(np.float32)
+    m = (rng.random(shape) < 0.5).astype(dtype)
+    b = (m * rng.standard_normal(shape)).astype(dtype)
     lam, tol, maxiter, higher = 1e-5, 1e-6, 300, 0.1
-    mg = ThinPlateMG(m, lam, reflect=True, degree=2, alpha=4.0)
+    mg = ThinPlateMG(m, lam, reflect=True, degree=2, alpha=4.0, dtype=dtype)
     x1, it1, e1 = mg.solve(b, None, tol, maxiter)
 
     def op(v):
@@ -779,8 +780,10 @@ def test_lead_solve_is_the_pcg_of_its_two_systems(rng, shape):
     x2, it2, e2 = mg.solve(b, x1, tol, maxiter, operator=op)
     assert it1 > 1 and it2 >= 1 and e1 <= tol and e2 <= tol
 
+    kind = _core.LeadSolve32 if dtype == np.float32 else _core.LeadSolve64
+
     def make():
-        return _core.LeadSolve32(m, b, lam, 2, mg.lmax, 4.0, multigrid.COARSEST, 1, tol, maxiter, higher)
+        return kind(m, b, lam, 2, mg.lmax, 4.0, multigrid.COARSEST, 1, tol, maxiter, higher)
 
     seq = make()
     seq.finish(2)
@@ -840,3 +843,33 @@ def test_lead_solve_errors(rng):
         make(b=np.zeros((20, 31), np.float32))
     with pytest.raises(ValueError, match="maxiter"):
         make(maxiter=-1)
+
+
+def test_held_out_fill_sweep_refuses_bad_arrays(rng):
+    """The compiled sweep's arguments: shapes, contiguity, held-out nodes in range and with data,
+    an empty grid, each a named ValueError."""
+    m = (rng.random((12, 14)) < 0.6).astype(np.float32)
+    y = (m * rng.random((12, 14))).astype(np.float32)
+    hold = np.flatnonzero(m)[::5].astype(np.int64)
+    x = np.empty_like(m)
+
+    def call(m=m, y=y, hold=hold, x=x):
+        return _core.held_out_fill_sweep(m, y, hold, x, 2, 4.0, 4.0, 64, 1, [1.0, 0.1, 0.01], 10.0 ** 0.5, 1e-2,
+                                         1, 1.3, 0.01, 0.1, 2e-3)
+
+    h, out = call()
+    assert len(out["tried"]) == len(out["errs"]) >= 3 and h.shapes[0] == [1, 12, 14]
+    assert np.isfinite(x).all()
+    with pytest.raises(ValueError, match="y must have m's shape"):
+        call(y=y[:, :-1].copy())
+    with pytest.raises(ValueError, match="x_best must have m's shape"):
+        call(x=np.empty((12, 15), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        call(y=np.asfortranarray(y))
+    with pytest.raises(ValueError, match="hold"):
+        call(hold=np.array([m.size], np.int64))
+    with pytest.raises(ValueError, match="hold"):
+        call(hold=np.flatnonzero(m == 0)[:3].astype(np.int64))
+    with pytest.raises(ValueError, match="at least one node"):
+        call(m=np.zeros((0, 3), np.float32), y=np.zeros((0, 3), np.float32), hold=np.zeros(0, np.int64),
+             x=np.zeros((0, 3), np.float32))

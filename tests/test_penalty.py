@@ -641,3 +641,17 @@ def test_compiled_sweep_is_the_python_sweep(monkeypatch, task, noise):
         assert compiled.info["interpolating"] == (noise == 0.0)
         if margin < 0 and noise == 0.0:
             assert "lead_penalty" in compiled.info
+
+
+def test_default_fill_of_strided_inputs_is_the_contiguous_fill():
+    """A small fill (the speculative leading-component solve, the compiled sweep) of strided and
+    transposed views gives the fill of their contiguous copies, bit for bit."""
+    rng = np.random.default_rng(8)
+    big = rng.random((60, 2 * 44, 2)).astype(np.float32)
+    img = big[:, ::2, :1]  # strided, one channel
+    mask = (rng.random((44, 60)) < 0.5).T  # transposed
+    assert not img.flags.c_contiguous and not mask.flags.c_contiguous
+    m1 = fit_grid(img, mask=mask)  # (the values where mask is False are ignored)
+    m2 = fit_grid(np.ascontiguousarray(img), mask=np.ascontiguousarray(mask))
+    np.testing.assert_array_equal(m1.weights, m2.weights)
+    assert m1.info["holdout_errors"] == m2.info["holdout_errors"]

@@ -402,8 +402,7 @@ void register_lead_solve(py::module_& m, const char* name) {
 void register_smooth(py::module_& m) {
   register_hierarchy<float>(m, "ThinPlateHierarchy32");
   register_hierarchy<double>(m, "ThinPlateHierarchy64");
-  register_sweep<float>(m);
-  register_sweep<double>(m);
+  register_sweep<float>(m);  // (the fills are float32)
   register_lead_solve<float>(m, "LeadSolve32");
   register_lead_solve<double>(m, "LeadSolve64");
   m.def(
