@@ -352,7 +352,8 @@ void register_lead_solve(py::module_& m, const char* name) {
              return std::make_unique<L>(g, mp, bp, lam, o, tol, maxiter, higher);
            }),
            py::arg("m"), py::arg("b"), py::arg("lam"), py::arg("degree"), py::arg("lmax"), py::arg("alpha"),
-           py::arg("coarsest"), py::arg("threads"), py::arg("tol"), py::arg("maxiter"), py::arg("higher"))
+           py::arg("coarsest"), py::arg("threads"), py::arg("tol"), py::arg("maxiter"), py::arg("higher"),
+           py::keep_alive<1, 2>(), py::keep_alive<1, 3>())  // m and b are not copied: kept with the solve
       .def("start", [](L& l) { l.start(); }, "both stages on a thread of its own")
       .def(
           "beside",

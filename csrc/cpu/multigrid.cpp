@@ -670,7 +670,7 @@ template SweepOutcome held_out_sweep<double>(ThinPlateHierarchy<double>&, const 
 template <typename T>
 LeadSolve<T>::LeadSolve(const Grid& g, const T* m, const T* b, double lam, const MultigridOptions& options,
                         double tol, index_t maxiter, double higher)
-    : g_(g), lam_(lam), tol_(tol), higher_(higher), maxiter_(maxiter), opt_(options) {
+    : g_(g), m_(m), b_(b), lam_(lam), tol_(tol), higher_(higher), maxiter_(maxiter), opt_(options) {
   require(std::isfinite(lam) && lam > 0, "LeadSolve: lam must be > 0");
   require(std::isfinite(higher) && higher >= 0, "LeadSolve: higher must be >= 0");
   require(maxiter >= 0, "LeadSolve: maxiter must be >= 0");
@@ -679,9 +679,6 @@ LeadSolve<T>::LeadSolve(const Grid& g, const T* m, const T* b, double lam, const
   g_.weighted = false;
   g_.top = 1.0;
   g_.tail = 0.0;
-  const std::size_t n = static_cast<std::size_t>(g_.size());
-  m_.assign(m, m + n);
-  b_.assign(b, b + n);
 }
 
 template <typename T>
@@ -695,11 +692,11 @@ void LeadSolve<T>::run(int stages) {
   const std::size_t n = static_cast<std::size_t>(g_.size());
   if (stages >= 1 && done_ < 1 && !stop_[0].load()) {
     if (!h_) {
-      h_ = std::make_shared<ThinPlateHierarchy<T>>(g_, m_.data(), opt_);
+      h_ = std::make_shared<ThinPlateHierarchy<T>>(g_, m_, opt_);
       h_->set_lambda(lam_);
     }
     x_[0].resize(n);
-    res_[0] = h_->pcg(b_.data(), x_[0].data(), false, tol_, maxiter_, 0.0, nullptr, &stop_[0]);
+    res_[0] = h_->pcg(b_, x_[0].data(), false, tol_, maxiter_, 0.0, nullptr, &stop_[0]);
     if (!stop_[0].load()) done_ = 1;
   }
   if (stages >= 2 && done_ == 1 && !stop_[1].load()) {
@@ -712,9 +709,9 @@ void LeadSolve<T>::run(int stages) {
       const std::shared_ptr<SmoothScratch<T>> scratch = smooth_scratch<T>(gh);
       const T lam = T(lam_);
       const typename ThinPlateHierarchy<T>::Operator op = [&](const T* v, T* out) {
-        thin_plate_apply<T>(gh, v, m_.data(), lam, out, opt_.threads, scratch.get());
+        thin_plate_apply<T>(gh, v, m_, lam, out, opt_.threads, scratch.get());
       };
-      res_[1] = h_->pcg(b_.data(), x_[1].data(), true, tol_, maxiter_, 0.0, &op, &stop_[1]);
+      res_[1] = h_->pcg(b_, x_[1].data(), true, tol_, maxiter_, 0.0, &op, &stop_[1]);
     } else {
       res_[1] = res_[0];
     }
