@@ -655,3 +655,16 @@ def test_default_fill_of_strided_inputs_is_the_contiguous_fill():
     m2 = fit_grid(np.ascontiguousarray(img), mask=np.ascontiguousarray(mask))
     np.testing.assert_array_equal(m1.weights, m2.weights)
     assert m1.info["holdout_errors"] == m2.info["holdout_errors"]
+
+
+def test_data_term_density_from_its_total_is_the_mean():
+    """DataTerm(..., total=) gives rho without a pass over the grid: the value np.mean gives, bit
+    for bit (masks and lattice counts of many sizes)."""
+    from kronpe.solvers import smooth
+
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        shape = (int(rng.integers(1, 300)), int(rng.integers(1, 300)))
+        d = rng.integers(0, 4, shape).astype(np.float32) * (rng.random(shape) < rng.random())
+        quick = smooth.DataTerm(shape, d, total=int(d.sum(dtype=np.int64))).rho
+        assert quick == smooth.DataTerm(shape, d).rho == float(np.mean(d))

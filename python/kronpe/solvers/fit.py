@@ -822,7 +822,7 @@ def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) 
     # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
     _validate.check_array_budget("signal", list(shape) + [12 + 2 * max(1, int(np.prod(chans)))], 4,
                                  "the fill of a grid with holes needs about 12 + 2 C float32 values per node")
-    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask), list(planes), None if ridge == "gcv" else float(ridge),
+    W, lam, info = smooth.fit(smooth.DataTerm(shape, mask, total=int(np.count_nonzero(mask))), list(planes), None if ridge == "gcv" else float(ridge),
                               value_range=(lo, hi))
     return GridModel(W.reshape(shape + chans).astype(planes.dtype, copy=False), [Triangle(n) for n in shape], lam,
                      info=info)

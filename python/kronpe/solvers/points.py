@@ -488,7 +488,8 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
     if lattice is not None:
         shape = tuple(n.size for n in lattice)
         counts, rhs = smooth.lattice_sums(pts, shape, s)
-        W, lam, info = smooth.fit(smooth.DataTerm(shape, counts), rhs, None, value_range=smooth.sample_range(s))
+        W, lam, info = smooth.fit(smooth.DataTerm(shape, counts, total=pts.shape[0]), rhs, None,
+                                  value_range=smooth.sample_range(s))
     else:
         B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads).store()
         shape = B.grid_shape
