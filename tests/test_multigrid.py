@@ -798,6 +798,7 @@ def test_lead_solve_is_the_pcg_of_its_two_systems(rng, shape, dtype):
                                                           ((x1, it1, e1), (x2, it2, e2))):
             np.testing.assert_array_equal(x.reshape(shape), want)
             assert (it, err) == (it_want, err_want)
+        assert done.result(1) == (it1, e1) and done.result(2) == (it2, e2)
         h = done.hierarchy()
         assert tuple(h.shapes[0][3 - len(shape):]) == shape and h.lam == lam
     one = make()

@@ -395,7 +395,15 @@ void register_lead_solve(py::module_& m, const char* name) {
             const smooth::PcgResult r = l.result(stage);
             return py::make_tuple(out, r.iterations, r.error);
           },
-          py::arg("stage"), "(x padded to three axes, iterations, error estimate) of a stage");
+          py::arg("stage"), "(x padded to three axes, iterations, error estimate) of a stage")
+      .def(
+          "result",
+          [](const L& l, int stage) {
+            require(stage >= 1 && stage <= l.stages_done(), "result: that stage has not run");
+            const smooth::PcgResult r = l.result(stage);
+            return py::make_tuple(r.iterations, r.error);
+          },
+          py::arg("stage"), "(iterations, error estimate) of a stage, without its solution");
 }
 
 }  // namespace

@@ -283,6 +283,8 @@ class LeadSolve32:
     def hierarchy(self) -> ThinPlateHierarchy32: ...
     def solution(self, stage: int) -> Tuple[Any, int, float]:
         """(x padded to three axes, iterations, error estimate) of a stage."""
+    def result(self, stage: int) -> Tuple[int, float]:
+        """(iterations, error estimate) of a stage, without its solution."""
 
 
 class LeadSolve64(LeadSolve32):

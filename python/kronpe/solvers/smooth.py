@@ -504,7 +504,7 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
             mg = hierarchy(data, lam, penalty) if mg is None else (mg if isinstance(mg, ThinPlateMG) else mg())
             w, it, rel = mg.solve(b[c], x_c, tol, maxiter, op, scale)
         W.append(w)
-        if scale is None and tol > 0:
+        if scale is None and tol > 0 and C > 1:  # (the others' error scale)
             scale = max(float(np.sqrt(_dot(w, w))), 1e-30)
         its = max(its, it)
         rels.append(rel)
@@ -797,7 +797,7 @@ def _lead_solved(spec, data: DataTerm, higher: bool) -> Tuple[Tuple[Array, int, 
     spec.finish(stages)
     x, its, rel = spec.solution(stages)
     if higher:
-        its += spec.solution(1)[1]
+        its += spec.result(1)[0]
     def wrapped() -> ThinPlateMG:
         degree, alpha = DIAGONAL_SMOOTHER
         mg = ThinPlateMG(data.diag, None, reflect=True, degree=degree, alpha=alpha, _hierarchy=spec.hierarchy())
