@@ -25,6 +25,8 @@ namespace {
 // Nodes per thread below which a kernel runs serially: these passes take well under a
 // millisecond per million nodes, less than a fork/join costs on a busy machine.
 constexpr index_t kMinNodesPerThread = index_t(1) << 13;
+// Rows per time step of the smoother's wavefront on one thread (thin_plate_smooth).
+constexpr index_t kBlockRows = 8;
 
 int pick_threads(int threads, index_t nodes) {
   checked_threads(threads);
@@ -796,43 +798,52 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
   // must be at least the widest gap (a 32 x 64 x 64 volume: lag 128 rows, 19% of the row-stages
   // in the gaps; still 1.7x on two threads)
   if (rows < index_t(nt) * 2 * lag * std::max(1, stages - 1)) nt = 1;
-  // stage s on row q; acc, dg: the calling thread's scratch rows
+  // stage s on rows [q0, q1): the stencil's R v row by row into acc (one row after another), then
+  // the stage's epilogue over the rows at once (contiguous: each node gets the same operations as
+  // from a row's call); acc: the calling thread's scratch, (q1 - q0) rows
   const bool plane = g.n[0] == 1;
-  auto run = [&](int s, index_t q, T* acc, std::vector<RowsOf<T>>& stencil) {
-    // (a plane's rows need no division: an integer division per row and stage was a tenth of a
-    // 128^2 V-cycle's time on one thread)
-    const index_t i0 = plane ? 0 : q / g.n[1], i1 = plane ? q : q % g.n[1], o = q * n2;
+  auto run = [&](int s, index_t q0, index_t q1, T* acc, std::vector<RowsOf<T>>& stencil) {
+    const index_t o = q0 * n2, len = (q1 - q0) * n2;
+    auto rows_of = [&](int k, const T* v) {
+      for (index_t q = q0; q < q1; ++q)  // (a plane's rows need no division)
+        stencil[k].row(B, v, plane ? 0 : q / g.n[1], plane ? q : q % g.n[1], acc + (q - q0) * n2);
+    };
     if (s == 0) {
-      if (!zero) stencil[0].row(B, x, i0, i1, acc);
-      if (save) std::copy(x + o, x + o + n2, save + o);  // (row o of x is still the start's)
-      start_row(n2, zero ? nullptr : x + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
-      if (zero && nsteps > 0) std::fill(x + o, x + o + n2, T(0));
+      if (!zero) rows_of(0, x);
+      if (save) std::copy(x + o, x + o + len, save + o);  // (these rows of x are still the start's)
+      start_row(len, zero ? nullptr : x + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
+      if (zero && nsteps > 0) std::fill(x + o, x + o + len, T(0));
     } else if (s == 1 && adds) {  // degree 1: x += d
-      if (from) add_relaxed_row(n2, d + o, x + o, from + o, omega);
-      else add_row(n2, d + o, x + o, zero);
+      if (from) add_relaxed_row(len, d + o, x + o, from + o, omega);
+      else add_row(len, d + o, x + o, zero);
     } else if (s <= nsteps) {
       const T* din = (s % 2 == 1 ? d : d2);
       T* dout = (s % 2 == 1 ? d2 : d);
-      stencil[s].row(B, din, i0, i1, acc);
-      if (s < nsteps) step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
-      else if (from) last_step_relaxed_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o,
+      rows_of(s, din);
+      if (s < nsteps) step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
+      else if (from) last_step_relaxed_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o,
                                            from + o, omega);
-      else last_step_row(n2, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
+      else last_step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
     } else {
-      stencil[s].row(B, x, i0, i1, acc);
-      residual_row(n2, x + o, b + o, m + o, lam, acc, res + o);
+      rows_of(s, x);
+      residual_row(len, x + o, b + o, m + o, lam, acc, res + o);
     }
   };
   scratch->prepare(nt, stages);
+  // on one thread the time steps take kBlockRows rows of every stage at once: the same wavefront
+  // (every row a stage reads was finished by the stage before it in this step or an earlier one),
+  // a kBlockRows-th of the epilogue calls (the rows' fixed costs were 31% of a 128^2 V-cycle)
+  const index_t block = nt == 1 ? std::min<index_t>(kBlockRows, rows) : 1;
+  if (block > 1) scratch->threads[0].acc.resize(static_cast<std::size_t>(block * n2));
   run_team(nt, [&](int t, int count) {
     std::vector<T>& acc = scratch->threads[std::size_t(t)].acc;
     std::vector<RowsOf<T>>& stencil = scratch->threads[std::size_t(t)].stencil;
     const index_t lo = rows * t / count, hi = rows * (t + 1) / count;
-    for (index_t time = lo; time < hi + lag * (stages - 1); ++time)
+    for (index_t time = lo; time < hi + lag * (stages - 1); time += block)
       for (int s = 0; s < stages; ++s) {
-        const index_t q = time - lag * s;
         const index_t first = t > 0 ? lo + lag * s : lo, last = t + 1 < count ? hi - lag * s : hi;
-        if (q >= first && q < last) run(s, q, acc.data(), stencil);
+        const index_t q0 = std::max(time - lag * s, first), q1 = std::min(time + block - lag * s, last);
+        if (q0 < q1) run(s, q0, q1, acc.data(), stencil);
       }
     if (count == 1) return;
 #ifdef KRONPE_OPENMP
@@ -842,7 +853,7 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
     for (int s = 1; s < stages; ++s)  // the rows around each block boundary, stage by stage
       for (int k = 1; k < count; ++k) {
         const index_t edge = rows * k / count;
-        for (index_t q = edge - lag * s; q < edge + lag * s; ++q) run(s, q, acc.data(), stencil);
+        for (index_t q = edge - lag * s; q < edge + lag * s; ++q) run(s, q, q + 1, acc.data(), stencil);
       }
   });
 }
