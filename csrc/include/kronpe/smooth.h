@@ -82,7 +82,8 @@ void thin_plate_cheb_start(const Grid& g, const T* x, const T* b, const T* m, T 
 template <typename T>
 void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T lam, T c1, T c2,
                           T* d_out, int threads);
-// The whole smoother in one pass (a wavefront over the rows, see smooth.cpp): cheb_start from x
+// The whole smoother in one pass (a wavefront over the rows, see smooth.cpp; on one thread eight
+// rows of every stage per step, one epilogue call for them): cheb_start from x
 // (zero: from x = 0, x written), nsteps cheb_steps with coefficients (c1[k], c2[k]), then
 // x += d_out; res (may be r, or null): b - A x after it. w: diag(A)^-1 (thin_plate_diag with
 // inverted); r, d, d2: work arrays of the grid's size. The same values as the separate kernels.

@@ -138,7 +138,8 @@ nor a penalty is given. Decisions (documented once, here):
   ``sweep_ridges`` and the tests after it, whose per-step calls and set-up took a fifth of a
   128^2 fill. Interleaved in one process (camera 128^2, fill and predict; old / compiled sweep /
   speculation / both): 50% missing 2.31 / 2.15 / 1.78 / 1.58 ms (1.42-1.47 with the set-up
-  compiled too and the later trims), 25% as points 2.39 / 2.25 / 1.83 / 1.71 ms (1.65). Both branches then take about
+  compiled too and the later trims; 1.3-1.4 with the smoother's eight-row steps on one thread,
+  kronpe/smooth.h), 25% as points 2.39 / 2.25 / 1.83 / 1.71 ms (1.65). Both branches then take about
   a millisecond (the sweep 1.15-1.2, the two stages 0.95-1.0): a faster sweep alone gains little
   (its post-smoothing cut to degree 1 left the crops' times as they were, and changed camera's
   choices at 512^2). Held-out PSNR: masked crop 27.7029 -> 27.7003 dB,
