@@ -560,6 +560,22 @@ template class ThinPlateHierarchy<double>;
 
 // ---- held_out_sweep (multigrid.h) -------------------------------------------------------------
 
+namespace {
+
+// The grid of R + higher L^3 (the power form: order 3, top higher, tail 1, mirrored) on g's nodes:
+// the higher-order penalty of the sweep's test and of LeadSolve's stage 2.
+Grid higher_grid(const Grid& g, double higher) {
+  Grid gh = g;
+  gh.reflect = true;
+  gh.order = 3;
+  gh.weighted = false;
+  gh.top = higher;
+  gh.tail = 1.0;
+  return gh;
+}
+
+}  // namespace
+
 template <typename T>
 SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold, const index_t* hold,
                             const T* y_hold, const SweepSettings& s, T* x_best) {
@@ -638,12 +654,7 @@ SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold,
   if (out.reflect) x_b = x_m;
   if (s.higher > 0 && out.interpolating && out.reflect && x_f >= 0) {
     // x + omega V (b - (diag(m) + lam R_h) x) from x = the fit the best started from
-    Grid gh = g;
-    gh.reflect = true;
-    gh.order = 3;
-    gh.weighted = false;
-    gh.top = s.higher;
-    gh.tail = 1.0;
+    const Grid gh = higher_grid(g, s.higher);
     const T* xs = pool[x_f].data();
     WorkArray<T> r(static_cast<std::size_t>(n)), z(static_cast<std::size_t>(n));
     thin_plate_apply<T>(gh, xs, h.data_term(0).data(), T(lam_fit), r.data(), 1);
@@ -702,10 +713,7 @@ void LeadSolve<T>::run(int stages) {
   if (stages >= 2 && done_ == 1 && !stop_[1].load()) {
     x_[1] = x_[0];
     if (higher_ > 0) {
-      Grid gh = g_;
-      gh.order = 3;
-      gh.top = higher_;
-      gh.tail = 1.0;
+      const Grid gh = higher_grid(g_, higher_);
       const std::shared_ptr<SmoothScratch<T>> scratch = smooth_scratch<T>(gh);
       const T lam = T(lam_);
       const typename ThinPlateHierarchy<T>::Operator op = [&](const T* v, T* out) {
@@ -734,7 +742,7 @@ void LeadSolve<T>::start() {
 template <typename T>
 void LeadSolve<T>::beside(const std::function<int()>& main) {
   require(!thread_.joinable() && done_ == 0 && !cancelled_, "LeadSolve: already started");
-  int wanted = 2, team = 1;
+  int wanted = 2;
   std::exception_ptr main_error;
   auto run_main = [&] {
     try {
@@ -749,7 +757,6 @@ void LeadSolve<T>::beside(const std::function<int()>& main) {
 #pragma omp parallel num_threads(2)
   {
     const int t = omp_get_thread_num();
-    if (t == 0) team = omp_get_num_threads();
     // each on one thread, in a team of its own: the worksharing directives of the kernels under
     // it (omp for, single, barrier: orphaned when a kernel runs on one thread) bind to that team,
     // not to this one, whose other thread is busy with the other task
@@ -774,8 +781,7 @@ void LeadSolve<T>::beside(const std::function<int()>& main) {
     cancel();
     std::rethrow_exception(main_error);
   }
-  if (team < 2) run(wanted);
-  finish(wanted);
+  finish(wanted);  // (and without a second thread, the wanted stages now)
 }
 
 template <typename T>

@@ -799,13 +799,21 @@ def _lead_solved(spec, data: DataTerm, higher: bool) -> Tuple[Tuple[Array, int, 
     x, its, rel = spec.solution(stages)
     if higher:
         its += spec.result(1)[0]
+    return (x.reshape(data.shape), int(its), float(rel)), _wrapper(data.diag, spec.hierarchy(), True)
+
+
+def _wrapper(m: Array, h, reflect: bool, threads: int = 0) -> Callable[[], ThinPlateMG]:
+    """A function wrapping ``h``, a compiled hierarchy of ``m`` with DIAGONAL_SMOOTHER and the
+    boundary ``reflect`` (a LeadSolve's, the compiled sweep's), as a ThinPlateMG at its lambda:
+    called only where another channel or a final solve wants it."""
+
     def wrapped() -> ThinPlateMG:
         degree, alpha = DIAGONAL_SMOOTHER
-        mg = ThinPlateMG(data.diag, None, reflect=True, degree=degree, alpha=alpha, _hierarchy=spec.hierarchy())
-        mg.lam = float(data.rho * 10.0 ** (-INTERPOLATION_EXPONENT))
+        mg = ThinPlateMG(m, None, reflect=reflect, degree=degree, alpha=alpha, threads=threads, _hierarchy=h)
+        mg.lam = float(h.lam)
         return mg
 
-    return (x.reshape(data.shape), int(its), float(rel)), wrapped
+    return wrapped
 
 
 def _compiled_sweep(diag: Array, y: Array, hold: Array, rho: float, maxiter: int, threads: int
@@ -826,12 +834,7 @@ def _compiled_sweep(diag: Array, y: Array, hold: Array, rho: float, maxiter: int
         SWEEP_FLAT_NODES, min(maxiter, SWEEP_MAXITER), SWEEP_OMEGA, BOUNDARY_MARGIN,
         HIGHER if (HIGHER and D == 2 and maxiter > 0) else 0.0, HIGHER_MARGIN)
     reflect = bool(o["reflect"])
-
-    def wrapped() -> ThinPlateMG:
-        mg = ThinPlateMG(diag, None, reflect=reflect, degree=degree, alpha=alpha, threads=threads, _hierarchy=h)
-        mg.lam = float(h.lam)
-        return mg
-
+    wrapped = _wrapper(diag, h, reflect, threads)
     best = rho * 10.0 ** (-INTERPOLATION_EXPONENT) if o["interpolating"] else o["best"]
     info: Dict[str, Any] = {"ridge_candidates": list(o["tried"]), "holdout_errors": list(o["errs"]),
                             "interpolating": bool(o["interpolating"]),
