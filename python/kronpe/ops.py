@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -144,6 +145,9 @@ def multi_mode_product(
     array, shape of ``T`` with n_{modes[j]} replaced by m_j
         A new array (float32 if ``T`` and all matrices are float32, else float64).
     """
+    out = _torch_cuda_chain(T, matrices, modes, order)
+    if out is not None:
+        return out
     _validate.choice("order", order, ("K", "C"))
     matrices = _matrix_list(matrices)
     kd = _arrays.dask_api(T)
@@ -163,6 +167,46 @@ def multi_mode_product(
         dt = _F32 if all32 else _F64
     out = host_chain(t.astype(dt, copy=False), [a.astype(dt, copy=False) for a in mats], mode_tuple, order)
     return out if template is t else _arrays.like(out, template)
+
+
+def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
+    """The chain when T and the matrices (a list or tuple of at least one) are CUDA torch tensors
+    of one float dtype on one device and the modes and shapes are valid (read off the tensors
+    directly), else None: the general path then checks, converts and names any error. The usual
+    call inside torch models: the general path's checks took 29 us of a 64^3 x 3 chain's 121 us on
+    an H100 machine's host."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(T, torch.Tensor) or not T.is_cuda or (order != "K" and order != "C"):
+        return None
+    if not isinstance(matrices, (list, tuple)) or not matrices:
+        return None
+    from ._adapters import cuda as _cuda
+
+    dt = _cuda._one_torch_float(T, matrices)
+    nd, n = T.dim(), len(matrices)
+    if dt is None or nd < 1:
+        return None
+    if modes is None:
+        if n > nd:
+            return None
+        mode_tuple = tuple(range(n))
+    else:
+        if not isinstance(modes, (list, tuple)) or len(modes) != n:
+            return None
+        picked = []
+        for m in modes:
+            if type(m) is not int or not -nd <= m < nd:
+                return None
+            picked.append(m % nd)
+        if len(set(picked)) != n:
+            return None
+        mode_tuple = tuple(picked)
+    shape = T.shape
+    for a, k in zip(matrices, mode_tuple):
+        if a.dim() != 2 or a.shape[1] != shape[k]:
+            return None
+    _cuda.require("multi_mode_product")
+    return _cuda._torch_chain(T, matrices, mode_tuple, order, dt)
 
 
 def host_chain(t: np.ndarray, mats: Sequence[np.ndarray], modes: Tuple[int, ...], order: str = "K") -> np.ndarray:

@@ -189,7 +189,17 @@ def current_stream(x: Any) -> int:
             return int(cupy.cuda.get_current_stream().ptr)
     import torch
 
-    return int(torch.cuda.current_stream(x.device).cuda_stream)
+    return raw_stream(torch, device_index(x))
+
+
+def raw_stream(torch: Any, device: int) -> int:
+    """torch's current cudaStream_t on ``device`` as an integer: its C accessor where the build has
+    it (what torch's own compiled kernels call; 0.3 us) else ``torch.cuda.current_stream`` (3.3 us
+    on an H100 machine's host, for a Python stream object)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is not None:
+        return int(get(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def dtype_name(x: Any) -> str:

@@ -1,0 +1,203 @@
+"""Diagnostics for the GPU machine (issue 14), printed as short tables:
+
+1. ``threads``: the scattered fit of benches (25% of the 512^2 astronaut, host arrays) at 1 to 16
+   OpenMP threads: median total, and per compiled kernel (pcg, the held-out sweep, thin_plate, the
+   rest) from one cProfile run;
+2. ``pairs``: two such fits at once in two Python threads (the kernels release the GIL), at t
+   threads each, against one alone: do two teams share the cores without slowing each other?
+3. ``gemm``: the four layouts of one chain step as torch.mm calls on CUDA float32 (TF32 off), for
+   the steps of the bench's chains (FrontKeep C = A X, FrontRotate C = X^T A^T with X (n, rest);
+   BackKeep C = X A^T, BackRotate C = A X^T with X (rest, n)), timed with CUDA events.
+
+4. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
+   torch's tensordot chain, torch.mm and torch.empty.
+
+    python tools/gpu_host_diag.py [threads,pairs,gemm,overhead]
+"""
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import kronpe  # noqa: E402
+from kronpe.bench.scattered import kronpe_points, task_inputs  # noqa: E402
+
+COUNTS = tuple(int(c) for c in os.environ.get("DIAG_COUNTS", "1,2,3,4,6,8,12,16").split(","))
+
+
+def _median_ms(fn, n=5):
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts)) * 1e3
+
+
+def threads(s):
+    print("## fit_points, 25% of 512^2 astronaut: threads, median ms, per kernel (cProfile ms)")
+    for t in COUNTS:
+        kronpe.set_num_threads(t)
+        kronpe_points(s)
+        total = _median_ms(lambda: kronpe_points(s))
+        pr = cProfile.Profile()
+        pr.enable()
+        kronpe_points(s)
+        pr.disable()
+        st = pstats.Stats(pr).stats
+        by = {"pcg": 0.0, "held_out_fill_sweep": 0.0, "thin_plate": 0.0}
+        whole = 0.0
+        for (_, _, name), (_, _, tt, _, _) in st.items():
+            whole += tt
+            for k in by:
+                if name.endswith(f"_core.{k}>"):
+                    by[k] += tt
+        rest = whole - sum(by.values())
+        print(f"threads {t:2d}: {total:6.1f} ms | pcg {by['pcg'] * 1e3:5.1f} sweep "
+              f"{by['held_out_fill_sweep'] * 1e3:5.1f} thin_plate {by['thin_plate'] * 1e3:5.1f} rest {rest * 1e3:5.1f}")
+    kronpe.set_num_threads(None)
+
+
+def pairs(s):
+    print("## two fits at once (two Python threads) against one: t threads each, median ms")
+    for t in (2, 4, 6, 8):
+        kronpe.set_num_threads(t)
+        one = _median_ms(lambda: kronpe_points(s))
+
+        def two():
+            th = [threading.Thread(target=kronpe_points, args=(s,)) for _ in range(2)]
+            for x in th:
+                x.start()
+            for x in th:
+                x.join()
+
+        two()
+        both = _median_ms(two)
+        print(f"t={t}: one {one:6.1f} ms, two at once {both:6.1f} ms ({both / one:.2f}x one)")
+    kronpe.set_num_threads(None)
+
+
+def gemm():
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print("## chain steps as torch.mm, float32, median us (CUDA events, 50 reps)")
+    # (m rows of the chain matrix, n contracted, rest): the steps of bench_cuda's chains
+    shapes = [(256, 512, 32768), (256, 512, 16384), (256, 256, 65536), (64, 64, 262144), (128, 64, 4096)]
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def t_us(fn):
+        for _ in range(5):
+            fn()
+        st = [torch.cuda.Event(enable_timing=True) for _ in range(51)]
+        for e in st[:1]:
+            e.record()
+        times = []
+        for i in range(50):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            times.append((a, b))
+        torch.cuda.synchronize()
+        return float(np.median([a.elapsed_time(b) for a, b in times])) * 1e3
+
+    for m, n, rest in shapes:
+        A = torch.randn(m, n, device="cuda", generator=g)
+        Xf = torch.randn(n, rest, device="cuda", generator=g)  # contracted axis in front
+        Xb = torch.randn(rest, n, device="cuda", generator=g)  # contracted axis at the back
+        r = {
+            "FrontKeep": t_us(lambda: torch.mm(A, Xf)),
+            "FrontRotate": t_us(lambda: torch.mm(Xf.t(), A.t())),
+            "BackKeep": t_us(lambda: torch.mm(Xb, A.t())),
+            "BackRotate": t_us(lambda: torch.mm(A, Xb.t())),
+        }
+        flops = 2.0 * m * n * rest
+        print(f"m={m} n={n} rest={rest}: " + ", ".join(f"{k} {v:7.1f} us ({flops / v / 1e6:5.1f} TF)" for k, v in r.items()))
+        # kronpe's own single-step chain of the same shapes (order K: the planner's layout)
+        for name, X, mode in (("front", Xf, 0), ("back", Xb, 1)):
+            tk = t_us(lambda: kronpe.multi_mode_product(X, [A], [mode], order="K"))
+            print(f"    kronpe mode {mode} ({name}) {tk:7.1f} us")
+
+
+def overhead():
+    """Host time per call (no synchronisation inside the loop: the GPU work of these calls is
+    shorter than their launch), microseconds: kronpe's CUDA chain and its parts against torch."""
+    import torch
+
+    import kronpe.torch  # noqa: F401
+    from kronpe import _core
+    from kronpe._adapters import arrays as _arrays
+    from kronpe._adapters import cuda as _cuda
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator(device="cuda").manual_seed(0)
+    T = torch.randn(64, 64, 64, device="cuda", generator=g)
+    mats = [torch.randn(64, 64, device="cuda", generator=g) for _ in range(3)]
+    X = torch.randn(64, 4096, device="cuda", generator=g)
+    modes = [0, 1, 2]
+    at = _arrays.where(T)
+    tb = _arrays.describe(T, "T", at)
+    mbs = [_arrays.describe(a, "m", at) for a in mats]
+    out = torch.empty(64, 64, 64, device="cuda")
+    ob = _arrays.describe(out, "out", at)
+    nbytes = _core.cuda_multi_mode_workspace(tb, mbs, modes, True)
+    _keep, ws = _arrays.device_workspace(T, nbytes, at)
+    mb1 = [_arrays.describe(mats[0], "m", at)]
+    xb = _arrays.describe(X, "X", at)
+    o1 = torch.empty(64, 4096, device="cuda")
+    o1b = _arrays.describe(o1, "o", at)
+
+    def host_us(fn, n=400):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        best = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best.append((time.perf_counter() - t0) / n)
+            torch.cuda.synchronize()
+        return float(np.median(best)) * 1e6
+
+    rows = {
+        "kronpe.multi_mode_product 64^3 x 3": lambda: kronpe.multi_mode_product(T, mats, modes),
+        "kronpe.torch.multi_mode_product 64^3 x 3": lambda: kronpe.torch.multi_mode_product(T, mats, modes),
+        "tensordot chain 64^3 x 3": lambda: torch.tensordot(torch.tensordot(torch.tensordot(
+            T, mats[0], dims=([0], [1])), mats[1], dims=([0], [1])), mats[2], dims=([0], [1])),
+        "torch.mm 64x64 @ 64x4096": lambda: torch.mm(mats[0], X),
+        "torch.empty 64^3": lambda: torch.empty(64, 64, 64, device="cuda"),
+        "_cuda.multi_mode_product (adapter)": lambda: _cuda.multi_mode_product(T, mats, (0, 1, 2), "K"),
+        "where(T)": lambda: _arrays.where(T),
+        "describe(T, at)": lambda: _arrays.describe(T, "T", at),
+        "_core.cuda_multi_mode_workspace": lambda: _core.cuda_multi_mode_workspace(tb, mbs, modes, True),
+        "device_workspace": lambda: _arrays.device_workspace(T, nbytes, at),
+        "_core.cuda_multi_mode_product 3 GEMMs": lambda: _core.cuda_multi_mode_product(tb, mbs, modes, ob, True, ws),
+        "_core.cuda_multi_mode_product 1 GEMM": lambda: _core.cuda_multi_mode_product(xb, mb1, [0], o1b, True, None),
+        "torch.cuda.current_stream": lambda: torch.cuda.current_stream(T.device),
+    }
+    print("## host time per call, us (median of 5 loops of 400 calls)")
+    for name, fn in rows.items():
+        print(f"  {name:<44s} {host_us(fn):8.1f}")
+
+
+if __name__ == "__main__":
+    which = (sys.argv[1] if len(sys.argv) > 1 else "threads,pairs,gemm").split(",")
+    s = task_inputs("astronaut", "scattered") if {"threads", "pairs"} & set(which) else None
+    if "threads" in which:
+        threads(s)
+    if "pairs" in which:
+        pairs(s)
+    if "gemm" in which:
+        gemm()
+    if "overhead" in which:
+        overhead()
