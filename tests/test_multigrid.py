@@ -874,3 +874,68 @@ def test_held_out_fill_sweep_refuses_bad_arrays(rng):
     with pytest.raises(ValueError, match="at least one node"):
         call(m=np.zeros((0, 3), np.float32), y=np.zeros((0, 3), np.float32), hold=np.zeros(0, np.int64),
              x=np.zeros((0, 3), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(70,), (33, 41), (9, 12, 10)])
+def test_clone_solves_as_its_original(rng, shape, dtype):
+    """A clone holds the same matrices with work arrays of its own: the same PCG bits on any
+    thread count, and solving on it leaves the original's next solve as it was."""
+    m = (rng.random(shape) < 0.4).astype(dtype)
+    b = (rng.standard_normal(shape) * m).astype(dtype)
+    mg = ThinPlateMG(m, lam=1e-3, dtype=dtype, reflect=True)
+    x, its, rel = mg.solve(b, tol=1e-6, maxiter=60)
+    for threads in (1, 2):
+        twin = mg.clone(threads)
+        assert twin.threads == threads and twin.lam == mg.lam and twin.levels == mg.levels
+        x2, its2, rel2 = twin.solve(b, tol=1e-6, maxiter=60)
+        assert np.array_equal(x2, x) and its2 == its and rel2 == rel
+        other = (rng.standard_normal(shape)).astype(dtype)
+        twin.solve(other, tol=1e-6, maxiter=5)  # its work arrays only
+        x3, _, _ = mg.solve(b, tol=1e-6, maxiter=60)
+        assert np.array_equal(x3, x)
+    with pytest.raises(ValueError, match="threads"):
+        mg.clone(-3)
+
+
+def test_channels_side_by_side_give_the_same_bits(rng, monkeypatch):
+    """The channels after the leading one solved by teams at once (smooth._solve_side_by_side)
+    equal the solves in turn, bit for bit; an error in a team's thread reaches the caller."""
+    import kronpe
+    from kronpe.solvers import smooth
+
+    img = rng.random((48, 40, 4)).astype(np.float32)
+    mask = rng.random((48, 40)) < 0.5
+    ref = kronpe.fit_grid(img, mask=mask).weights
+    teams = []
+
+    def two(count, nodes, operator):
+        teams.append(count)
+        return 2 if count >= 2 and operator is None else 1
+
+    monkeypatch.setattr(smooth, "_channel_teams", two)
+    got = kronpe.fit_grid(img, mask=mask).weights
+    assert teams and max(teams) == 3
+    assert np.array_equal(np.asarray(got), np.asarray(ref))
+    mg = ThinPlateMG(mask.astype(np.float32), lam=1e-2)
+    good = np.zeros(mask.shape, np.float32)
+    with pytest.raises(ValueError):
+        smooth._solve_side_by_side(mg, 2, [good, np.zeros((3, 3), np.float32)], [None, None], 1e-3, 10, None)
+
+
+def test_channel_teams_rule(monkeypatch):
+    from kronpe.solvers import smooth
+
+    monkeypatch.setattr(smooth._core, "busy_cores", lambda: (False, 0))
+    monkeypatch.setattr(smooth._core, "get_num_threads", lambda: 16)
+    big = smooth.CHANNEL_TEAMS_MIN_NODES
+    assert smooth._channel_teams(2, big, None) == 2
+    assert smooth._channel_teams(3, big, None) == 3
+    assert smooth._channel_teams(1, big, None) == 1  # one channel left: nothing to pair
+    assert smooth._channel_teams(2, big - 1, None) == 1  # small grids: kernels of two threads or fewer
+    assert smooth._channel_teams(2, big, lambda v: v) == 1  # a Python operator would hold the GIL
+    monkeypatch.setattr(smooth._core, "get_num_threads", lambda: 3)
+    assert smooth._channel_teams(2, big, None) == 1
+    monkeypatch.setattr(smooth._core, "get_num_threads", lambda: 16)
+    monkeypatch.setattr(smooth._core, "busy_cores", lambda: (True, 1))
+    assert smooth._channel_teams(2, big, None) == 1

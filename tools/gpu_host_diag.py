@@ -9,10 +9,11 @@
    the steps of the bench's chains (FrontKeep C = A X, FrontRotate C = X^T A^T with X (n, rest);
    BackKeep C = X A^T, BackRotate C = A X^T with X (rest, n)), timed with CUDA events.
 
-4. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
+4. ``teams``: the scattered fit with the channels side by side against in turn (interleaved);
+5. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
    torch's tensordot chain, torch.mm and torch.empty.
 
-    python tools/gpu_host_diag.py [threads,pairs,gemm,overhead]
+    python tools/gpu_host_diag.py [threads,pairs,teams,gemm,overhead]
 """
 from __future__ import annotations
 
@@ -82,6 +83,28 @@ def pairs(s):
         two()
         both = _median_ms(two)
         print(f"t={t}: one {one:6.1f} ms, two at once {both:6.1f} ms ({both / one:.2f}x one)")
+    kronpe.set_num_threads(None)
+
+
+def teams(s):
+    """The scattered fit with the channels side by side (smooth._channel_teams) and in turn,
+    interleaved, at kronpe's default threads and at 8."""
+    from kronpe.solvers import smooth
+
+    on = smooth.CHANNEL_TEAMS_MIN_NODES
+    print("## channels side by side against in turn: median ms of 7 interleaved rounds")
+    for t in (None, 8):
+        kronpe.set_num_threads(t)
+        ts = {"side by side": [], "in turn": []}
+        for _ in range(7):
+            for name, limit in (("side by side", on), ("in turn", 1 << 60)):
+                smooth.CHANNEL_TEAMS_MIN_NODES = limit
+                t0 = time.perf_counter()
+                kronpe_points(s)
+                ts[name].append(time.perf_counter() - t0)
+        smooth.CHANNEL_TEAMS_MIN_NODES = on
+        print(f"threads {kronpe.get_num_threads()}: " + ", ".join(
+            f"{k} {float(np.median(v)) * 1e3:6.1f} ms" for k, v in ts.items()))
     kronpe.set_num_threads(None)
 
 
@@ -192,11 +215,13 @@ def overhead():
 
 if __name__ == "__main__":
     which = (sys.argv[1] if len(sys.argv) > 1 else "threads,pairs,gemm").split(",")
-    s = task_inputs("astronaut", "scattered") if {"threads", "pairs"} & set(which) else None
+    s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "teams"} & set(which) else None
     if "threads" in which:
         threads(s)
     if "pairs" in which:
         pairs(s)
+    if "teams" in which:
+        teams(s)
     if "gemm" in which:
         gemm()
     if "overhead" in which:

@@ -25,6 +25,12 @@ namespace {
 // Nodes per thread below which a kernel runs serially: these passes take well under a
 // millisecond per million nodes, less than a fork/join costs on a busy machine.
 constexpr index_t kMinNodesPerThread = index_t(1) << 13;
+// Beyond two threads, a team takes one thread per kNodesPerExtraThread nodes at most: the
+// wavefront's time steps end in a barrier, which costs more the more threads wait at it. On a
+// 16-core H100 machine (Xeon, Firecracker) the scattered fit of 25% of a 512^2 photograph took
+// 44-46 ms at 6-8 threads and 62-66 ms at 12-16 (tools/gpu_host_diag.py threads): 512^2 now
+// takes 8, 256^2 two.
+constexpr index_t kNodesPerExtraThread = index_t(1) << 15;
 // Rows per time step of the smoother's wavefront on one thread (thin_plate_smooth).
 constexpr index_t kBlockRows = 8;
 
@@ -32,7 +38,8 @@ int pick_threads(int threads, index_t nodes) {
   checked_threads(threads);
 #ifdef KRONPE_OPENMP
   const index_t cap = threads > 0 ? threads : kernel_threads();  // 1 while the cores are busy
-  return int(std::max<index_t>(1, std::min<index_t>(cap, nodes / kMinNodesPerThread)));
+  const index_t by_work = std::min(nodes / kMinNodesPerThread, std::max<index_t>(2, nodes / kNodesPerExtraThread));
+  return int(std::max<index_t>(1, std::min<index_t>(cap, by_work)));
 #else
   return 1;
 #endif
