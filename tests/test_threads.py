@@ -133,6 +133,10 @@ def test_busy_cores_fall_back_to_one_thread(restore_threads):
             np.testing.assert_array_equal(mg.vcycle(b), want)
         assert _core.busy_cores()[1] > marks, "teams started on time with every core busy"
         assert _core.busy_cores()[0] and kronpe.get_num_threads() == 2
+        assert _core.kernel_threads() == 1  # half of two
+        kronpe.set_num_threads(8)  # marked once: half; marked again while busy: one
+        assert _core.kernel_threads() in (4, 1) or not _core.busy_cores()[0]
+        kronpe.set_num_threads(2)
         np.testing.assert_array_equal(mg.vcycle(b), want)
     finally:
         for p in procs:

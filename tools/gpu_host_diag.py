@@ -7,13 +7,12 @@
    threads each, against one alone: do two teams share the cores without slowing each other?
 3. ``gemm``: the four layouts of one chain step as torch.mm calls on CUDA float32 (TF32 off), for
    the steps of the bench's chains (FrontKeep C = A X, FrontRotate C = X^T A^T with X (n, rest);
-   BackKeep C = X A^T, BackRotate C = A X^T with X (rest, n)), timed with CUDA events.
-
-4. ``teams``: the scattered fit with the channels side by side against in turn (interleaved);
+   BackKeep C = X A^T, BackRotate C = A X^T with X (rest, n)), timed with CUDA events;
+4. ``busy``: the busy marks (kronpe/threads.h's back-off) the fits add per thread count;
 5. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
    torch's tensordot chain, torch.mm and torch.empty.
 
-    python tools/gpu_host_diag.py [threads,pairs,teams,gemm,overhead]
+    python tools/gpu_host_diag.py [threads,pairs,busy,gemm,overhead]
 """
 from __future__ import annotations
 
@@ -59,7 +58,7 @@ def threads(s):
         for (_, _, name), (_, _, tt, _, _) in st.items():
             whole += tt
             for k in by:
-                if name.endswith(f"_core.{k}>"):
+                if name.endswith(f"_core.{k}>") or f"'{k}' of" in name:
                     by[k] += tt
         rest = whole - sum(by.values())
         print(f"threads {t:2d}: {total:6.1f} ms | pcg {by['pcg'] * 1e3:5.1f} sweep "
@@ -86,25 +85,19 @@ def pairs(s):
     kronpe.set_num_threads(None)
 
 
-def teams(s):
-    """The scattered fit with the channels side by side (smooth._channel_teams) and in turn,
-    interleaved, at kronpe's default threads and at 8."""
-    from kronpe.solvers import smooth
+def busy(s):
+    """Whether the kernels' back-off (kronpe/threads.h: late teams mark the cores busy, the
+    default teams shrink) fires during the fit: median ms and the busy marks added, per thread count."""
+    from kronpe import _core
 
-    on = smooth.CHANNEL_TEAMS_MIN_NODES
-    print("## channels side by side against in turn: median ms of 7 interleaved rounds")
-    for t in (None, 8):
+    print("## busy marks during 7 fits: threads, median ms, marks added, busy at the end")
+    for t in COUNTS:
         kronpe.set_num_threads(t)
-        ts = {"side by side": [], "in turn": []}
-        for _ in range(7):
-            for name, limit in (("side by side", on), ("in turn", 1 << 60)):
-                smooth.CHANNEL_TEAMS_MIN_NODES = limit
-                t0 = time.perf_counter()
-                kronpe_points(s)
-                ts[name].append(time.perf_counter() - t0)
-        smooth.CHANNEL_TEAMS_MIN_NODES = on
-        print(f"threads {kronpe.get_num_threads()}: " + ", ".join(
-            f"{k} {float(np.median(v)) * 1e3:6.1f} ms" for k, v in ts.items()))
+        kronpe_points(s)
+        m0 = _core.busy_cores()[1]
+        ms = _median_ms(lambda: kronpe_points(s), 7)
+        now, m1 = _core.busy_cores()
+        print(f"threads {t:2d}: {ms:6.1f} ms, {m1 - m0} marks, busy {now}")
     kronpe.set_num_threads(None)
 
 
@@ -215,13 +208,13 @@ def overhead():
 
 if __name__ == "__main__":
     which = (sys.argv[1] if len(sys.argv) > 1 else "threads,pairs,gemm").split(",")
-    s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "teams"} & set(which) else None
+    s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "busy"} & set(which) else None
     if "threads" in which:
         threads(s)
     if "pairs" in which:
         pairs(s)
-    if "teams" in which:
-        teams(s)
+    if "busy" in which:
+        busy(s)
     if "gemm" in which:
         gemm()
     if "overhead" in which:

@@ -44,10 +44,13 @@ PYBIND11_MODULE(_core, m) {
         "see kronpe.set_num_threads).");
   m.def("get_num_threads", &kronpe::default_threads,
         "Threads of kronpe's CPU kernels when a call gives none (internal).");
+  m.def("kernel_threads", &kronpe::kernel_threads,
+        "Threads a kernel's team takes now when its call gives none: get_num_threads(), fewer while "
+        "the cores are marked busy (internal; kronpe/threads.h).");
   m.def(
       "busy_cores", [] { return py::make_tuple(kronpe::cores_busy(), kronpe::busy_marks()); },
       "(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's "
-      "back-off to one thread while another library's threads hold the cores (internal).");
+      "back-off (half the threads, then one) while another library's threads hold the cores (internal).");
   register_blas(m);
   register_embed(m);
   register_mode_product(m);

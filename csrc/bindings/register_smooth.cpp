@@ -145,15 +145,6 @@ void register_hierarchy(py::module_& m, const char* name) {
            py::arg("reflect") = false, py::arg("threads") = 0, py::arg("order") = 2, py::arg("weights") = py::none(), py::arg("top") = 1.0, py::arg("tail") = 0.0)
       .def("set_lambda", [](H& h, double lam) { h.set_lambda(lam); }, py::arg("lam"))
       .def(
-          "clone",
-          [](const H& h, int threads) {
-            py::gil_scoped_release release;
-            return h.clone(threads);
-          },
-          py::arg("threads") = 0,
-          "a hierarchy of the same matrices with work arrays of its own, its kernels on `threads` threads "
-          "(0: the default): solves on it may run beside this one's")
-      .def(
           "set_weights",
           [](H& h, const std::vector<double>& w) {
             const smooth::Grid& g = h.grid(0);

@@ -229,38 +229,6 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   penalty_changed();
 }
 
-template <typename T>
-std::shared_ptr<ThinPlateHierarchy<T>> ThinPlateHierarchy<T>::clone(int threads) const {
-  checked_threads(threads);
-  std::shared_ptr<ThinPlateHierarchy<T>> h(new ThinPlateHierarchy<T>());
-  h->opt_ = opt_;
-  h->opt_.threads = threads;
-  h->lam_ = lam_;
-  h->theta_ = theta_;
-  h->c1_ = c1_;
-  h->c2_ = c2_;
-  h->penalty_ = penalty_;
-  h->chol_ = chol_;
-  h->cb_ = cb_;
-  h->levels_.resize(levels_.size());
-  for (std::size_t l = 0; l < levels_.size(); ++l) {
-    const Level& S = levels_[l];
-    Level& L = h->levels_[l];
-    L.g = S.g;
-    for (int a = 0; a < 3; ++a) L.halve[a] = S.halve[a];
-    L.lam = S.lam;
-    L.m = S.m;  // the matrices: copied
-    L.w = S.w;
-    L.rd = S.rd;
-    // the work arrays: their own, uninitialised (every use writes before it reads)
-    for (auto [to, from] : {std::pair{&L.x, &S.x}, std::pair{&L.b, &S.b}, std::pair{&L.r, &S.r},
-                            std::pair{&L.d, &S.d}, std::pair{&L.d2, &S.d2}, std::pair{&L.fx, &S.fx}})
-      to->resize(from->size());
-    if (S.scratch) L.scratch = smooth_scratch<T>(L.g);
-  }
-  return h;
-}
-
 // The smoother's coefficients over [lmax / alpha, lmax].
 template <typename T>
 void ThinPlateHierarchy<T>::set_chebyshev(double lmax, double alpha) {

@@ -20,6 +20,7 @@ namespace {
 std::atomic<int> g_threads{0};
 std::atomic<long long> g_busy_until{0};  // steady-clock microseconds
 std::atomic<long long> g_busy_marks{0};
+std::atomic<int> g_busy_level{0};           // 1: marked once, 2: marked again while busy
 
 long long now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -49,7 +50,9 @@ int default_threads() {
 
 int kernel_threads() {
   const int n = default_threads();
-  return n > 1 && cores_busy() ? 1 : n;
+  if (n <= 1 || !cores_busy()) return n;
+  // marked once: half the threads (one on two cores); marked again while busy: one
+  return g_busy_level.load(std::memory_order_relaxed) >= 2 ? 1 : std::max(1, n / 2);
 }
 
 namespace {
@@ -93,6 +96,7 @@ void late_team(long long t) {
     const long long older = g_late[0].exchange(g_late[1].exchange(t, std::memory_order_relaxed), std::memory_order_relaxed);
     if (t - older > 1000 * kLateWindowMilliseconds) return;
   }
+  g_busy_level.store(cores_busy() ? 2 : 1, std::memory_order_relaxed);
   g_busy_until.store(t + 1000 * kBusyMilliseconds, std::memory_order_relaxed);
   g_busy_marks.fetch_add(1, std::memory_order_relaxed);
 }

@@ -91,9 +91,13 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """Threads of kronpe's CPU kernels when a call gives none (internal)."""
 
+def kernel_threads() -> int:
+    """Threads a kernel's team takes now when its call gives none: get_num_threads(), fewer while the cores are
+    marked busy (internal; kronpe/threads.h)."""
+
 def busy_cores() -> Tuple[bool, int]:
-    """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off to
-    one thread while another library's threads hold the cores (internal)."""
+    """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
+    (half the threads, then one) while another library's threads hold the cores (internal)."""
 
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""

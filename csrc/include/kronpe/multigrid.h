@@ -120,14 +120,8 @@ class ThinPlateHierarchy {
   // stop: when it turns true (another thread), PCG returns after the iteration under way.
   PcgResult pcg(const T* b, T* x, bool from_x, double tol, index_t maxiter, double scale,
                 const Operator* op = nullptr, const std::atomic<bool>* stop = nullptr);
-  // A hierarchy of the same matrices (every level's data term, lam, penalty and smoother; the
-  // coarsest factor) with work arrays and smoother scratch of its own, its kernels on `threads`
-  // threads (0: the default): its solves may run while this one's do (the channels of one
-  // system, kronpe.solvers.smooth), with the same results bit for bit.
-  std::shared_ptr<ThinPlateHierarchy> clone(int threads) const;
 
  private:
-  ThinPlateHierarchy() = default;  // (clone)
   struct Level {
     Grid g;
     bool halve[3] = {false, false, false};

@@ -80,7 +80,6 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
 """
 from __future__ import annotations
 
-import copy
 import functools
 import itertools
 from math import factorial
@@ -217,15 +216,6 @@ class ThinPlateMG:
         self._h.set_lambda(float(lam))
         self.lam = float(lam)
         return self
-
-    def clone(self, threads: int = 0) -> "ThinPlateMG":
-        """A hierarchy of the same matrices with work arrays of its own, its kernels on
-        ``threads`` threads (0: kronpe's default): its ``solve`` may run in another thread while
-        this one's does (the compiled solves release the GIL), with the same results bit for bit."""
-        twin = copy.copy(self)
-        twin._h = self._h.clone(int(threads))
-        twin.threads = int(threads)
-        return twin
 
     def set_boundary(self, reflect: bool) -> "ThinPlateMG":
         """The penalty's boundary on every level: mirrored (True) or natural; lam kept."""

@@ -156,14 +156,6 @@ nor a penalty is given. Decisions (documented once, here):
   and every channel sees the same operator), strongest first; the others stop when their error
   estimate falls below TOL times the strongest one's norm (an absolute accuracy, as the PSNR
   of the sum measures it): on RGB photographs the weak components need one or two iterations.
-- **Channels side by side**: on many cores the channels after the strongest (whose norm sets
-  their error scale) are solved at once, by teams of at least two threads, each a clone of the
-  hierarchy (``ThinPlateMG.clone``: the same matrices, work arrays of its own) in a Python thread
-  of its own (the compiled PCG releases the GIL): when two or more remain, the data term is
-  diagonal, the grid has CHANNEL_TEAMS_MIN_NODES nodes or more, kronpe has four threads or more
-  and the cores are not busy (``_channel_teams``). The same bits as in turn (tested). On a
-  16-core H100 machine two fits at once on two threads each took as long as one alone, on four
-  each 1.18x (tools/gpu_host_diag.py pairs), while one fit on 16 threads was slower than on 8.
 - **Precision**: float32 vectors and products (the photographs' 8 bits need no more), float64
   dot products and coarsest-grid factorisation.
 - **Choosing lambda** (``ridge=None``): held out on the whole grid. 10% of the nodes with data
@@ -256,9 +248,6 @@ HIGHER_KEY = "_higher"
 SWEEP_FIT_KEY = "_sweep_fit"
 SPECULATE_MAX_NODES = 1 << 15
 COMPILED_SWEEP = True
-# the channels after the leading one solved side by side, in teams of at least two threads, on
-# grids of at least this many nodes (module docstring, "Channels side by side")
-CHANNEL_TEAMS_MIN_NODES = 1 << 16
 
 
 class DataTerm:
@@ -506,8 +495,7 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     start_ = None if x0 is None else _mix_planes(_planes(x0), V)
     W = []
     its, rels, scale = 0, [], None
-    teams = _channel_teams(C - 1, math.prod(data.shape), operator)
-    for c in range(C if teams == 1 else 1):
+    for c in range(C):
         op = lead_operator if c == 0 else operator
         x_c = lead_start if c == 0 and lead_start is not None else (None if start_ is None else start_[c])
         if c == 0 and lead_solution is not None:
@@ -521,62 +509,10 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
             scale = max(float(np.sqrt(_dot(w, w))), 1e-30)
         its = max(its, it)
         rels.append(rel)
-    if teams > 1:
-        mg = hierarchy(data, lam, penalty) if mg is None else (mg if isinstance(mg, ThinPlateMG) else mg())
-        starts = [None if start_ is None else start_[c] for c in range(C)]
-        for w, it, rel in _solve_side_by_side(mg, teams, b[1:], starts[1:], tol, maxiter, scale):
-            W.append(w)
-            its = max(its, it)
-            rels.append(rel)
     if C == 1 and value_range is None:  # (the sweep's fits) W itself, no copy
         return W[0][..., None], its, np.array(rels), 0.0
     out = np.empty(planes[0].shape + (C,), np.float32)
     return out, its, np.array(rels), _unmix(W, V.T, out, value_range)
-
-
-def _channel_teams(count: int, nodes: int, operator) -> int:
-    """How many of ``count`` channel solves run at once (module docstring, "Channels side by
-    side"): 1 (in turn) unless there are two or more, the system is the hierarchy's own (a
-    diagonal data term: no Python operator, whose calls would take the GIL), the grid has at least
-    CHANNEL_TEAMS_MIN_NODES nodes, kronpe has four threads or more and the cores are not busy;
-    then as many as teams of two threads allow."""
-    if count < 2 or operator is not None or nodes < CHANNEL_TEAMS_MIN_NODES:
-        return 1
-    threads = _core.get_num_threads()
-    if threads < 4 or _core.busy_cores()[0]:
-        return 1
-    return min(count, threads // 2)
-
-
-def _solve_side_by_side(mg: ThinPlateMG, teams: int, rhs: List[Array], starts: List[Optional[Array]], tol: float,
-                        maxiter: int, scale: Optional[float]) -> List[Tuple[Array, int, float]]:
-    """mg.solve of every right-hand side (tol, maxiter and the error scale shared), ``teams`` at
-    once: each team a clone of ``mg`` (its own work arrays) on kronpe's threads / teams threads,
-    team k taking right-hand sides k, k + teams, ...; the compiled solves release the GIL, so the
-    teams' Python threads run them side by side. The same results, bit for bit, as in turn."""
-    import threading
-
-    each = max(1, _core.get_num_threads() // teams)
-    solvers = [mg.clone(each) for _ in range(teams)]
-    out: List[Any] = [None] * len(rhs)
-    errors: List[BaseException] = []
-
-    def work(k: int) -> None:
-        try:
-            for j in range(k, len(rhs), teams):
-                out[j] = solvers[k].solve(rhs[j], starts[j], tol, maxiter, None, scale)
-        except BaseException as e:  # (re-raised on the calling thread)
-            errors.append(e)
-
-    others = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(1, teams)]
-    for t in others:
-        t.start()
-    work(0)
-    for t in others:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
 
 
 def _operator(data: DataTerm, lam: float, penalty, always: bool = False) -> Optional[Callable[[Array], Array]]:
