@@ -20,7 +20,7 @@ namespace {
 std::atomic<int> g_threads{0};
 std::atomic<long long> g_busy_until{0};  // steady-clock microseconds
 std::atomic<long long> g_busy_marks{0};
-std::atomic<int> g_busy_level{0};           // 1: marked once, 2: marked again while busy
+std::atomic<int> g_busy_level{0};  // marks in a row while busy: the default teams halved that often
 
 long long now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -51,8 +51,9 @@ int default_threads() {
 int kernel_threads() {
   const int n = default_threads();
   if (n <= 1 || !cores_busy()) return n;
-  // marked once: half the threads (one on two cores); marked again while busy: one
-  return g_busy_level.load(std::memory_order_relaxed) >= 2 ? 1 : std::max(1, n / 2);
+  // halved by every mark while busy (one on two cores)
+  const int level = g_busy_level.load(std::memory_order_relaxed);
+  return level >= 30 ? 1 : std::max(1, n >> level);
 }
 
 namespace {
@@ -96,7 +97,8 @@ void late_team(long long t) {
     const long long older = g_late[0].exchange(g_late[1].exchange(t, std::memory_order_relaxed), std::memory_order_relaxed);
     if (t - older > 1000 * kLateWindowMilliseconds) return;
   }
-  g_busy_level.store(cores_busy() ? 2 : 1, std::memory_order_relaxed);
+  g_busy_level.store(cores_busy() ? std::min(g_busy_level.load(std::memory_order_relaxed) + 1, 30) : 1,
+                     std::memory_order_relaxed);
   g_busy_until.store(t + 1000 * kBusyMilliseconds, std::memory_order_relaxed);
   g_busy_marks.fetch_add(1, std::memory_order_relaxed);
 }

@@ -13,11 +13,13 @@
 // cores busy when more tasks are runnable than there are CPUs (Linux: /proc/loadavg; a thread
 // waking on an idle core is late too, with nothing else running: 7-11 ms on this machine's
 // virtual CPUs after a pause), elsewhere when three came within kLateWindowMilliseconds; then
-// the cores are busy and for kBusyMilliseconds after that the default count is halved (at least
-// one: one on two cores), and 1 if a team is late again while they are busy (calls that name their
-// threads keep them). Halving first: on a 16-CPU H100 machine (Firecracker) teams of all 16 threads
-// came late with nothing else running (the window rule: 42 marks in 7 scattered fits of a 512^2
-// photograph) and one thread for 100 ms took the fit from 47 to 85 ms; teams of 8 came on time.
+// the cores are busy and for kBusyMilliseconds after that the default count is halved, and halved
+// again by every late team while they are busy (at least one; one on two cores) (calls that name
+// their threads keep them). Halving, not one thread at once: on a 16-CPU H100 machine
+// (Firecracker) teams of all 16 threads came late with nothing else running (the window rule: 42
+// marks in 7 scattered fits of a 512^2 photograph, on two machines of that kind 19-24 in 7 fits
+// after one halving, 2-7 at 8 threads), and one thread for 100 ms took the fit from 45-50 ms (4-12
+// threads) to 81-88 ms.
 #pragma once
 #include <atomic>
 
