@@ -9,10 +9,12 @@
    the steps of the bench's chains (FrontKeep C = A X, FrontRotate C = X^T A^T with X (n, rest);
    BackKeep C = X A^T, BackRotate C = A X^T with X (rest, n)), timed with CUDA events;
 4. ``busy``: the busy marks (kronpe/threads.h's back-off) the fits add per thread count;
-5. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
+5. ``spec``: the leading component's final solve beside the held-out sweep at 512^2, each side
+   on a team of 2, 4 or 8 threads, against each alone;
+6. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
    torch's tensordot chain, torch.mm and torch.empty.
 
-    python tools/gpu_host_diag.py [threads,pairs,busy,gemm,overhead]
+    python tools/gpu_host_diag.py [threads,pairs,busy,spec,gemm,overhead]
 """
 from __future__ import annotations
 
@@ -98,6 +100,68 @@ def busy(s):
         ms = _median_ms(lambda: kronpe_points(s), 7)
         now, m1 = _core.busy_cores()
         print(f"threads {t:2d}: {ms:6.1f} ms, {m1 - m0} marks, busy {now}")
+    kronpe.set_num_threads(None)
+
+
+def spec(s):
+    """What running the leading component's final solve (LeadSolve, both stages) beside the
+    held-out sweep would gain at 512^2 on many cores (smooth.py's "Speculation" runs it only up to
+    SPECULATE_MAX_NODES, each side on one thread): the sweep alone, the solve alone, and both at
+    once (the solve on its own std::thread, LeadSolve.start), each side's kernels on `team`
+    threads; medians of 5, ms."""
+    import math
+
+    from kronpe import _core
+    from kronpe.solvers import smooth
+    from kronpe.solvers.multigrid import chebyshev_lmax
+
+    got = {}
+    original = smooth.fit
+
+    def capture(data, rhs, *args, **kw):
+        got.setdefault("args", (data, rhs))
+        return original(data, rhs, *args, **kw)
+
+    smooth.fit = capture
+    try:
+        kronpe_points(s)
+    finally:
+        smooth.fit = original
+    data, rhs = got["args"]
+    planes = smooth._as_planes(rhs)
+    moments = smooth._moments(planes)
+    basis = smooth.principal_basis(planes, moments)
+    b = np.ascontiguousarray(smooth._mix_planes(planes, basis)[0], np.float32)
+    maxiter = 20 * sum(data.shape)
+    D = len(data.shape)
+    degree, alpha = smooth.DIAGONAL_SMOOTHER
+
+    def lead(team):
+        return _core.LeadSolve32(np.ascontiguousarray(data.diag, np.float32), b,
+                                 data.rho * 10.0 ** (-smooth.INTERPOLATION_EXPONENT), degree, chebyshev_lmax(D, 2),
+                                 alpha, smooth.COARSEST, team, smooth.TOL_INTERPOLATING, maxiter,
+                                 smooth.HIGHER if D == 2 else 0.0)
+
+    print(f"## the sweep beside the leading component's solve, grid {data.shape} ({math.prod(data.shape)} nodes)")
+    for team in (2, 4, 8):
+        kronpe.set_num_threads(team)
+
+        def sweep():
+            smooth.choose_ridge(data, planes, maxiter, moments, basis, team)
+
+        def solve():
+            sp = lead(team)
+            sp.finish(2)
+
+        def both():
+            sp = lead(team)
+            sp.start()
+            sweep()
+            sp.finish(2)
+
+        sweep(), solve(), both()
+        print(f"team {team}: sweep {_median_ms(sweep):6.1f}, solve {_median_ms(solve):6.1f}, "
+              f"both at once {_median_ms(both):6.1f} ms")
     kronpe.set_num_threads(None)
 
 
@@ -208,13 +272,15 @@ def overhead():
 
 if __name__ == "__main__":
     which = (sys.argv[1] if len(sys.argv) > 1 else "threads,pairs,gemm").split(",")
-    s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "busy"} & set(which) else None
+    s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "busy", "spec"} & set(which) else None
     if "threads" in which:
         threads(s)
     if "pairs" in which:
         pairs(s)
     if "busy" in which:
         busy(s)
+    if "spec" in which:
+        spec(s)
     if "gemm" in which:
         gemm()
     if "overhead" in which:
