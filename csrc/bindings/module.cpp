@@ -50,7 +50,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "busy_cores", [] { return py::make_tuple(kronpe::cores_busy(), kronpe::busy_marks()); },
       "(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's "
-      "back-off (half the threads, then one) while another library's threads hold the cores (internal).");
+      "back-off (the default teams halved by every late team) while another library's threads hold the cores "
+      "(internal).");
   register_blas(m);
   register_embed(m);
   register_mode_product(m);

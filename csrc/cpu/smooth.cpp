@@ -37,7 +37,7 @@ constexpr index_t kBlockRows = 8;
 int pick_threads(int threads, index_t nodes) {
   checked_threads(threads);
 #ifdef KRONPE_OPENMP
-  const index_t cap = threads > 0 ? threads : kernel_threads();  // 1 while the cores are busy
+  const index_t cap = threads > 0 ? threads : kernel_threads();  // fewer while the cores are busy
   const index_t by_work = std::min(nodes / kMinNodesPerThread, std::max<index_t>(2, nodes / kNodesPerExtraThread));
   return int(std::max<index_t>(1, std::min<index_t>(cap, by_work)));
 #else

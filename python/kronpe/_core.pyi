@@ -97,7 +97,7 @@ def kernel_threads() -> int:
 
 def busy_cores() -> Tuple[bool, int]:
     """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
-    (half the threads, then one) while another library's threads hold the cores (internal)."""
+    (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
 
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
