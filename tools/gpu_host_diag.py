@@ -168,6 +168,9 @@ def spec(s):
 def gemm():
     import torch
 
+    if not (torch.cuda.is_available() and kronpe.cuda.is_available()):
+        print("## gemm: needs CUDA torch and kronpe's CUDA kernels (skipped)")
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     print("## chain steps as torch.mm, float32, median us (CUDA events, 50 reps)")
     # (m rows of the chain matrix, n contracted, rest): the steps of bench_cuda's chains
@@ -213,6 +216,9 @@ def overhead():
     shorter than their launch), microseconds: kronpe's CUDA chain and its parts against torch."""
     import torch
 
+    if not (torch.cuda.is_available() and kronpe.cuda.is_available()):
+        print("## overhead: needs CUDA torch and kronpe's CUDA kernels (skipped)")
+        return
     import kronpe.torch  # noqa: F401
     from kronpe import _core
     from kronpe._adapters import arrays as _arrays
