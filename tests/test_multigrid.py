@@ -141,6 +141,19 @@ def test_full_multigrid_start_is_close_to_the_solution(rng, shape):
     assert it_fmg < it_zero
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "fortran", "stepped", "reversed"])
+@pytest.mark.parametrize("penalty", ["natural", "reflect"])
+@pytest.mark.parametrize("width", [15, 16, 17, 31, 32, 33, 48])
+def test_factored_rows_match_reference(rng, width, penalty, layout, dtype):
+    """The thin-plate form on a plane (the factored rows: L v of the next row and L (L v) of this one
+    in one pass) at row widths around the 16-lane vectors, any layout, against the reference."""
+    shape = (7, width)
+    x, m, _ = _case(rng, shape, dtype)
+    pen = _pen(penalty, 2)
+    got = multigrid.thin_plate_apply(CPU.view(x, layout), CPU.view(m, layout), 0.37, **_kw(pen))
+    _close(got, reference.thin_plate_apply(x, m, 0.37, *pen), dtype)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("penalty", ["natural", "order3w", "poly3"])
 def test_apply_takes_any_layout(rng, layout, dtype, penalty):
