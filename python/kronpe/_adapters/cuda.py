@@ -129,7 +129,8 @@ def _torch_chain(T: Any, mats: Sequence[Any], modes: Tuple[int, ...], order: str
     own calls 35 us) against 70 us for torch's whole tensordot chain."""
     import torch
 
-    at = (T.get_device(), _arrays.raw_stream(torch, T.get_device()))
+    dev = T.get_device()
+    at = (dev, _arrays.raw_stream(torch, dev))
     tb = _arrays.Array(T.data_ptr(), tuple(T.shape), T.stride(), dt, *at)
     mbs = [_arrays.Array(a.data_ptr(), tuple(a.shape), a.stride(), dt, *at) for a in mats]
     out_shape = list(tb.shape)
