@@ -84,6 +84,46 @@ def test_packed_gemm_threads_give_the_same_bits(rng, dtype, shape):
         np.testing.assert_allclose(one, reference.gemm(a, b, ta, tb), rtol=tol, atol=tol * k**0.5 * 4)
 
 
+def _aligned_c(m, ldc, dtype, offset):
+    """An (m, ldc) NaN-filled C whose data starts `offset` bytes past a 64-byte boundary."""
+    item = np.dtype(dtype).itemsize
+    raw = np.full(m * ldc * item + 128, 0, np.uint8)
+    skip = -raw.ctypes.data % 64 + offset
+    c = raw[skip:skip + m * ldc * item].view(dtype).reshape(m, ldc)
+    c[...] = np.nan
+    return c
+
+
+@needs_packed
+@pytest.mark.parametrize("big", ["rows", "columns"])
+@pytest.mark.parametrize("offset", [0, 16])
+def test_packed_gemm_from_memory(rng, dtype, big, offset):
+    """Operands and results of 16 MiB or more, where the kernel prefetches an A read in place
+    (a chain step's X^T) and writes whole tiles of C with streaming stores when C's rows are
+    64-byte aligned (offset 0; offset 16: ordinary stores): the reference values, partial tiles
+    included, and the same bits on one and two threads."""
+    item = np.dtype(dtype).itemsize
+    long_side = (16 << 20) // (64 * item) + 9  # 64 x long_side: just over 16 MiB
+    if big == "rows":  # M large: A read in place along its columns (ta), C (M x 80)
+        m, k, n, ta, tb = long_side, 64, 80, True, True
+        ldc = n
+    else:  # N large: B packed block by block, C (72 x N)
+        m, k, n, ta, tb = 72, 64, long_side + 7, False, False
+        ldc = (n + 15) // 16 * 16
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    ref = reference.gemm(a, b, ta, tb)
+    out = []
+    for threads in (1, 2):
+        c = _aligned_c(m, ldc, dtype, offset)
+        _core.packed_gemm(describe(a), describe(b), describe(c[:, :n]), ta, tb, threads)
+        assert np.isnan(c[:, n:]).all()  # the padding of C's rows untouched
+        out.append(c[:, :n])
+    np.testing.assert_array_equal(out[0], out[1])
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out[0], ref, rtol=tol, atol=tol * k**0.5 * 4)
+
+
 def test_chain_gemm_setting():
     """The chains' GEMM: 'auto' resolves to the packed one exactly where AVX-512 runs; 'packed'
     is refused elsewhere; bad names are named."""

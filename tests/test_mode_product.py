@@ -61,10 +61,12 @@ def test_chain_gemms_match_einsum(case, chain_gemm, dtype, rng):
 
 
 @pytest.mark.parametrize("shape, rows", [((40, 30, 20), (33, 31, 29)), ((9, 600, 7), (5, 400, 6)),
-                                         ((70, 70, 70, 2), (64, 64, 64))])
+                                         ((70, 70, 70, 2), (64, 64, 64)),
+                                         ((66, 64, 64, 64), (64, 64, 64, 64))])
 def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
     """Chains big enough for several blocks per GEMM step (and a contraction longer than a k
-    block): the reference values, and the same bits on one and two threads."""
+    block; the last: steps over 16 MiB, read with prefetches and written with streaming stores by
+    the packed GEMM): the reference values, and the same bits on one and two threads."""
     rng = np.random.default_rng(3)
     T = rng.standard_normal(shape).astype(dtype)
     mats = [rng.standard_normal((m, shape[i])).astype(dtype) for i, m in enumerate(rows)]
@@ -82,6 +84,24 @@ def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
         np.testing.assert_array_equal(one, two)
     else:
         check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), "K")
+
+
+def test_large_results_start_on_a_cache_line():
+    """Results of 16 MiB or more start on a 64-byte boundary (the packed GEMM's streaming stores
+    need it); smaller ones are NumPy's own arrays."""
+    from kronpe._adapters import arrays
+
+    for shape, dtype in [((1 << 22,), np.float32), ((512, 1024, 4), np.float64), ((3, 0, 5), np.float32)]:
+        x = arrays.empty_aligned(shape, dtype)
+        assert x.shape == shape and x.dtype == dtype and x.flags.c_contiguous and x.flags.writeable
+        if x.nbytes >= 16 << 20:
+            assert x.ctypes.data % 64 == 0
+        else:
+            assert x.base is None
+    T = np.ones((64, 64, 64, 17), np.float32)
+    out = kronpe.multi_mode_product(T, [np.eye(64, dtype=np.float32)] * 3)
+    assert out.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(out, T)
 
 
 def test_chains_on_several_threads_at_once(chain_gemm):

@@ -100,6 +100,7 @@ struct Vec<float> {
   static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static void stream(float* p, reg v) { _mm512_stream_ps(p, v); }
   static reg mload(const float* p, mask m) { return _mm512_maskz_loadu_ps(m, p); }
   static void mstore(float* p, mask m, reg v) { _mm512_mask_storeu_ps(p, m, v); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -118,6 +119,7 @@ struct Vec<double> {
   static reg bcast(const double* p) { return _mm512_set1_pd(*p); }
   static reg load(const double* p) { return _mm512_loadu_pd(p); }
   static void store(double* p, reg v) { _mm512_storeu_pd(p, v); }
+  static void stream(double* p, reg v) { _mm512_stream_pd(p, v); }
   static reg mload(const double* p, mask m) { return _mm512_maskz_loadu_pd(m, p); }
   static void mstore(double* p, mask m, reg v) { _mm512_mask_storeu_pd(p, m, v); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_pd(a, b, c); }
@@ -130,10 +132,12 @@ struct Vec<double> {
 // The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
 // plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR, or
 // the operand itself when its rows are contiguous) and a B panel (kc x NR, bp[p * NR + j] =
-// B(p, j)); only its first mr rows and nr columns are written.
-template <typename T, int MR, int NV>
+// B(p, j)); only its first mr rows and nr columns are written. PF: each step of k prefetches
+// the A row `ahead` elements past the sliver (the next slivers' values); stream: a whole tile
+// (64-byte aligned rows) that is not accumulated goes out with streaming stores.
+template <typename T, int MR, int NV, bool PF = false>
 void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
-                  index_t ldc, int mr, int nr, bool acc) {
+                  index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
   using V = Vec<T>;
   constexpr int W = V::W, NR = NV * W;
   typename V::reg r[MR][NV];
@@ -145,6 +149,7 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
     typename V::reg b[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * W);
+    if constexpr (PF) __builtin_prefetch(ap + ahead);
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i) {
       const typename V::reg a = V::bcast(ap + i);
@@ -160,7 +165,12 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         T* q = c + i * ldc + v * W;
-        V::store(q, acc ? V::add(V::load(q), r[i][v]) : r[i][v]);
+        if (acc)
+          V::store(q, V::add(V::load(q), r[i][v]));
+        else if (stream)
+          V::stream(q, r[i][v]);
+        else
+          V::store(q, r[i][v]);
       }
     return;
   }
@@ -261,6 +271,15 @@ void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs
 // A packed block of the big operand: a quarter of a 1 MiB L2.
 constexpr index_t kBlockBytes = index_t(256) << 10;
 
+// An A read in place from memory (not cache) is prefetched this many elements ahead, row by row
+// of k, in a sliver's first micro-kernel call: its rows lie far apart (a chain step's X^T: one
+// row per index of the contracted axis, 64 rows 1 MiB apart in a 64^4 step), too many streams
+// for the hardware prefetchers. Two threads, a 64^4 float32 chain's steps (262144 x 64 x 64):
+// 135 -> 162 GFLOP/s; the D = 4 64 -> 64 chain 59.5 -> 51.1 ms (medians of four alternating
+// processes). Cached operands are left alone (16 MiB: half this machine's L3).
+constexpr index_t kPrefetchAhead = 32;
+constexpr double kPrefetchFromBytes = double(16 << 20);
+
 // The longest k block whose A slivers are read in place (see packed_gemm_impl).
 constexpr index_t kDirectKc = 128;
 
@@ -321,6 +340,13 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   // when a sliver's kc rows of cache lines stay in L1 beside a B panel (kc <= kDirectKc): at
   // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins.
   const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc;
+  const bool prefetch = direct_a && double(M) * double(K) * sizeof(T) >= kPrefetchFromBytes;
+  // A C that large is written with streaming stores (whole aligned cache lines, no read for
+  // ownership) where a single k block writes it once: the next chain step reads it from memory
+  // anyway. The D = 4 64 -> 64 chain (prefetching) 57.6 -> 51.3 ms, and 51.7 -> 51.2 with the
+  // result aligned too (kronpe.ops allocates it so); D = 3 256 -> 256 147 -> 139 ms.
+  const bool stream = nk == 1 && double(M) * double(N) * sizeof(T) >= kPrefetchFromBytes &&
+                      reinterpret_cast<std::uintptr_t>(c) % 64 == 0 && (ldc * index_t(sizeof(T))) % 64 == 0;
   auto block = [&](index_t blk) {
     const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
     T* bp = static_cast<T*>(t_big.get(std::size_t(bb * kc0) * sizeof(T)));
@@ -342,9 +368,15 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
             pack_slivers<T, MR>(mr, kc, ab + i, rsa, csa, bp);
             ap = bp;
           }
-          for (index_t j = 0; j < N; j += NR)
-            micro_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, c + (i0 + i) * ldc + j, ldc, mr,
-                                    int(std::min<index_t>(NR, N - j)), acc);
+          for (index_t j = 0; j < N; j += NR) {
+            const int nr = int(std::min<index_t>(NR, N - j));
+            T* cj = c + (i0 + i) * ldc + j;
+            if (prefetch && j == 0)
+              micro_kernel<T, MR, NV, true>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc,
+                                            kPrefetchAhead, stream);
+            else
+              micro_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc, 0, stream);
+          }
         }
       } else {
         pack_slivers<T, NR>(ib, kc, b + i0 * csb + p0 * rsb, csb, rsb, bp);
@@ -353,7 +385,7 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
           const int nr = int(std::min<index_t>(NR, ib - j));
           for (index_t i = 0; i < M; i += MR)
             micro_kernel<T, MR, NV>(kc, spk + i * kc, MR, bq, c + i * ldc + i0 + j, ldc,
-                                    int(std::min<index_t>(MR, M - i)), nr, acc);
+                                    int(std::min<index_t>(MR, M - i)), nr, acc, 0, stream);
         }
       }
     }
@@ -374,6 +406,7 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
       for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
 #pragma omp for schedule(dynamic, 1) nowait
       for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+      if (stream) _mm_sfence();  // before the team's closing barrier
       clock.finished();
     }
     return;
@@ -381,6 +414,7 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
 #endif
   for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
   for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+  if (stream) _mm_sfence();  // the streamed lines ordered before whatever the caller does next
 }
 
 template <typename T>

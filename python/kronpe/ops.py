@@ -220,7 +220,7 @@ def host_chain(t: np.ndarray, mats: Sequence[np.ndarray], modes: Tuple[int, ...]
     out_shape = list(t.shape)
     for a, k in zip(mats, modes):
         out_shape[k] = a.shape[0]
-    buf = np.empty(out_shape, dt)
+    buf = _arrays.empty_aligned(out_shape, dt)
     axes = _core.multi_mode_product(_arrays.describe(t, "T"),
                                     [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)],
                                     list(modes), _arrays.describe(buf, "out"), order == "K")

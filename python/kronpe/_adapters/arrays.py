@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
+import math
+
 import numpy as np
 
 
@@ -247,6 +249,23 @@ def cast(x: Any, dtype: str):
     import torch
 
     return x.to(getattr(torch, dtype))
+
+
+_ALIGN = 64  # bytes: a cache line, what the CPU kernels' streaming stores need
+_ALIGN_FROM = 16 << 20  # bytes: smaller arrays come as NumPy allocates them
+
+
+def empty_aligned(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, its data starting on a 64-byte boundary when it is 16 MiB or
+    more (NumPy aligns large arrays to 16 bytes only): the CPU chains write results that large
+    with streaming stores, which take whole aligned cache lines."""
+    dt = np.dtype(dtype)
+    n = math.prod(int(s) for s in shape)
+    if n * dt.itemsize < _ALIGN_FROM:
+        return np.empty(shape, dt)
+    raw = np.empty(n * dt.itemsize + _ALIGN, np.uint8)
+    skip = -raw.ctypes.data % _ALIGN
+    return raw[skip:skip + n * dt.itemsize].view(dt).reshape(shape)
 
 
 def logical_view(buf: Any, shape, axes) -> Any:
