@@ -86,6 +86,33 @@ def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
         check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), "K")
 
 
+@pytest.mark.parametrize("order", ["K", "C"])
+def test_numpy_fast_path_matches_the_general_path(dtype, order):
+    """NumPy operands of one float dtype take a short path (ops._numpy_chain); matrices given as
+    an iterator take the general one: the same bits, shapes and layouts, over negative and
+    tuple modes, strided and transposed operands, empty axes and 1-D tensors."""
+    rng = np.random.default_rng(5)
+
+    def arr(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    cases = [
+        (arr(6, 7, 8), [arr(3, 6), arr(5, 8)], [0, -1]),
+        (arr(6, 7, 8)[::2, :, 1::2], [arr(4, 7), arr(2, 3)], (1, 0)),
+        (arr(9, 8).T, [arr(8, 9).T], None),
+        (arr(5, 0, 4), [arr(3, 0), arr(2, 4)], [1, 2]),
+        (arr(7), [arr(4, 7)], [-1]),
+        (arr(4, 5, 6, 3), [arr(6, 4), arr(6, 5), arr(6, 6)], None),
+    ]
+    for T, mats, modes in cases:
+        assert T.size == 0 or ops._numpy_chain(T, mats, modes, order) is not None  # the short path
+        fast = ops.multi_mode_product(T, mats, modes, order=order)
+        general = ops.multi_mode_product(T, iter(mats), modes, order=order)
+        assert fast.shape == general.shape and fast.dtype == general.dtype == dtype
+        assert fast.strides == general.strides
+        np.testing.assert_array_equal(fast, general)
+
+
 def test_large_results_start_on_a_cache_line():
     """Results of 16 MiB or more start on a 64-byte boundary (the packed GEMM's streaming stores
     need it); smaller ones are NumPy's own arrays."""

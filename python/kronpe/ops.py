@@ -145,6 +145,10 @@ def multi_mode_product(
     array, shape of ``T`` with n_{modes[j]} replaced by m_j
         A new array (float32 if ``T`` and all matrices are float32, else float64).
     """
+    if type(T) is np.ndarray:
+        out = _numpy_chain(T, matrices, modes, order)
+        if out is not None:
+            return out
     out = _torch_cuda_chain(T, matrices, modes, order)
     if out is not None:
         return out
@@ -169,6 +173,52 @@ def multi_mode_product(
     return out if template is t else _arrays.like(out, template)
 
 
+def _quick_modes(modes: Any, n: int, nd: int) -> Optional[Tuple[int, ...]]:
+    """The short paths' modes: None (0..n-1) or a list or tuple of n distinct plain ints, each
+    an axis of an nd-axis tensor (negative counts from the end), as a tuple of axes; else None."""
+    if modes is None:
+        return tuple(range(n)) if n <= nd else None
+    if not isinstance(modes, (list, tuple)) or len(modes) != n:
+        return None
+    picked = []
+    for m in modes:
+        if type(m) is not int or not -nd <= m < nd:
+            return None
+        picked.append(m % nd)
+    return tuple(picked) if len(set(picked)) == n else None
+
+
+def _numpy_chain(T: np.ndarray, matrices: Any, modes: Any, order: Any):
+    """The chain when T and the matrices (a list or tuple of at least one) are NumPy arrays of one
+    native float dtype, T not broadcast, the modes and shapes valid and the chain small (every
+    step within the sizes never refused), else None: the general path then checks, converts and
+    names any error. Small chains are mostly call overhead: a 32^3 x 3 chain took 79 us through
+    the general path, 65 us of it in the core (8^3: 17.6 us, 5 in the core)."""
+    dt = T.dtype
+    if (dt != _F32 and dt != _F64) or (order != "K" and order != "C"):
+        return None
+    if type(matrices) is not list and type(matrices) is not tuple:
+        return None
+    nd, n = T.ndim, len(matrices)
+    if n == 0 or nd == 0 or 0 in T.strides:
+        return None
+    mode_tuple = _quick_modes(modes, n, nd)
+    if mode_tuple is None:
+        return None
+    shape = T.shape
+    out_shape, bound = list(shape), list(shape)
+    for a, k in zip(matrices, mode_tuple):
+        if type(a) is not np.ndarray or a.dtype != dt or a.ndim != 2 or a.shape[1] != shape[k]:
+            return None
+        out_shape[k] = a.shape[0]
+        bound[k] = max(a.shape[0], shape[k])
+    if math.prod(bound) * dt.itemsize > _validate.NEVER_REFUSED:
+        return None
+    buf = _arrays.empty_aligned(out_shape, dt)
+    axes = _core.multi_mode_product(T, list(matrices), list(mode_tuple), buf, order == "K")
+    return _arrays.logical_view(buf, out_shape, axes)
+
+
 def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
     """The chain when T and the matrices (a list or tuple of at least one) are CUDA torch tensors
     of one float dtype on one device and the modes and shapes are valid (read off the tensors
@@ -186,21 +236,9 @@ def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
     nd, n = T.dim(), len(matrices)
     if dt is None or nd < 1:
         return None
-    if modes is None:
-        if n > nd:
-            return None
-        mode_tuple = tuple(range(n))
-    else:
-        if not isinstance(modes, (list, tuple)) or len(modes) != n:
-            return None
-        picked = []
-        for m in modes:
-            if type(m) is not int or not -nd <= m < nd:
-                return None
-            picked.append(m % nd)
-        if len(set(picked)) != n:
-            return None
-        mode_tuple = tuple(picked)
+    mode_tuple = _quick_modes(modes, n, nd)
+    if mode_tuple is None:
+        return None
     shape = T.shape
     for a, k in zip(matrices, mode_tuple):
         if a.dim() != 2 or a.shape[1] != shape[k]:
