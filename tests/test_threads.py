@@ -97,20 +97,18 @@ def test_torch_kernels_follow_torch_threads():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def _spin(seconds: float) -> None:
-    import time
-
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+# A process that keeps one core busy for 20 s: a fresh interpreter (a forked child of this
+# many-threaded process could hang on a lock another thread held at the fork, and then busy
+# nothing: a clean-clone CI run saw 15 s of V-cycles without one late team).
+_SPIN = "import time\nend = time.perf_counter() + 20.0\nwhile time.perf_counter() < end:\n    pass\n"
 
 
 def test_busy_cores_fall_back_to_one_thread(restore_threads):
     """Processes that keep every core busy start the kernels' teams late (kronpe/threads.h): the
     cores are marked busy, default teams shrink to one thread (the same bits: results never depend
     on the count), and after the back-off the default count is back; get_num_threads is unchanged."""
-    import multiprocessing
     import os
+    import subprocess
     import time
 
     from kronpe import _core
@@ -122,10 +120,8 @@ def test_busy_cores_fall_back_to_one_thread(restore_threads):
     b = rng.standard_normal(m.shape).astype(np.float32)
     mg = ThinPlateMG(m, 1e-3)
     want = mg.vcycle(b).copy()
-    ctx = multiprocessing.get_context("spawn" if sys.platform != "linux" else "fork")
-    procs = [ctx.Process(target=_spin, args=(20.0,), daemon=True) for _ in range(os.cpu_count() or 2)]
-    for p in procs:
-        p.start()
+    # twice as many spinners as cores: the kernels' threads get a third of a core each
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(2 * (os.cpu_count() or 2))]
     try:
         marks = _core.busy_cores()[1]
         deadline = time.perf_counter() + 15.0
@@ -140,9 +136,9 @@ def test_busy_cores_fall_back_to_one_thread(restore_threads):
         np.testing.assert_array_equal(mg.vcycle(b), want)
     finally:
         for p in procs:
-            p.terminate()
+            p.kill()
         for p in procs:
-            p.join()
+            p.wait()
     time.sleep(0.3)  # > kBusyMilliseconds
     assert not _core.busy_cores()[0]
     np.testing.assert_array_equal(mg.vcycle(b), want)
