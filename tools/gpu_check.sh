@@ -89,10 +89,11 @@ for r in range(6):
     t0 = time.perf_counter(); kronpe_points(s); ts.append(time.perf_counter() - t0)
 print($t, \"threads: fit_points 25% astronaut, median\", round(float(np.median(ts[1:])) * 1e3, 1), \"ms\")
 "; done'
-# the host-side diagnostics (tools/gpu_host_diag.py; sections from GPU_DIAG, default busy,spec,overhead:
-# the busy-core back-off per thread count, the lead solve beside the sweep, the CUDA calls' host cost)
+# the host-side diagnostics (tools/gpu_host_diag.py; sections from GPU_DIAG, default busy,spec,overhead,fit:
+# the busy-core back-off per thread count, the lead solve beside the sweep, the CUDA calls' host cost,
+# GridPlan.fit's host time profiled)
 has diag && run_step diag "${GPU_T_DIAG:-90}" env DIAG_COUNTS="${DIAG_COUNTS:-4,8,16}" $py tools/gpu_host_diag.py \
-  "${GPU_DIAG:-busy,spec,overhead}"
+  "${GPU_DIAG:-busy,spec,overhead,fit}"
 # Nsight Compute on the blend kernels (the third launch of each): the limiter of the 8M-point rows
 ncu_blend() {
   for k in fly_kernel stored_kernel transpose_stored_atomic; do
@@ -118,4 +119,4 @@ echo
 echo "gpu_check: $(( $(date +%s) - t0 ))s"
 printf '%s\n' "${summary[@]}"
 grep -E "^  (kronpe|cuBLAS|torch|papers|official|device|blend|cupy)" "$OUT/bench.log" 2>/dev/null | cut -c1-140
-[ -f "$OUT/diag.log" ] && grep -v -i "warn" "$OUT/diag.log" | tail -40 | cut -c1-160
+[ -f "$OUT/diag.log" ] && grep -v -i "warn" "$OUT/diag.log" | tail -80 | cut -c1-160

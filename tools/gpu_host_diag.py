@@ -12,9 +12,12 @@
 5. ``spec``: the leading component's final solve beside the held-out sweep at 512^2, each side
    on a team of 2, 4 or 8 threads, against each alone;
 6. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
-   torch's tensordot chain, torch.mm and torch.empty.
+   torch's tensordot chain, torch.mm and torch.empty;
+7. ``fit``: ``GridPlan.fit`` of one 256^2 CUDA image (K = 256, the bench's 0.5 ms row), wall time
+   per call (each call ends in its one synchronisation), and where the host's time goes: a
+   cProfile of 300 calls, the top functions by their own time.
 
-    python tools/gpu_host_diag.py [threads,pairs,busy,spec,gemm,overhead]
+    python tools/gpu_host_diag.py [threads,pairs,busy,spec,gemm,overhead,fit]
 """
 from __future__ import annotations
 
@@ -276,6 +279,38 @@ def overhead():
         print(f"  {name:<44s} {host_us(fn):8.1f}")
 
 
+def fit():
+    """GridPlan.fit of a CUDA tensor (bench_cuda.py's one-image row): its wall time per call and a
+    cProfile of the host's share (the GPU's work is a few microseconds; the target is 0.5 ms)."""
+    import torch
+
+    if not (torch.cuda.is_available() and kronpe.cuda.is_available()):
+        print("## fit: needs CUDA torch and kronpe's CUDA kernels (skipped)")
+        return
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x = (np.arange(256) + 0.5) / 256
+    plan = kronpe.GridPlan([x, x], kronpe.Gaussian(256, 0.0025), ridge=1e-6)
+    one = torch.rand(256, 256, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0))
+    for _ in range(20):
+        plan.fit(one)
+    torch.cuda.synchronize()
+    loops = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            plan.fit(one)
+        loops.append((time.perf_counter() - t0) / 200)
+    print(f"## GridPlan.fit 256^2 -> K=256 on CUDA: {np.median(loops) * 1e3:.3f} ms per call "
+          f"(median of 5 loops of 200; min {min(loops) * 1e3:.3f})")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        plan.fit(one)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
 if __name__ == "__main__":
     which = (sys.argv[1] if len(sys.argv) > 1 else "threads,pairs,gemm").split(",")
     s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "busy", "spec"} & set(which) else None
@@ -291,3 +326,5 @@ if __name__ == "__main__":
         gemm()
     if "overhead" in which:
         overhead()
+    if "fit" in which:
+        fit()
