@@ -85,12 +85,15 @@ def _unbroadcast(t: np.ndarray, mats: List[np.ndarray], modes: Tuple[int, ...]):
 
 def _check_sizes(shape: Tuple[int, ...], mat_shapes, modes: Tuple[int, ...], itemsize: int) -> None:
     """The result and every intermediate of the chain within the memory budget."""
-    out, bound = list(shape), list(shape)
+    bound = list(shape)
     for ms, k in zip(mat_shapes, modes):
-        out[k] = int(ms[0])
-        bound[k] = max(int(ms[0]), int(shape[k]))
+        if ms[0] > bound[k]:
+            bound[k] = ms[0]
     if math.prod(bound) * itemsize <= _validate.NEVER_REFUSED:  # every step is small (bound >= out)
         return
+    out = [int(n) for n in shape]
+    for ms, k in zip(mat_shapes, modes):
+        out[k] = int(ms[0])
     hint = "the result of T x matrices is too large: multiply fewer rows or a smaller T"
     _validate.check_array_budget("T x matrices", out, itemsize, hint)
     _validate.check_array_budget("T x matrices", bound, itemsize, hint + " (an intermediate of the chain)")
@@ -190,10 +193,10 @@ def _quick_modes(modes: Any, n: int, nd: int) -> Optional[Tuple[int, ...]]:
 
 def _numpy_chain(T: np.ndarray, matrices: Any, modes: Any, order: Any):
     """The chain when T and the matrices (a list or tuple of at least one) are NumPy arrays of one
-    native float dtype, T not broadcast, the modes and shapes valid and the chain small (every
-    step within the sizes never refused), else None: the general path then checks, converts and
-    names any error. Small chains are mostly call overhead: a 32^3 x 3 chain took 79 us through
-    the general path, 65 us of it in the core (8^3: 17.6 us, 5 in the core)."""
+    native float dtype, T not broadcast, the modes and shapes valid (straight to host_chain),
+    else None: the general path then checks, converts and names any error. Small chains are
+    mostly call overhead: a 32^3 x 3 chain took 79 us through the general path, 65 us of it in
+    the core (8^3: 17.6 us, 5 in the core)."""
     dt = T.dtype
     if (dt != _F32 and dt != _F64) or (order != "K" and order != "C"):
         return None
@@ -206,17 +209,10 @@ def _numpy_chain(T: np.ndarray, matrices: Any, modes: Any, order: Any):
     if mode_tuple is None:
         return None
     shape = T.shape
-    out_shape, bound = list(shape), list(shape)
     for a, k in zip(matrices, mode_tuple):
         if type(a) is not np.ndarray or a.dtype != dt or a.ndim != 2 or a.shape[1] != shape[k]:
             return None
-        out_shape[k] = a.shape[0]
-        bound[k] = max(a.shape[0], shape[k])
-    if math.prod(bound) * dt.itemsize > _validate.NEVER_REFUSED:
-        return None
-    buf = _arrays.empty_aligned(out_shape, dt)
-    axes = _core.multi_mode_product(T, list(matrices), list(mode_tuple), buf, order == "K")
-    return _arrays.logical_view(buf, out_shape, axes)
+    return host_chain(T, matrices, mode_tuple, order)
 
 
 def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
@@ -259,9 +255,8 @@ def host_chain(t: np.ndarray, mats: Sequence[np.ndarray], modes: Tuple[int, ...]
     for a, k in zip(mats, modes):
         out_shape[k] = a.shape[0]
     buf = _arrays.empty_aligned(out_shape, dt)
-    axes = _core.multi_mode_product(_arrays.describe(t, "T"),
-                                    [_arrays.describe(a, f"matrices[{j}]") for j, a in enumerate(mats)],
-                                    list(modes), _arrays.describe(buf, "out"), order == "K")
+    # NumPy arrays are their own descriptors (_arrays.describe), their dtype checked by the caller
+    axes = _core.multi_mode_product(t, mats, list(modes), buf, order == "K")
     out = _arrays.logical_view(buf, out_shape, axes)
     if final is not None:
         out = np.array(np.broadcast_to(out, final), order="C" if order == "C" else "K")

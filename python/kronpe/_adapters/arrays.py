@@ -259,13 +259,13 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     """``np.empty(shape, dtype)``, its data starting on a 64-byte boundary when it is 16 MiB or
     more (NumPy aligns large arrays to 16 bytes only): the CPU chains write results that large
     with streaming stores, which take whole aligned cache lines."""
-    dt = np.dtype(dtype)
-    n = math.prod(int(s) for s in shape)
-    if n * dt.itemsize < _ALIGN_FROM:
+    dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    if nbytes < _ALIGN_FROM:
         return np.empty(shape, dt)
-    raw = np.empty(n * dt.itemsize + _ALIGN, np.uint8)
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
     skip = -raw.ctypes.data % _ALIGN
-    return raw[skip:skip + n * dt.itemsize].view(dt).reshape(shape)
+    return raw[skip:skip + nbytes].view(dt).reshape(shape)
 
 
 def logical_view(buf: Any, shape, axes) -> Any:
