@@ -176,19 +176,30 @@ def multi_mode_product(
     return out if template is t else _arrays.like(out, template)
 
 
-def _quick_modes(modes: Any, n: int, nd: int) -> Optional[Tuple[int, ...]]:
+def _quick_modes(modes: Any, matrices: Sequence[Any], shape: Sequence[int]) -> Optional[Tuple[int, ...]]:
     """The short paths' modes: None (0..n-1) or a list or tuple of n distinct plain ints, each
-    an axis of an nd-axis tensor (negative counts from the end), as a tuple of axes; else None."""
+    an axis of a tensor of ``shape`` (negative counts from the end), as a tuple of axes, when
+    every matrix is 2-D with as many columns as its axis; else None."""
+    n, nd = len(matrices), len(shape)
     if modes is None:
-        return tuple(range(n)) if n <= nd else None
-    if not isinstance(modes, (list, tuple)) or len(modes) != n:
-        return None
-    picked = []
-    for m in modes:
-        if type(m) is not int or not -nd <= m < nd:
+        if n > nd:
             return None
-        picked.append(m % nd)
-    return tuple(picked) if len(set(picked)) == n else None
+        picked = tuple(range(n))
+    else:
+        if not isinstance(modes, (list, tuple)) or len(modes) != n:
+            return None
+        axes = []
+        for m in modes:
+            if type(m) is not int or not -nd <= m < nd:
+                return None
+            axes.append(m % nd)
+        if len(set(axes)) != n:
+            return None
+        picked = tuple(axes)
+    for a, k in zip(matrices, picked):
+        if len(a.shape) != 2 or a.shape[1] != shape[k]:
+            return None
+    return picked
 
 
 def _numpy_chain(T: np.ndarray, matrices: Any, modes: Any, order: Any):
@@ -202,17 +213,12 @@ def _numpy_chain(T: np.ndarray, matrices: Any, modes: Any, order: Any):
         return None
     if type(matrices) is not list and type(matrices) is not tuple:
         return None
-    nd, n = T.ndim, len(matrices)
-    if n == 0 or nd == 0 or 0 in T.strides:
+    if not matrices or T.ndim == 0 or 0 in T.strides:
         return None
-    mode_tuple = _quick_modes(modes, n, nd)
-    if mode_tuple is None:
+    if any(type(a) is not np.ndarray or a.dtype != dt for a in matrices):
         return None
-    shape = T.shape
-    for a, k in zip(matrices, mode_tuple):
-        if type(a) is not np.ndarray or a.dtype != dt or a.ndim != 2 or a.shape[1] != shape[k]:
-            return None
-    return host_chain(T, matrices, mode_tuple, order)
+    mode_tuple = _quick_modes(modes, matrices, T.shape)
+    return None if mode_tuple is None else host_chain(T, matrices, mode_tuple, order)
 
 
 def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
@@ -229,16 +235,11 @@ def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
     from ._adapters import cuda as _cuda
 
     dt = _cuda._one_torch_float(T, matrices)
-    nd, n = T.dim(), len(matrices)
-    if dt is None or nd < 1:
+    if dt is None or T.dim() < 1:
         return None
-    mode_tuple = _quick_modes(modes, n, nd)
+    mode_tuple = _quick_modes(modes, matrices, T.shape)
     if mode_tuple is None:
         return None
-    shape = T.shape
-    for a, k in zip(matrices, mode_tuple):
-        if a.dim() != 2 or a.shape[1] != shape[k]:
-            return None
     _cuda.require("multi_mode_product")
     return _cuda._torch_chain(T, matrices, mode_tuple, order, dt)
 
