@@ -142,3 +142,59 @@ def test_busy_cores_fall_back_to_one_thread(restore_threads):
     time.sleep(0.3)  # > kBusyMilliseconds
     assert not _core.busy_cores()[0]
     np.testing.assert_array_equal(mg.vcycle(b), want)
+
+
+# A fresh interpreter: fits a 512^2 chain (two-thread teams) after pauses and reports, as JSON,
+# the workers moved, whether every thread's CPU set is what it was, and whether the results held.
+_COLD = """
+import json, os, sys, time
+import numpy as np
+if sys.argv[1] == "pinned":
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+import kronpe
+from kronpe import _core
+kronpe.set_num_threads(2)
+_core.set_cold_wake_steering(sys.argv[2] == "on")
+rng = np.random.default_rng(0)
+T = rng.standard_normal((512, 512), dtype=np.float32)
+mats = [rng.standard_normal((512, 512), dtype=np.float32) for _ in range(2)]
+want = kronpe.multi_mode_product(T, mats)  # the team's workers exist from here on
+def sets():
+    return {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+before, moved = sets(), _core.cold_wake_steering()[1]
+same = True
+for _ in range(3):
+    end = time.perf_counter() + 5.0
+    while _core.busy_cores()[0] and time.perf_counter() < end:  # a busy mark: one-thread teams
+        time.sleep(0.02)
+    time.sleep(0.05)  # > kColdMicroseconds: the next team is cold
+    same &= bool(np.array_equal(kronpe.multi_mode_product(T, mats), want))
+print(json.dumps({"moved": _core.cold_wake_steering()[1] - moved, "sets_kept": sets() == before, "same": same,
+                  "busy_marks": _core.busy_cores()[1]}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU sets of threads (Linux)")
+@pytest.mark.parametrize("case", ["free on", "free off", "pinned on"])
+def test_cold_teams_move_their_workers_and_put_them_back(case):
+    """kronpe/threads.h's cold wakes: after a pause a team moves each worker it has seen off the
+    launching thread's CPU and the worker puts its CPU set back in the region: every thread of the
+    process ends with the set it had, results are unchanged; off when turned off, and nothing is
+    moved when the process is pinned to one CPU."""
+    import json
+    import os
+    import subprocess
+
+    if not kronpe.build_info()["openmp"]:
+        pytest.skip("built without OpenMP")
+    placement, steering = case.split()
+    if placement == "free" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    out = subprocess.run([sys.executable, "-c", _COLD, placement, steering], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["same"] and got["sets_kept"], got
+    if placement == "free" and steering == "on":
+        assert got["moved"] >= 3, got  # one worker per cold team
+    else:
+        assert got["moved"] == 0, got

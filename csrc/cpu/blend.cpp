@@ -139,7 +139,7 @@ void for_slabs(TransposeLayout lay, const index_t* ptr, int threads, MatrixView<
   const int nt = resolve_threads(threads);
   for (index_t phase = 0; phase < 2; ++phase) {
     const index_t count = (lay.slabs - phase + 1) / 2;
-    const TeamClock clock;
+    const TeamClock clock(nt);
 #pragma omp parallel num_threads(nt)
     {
       clock.started();
@@ -536,7 +536,7 @@ void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int thread
   const index_t P = points.rows;
   const index_t nblocks = (P + kBlock - 1) / kBlock;
   const int nt = resolve_threads(threads);
-  const TeamClock clock;
+  const TeamClock clock(nt);
 #pragma omp parallel num_threads(nt)
   {
     clock.started();

@@ -754,8 +754,12 @@ void LeadSolve<T>::beside(const std::function<int()>& main) {
     for (int k = std::max(wanted, 0); k < 2; ++k) stop_[k].store(true);
   };
 #ifdef KRONPE_OPENMP
+  // a team of two unlike tasks: its clock judges nothing, it only wakes the other thread well
+  // after a pause (kronpe/threads.h) and counts as a team that ran
+  const TeamClock clock(2, /*judged=*/false);
 #pragma omp parallel num_threads(2)
   {
+    clock.started();
     const int t = omp_get_thread_num();
     // each on one thread, in a team of its own: the worksharing directives of the kernels under
     // it (omp for, single, barrier: orphaned when a kernel runs on one thread) bind to that team,
@@ -773,6 +777,7 @@ void LeadSolve<T>::beside(const std::function<int()>& main) {
         }
       }
     }
+    clock.finished();
   }
 #else
   run_main();

@@ -398,7 +398,7 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
     // the D=2 chains 256 / 512 / 256->512 0.923 / 0.957 / 0.962 of that time, D=3 and D=4 the same.
     // A thread that loses its core now holds the others up at that barrier too: the busy-core
     // back-off of kronpe/threads.h runs such teams on one thread.)
-    const TeamClock clock;
+    const TeamClock clock(nt);
 #pragma omp parallel num_threads(nt)
     {
       clock.started();

@@ -99,6 +99,13 @@ def busy_cores() -> Tuple[bool, int]:
     """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
     (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
 
+def set_cold_wake_steering(on: bool) -> None:
+    """Whether a cold team moves its workers off the launching thread's CPU (kronpe/threads.h; internal:
+    measurements and tests)."""
+
+def cold_wake_steering() -> Tuple[bool, int]:
+    """(whether cold teams move their workers, how many workers they moved so far) (internal)."""
+
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 

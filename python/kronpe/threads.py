@@ -15,6 +15,15 @@ when it loads, and is the same for torch's operators and kronpe's kernels (bench
 with 2 threads the 20 ms after a torch 1024^2 matmul burn ~9 ms of CPU, after a kronpe blend of
 2 M points ~5 ms; with ``OMP_WAIT_POLICY=passive`` both burn none). On a machine shared with other
 busy processes set ``OMP_WAIT_POLICY=passive`` (for torch and kronpe alike) before starting Python.
+
+Waking after a pause (Linux): on virtual machines the kernel may wake a sleeping OpenMP worker on
+the CPU of the thread that launches the team, where it waits while that thread spins: the first
+call of a two-thread kernel after a pause then took 5-10 ms longer (a 64^3 chain 10.2 ms instead of
+0.5). A team launched more than 2 ms after kronpe's last one first moves each of its workers off the
+launching thread's CPU (the worker's allowed CPUs less that one), and each worker puts its own CPU
+set back as it starts: the 64^3 chain's first call after a pause 1.0 ms (``tools/cold_wake.py``).
+Only the sets of the OpenMP workers kronpe's teams use change, for the moment of their wake;
+workers pinned to one CPU (``OMP_PROC_BIND``, ``taskset`` to one core) are left alone.
 """
 from __future__ import annotations
 
