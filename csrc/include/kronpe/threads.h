@@ -61,15 +61,17 @@ constexpr long long kLateWindowMilliseconds = 20;
 constexpr long long kColdMicroseconds = 2000;
 
 // Cold wakes on virtual CPUs (Linux). After a pause, the kernel may wake a team's sleeping worker
-// on the launching thread's own CPU (the idle virtual CPU it ran on looks preempted), where it
-// waits while the launching thread spins in the runtime's barrier: on this machine (2 virtual
-// CPUs) the first two 2-thread regions after a 0.3 s pause took 7.4 and 3.9 ms by median, the
-// worker on the launcher's CPU in 11-13 of 15 pauses (tools/cold_wake.cpp), and a kronpe call's
-// first run after a pause 8.3 ms instead of 2.9 (a 512^2 chain) or 6.5 instead of 1.9 (the 128^2
-// fill). So a cold team (above) first moves each worker it has seen before off the launching
-// thread's CPU (its allowed CPUs less that one, where that leaves any), and the worker puts its
-// own set back first thing in the region (the launcher does it for a worker that did not come):
-// then the first region after a pause took 0.22 ms (tools/cold_wake.cpp steer). Only top-level
+// on the launching thread's own CPU (seemingly because the idle virtual CPU it last ran on looks
+// preempted to the guest), where it waits while the launching thread spins in the runtime's
+// barrier: on this machine (2 virtual
+// CPUs) the first two bare 2-thread regions (100 us of work) after a 0.3 s pause took 7.4 and 3.9
+// ms by median, the worker on the launcher's CPU in 11-13 of 15 pauses (benches/README.md,
+// "Cold wakes"), and a kronpe call's first run after a pause 10.2 ms instead of 0.5 (a 64^3
+// chain) or 6.6 instead of 1.4 (the masked 128^2 fill). So a cold team (above) first moves each
+// worker it has seen before off the launching thread's CPU (its allowed CPUs less that one, where
+// that leaves any), and the worker puts its own set back first thing in the region (the launcher
+// does it for a worker that did not come): then the bare region took 0.22 ms, the chain 1.0 ms
+// and the fill 2.1 (tools/cold_wake.py). Only top-level
 // regions of this thread's teams; workers pinned to one CPU, or not allowed on the launcher's,
 // are left alone. set_cold_wake_steering(false) turns it off (measurements and tests).
 void set_cold_wake_steering(bool on);
