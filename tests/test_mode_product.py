@@ -86,6 +86,39 @@ def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
         check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), "K")
 
 
+@pytest.mark.parametrize("shape, rows, modes", [
+    ((32, 32, 32), (32, 32, 32), None),  # the bench's D = 3 32 -> 32: three 2.1 MFLOP steps
+    ((40, 36, 44), (38, 30, 41), None),
+    ((24, 50, 50), (20, 48, 49), (2, 0, 1)),  # Fortran-ordered operands below
+    ((16, 20, 24, 20), (13, 17), (0, 1)),  # order C: a step split by columns (13 x 9600), one by batches (13)
+    ((300, 40, 8), (30, 8), (1, 2)),
+])
+@pytest.mark.parametrize("order", ["K", "C"])
+def test_small_chains_on_one_team(chain_gemm, dtype, shape, rows, modes, order):
+    """Chains of at least 4 MFLOP whose steps are each too small for a team of their own run every
+    step on one team (csrc/cpu/mode_product.cpp, kTeamChainFlops): each thread a share of every
+    step's rows, columns or batches. The reference values, and the same bits on one and two threads."""
+    rng = np.random.default_rng(11)
+    modes = tuple(range(len(rows))) if modes is None else modes
+    T = rng.standard_normal(shape).astype(dtype)
+    mats = [rng.standard_normal((m, shape[k])).astype(dtype) for m, k in zip(rows, modes)]
+    if shape == (24, 50, 50):
+        T, mats = np.asfortranarray(T), [np.asfortranarray(a) for a in mats]
+    expected = reference_chain(T, mats, modes)
+    try:
+        _core.set_num_threads(1)
+        one = kronpe.multi_mode_product(T, mats, modes, order=order)
+        _core.set_num_threads(2)
+        two = kronpe.multi_mode_product(T, mats, modes, order=order)
+    finally:
+        _core.set_num_threads(0)
+    check_product(CPU, one, expected, dtype, sum(shape[m] for m in modes), order)
+    if chain_gemm == "packed":
+        np.testing.assert_array_equal(one, two)
+    else:
+        check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), order)
+
+
 @pytest.mark.parametrize("order", ["K", "C"])
 def test_numpy_fast_path_matches_the_general_path(dtype, order):
     """NumPy operands of one float dtype take a short path (ops._numpy_chain); matrices given as

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include "kronpe/blas.h"
 #include "kronpe/mode_product_exec.h"
 #include "kronpe/packed_gemm.h"
+#include "kronpe/threads.h"
 
 namespace kronpe {
 namespace {
@@ -241,8 +243,22 @@ void clear_mode_layout_table() {
 
 namespace {
 
+// One team for a whole chain of small steps. A step below 2 kPackedFlopsPerThread runs on one
+// thread (packed_gemm_impl: a team per step costs more than it saves there), so a chain of such
+// steps ran on one core: D = 3 32 -> 32, three steps of 2.1 MFLOP, 69 us in a loop (~90 GFLOP/s,
+// 43% of the two-core GEMM rate), 79-82 us in `kronpe bench` (timed after its settle). A chain of
+// at least kTeamChainFlops whose steps are all that small runs every step on one team instead,
+// each thread on its share of every step's rows, columns or batches, with a barrier between
+// steps: one fork and join for the chain (a team per step took it 65 us by median in a loop, and
+// 134 us on the second call after a pause). That chain: 44-48 us in a loop, 56-61 us in the bench
+// (three runs alternating with one thread's; benches/README.md). Each element of C gets the same
+// operations as on one thread, so the bits do not depend on the thread count.
+constexpr double kTeamChainFlops = 4e6;
+
 template <typename T>
 struct CpuBackend {
+  int part = 0, parts = 1;  // in a team: this thread's share of every step (part of parts)
+
   const ModeCostModel& model() const {
     return chain_uses_packed_gemm() ? packed_cpu_cost_model() : cpu_cost_model();
   }
@@ -255,14 +271,79 @@ struct CpuBackend {
   }
   void copy(int ndim, const index_t* shape, const T* src, const index_t* src_strides, T* dst,
             const index_t* dst_strides) {
-    strided_copy<T>(ndim, shape, src, src_strides, dst, dst_strides);
+    if (part == 0) strided_copy<T>(ndim, shape, src, src_strides, dst, dst_strides);
+  }
+  // [lo, hi) of n for this part, the cuts on multiples of `align`
+  void share(index_t n, index_t align, index_t& lo, index_t& hi) const {
+    const index_t units = (n + align - 1) / align;
+    lo = std::min(n, units * part / parts * align);
+    hi = std::min(n, units * (part + 1) / parts * align);
   }
   void gemm(bool ta, bool tb, index_t M, index_t N, index_t K, const T* a, index_t lda,
             index_t stride_a, const T* b, index_t ldb, index_t stride_b, T* c, index_t ldc,
             index_t stride_c, index_t batch) {
-    for (index_t i = 0; i < batch; ++i)
-      chain_gemm<T>(ta, tb, M, N, K, a + i * stride_a, lda, b + i * stride_b, ldb,
-                    c + i * stride_c, ldc);
+    if (parts == 1) {
+      for (index_t i = 0; i < batch; ++i)
+        chain_gemm<T>(ta, tb, M, N, K, a + i * stride_a, lda, b + i * stride_b, ldb,
+                      c + i * stride_c, ldc);
+      return;
+    }
+    index_t lo, hi;
+    if (batch >= 2 * parts) {  // whole products of the batch
+      share(batch, 1, lo, hi);
+      for (index_t i = lo; i < hi; ++i)
+        packed_gemm<T>(ta, tb, M, N, K, a + i * stride_a, lda, b + i * stride_b, ldb,
+                       c + i * stride_c, ldc, 1);
+      return;
+    }
+    // rows of C (and of op(A)), or columns (of op(B)) where C is wider than tall; whole slivers
+    const bool rows = M >= N;
+    share(rows ? M : N, 48, lo, hi);
+    if (lo >= hi) return;
+    for (index_t i = 0; i < batch; ++i) {
+      const T* ai = a + i * stride_a;
+      const T* bi = b + i * stride_b;
+      T* ci = c + i * stride_c;
+      if (rows)
+        packed_gemm<T>(ta, tb, hi - lo, N, K, ai + (ta ? lo : lo * lda), lda, bi, ldb, ci + lo * ldc,
+                       ldc, 1);
+      else
+        packed_gemm<T>(ta, tb, M, hi - lo, K, ai, lda, bi + (tb ? lo * ldb : lo), ldb, ci + lo, ldc,
+                       1);
+    }
+  }
+  // The threads of a chain's team (module comment above kTeamChainFlops): 1 unless the packed
+  // GEMM runs every step and every step is too small for a team of its own.
+  static int team_threads(const ChainProgram& prog) {
+    if (!chain_uses_packed_gemm()) return 1;
+    double total = 0.0, largest = 0.0;
+    for (const ChainOp& op : prog.ops) {
+      if (op.kind != ChainOp::gemm) continue;
+      const double f = 2.0 * double(op.M) * double(op.N) * double(op.K);
+      largest = std::max(largest, f);
+      total += f * double(op.batch);
+    }
+    if (total < kTeamChainFlops || largest >= 2 * kPackedFlopsPerThread) return 1;
+    return int(std::min<double>(kernel_threads(), std::floor(total / (kTeamChainFlops / 2))));
+  }
+  template <typename F>
+  void run_ops(const ChainProgram& prog, F&& step) {
+    const int nt = team_threads(prog);
+    if (nt <= 1) {
+      for (const ChainOp& op : prog.ops) step(*this, op);
+      return;
+    }
+    run_team(nt, [&](int t, int count) {
+      CpuBackend<T> mine;
+      mine.part = t;
+      mine.parts = count;
+      for (const ChainOp& op : prog.ops) {
+        step(mine, op);
+#ifdef KRONPE_OPENMP
+#pragma omp barrier
+#endif
+      }
+    });
   }
 };
 

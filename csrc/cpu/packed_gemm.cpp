@@ -324,7 +324,7 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
       std::max<index_t>(1, kBlockBytes / (kc0 * index_t(sizeof(T)) * big_r));
   const double flops = 2.0 * double(M) * double(N) * double(K);
   int nt = std::max(1, threads);
-  nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(flops / 4e6))));
+  nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(flops / kPackedFlopsPerThread))));
   nt = int(std::min<index_t>(nt, slivers));
   // blocks per thread: four on one thread; eight in a team, for the dynamic schedule to even out
   // (four left a 512^2 step's 43 slivers in 7 blocks of 6 and one of 1; two threads, interleaved in

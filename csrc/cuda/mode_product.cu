@@ -169,6 +169,10 @@ class CudaBackend {
     detail::gemm<T>(ctx_, ta, tb, M, N, K, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c,
                     batch);
   }
+  template <typename F>
+  void run_ops(const ChainProgram& prog, F&& step) {
+    for (const ChainOp& op : prog.ops) step(*this, op);
+  }
 
  private:
   const Context& ctx_;

@@ -13,6 +13,8 @@
 //               const T* a, index_t lda, index_t stride_a,           // C_b = op(A_b) op(B_b)
 //               const T* b, index_t ldb, index_t stride_b,
 //               T* c, index_t ldc, index_t stride_c, index_t batch);
+//     template <typename F>                   // the program's ops, in order: step(b, op) runs
+//     void run_ops(const ChainProgram&, F&&); //   op on backend b (this one, or a part of it)
 //   };
 //
 // The CPU backend (csrc/cpu/mode_product.cpp) runs kronpe::gemm and a cache-blocked copy on a
@@ -90,24 +92,24 @@ void run_mode_chain(Backend& backend, int ndim, const index_t* shape, const T* s
       default: return dst;
     }
   };
-  for (const ChainOp& op : prog.ops) {
+  backend.run_ops(prog, [&](Backend& be, const ChainOp& op) {
     const T* x = pointer(op.src);
     T* y = pointer(op.dst);
     if (op.kind == ChainOp::copy) {
-      backend.copy(int(op.shape.size()), op.shape.data(), x, op.src_strides.data(), y,
-                   op.dst_strides.data());
-      continue;
+      be.copy(int(op.shape.size()), op.shape.data(), x, op.src_strides.data(), y,
+              op.dst_strides.data());
+      return;
     }
     const OperandLayout& A = lay[size_t(op.matrix)];
     const bool ta = op.matrix_trans != A.stored_transposed;
     const T* a = mdata[size_t(op.matrix)];
     if (op.matrix_left)
-      backend.gemm(ta, op.buffer_trans, op.M, op.N, op.K, a, A.ld, 0, x, op.ld_buffer,
-                   op.stride_buffer, y, op.ldc, op.stride_c, op.batch);
+      be.gemm(ta, op.buffer_trans, op.M, op.N, op.K, a, A.ld, 0, x, op.ld_buffer,
+              op.stride_buffer, y, op.ldc, op.stride_c, op.batch);
     else
-      backend.gemm(op.buffer_trans, ta, op.M, op.N, op.K, x, op.ld_buffer, op.stride_buffer, a,
-                   A.ld, 0, y, op.ldc, op.stride_c, op.batch);
-  }
+      be.gemm(op.buffer_trans, ta, op.M, op.N, op.K, x, op.ld_buffer, op.stride_buffer, a,
+              A.ld, 0, y, op.ldc, op.stride_c, op.batch);
+  });
 }
 
 }  // namespace kronpe

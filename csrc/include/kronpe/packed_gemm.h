@@ -29,6 +29,10 @@ bool chain_uses_packed_gemm();
 // Whether this build and CPU can run the packed GEMM.
 bool packed_gemm_supported();
 
+// The flops per thread of a packed GEMM's team: a product of f flops runs on at most
+// max(1, f / kPackedFlopsPerThread) threads (below that a team costs more than it saves).
+constexpr double kPackedFlopsPerThread = 4e6;
+
 // Row-major C (m x n, row stride ldc) = op(A) (m x k) op(B) (k x n); lda/ldb are the row
 // strides of A and B as stored (before op). C must not overlap A or B. Runs on up to `threads`
 // OpenMP threads (fewer for small products, one while another call runs; 0: kronpe's
