@@ -92,6 +92,7 @@ def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
     ((24, 50, 50), (20, 48, 49), (2, 0, 1)),  # Fortran-ordered operands below
     ((16, 20, 24, 20), (13, 17), (0, 1)),  # order C: a step split by columns (13 x 9600), one by batches (13)
     ((300, 40, 8), (30, 8), (1, 2)),
+    ((64, 32, 32), (32, 32, 32), None),  # T[::2] below: a strided tensor
 ])
 @pytest.mark.parametrize("order", ["K", "C"])
 def test_small_chains_on_one_team(chain_gemm, dtype, shape, rows, modes, order):
@@ -104,6 +105,9 @@ def test_small_chains_on_one_team(chain_gemm, dtype, shape, rows, modes, order):
     mats = [rng.standard_normal((m, shape[k])).astype(dtype) for m, k in zip(rows, modes)]
     if shape == (24, 50, 50):
         T, mats = np.asfortranarray(T), [np.asfortranarray(a) for a in mats]
+    if shape == (64, 32, 32):  # every second slab of T, and the matching columns of its matrix
+        T, mats[0] = T[::2], np.ascontiguousarray(mats[0][:, ::2])
+        shape = T.shape
     expected = reference_chain(T, mats, modes)
     try:
         _core.set_num_threads(1)

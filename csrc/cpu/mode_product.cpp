@@ -334,11 +334,11 @@ struct CpuBackend {
       return;
     }
     run_team(nt, [&](int t, int count) {
-      CpuBackend<T> mine;
-      mine.part = t;
-      mine.parts = count;
-      for (const ChainOp& op : prog.ops) {
-        step(mine, op);
+      CpuBackend<T> mine{t, count};
+      const std::size_t last = prog.ops.size() - 1;
+      for (std::size_t i = 0; i <= last; ++i) {
+        step(mine, prog.ops[i]);
+        if (i == last) break;  // the region's end joins the team
 #ifdef KRONPE_OPENMP
 #pragma omp barrier
 #endif
