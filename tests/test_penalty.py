@@ -508,7 +508,7 @@ def test_higher_order_lead_penalty_is_held_out_and_solved_exactly(monkeypatch):
     rng = np.random.default_rng(4)
     n1, n2 = 26, 31
     x1, x2 = (np.arange(n1) + 0.5) / n1, (np.arange(n2) + 0.5) / n2
-    img = np.cos(2.5 * x1)[:, None] * np.sin(1.5 + 2 * x2)[None, :]  # smooth: interpolated
+    img = np.cos(3 * x1)[:, None] * np.sin(1.5 + 6 * x2)[None, :]  # smooth: interpolated
     mask = rng.random(img.shape) < 0.5
     sig = np.where(mask, img, np.nan)
     monkeypatch.setattr(smooth, "HIGHER_MARGIN", -1.0)  # any error: taken

@@ -593,12 +593,16 @@ SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold,
     pool.emplace_back(static_cast<std::size_t>(n));
     return int(pool.size()) - 1;
   };
-  // the fit at lam from the fit `from` (-1: from full multigrid), into a free array
+  // the fit at lam from the fit `from` (count cycles), or (-1) full multigrid alone, into a free array
   auto run = [&](double lam, int from, std::initializer_list<int> held) {
     h.set_lambda(lam);
     const int k = take(held);
-    if (from >= 0) std::copy(pool[from].begin(), pool[from].end(), pool[k].begin());
-    h.cycles(b, pool[k].data(), from >= 0, s.count, s.omega);
+    if (from < 0) {
+      h.fmg(b, pool[k].data(), 1);
+      return k;
+    }
+    std::copy(pool[from].begin(), pool[from].end(), pool[k].begin());
+    h.cycles(b, pool[k].data(), true, s.count, s.omega);
     return k;
   };
   WorkArray<T> buf(static_cast<std::size_t>(nhold));

@@ -167,7 +167,13 @@ nor a penalty is given. Decisions (documented once, here):
   four iterations each the choice was the same on five photographs): with a diagonal data term
   and the thin-plate penalty one V-cycle from the last fit, over-relaxed by SWEEP_OMEGA = 1.3
   (``ThinPlateMG.cycles``: no residual, operator or vector passes of its own; one thread, CPU ms
-  per fill: masked astronaut 56 -> 50, chelsea 27 -> 25, scattered chelsea 28 -> 23), else one
+  per fill: masked astronaut 56 -> 50, chelsea 27 -> 25, scattered chelsea 28 -> 23), the first
+  fit (the largest lambda) full multigrid alone, without the V-cycle after it (a V-cycle fewer per
+  sweep: masked camera 128^2, alternating processes, 1.32-1.35 -> 1.25 ms; held-out PSNR of the
+  twelve photograph rows -0.0002 to +0.0022 dB, the same lambdas but for the parabolic step's
+  (camera 512^2, 25% as points: 10^-1.55 -> 10^-1.62 rho); on a smooth 26 x 31 test surface with
+  half its nodes it chose 10^-2.5 rho instead of the interpolation limit, 2.68e-3 against 2.98e-3
+  RMS on the missing nodes), else one
   preconditioned CG iteration (also with SWEEP_OMEGA = None). The truncated fits are part of the
   choice: with omega = 1 the lambdas chosen were smaller (scattered coffee 25.79 -> 25.74 dB,
   chelsea 30.749 -> 30.743, masked camera 28.341 -> 28.330); 1.3 chose as CG did on 10 of the 12
@@ -258,14 +264,20 @@ class DataTerm:
 
     def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, blend=None, total: Optional[int] = None):
         self.shape = tuple(shape)
+        #: the nodes with data as a boolean grid, when ``diag`` was given as one (a mask): their
+        #: indices come from it without a comparison pass over the float diagonal
+        self.observed = diag if isinstance(diag, np.ndarray) and diag.dtype == np.bool_ else None
         self.diag = None if diag is None else np.asarray(diag, np.float32)
         self.blend = blend
         self._rho: Optional[float] = None
+        #: the diagonal's sum when the caller knows it (``total``) and float32 sums give it exactly
+        self.total: Optional[float] = None
         if total is not None and self.diag is not None and 0 < self.diag.size < (1 << 24):
             # ``total``: the diagonal's sum, an integer the caller knows (the mask's count, the
             # points on a lattice): rho as np.mean's float32 sum of integers gives it, bit for bit,
             # without its pass over the grid (16 us of a 128^2 fill)
             self._rho = float(np.float32(total) / np.float32(self.diag.size))
+            self.total = float(total)
         self._work: Optional[Tuple[Array, Array]] = None  # add_to's (points, grid) buffers
 
     @property
@@ -594,20 +606,23 @@ def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty =
 
 
 def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = None,
-                 basis: Optional[Array] = None, threads: int = 0) -> Tuple[float, Dict[str, Any]]:
+                 basis: Optional[Array] = None, threads: int = 0, mixed: Optional[List[Array]] = None
+                 ) -> Tuple[float, Dict[str, Any]]:
     """lambda held out on the whole grid (module docstring) for a diagonal data term (grids with
     holes, points on a lattice): the held-out samples are nodes with data, their values
     rhs / diag. ``moments``: the channels' ``_moments``, when the caller has them; ``basis``:
     their ``principal_basis``, whose leading component is the selection signal unless it
     cancels them (``_selection_signal``). info[SWEEP_FIT_KEY]: the sweep's best fit when the
-    signal was that component (in the basis' sign), a start for its final solve."""
+    signal was that component (in the basis' sign), a start for its final solve. ``mixed``: the
+    channels in that basis (``_mix_planes``), when the caller has them."""
     diag = data.diag
-    obs = np.flatnonzero(diag > 0)
+    obs = np.flatnonzero(diag > 0 if data.observed is None else data.observed)
     if obs.size < MIN_HOLDOUT:
         return data.rho * 10.0 ** (-FALLBACK_EXPONENT), _too_few_to_hold_out()
     hold = obs[_holdout(obs.size)]
     planes = _as_planes(rhs)
-    y, lead = _selection_signal(planes, float(diag.sum()) if len(planes) > 1 else 1.0, moments, basis)
+    count = (float(diag.sum()) if data.total is None else data.total) if len(planes) > 1 else 1.0
+    y, lead = _selection_signal(planes, count, moments, basis, None if mixed is None else mixed[0])
     D = diag.ndim
     if COMPILED_SWEEP and SWEEP_OMEGA is not None and D <= MG_MAX_AXES and ORDER.get(D, 2) == 2:
         lam, info = _compiled_sweep(diag, y, hold, data.rho, maxiter, threads)
@@ -715,8 +730,8 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     def run(lam, w, iterations=SWEEP_MAXITER):
         if mg is not None:
             mg.set_ridge(lam)
-        if stationary:
-            return mg.cycles(b_train, w, min(maxiter, iterations), SWEEP_OMEGA)
+        if stationary:  # (the first fit: full multigrid alone, module docstring)
+            return mg.fmg(b_train) if w is None else mg.cycles(b_train, w, min(maxiter, iterations), SWEEP_OMEGA)
         return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, iterations),
                      model["penalty"], mg)[0]
 
@@ -902,7 +917,7 @@ def _moments(planes: List[Array]) -> Array:
 
 
 def _selection_signal(planes: List[Array], count: float, moments: Optional[Array] = None,
-                      basis: Optional[Array] = None) -> Tuple[Array, bool]:
+                      basis: Optional[Array] = None, leading: Optional[Array] = None) -> Tuple[Array, bool]:
     """The one signal lambda is chosen on, and whether it is ``basis``' leading component: that
     component (``basis`` given, the channels' ``principal_basis``: the final solve's first
     component, whose start the sweep's fit then is) or the sum of the channels, unless those
@@ -914,7 +929,9 @@ def _selection_signal(planes: List[Array], count: float, moments: Optional[Array
     itself chose another lambda on rocket, 25% of its pixels, 0.08 dB worse. The sum and the
     leading component of the second moments chose the same lambda, boundary and lead penalty on
     the twelve photograph rows.) ``moments``: ``_moments(planes)`` when the caller has them.
-    The means are float32 sums (float64 ones took 70 us per 451 x 300 channel)."""
+    The means are float32 sums (float64 ones took 70 us per 451 x 300 channel). ``leading``: that
+    component itself (``_mix_planes``' first), when the caller has it: the same values, not mixed
+    again (a pass of 0.1 ms at 451 x 300 RGB)."""
     C = len(planes)
     if C == 1:
         return planes[0], True
@@ -925,6 +942,8 @@ def _selection_signal(planes: List[Array], count: float, moments: Optional[Array
     ones = np.full(C, 1.0 / np.sqrt(C))
     share = float(ones @ cov @ ones) / max(float(w[-1]), 1e-300)
     lead = share >= SELECTION_SUM_SHARE and basis is not None
+    if lead and leading is not None:
+        return leading, True
     v = basis[:, 0] if lead else (np.ones(C) if share >= SELECTION_SUM_SHARE else V[:, -1])
     y = np.empty_like(planes[0])
     _core.mix_channels([np.ascontiguousarray(p).reshape(-1) for p in planes], np.ascontiguousarray(v, y.dtype).reshape(C, 1),
@@ -965,7 +984,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
             spec, threads = _lead_solve(data, mixed[0], maxiter)
 
             def sweep():
-                chosen = choose_ridge(data, rhs, maxiter, moments, basis, threads)
+                chosen = choose_ridge(data, rhs, maxiter, moments, basis, threads, mixed)
                 return chosen, _stages_wanted(chosen[1])
 
             if spec is not None and threads == 1:
