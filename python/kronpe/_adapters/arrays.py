@@ -206,6 +206,8 @@ def raw_stream(torch: Any, device: int) -> int:
 
 def dtype_name(x: Any) -> str:
     """NumPy name of any array's dtype ("float32", "int64", ...)."""
+    if isinstance(x, np.ndarray):  # (the kernels' dtypes by lookup: dtype.name is slow)
+        return _NUMPY_NAMES.get(x.dtype) or x.dtype.name
     if kind(x) == "torch":
         return str(x.dtype).replace("torch.", "")
     return np.dtype(x.dtype).name

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import math
 import threading
 import warnings
@@ -787,7 +788,22 @@ def _hats_at_centres(e, c: np.ndarray) -> bool:
     """e is a Triangle of width 1 / K and no margin (a fill's model) and c its centres k / K,
     exactly: its matrix there is the identity (up to the rounding _is_identity allows)."""
     return (type(e) is Triangle and e.margin == 0 and not e.paper_distance and float(e.width) == 1.0 / e.K_base
-            and c.shape == (e.K_base,) and bool(np.array_equal(c, e.centres)))
+            and c.shape == (e.K_base,) and bool(np.array_equal(c, _node_centres(e.K_base))))
+
+
+@functools.lru_cache(maxsize=16)
+def _node_centres(K: int) -> np.ndarray:
+    """k / K, k = 0 .. K - 1 (Triangle(K).centres), read-only: kept for the last few K (a
+    prediction on a fill's own nodes compares its coordinates with them on every call)."""
+    out = np.arange(K, dtype=np.float64) / K
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _fill_embedder(n: int) -> Triangle:
+    """Triangle(n), the embedder of a fill's axis of n nodes (frozen: one instance per n)."""
+    return Triangle(n)
 
 
 def _is_identity(phi: np.ndarray) -> bool:
@@ -824,7 +840,7 @@ def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) 
                                  "the fill of a grid with holes needs about 12 + 2 C float32 values per node")
     W, lam, info = smooth.fit(smooth.DataTerm(shape, mask, total=int(np.count_nonzero(mask))), list(planes), None if ridge == "gcv" else float(ridge),
                               value_range=(lo, hi))
-    return GridModel(W.reshape(shape + chans).astype(planes.dtype, copy=False), [Triangle(n) for n in shape], lam,
+    return GridModel(W.reshape(shape + chans).astype(planes.dtype, copy=False), [_fill_embedder(n) for n in shape], lam,
                      info=info)
 
 

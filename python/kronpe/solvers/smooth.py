@@ -221,6 +221,8 @@ from .penalty import DifferencePenalty
 
 Array = np.ndarray
 PENALTY = DifferencePenalty(2, mixed=True)
+# default_penalty's thin-plate forms (natural, mirrored): made once, never changed
+_THIN_PLATE = (PENALTY, DifferencePenalty(2, mixed=True, boundary="reflect"))
 BOUNDARIES = ("natural", "reflect")
 TOL = 1e-3
 MG_MAX_AXES = 3
@@ -426,7 +428,7 @@ def default_penalty(ndim: int, reflect: bool = False, weights: Optional[Sequence
     the natural or the mirrored boundary, or, where ORDER says 3, (sum_i w_i L_i)^3 mirrored."""
     if ORDER.get(ndim, 2) == 3:
         return DifferencePenalty(3, mixed=True, boundary="reflect", weights=weights)
-    return DifferencePenalty(2, mixed=True, boundary=BOUNDARIES[int(bool(reflect))])
+    return _THIN_PLATE[int(bool(reflect))]
 
 
 class HigherPenalty:
