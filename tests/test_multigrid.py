@@ -721,6 +721,57 @@ def test_lattice_index_matches_reference(rng, P, D, n, dtype, layout):
         np.testing.assert_array_equal(out2, reference.lattice_index(ok, n, origin, scale, g)[0])
 
 
+def _lattice_count_cases(rng):
+    """(name, coordinates) of lattices and near misses, for lattice_count's tests."""
+    probe = 64
+    P = 5 * probe
+    k = rng.integers(0, 41, P)
+    odd = 2 * rng.integers(0, 20, P)
+    odd[1::P // probe] += 1  # odd multiples only between the subset's points: h from all of them
+    jitter = (rng.integers(0, 17, P) / 16.0)
+    jitter[7] += 1e-9  # two distinct coordinates on one multiple: not the subset's h
+    return [("empty", np.zeros(0)), ("one", np.array([0.25])), ("small", rng.integers(0, 9, 20) / 8.0),
+            ("large", k / 40.0), ("odd between", odd / 40.0), ("jittered", jitter),
+            ("off", rng.random(P)), ("near", k / 40.0 + 1e-9), ("far", k / 40.0 + 1e-4),
+            ("not 1/n", k * 0.0237), ("negative", k / 40.0 - 0.5), ("beyond", k / 40.0 * 1.5),
+            ("nan", np.where(np.arange(P) == 3, np.nan, k / 40.0)), ("inf", np.where(np.arange(P) == 3, np.inf, k / 40.0)),
+            ("constant", np.full(P, 0.5))]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "reversed"])
+def test_lattice_count_matches_reference(rng, layout):
+    """_core.lattice_count (an axis's lattice: 1 / h of the smallest gap, when every coordinate is a
+    multiple of it) against reference.lattice_count, any stride, lattices and near misses."""
+    found = {}
+    for name, x in _lattice_count_cases(rng):
+        if layout == "strided":
+            wide = np.zeros(3 * x.size)
+            wide[1::3] = x
+            x = wide[1::3]
+        elif layout == "reversed":
+            x = x[::-1]
+        got = _core.lattice_count(x, 64, 1e-6, 1e-6)
+        assert got == reference.lattice_count(x, 64, 1e-6, 1e-6), name
+        found[name] = got
+    assert found["large"] == 40 and found["odd between"] == 40 and found["small"] == 8 and found["near"] == 40
+    for name in ("empty", "one", "off", "far", "not 1/n", "negative", "beyond", "nan", "inf", "constant", "jittered"):
+        assert found[name] == 0, name
+
+
+def test_lattice_count_refuses_bad_arguments():
+    x = np.arange(5) / 4.0
+    with pytest.raises(ValueError, match="float64"):
+        _core.lattice_count(x.astype(np.float32), 64, 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="1-D|ndim|dimension"):
+        _core.lattice_count(x[:, None], 64, 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="probe"):
+        _core.lattice_count(x, 0, 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="tolerances"):
+        _core.lattice_count(x, 64, -1.0, 1e-6)
+    with pytest.raises(ValueError, match="tolerances"):
+        _core.lattice_count(x, 64, 1e-6, np.nan)
+
+
 @pytest.mark.parametrize("P, C, G", [(0, 3, 5), (1, 1, 1), (50, 0, 7), (500, 3, 40), (70000, 1, 4096)], ids=str)
 @pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
 def test_lattice_sums_matches_reference(rng, P, C, G, dtype, strided):

@@ -461,6 +461,18 @@ void register_smooth(py::module_& m) {
       "out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed "
       "values, how many of them are NaN or Inf) (internal).");
   m.def(
+      "lattice_count",
+      [](const Array& x, index_t probe, double rtol, double tol) {
+        bindings::require_host(x, "x");
+        const double* xp = bindings::data<const double>(x, "x", 1);
+        const index_t P = x.shape[0], sx = x.strides[0];
+        py::gil_scoped_release release;
+        return lattice_count(P, xp, sx, probe, rtol, tol);
+      },
+      py::arg("x"), py::arg("probe"), py::arg("rtol"), py::arg("tol"),
+      "n when every coordinate of x (float64 (P,), any stride) is a multiple k h of h = 1 / n, the smallest gap "
+      "between distinct ones, 0 <= k <= n; else 0 (kronpe/masked.h; kronpe.reference.lattice_count) (internal).");
+  m.def(
       "lattice_index",
       [](const Array& points, const std::vector<index_t>& n, const std::vector<double>& origin,
          const std::vector<double>& scale, const std::optional<std::vector<Array>>& nodes, const Array& out) {

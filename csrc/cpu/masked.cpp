@@ -177,6 +177,59 @@ index_t lattice_index(index_t P, int D, const T* points, index_t sp, index_t sa,
   return P;
 }
 
+namespace {
+
+// h = the smallest positive gap of the sorted u, when 1 / h is within rtol (1 / h) of an integer;
+// else 0.
+double lattice_step(const std::vector<double>& u, double rtol) {
+  double h = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 1; i < u.size(); ++i) {
+    const double gap = u[i] - u[i - 1];
+    if (gap > 0 && gap < h) h = gap;
+  }
+  if (!(h < std::numeric_limits<double>::infinity())) return 0.0;
+  const double n = 1.0 / h;
+  return std::abs(n - std::nearbyint(n)) > rtol * n ? 0.0 : h;
+}
+
+}  // namespace
+
+index_t lattice_count(index_t P, const double* x, index_t sx, index_t probe, double rtol, double tol) {
+  require(P >= 0 && probe >= 1, "lattice_count: needs P >= 0 coordinates and probe >= 1");
+  require(std::isfinite(rtol) && rtol >= 0 && std::isfinite(tol) && tol >= 0, "lattice_count: bad tolerances");
+  for (index_t p = 0; p < P; ++p)
+    if (!std::isfinite(x[p * sx])) return 0;
+  // every coordinate a multiple k h, 0 <= k <= 1 / h; with `unique`, no two distinct ones on the
+  // same multiple
+  auto multiples = [&](double h, bool unique) {
+    const double top = std::nearbyint(1.0 / h);
+    std::vector<double> seen;
+    if (unique) seen.assign(static_cast<std::size_t>(top) + 1, std::numeric_limits<double>::quiet_NaN());
+    for (index_t p = 0; p < P; ++p) {
+      const double v = x[p * sx], k = v / h, r = std::nearbyint(k);
+      if (!(std::abs(k - r) <= tol) || r < 0 || r > top) return false;
+      if (!unique) continue;
+      double& first = seen[static_cast<std::size_t>(r)];
+      if (std::isnan(first)) first = v;
+      else if (first != v) return false;
+    }
+    return true;
+  };
+  std::vector<double> u;
+  if (P > 2 * probe) {
+    const index_t step = P / probe;
+    for (index_t p = 0; p < P; p += step) u.push_back(x[p * sx]);
+    std::sort(u.begin(), u.end());
+    const double h = lattice_step(u, rtol);
+    if (h > 0 && multiples(h, true)) return index_t(std::nearbyint(1.0 / h));
+  }
+  u.resize(static_cast<std::size_t>(P));
+  for (index_t p = 0; p < P; ++p) u[std::size_t(p)] = x[p * sx];
+  std::sort(u.begin(), u.end());
+  const double h = lattice_step(u, rtol);
+  return h > 0 && multiples(h, false) ? index_t(std::nearbyint(1.0 / h)) : 0;
+}
+
 template <typename T>
 void lattice_sums(index_t P, index_t C, const index_t* flat, const T* values, index_t vp,
                   index_t vc, index_t G, T* counts, T* sums) {

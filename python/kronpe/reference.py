@@ -572,6 +572,45 @@ def masked_fill(s, mask, planar: bool = False):
     return (np.ascontiguousarray(out.T) if planar else out), lo, hi, int(np.count_nonzero(~np.isfinite(obs)))
 
 
+def lattice_count(x, probe: int, rtol: float, tol: float) -> int:
+    """n when every coordinate of x (P,) is a multiple k h of h = 1 / n, 0 <= k <= n, h the
+    smallest gap between distinct coordinates; else 0 (``_core.lattice_count``): h from the sorted
+    subset x[::P // probe] when P > 2 probe, kept when every coordinate is a multiple of it and no
+    two distinct ones round to the same multiple, else from all of them; 1 / h within rtol (1 / h)
+    of an integer, |x / h - rint(x / h)| <= tol. Any non-finite coordinate: 0."""
+    x = np.asarray(x, np.float64)
+    if not np.all(np.isfinite(x)):
+        return 0
+
+    def step(u):
+        gaps = np.diff(np.sort(u))
+        gaps = gaps[gaps > 0]
+        if gaps.size == 0:
+            return 0.0
+        h = float(gaps.min())
+        return 0.0 if abs(1.0 / h - np.rint(1.0 / h)) > rtol * (1.0 / h) else h
+
+    def multiples(h, unique):
+        k = x / h
+        r = np.rint(k)
+        if x.size and (np.abs(k - r).max() > tol or r.min() < 0 or r.max() > np.rint(1.0 / h)):
+            return False
+        if unique:
+            first = {}
+            for ri, xi in zip(r.tolist(), x.tolist()):
+                if first.setdefault(ri, xi) != xi:
+                    return False
+        return True
+
+    P = x.size
+    if P > 2 * probe:
+        h = step(x[:: P // probe])
+        if h > 0 and multiples(h, True):
+            return int(np.rint(1.0 / h))
+    h = step(x)
+    return int(np.rint(1.0 / h)) if h > 0 and multiples(h, False) else 0
+
+
 def lattice_index(points, n, origin, scale, nodes=None):
     """(flat C-order node indices (P,) int64, the first point off its nodes or P)
     (``_core.lattice_index``): k_a = rint((x_a - origin[a]) scale[a]) clamped to [0, n[a] - 1]

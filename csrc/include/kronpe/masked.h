@@ -26,6 +26,15 @@ index_t lattice_index(index_t P, int D, const T* points, index_t sp, index_t sa,
                       const double* origin, const double* scale, const double* const* nodes,
                       index_t* flat);
 
+// The lattice of one axis's coordinates x[p * sx] (p < P) (kronpe.solvers.smooth.lattice_grid):
+// n >= 1 when every coordinate is a multiple k h (0 <= k <= n) of h = 1 / n, h the smallest gap between
+// distinct coordinates, else 0. h is the smallest positive gap of the sorted coordinates, kept when
+// 1 / h is within rtol (1 / h) of an integer n and every |x / h - rint(x / h)| <= tol. With
+// P > 2 probe it is first read off the subset x[0], x[s], x[2 s], ... (s = P / probe) and kept
+// when, besides, no two distinct coordinates round to the same multiple (then no gap of the whole
+// set is smaller); else read off all of them. Any non-finite coordinate: 0.
+index_t lattice_count(index_t P, const double* x, index_t sx, index_t probe, double rtol, double tol);
+
 // counts[g] = how many p have flat[p] == g, sums[c * G + g] = the sum of their values[p * vp +
 // c * vc] (c < C), added in the points' order in T; counts and sums (G and C * G values) are
 // overwritten. Every flat[p] must lie in [0, G) (an index outside throws before anything is
