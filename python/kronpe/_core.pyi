@@ -223,6 +223,10 @@ def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor, planar: bool =
     """out = s where mask (uint8 (n,)) else 0, s (n, C), out (n, C) or (C, n) with planar; returns (per-channel min, max over the observed
     values, how many of them are NaN or Inf) (internal)."""
 
+def lattice_count(x: Descriptor, probe: int, rtol: float, tol: float) -> int:
+    """n when every coordinate of x (float64 (P,), any stride) is a multiple k h of h = 1 / n, the smallest gap
+    between distinct ones, 0 <= k <= n; else 0 (kronpe/masked.h; kronpe.reference.lattice_count) (internal)."""
+
 def lattice_index(points: Descriptor, n: List[int], origin: List[float], scale: List[float],
                   nodes: Optional[List[Descriptor]], out: Descriptor) -> int:
     """out[p] = the C-order flat index of point p's nearest lattice node (kronpe/masked.h: node k of axis a at origin[a] + k / scale[a],
