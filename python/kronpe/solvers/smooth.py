@@ -280,7 +280,8 @@ class DataTerm:
             # points on a lattice): rho as np.mean's float32 sum of integers gives it, bit for bit,
             # without its pass over the grid (16 us of a 128^2 fill)
             self._rho = float(np.float32(total) / np.float32(self.diag.size))
-            self.total = float(total)
+            if total < (1 << 24):  # (then the float32 sum of the integers is exact)
+                self.total = float(total)
         self._work: Optional[Tuple[Array, Array]] = None  # add_to's (points, grid) buffers
 
     @property
