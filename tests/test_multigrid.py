@@ -735,15 +735,18 @@ def _lattice_count_cases(rng):
             ("off", rng.random(P)), ("near", k / 40.0 + 1e-9), ("far", k / 40.0 + 1e-4),
             ("not 1/n", k * 0.0237), ("negative", k / 40.0 - 0.5), ("beyond", k / 40.0 * 1.5),
             ("nan", np.where(np.arange(P) == 3, np.nan, k / 40.0)), ("inf", np.where(np.arange(P) == 3, np.inf, k / 40.0)),
-            ("constant", np.full(P, 0.5))]
+            ("constant", np.full(P, 0.5)), ("close pair", np.where(np.arange(P) == 5, k[0] / 40.0 + 1e-9, k / 40.0)),
+            ("denormal gap", np.r_[0.0, 5e-324, k / 40.0]), ("fine", np.arange(P) / float(1 << 25))]
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "strided", "reversed"])
-def test_lattice_count_matches_reference(rng, layout):
+def test_lattice_count_matches_reference(rng, layout, dtype):
     """_core.lattice_count (an axis's lattice: 1 / h of the smallest gap, when every coordinate is a
-    multiple of it) against reference.lattice_count, any stride, lattices and near misses."""
+    multiple of it) against reference.lattice_count, any stride, float32 and float64 coordinates,
+    lattices and near misses."""
     found = {}
     for name, x in _lattice_count_cases(rng):
+        x = x.astype(dtype)
         if layout == "strided":
             wide = np.zeros(3 * x.size)
             wide[1::3] = x
@@ -753,15 +756,19 @@ def test_lattice_count_matches_reference(rng, layout):
         got = _core.lattice_count(x, 64, 1e-6, 1e-6)
         assert got == reference.lattice_count(x, 64, 1e-6, 1e-6), name
         found[name] = got
-    assert found["large"] == 40 and found["odd between"] == 40 and found["small"] == 8 and found["near"] == 40
-    for name in ("empty", "one", "off", "far", "not 1/n", "negative", "beyond", "nan", "inf", "constant", "jittered"):
+    if dtype == np.float64:  # (float32 coordinates k / 40 are not multiples of one float64 h within 1e-6)
+        assert found["large"] == 40 and found["odd between"] == 40 and found["small"] == 8 and found["near"] == 40
+        assert found["fine"] == 1 << 25  # (lattice_grid takes no lattice that fine: LATTICE_MAX_NODES)
+    assert found["small"] == 8  # (eighths are exact in float32)
+    for name in ("empty", "one", "off", "far", "not 1/n", "negative", "beyond", "nan", "inf", "constant",
+                 "denormal gap") + (("jittered",) if dtype == np.float64 else ()):  # (float32 loses the 1e-9)
         assert found[name] == 0, name
 
 
 def test_lattice_count_refuses_bad_arguments():
     x = np.arange(5) / 4.0
-    with pytest.raises(ValueError, match="float64"):
-        _core.lattice_count(x.astype(np.float32), 64, 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _core.lattice_count(x.astype(np.int64), 64, 1e-6, 1e-6)
     with pytest.raises(ValueError, match="1-D|ndim|dimension"):
         _core.lattice_count(x[:, None], 64, 1e-6, 1e-6)
     with pytest.raises(ValueError, match="probe"):

@@ -403,6 +403,9 @@ def test_lattice_detection():
     nodes = lattice_grid(pts)
     np.testing.assert_allclose(nodes[0], np.linspace(0, 1, 5))
     assert lattice_grid(np.array([[0.1], [0.33], [0.5]])) is None
+    assert len(lattice_grid((np.arange(300) / 4096.0)[:, None])[0]) == 4097
+    # a lattice finer than LATTICE_MAX_NODES per axis is no grid to fit on (the density grid instead)
+    assert lattice_grid((np.arange(300) / float(1 << 25))[:, None]) is None
 
 
 def test_lattice_detection_of_many_points(rng):

@@ -464,13 +464,19 @@ void register_smooth(py::module_& m) {
       "lattice_count",
       [](const Array& x, index_t probe, double rtol, double tol) {
         bindings::require_host(x, "x");
-        const double* xp = bindings::data<const double>(x, "x", 1);
-        const index_t P = x.shape[0], sx = x.strides[0];
-        py::gil_scoped_release release;
-        return lattice_count(P, xp, sx, probe, rtol, tol);
+        require(x.ndim() == 1, "lattice_count: x must be 1-D (P,)");
+        index_t n = 0;
+        bindings::dispatch1(x.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* xp = p<const T>(x, "x");
+          const index_t P = x.shape[0], sx = x.strides[0];
+          py::gil_scoped_release release;
+          n = lattice_count<T>(P, xp, sx, probe, rtol, tol);
+        });
+        return n;
       },
       py::arg("x"), py::arg("probe"), py::arg("rtol"), py::arg("tol"),
-      "n when every coordinate of x (float64 (P,), any stride) is a multiple k h of h = 1 / n, the smallest gap "
+      "n when every coordinate of x (float32 or float64 (P,), any stride) is a multiple k h of h = 1 / n, the smallest gap "
       "between distinct ones, 0 <= k <= n; else 0 (kronpe/masked.h; kronpe.reference.lattice_count) (internal).");
   m.def(
       "lattice_index",

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 
@@ -189,46 +190,60 @@ double lattice_step(const std::vector<double>& u, double rtol) {
   }
   if (!(h < std::numeric_limits<double>::infinity())) return 0.0;
   const double n = 1.0 / h;
+  if (!(n <= 4503599627370496.0)) return 0.0;  // beyond 2^52 nodes (or 1 / h infinite): no integer count
   return std::abs(n - std::nearbyint(n)) > rtol * n ? 0.0 : h;
 }
 
 }  // namespace
 
-index_t lattice_count(index_t P, const double* x, index_t sx, index_t probe, double rtol, double tol) {
+template <typename T>
+index_t lattice_count(index_t P, const T* x, index_t sx, index_t probe, double rtol, double tol) {
   require(P >= 0 && probe >= 1, "lattice_count: needs P >= 0 coordinates and probe >= 1");
   require(std::isfinite(rtol) && rtol >= 0 && std::isfinite(tol) && tol >= 0, "lattice_count: bad tolerances");
   for (index_t p = 0; p < P; ++p)
-    if (!std::isfinite(x[p * sx])) return 0;
+    if (!std::isfinite(double(x[p * sx]))) return 0;
   // every coordinate a multiple k h, 0 <= k <= 1 / h; with `unique`, no two distinct ones on the
   // same multiple
   auto multiples = [&](double h, bool unique) {
     const double top = std::nearbyint(1.0 / h);
+    // the first coordinate seen on each multiple: an array over the multiples when they are not
+    // many more than the points, else a map (memory of the points' order, whatever h is)
+    const bool dense = top < double(std::max<index_t>(4 * P, index_t(1) << 16));
     std::vector<double> seen;
-    if (unique) seen.assign(static_cast<std::size_t>(top) + 1, std::numeric_limits<double>::quiet_NaN());
+    std::unordered_map<index_t, double> seen_map;
+    if (unique && dense) seen.assign(static_cast<std::size_t>(top) + 1, std::numeric_limits<double>::quiet_NaN());
+    if (unique && !dense) seen_map.reserve(static_cast<std::size_t>(P));
     for (index_t p = 0; p < P; ++p) {
-      const double v = x[p * sx], k = v / h, r = std::nearbyint(k);
+      const double v = double(x[p * sx]), k = v / h, r = std::nearbyint(k);
       if (!(std::abs(k - r) <= tol) || r < 0 || r > top) return false;
       if (!unique) continue;
-      double& first = seen[static_cast<std::size_t>(r)];
-      if (std::isnan(first)) first = v;
-      else if (first != v) return false;
+      if (dense) {
+        double& first = seen[static_cast<std::size_t>(r)];
+        if (std::isnan(first)) first = v;
+        else if (first != v) return false;
+      } else if (seen_map.emplace(index_t(r), v).first->second != v) {
+        return false;
+      }
     }
     return true;
   };
   std::vector<double> u;
   if (P > 2 * probe) {
     const index_t step = P / probe;
-    for (index_t p = 0; p < P; p += step) u.push_back(x[p * sx]);
+    for (index_t p = 0; p < P; p += step) u.push_back(double(x[p * sx]));
     std::sort(u.begin(), u.end());
     const double h = lattice_step(u, rtol);
     if (h > 0 && multiples(h, true)) return index_t(std::nearbyint(1.0 / h));
   }
   u.resize(static_cast<std::size_t>(P));
-  for (index_t p = 0; p < P; ++p) u[std::size_t(p)] = x[p * sx];
+  for (index_t p = 0; p < P; ++p) u[std::size_t(p)] = double(x[p * sx]);
   std::sort(u.begin(), u.end());
   const double h = lattice_step(u, rtol);
   return h > 0 && multiples(h, false) ? index_t(std::nearbyint(1.0 / h)) : 0;
 }
+
+template index_t lattice_count<float>(index_t, const float*, index_t, index_t, double, double);
+template index_t lattice_count<double>(index_t, const double*, index_t, index_t, double, double);
 
 template <typename T>
 void lattice_sums(index_t P, index_t C, const index_t* flat, const T* values, index_t vp,

@@ -224,7 +224,7 @@ def masked_fill(s: Descriptor, mask: Descriptor, out: Descriptor, planar: bool =
     values, how many of them are NaN or Inf) (internal)."""
 
 def lattice_count(x: Descriptor, probe: int, rtol: float, tol: float) -> int:
-    """n when every coordinate of x (float64 (P,), any stride) is a multiple k h of h = 1 / n, the smallest gap
+    """n when every coordinate of x (float32 or float64 (P,), any stride) is a multiple k h of h = 1 / n, the smallest gap
     between distinct ones, 0 <= k <= n; else 0 (kronpe/masked.h; kronpe.reference.lattice_count) (internal)."""
 
 def lattice_index(points: Descriptor, n: List[int], origin: List[float], scale: List[float],

@@ -588,6 +588,8 @@ def lattice_count(x, probe: int, rtol: float, tol: float) -> int:
         if gaps.size == 0:
             return 0.0
         h = float(gaps.min())
+        if not 1.0 / h <= 2.0 ** 52:  # no integer count beyond 2^52
+            return 0.0
         return 0.0 if abs(1.0 / h - np.rint(1.0 / h)) > rtol * (1.0 / h) else h
 
     def multiples(h, unique):
@@ -595,7 +597,7 @@ def lattice_count(x, probe: int, rtol: float, tol: float) -> int:
         r = np.rint(k)
         if x.size and (np.abs(k - r).max() > tol or r.min() < 0 or r.max() > np.rint(1.0 / h)):
             return False
-        if unique:
+        if unique:  # (a dict: the kernel's array or map of the first coordinate on each multiple)
             first = {}
             for ri, xi in zip(r.tolist(), x.tolist()):
                 if first.setdefault(ri, xi) != xi:

@@ -32,8 +32,10 @@ index_t lattice_index(index_t P, int D, const T* points, index_t sp, index_t sa,
 // 1 / h is within rtol (1 / h) of an integer n and every |x / h - rint(x / h)| <= tol. With
 // P > 2 probe it is first read off the subset x[0], x[s], x[2 s], ... (s = P / probe) and kept
 // when, besides, no two distinct coordinates round to the same multiple (then no gap of the whole
-// set is smaller); else read off all of them. Any non-finite coordinate: 0.
-index_t lattice_count(index_t P, const double* x, index_t sx, index_t probe, double rtol, double tol);
+// set is smaller); else read off all of them (in double, also for float coordinates). Any
+// non-finite coordinate: 0.
+template <typename T>
+index_t lattice_count(index_t P, const T* x, index_t sx, index_t probe, double rtol, double tol);
 
 // counts[g] = how many p have flat[p] == g, sums[c * G + g] = the sum of their values[p * vp +
 // c * vc] (c < C), added in the points' order in T; counts and sums (G and C * G values) are

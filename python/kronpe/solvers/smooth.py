@@ -244,6 +244,7 @@ BOUNDARY_MARGIN = 0.01
 START_SIGMA = 1.0
 LATTICE_RTOL = 1e-6
 LATTICE_TOL = 1e-6
+LATTICE_MAX_NODES = 1 << 24  # per axis: a finer "lattice" (coordinates 1e-7 apart) takes the density grid
 LATTICE_PROBE = 512
 NODES_PER_SPACING = {1: 4.0, 2: 4.0, 3: 2.0}
 ORDER = {1: 2, 2: 2, 3: 3}
@@ -345,7 +346,7 @@ def lattice_grid(points: Array) -> Optional[List[Array]]:
     nodes = []
     for x in np.asarray(points, np.float64).T:
         n = _core.lattice_count(x, LATTICE_PROBE, LATTICE_RTOL, LATTICE_TOL)
-        if n == 0:
+        if n == 0 or n > LATTICE_MAX_NODES:  # (a gap that small is no grid to fit on)
             return None
         nodes.append(np.arange(n + 1) / n)
     return nodes
