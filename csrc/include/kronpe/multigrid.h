@@ -166,8 +166,7 @@ class ThinPlateHierarchy {
 // took a fifth of a 128^2 fill. On h (the training data term, the natural boundary), for each
 // lambda of `lams` (largest first) `count` over-relaxed V-cycles (ThinPlateHierarchy::cycles,
 // omega) from the last fit (the first fit: full multigrid alone), each fit's held-out error the
-// mean of
-// (x[hold[i]] - y_hold[i])^2 (float32 differences, summed by dot); it stops once the error rose
+// mean of (x[hold[i]] - y_hold[i])^2 (float32 differences, summed by dot); it stops once the error rose
 // twice in a row, or fell by less than `flat` of itself twice in a row; one parabolic step in log
 // lambda through the best and its neighbours (at most half a step, `ratio` between neighbours) is
 // kept if it measures better. Then the boundary: the best fit's step mirrored (from the fit it
