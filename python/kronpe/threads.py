@@ -14,7 +14,12 @@ Busy-waiting: libgomp's threads spin for a while after each parallel region befo
 when it loads, and is the same for torch's operators and kronpe's kernels (benches/omp_spin.py:
 with 2 threads the 20 ms after a torch 1024^2 matmul burn ~9 ms of CPU, after a kronpe blend of
 2 M points ~5 ms; with ``OMP_WAIT_POLICY=passive`` both burn none). On a machine shared with other
-busy processes set ``OMP_WAIT_POLICY=passive`` (for torch and kronpe alike) before starting Python.
+busy processes set ``OMP_WAIT_POLICY=passive`` (for torch and kronpe alike) before starting Python:
+the others get those cycles back, though kronpe's short kernels then wake a sleeping thread at
+every region (a masked 451 x 300 RGB fill on two threads: 34 ms instead of 13). When another busy
+process holds one of the CPUs kronpe's team runs on, its teams wait for the slower CPU at every
+barrier: on two CPUs with a busy loop pinned to one, that fill took 20.6-22.7 ms on two threads and
+19.7-20.2 on one, so ``set_num_threads(1)`` is then the faster choice.
 
 Waking after a pause (Linux): on virtual machines the kernel may wake a sleeping OpenMP worker on
 the CPU of the thread that launches the team, where it waits while that thread spins: the first
