@@ -748,11 +748,12 @@ def test_lattice_count_matches_reference(rng, layout, dtype):
     for name, x in _lattice_count_cases(rng):
         x = x.astype(dtype)
         if layout == "strided":
-            wide = np.zeros(3 * x.size)
+            wide = np.zeros(3 * x.size, x.dtype)
             wide[1::3] = x
             x = wide[1::3]
         elif layout == "reversed":
             x = x[::-1]
+        assert x.dtype == dtype
         got = _core.lattice_count(x, 64, 1e-6, 1e-6)
         assert got == reference.lattice_count(x, 64, 1e-6, 1e-6), name
         found[name] = got
