@@ -793,9 +793,9 @@ def _hats_at_centres(e, c: np.ndarray) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _node_centres(K: int) -> np.ndarray:
-    """k / K, k = 0 .. K - 1 (Triangle(K).centres), read-only: kept for the last few K (a
-    prediction on a fill's own nodes compares its coordinates with them on every call)."""
-    out = np.arange(K, dtype=np.float64) / K
+    """Triangle(K).centres (k / K), read-only: kept for the last few K (a prediction on a fill's
+    own nodes compares its coordinates with them on every call)."""
+    out = _fill_embedder(K).centres
     out.setflags(write=False)
     return out
 
