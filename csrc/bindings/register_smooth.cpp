@@ -157,6 +157,9 @@ void register_hierarchy(py::module_& m, const char* name) {
           py::arg("weights"), "the Laplacian-power form's axis weights (lam kept)")
       .def("set_chebyshev", [](H& h, double lmax, double alpha) { h.set_chebyshev(lmax, alpha); }, py::arg("lmax"),
            py::arg("alpha"), "the smoother's interval [lmax / alpha, lmax]")
+      .def("set_predicted_stop", [](H& h, bool on) { h.set_predicted_stop(on); }, py::arg("on"),
+           "pcg's predicted stop on (the default) or off: with it on, the V-cycle of the iteration the "
+           "estimates' rate says reaches tol is skipped and the reported estimate is that expectation")
       .def(
           "set_data_term",
           [](H& h, const Array& mm) {

@@ -251,6 +251,8 @@ class ThinPlateHierarchy32:
         """The Laplacian-power form's axis weights (lam kept)."""
     def set_chebyshev(self, lmax: float, alpha: float) -> None:
         """The smoother's interval [lmax / alpha, lmax]."""
+    def set_predicted_stop(self, on: bool) -> None:
+        """pcg's predicted stop on (the default) or off (kronpe/multigrid.h)."""
     def set_data_term(self, m: Descriptor) -> None:
         """A new data term on the same grid (lam kept)."""
     @property

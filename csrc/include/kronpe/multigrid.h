@@ -15,7 +15,13 @@
 //   grid the prolonged solution corrected by `cycles` V-cycles).
 // - pcg: CG preconditioned by one V-cycle, from x (from_x) or from fmg(b); stops when
 //   ||z|| <= tol * scale (scale <= 0: ||x||), z the preconditioned residual; tol <= 0: after
-//   exactly maxiter iterations, with no error estimate (its passes skipped).
+//   exactly maxiter iterations, with no error estimate (its passes skipped). Predicted stop
+//   (MultigridOptions::predicted_stop): the estimate shrinks by a steady rate per iteration, so
+//   once the last one times that rate (the larger of the last two ratios of estimates, at least
+//   kPcgMinRate; kPcgFirstRate after the start) is <= tol, the next update is the last one and
+//   its V-cycle, computed only to measure it, is skipped (one V-cycle of 3-6 per solve of the
+//   fills); the result then reports that expectation (PcgResult::predicted). Grids of one axis
+//   (whose rates jump) always measure.
 // Work arrays are owned by the hierarchy: one object serves one thread of calls at a time.
 #pragma once
 #include <atomic>
@@ -35,11 +41,13 @@ struct MultigridOptions {
   double alpha = 8.0;     // the smoother targets [lmax / alpha, lmax]
   index_t coarsest = 64;  // nodes at most on the coarsest grid (solved densely)
   int threads = 0;        // of the kernels (0: OpenMP's default)
+  bool predicted_stop = true;  // pcg: the predicted stop (below)
 };
 
 struct PcgResult {
   index_t iterations = 0;
-  double error = 0.0;  // ||z|| / scale at the end (NaN with tol <= 0: not estimated)
+  double error = 0.0;      // ||z|| / scale at the end (NaN with tol <= 0: not estimated)
+  bool predicted = false;  // error is the predicted stop's expectation, not measured (below)
 };
 
 // Work memory of the solvers, kept between fits: a freed block (64 KiB and more) goes to a
@@ -98,6 +106,8 @@ class ThinPlateHierarchy {
   void set_weights(const double w[3]);
   // The smoother's interval [lmax / alpha, lmax] (MultigridOptions; the degree is kept).
   void set_chebyshev(double lmax, double alpha);
+  // pcg's predicted stop on or off (MultigridOptions::predicted_stop)
+  void set_predicted_stop(bool on) { opt_.predicted_stop = on; }
   double lambda() const { return lam_; }
   int levels() const { return int(levels_.size()); }
   const Grid& grid(int level) const { return levels_.at(level).g; }
