@@ -710,6 +710,30 @@ def test_data_term_add_to_is_btb_through_the_blending_matrix(rng):
         np.testing.assert_allclose(data.add_to(v, np.zeros(shape, np.float32)), data(v[..., None])[..., 0], rtol=1e-6, atol=1e-6)
 
 
+def test_predicted_stop_only_for_a_diagonal_data_term(rng):
+    """smooth.hierarchy: PCG's predicted stop on a hierarchy of a diagonal data term (a mask), off on
+    one that lumps a blending matrix's B^T B (points off the nodes, whose estimates wander), where
+    solve then stops as the measured stop does, bit for bit."""
+    from kronpe import BlendingMatrix
+    from kronpe.solvers import smooth
+
+    shape = (33, 29)
+    nodes = [np.linspace(0, 1, n) for n in shape]
+    B = BlendingMatrix(rng.random((400, 2)), nodes, None, normalize=False, outside="clamp").store()
+    off = smooth.DataTerm(shape, blend=B)
+    mask = rng.random(shape) < 0.5
+    assert smooth.hierarchy(smooth.DataTerm(shape, mask), 1e-4).predicted_stop
+    mg = smooth.hierarchy(off, 1e-4)
+    assert not mg.predicted_stop
+    b = off(rng.standard_normal(shape + (1,)).astype(np.float32))[..., 0]
+    op = smooth._operator(off, 1e-4, smooth.PENALTY)
+    x1, i1, e1 = mg.solve(b, None, 1e-3, 200, op)
+    measured = ThinPlateMG(off.lumped(), 1e-4, predicted_stop=False)
+    x0, i0, e0 = measured.solve(b, None, 1e-3, 200, op)
+    assert (i1, e1) == (i0, e0) and e0 <= 1e-3
+    np.testing.assert_array_equal(x1, x0)
+
+
 LATTICE_CASES = [(0, 2, (5, 4)), (1, 1, (1,)), (9, 1, (7,)), (300, 2, (17, 33)), (2000, 3, (9, 5, 12)), (40000, 2, (257, 129))]
 
 

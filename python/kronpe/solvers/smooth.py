@@ -579,7 +579,9 @@ def hierarchy(data: DataTerm, lam: Optional[float], penalty: DifferencePenalty =
     with a diagonal data term and the thin-plate penalty, the smoother DIAGONAL_SMOOTHER (module
     docstring)."""
     degree, alpha = DIAGONAL_SMOOTHER if data.is_diagonal and penalty.order == 2 else (None, None)
-    return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, threads=threads, **_mg_penalty(penalty))
+    # (PCG's predicted stop only where the V-cycle's matrix is the data term's: multigrid.py)
+    return ThinPlateMG(data.lumped(), lam, degree=degree, alpha=alpha, threads=threads,
+                       predicted_stop=data.is_diagonal, **_mg_penalty(penalty))
 
 
 def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = None,
