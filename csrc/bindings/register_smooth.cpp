@@ -221,6 +221,19 @@ void register_hierarchy(py::module_& m, const char* name) {
           "count V-cycles from x (from_x) or from fmg(b), in place, each over-relaxed by omega: the "
           "stationary multigrid iteration")
       .def(
+          "cycles_from",
+          [](H& h, const Array& b, const Array& start, const Array& x, int count, double omega) {
+            const T* bp = finest<const T>(h, b, "b");
+            const T* sp = finest<const T>(h, start, "start");
+            T* xp = finest<T>(h, x, "x");
+            require(b.address != x.address && start.address != x.address, "cycles_from: x must not be b or start");
+            py::gil_scoped_release release;
+            h.cycles_from(bp, sp, xp, count, omega);
+          },
+          py::arg("b"), py::arg("start"), py::arg("x"), py::arg("count"), py::arg("omega") = 1.0,
+          "cycles from start into x (count >= 1): the values of copying start into x and cycles(b, x, True, "
+          "count, omega), without the copy")
+      .def(
           "pcg",
           [](H& h, const Array& b, const Array& x, bool from_x, double tol, index_t maxiter, double scale,
              const py::object& op) {

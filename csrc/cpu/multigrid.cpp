@@ -423,22 +423,23 @@ void ThinPlateHierarchy<T>::prolong_up(int level, const T* c, T* f, bool add) {
 
 template <typename T>
 void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res, T* save, const T* from,
-                                   T omega) {
+                                   T omega, const T* start) {
   thin_plate_smooth<T>(L.g, x, b, L.m.data(), L.w.data(), L.lam, T(theta_), zero, int(c1_.size()), c1_.data(),
                        c2_.data(), L.r.data(), L.d.data(), L.d2.data(), res, opt_.threads, L.scratch.get(), save,
-                       from, omega);
+                       from, omega, start);
 }
 
 template <typename T>
-void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero, T* old, T omega) {
+void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero, T* old, T omega, const T* start) {
   Level& L = levels_[level];
   T* x = out ? out : L.x.data();
   if (level == int(levels_.size()) - 1) {
-    require(!old, "multigrid: an over-relaxed V-cycle needs a coarser level");
+    require(!old && !start, "multigrid: an over-relaxed V-cycle needs a coarser level");
     coarsest_solve(b, x);
     return;
   }
-  smooth(L, x, b, zero, L.r.data(), old);  // and the residual, into r (the start, into old)
+  if (start) smooth(L, x, b, false, L.r.data(), nullptr, nullptr, T(1), start);  // (old, if any, is start)
+  else smooth(L, x, b, zero, L.r.data(), old);  // and the residual, into r (the start, into old)
   Level& C = levels_[level + 1];
   restrict_down(level, L.r.data(), C.b.data());
   vcycle_at(level + 1, C.b.data());
@@ -466,6 +467,22 @@ void ThinPlateHierarchy<T>::cycles(const T* b, T* x, bool from_x, int count, dou
     vcycle_at(0, b, x, false);
     if (omega != 1.0) relax(n, T(omega), old, x, opt_.threads);
   }
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::cycles_from(const T* b, const T* from, T* x, int count, double omega) {
+  require(count >= 1, "multigrid: cycles_from needs a cycle or more");
+  require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
+  const index_t n = levels_[0].g.size();
+  require(from + n <= x || x + n <= from, "multigrid: cycles_from's x must not overlap from");
+  if (levels_.size() == 1) {  // (a single grid: cycles' own path)
+    std::copy(from, from + n, x);
+    cycles(b, x, true, count, omega);
+    return;
+  }
+  // the first cycle smooths from `from` (cycles' fused over-relaxation, from `from` itself)
+  vcycle_at(0, b, x, false, omega != 1.0 ? const_cast<T*>(from) : nullptr, T(omega), from);
+  if (count > 1) cycles(b, x, true, count - 1, omega);
 }
 
 template <typename T>
@@ -625,8 +642,8 @@ SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold,
       h.fmg(b, pool[k].data(), 1);
       return k;
     }
-    std::copy(pool[from].begin(), pool[from].end(), pool[k].begin());
-    h.cycles(b, pool[k].data(), true, s.count, s.omega);
+    if (s.count == 0) std::copy(pool[from].begin(), pool[from].end(), pool[k].begin());
+    else h.cycles_from(b, pool[from].data(), pool[k].data(), s.count, s.omega);
     return k;
   };
   WorkArray<T> buf(static_cast<std::size_t>(nhold));

@@ -730,6 +730,20 @@ KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T
   }
 }
 
+// step_row with the iterate's old values read from `start` (x written only): x = start + d.
+template <typename T>
+KRONPE_CLONES void step_row_from(index_t n, const T* __restrict d, T* __restrict r, const T* __restrict start,
+                                 T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
+                                 const T* __restrict acc, const T* __restrict w, T* __restrict d_out) {
+  for (index_t i = 0; i < n; ++i) {
+    const T di = d[i];
+    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
+    r[i] = ri;
+    x[i] = start[i] + di;
+    d_out[i] = c1 * di + c2 * ri;
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -796,6 +810,19 @@ KRONPE_CLONES void last_step_row(index_t n, const T* __restrict d, const T* __re
   }
 }
 
+// last_step_row with the iterate's old values read from `start` (x written only).
+template <typename T>
+KRONPE_CLONES void last_step_row_from(index_t n, const T* __restrict d, const T* __restrict r,
+                                      const T* __restrict start, T* __restrict x, const T* __restrict m, T lam,
+                                      T c1, T c2, const T* __restrict acc, const T* __restrict w) {
+  for (index_t i = 0; i < n; ++i) {
+    const T di = d[i];
+    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
+    const T xi = start[i] + di;
+    x[i] = xi + (c1 * di + c2 * ri);
+  }
+}
+
 // last_step_row with the result over-relaxed from `from`: x = from + omega (x_s - from).
 template <typename T>
 KRONPE_CLONES void last_step_relaxed_row(index_t n, const T* __restrict d, const T* __restrict r,
@@ -816,6 +843,12 @@ template <typename T>
 KRONPE_CLONES void add_relaxed_row(index_t n, const T* __restrict d, T* __restrict x, const T* __restrict from,
                                    T omega) {
   for (index_t i = 0; i < n; ++i) x[i] = from[i] + omega * ((x[i] + d[i]) - from[i]);
+}
+
+// x = start + d over a row (add_row with the old values read from `start`).
+template <typename T>
+KRONPE_CLONES void add_row_from(index_t n, const T* __restrict d, const T* __restrict start, T* __restrict x) {
+  for (index_t i = 0; i < n; ++i) x[i] = start[i] + d[i];
 }
 
 // x += d over a row (the smoother of degree 1: its start is its only step).
@@ -841,10 +874,12 @@ KRONPE_CLONES void add_row(index_t n, const T* __restrict d, T* __restrict x, bo
 template <typename T>
 void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
                        bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
-                       int threads, SmoothScratch<T>* scratch, T* save, const T* from, T omega) {
+                       int threads, SmoothScratch<T>* scratch, T* save, const T* from, T omega,
+                       const T* start) {
   check_grid(g);
   require(nsteps >= 0, "thin_plate_smooth: nsteps must be >= 0");
   require(!(save && zero) && !(from && (res || zero)), "thin_plate_smooth: save needs a start x; from, no res");
+  require(!(start && (zero || save || from)), "thin_plate_smooth: start excludes zero, save and from");
   if (g.size() == 0) return;
   std::shared_ptr<SmoothScratch<T>> own;
   scratch = scratch_for(g, scratch, own);
@@ -872,21 +907,33 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
         stencil[k].row(B, v, plane ? 0 : q / g.n[1], plane ? q : q % g.n[1], acc + (q - q0) * n2);
     };
     if (s == 0) {
-      if (!zero) rows_of(0, x);
-      if (save) std::copy(x + o, x + o + len, save + o);  // (these rows of x are still the start's)
-      start_row(len, zero ? nullptr : x + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
+      // (stage 0 reads the start: with `start`, from there; in place, these rows of x still hold it)
+      const T* x0 = start ? start : x;
+      if (!zero) rows_of(0, x0);
+      if (save) std::copy(x + o, x + o + len, save + o);
+      start_row(len, zero ? nullptr : x0 + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
       if (zero && nsteps > 0) std::fill(x + o, x + o + len, T(0));
     } else if (s == 1 && adds) {  // degree 1: x += d
       if (from) add_relaxed_row(len, d + o, x + o, from + o, omega);
+      else if (start) add_row_from(len, d + o, start + o, x + o);
       else add_row(len, d + o, x + o, zero);
     } else if (s <= nsteps) {
       const T* din = (s % 2 == 1 ? d : d2);
       T* dout = (s % 2 == 1 ? d2 : d);
       rows_of(s, din);
-      if (s < nsteps) step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
-      else if (from) last_step_relaxed_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o,
-                                           from + o, omega);
-      else last_step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
+      // (the first step writes x from the start: with `start`, x = start + d)
+      const bool first = s == 1 && start;
+      if (s < nsteps) {
+        if (first) step_row_from(len, din + o, r + o, start + o, x + o, m + o, lam, c1[0], c2[0], acc, w + o, dout + o);
+        else step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
+      } else if (from) {
+        last_step_relaxed_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, from + o,
+                              omega);
+      } else if (first) {
+        last_step_row_from(len, din + o, r + o, start + o, x + o, m + o, lam, c1[0], c2[0], acc, w + o);
+      } else {
+        last_step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
+      }
     } else {
       rows_of(s, x);
       residual_row(len, x + o, b + o, m + o, lam, acc, res + o);
@@ -1264,7 +1311,7 @@ void for_range(index_t n, int threads, const std::function<void(index_t, index_t
   template void inverse_diag<T>(index_t, const T*, T, const T*, T*, int);                       \
   template void thin_plate_smooth<T>(const Grid&, T*, const T*, const T*, const T*, T, T, bool, \
                                      int, const T*, const T*, T*, T*, T*, T*, int,               \
-                                     SmoothScratch<T>*, T*, const T*, T);                         \
+                                     SmoothScratch<T>*, T*, const T*, T, const T*);               \
   template std::shared_ptr<SmoothScratch<T>> smooth_scratch<T>(const Grid&);                     \
   template void restrict_axis<T>(index_t, index_t, index_t, const T*, T*, int);                \
   template void prolong_axis<T>(index_t, index_t, index_t, const T*, T*, bool, int);              \

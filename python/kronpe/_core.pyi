@@ -265,6 +265,10 @@ class ThinPlateHierarchy32:
         """x = V b, one V-cycle from zero."""
     def fmg(self, b: Descriptor, x: Descriptor, cycles: int = 1) -> None:
         """x = the full multigrid approximation of A^-1 b."""
+    def cycles(self, b: Descriptor, x: Descriptor, from_x: bool, count: int, omega: float = 1.0) -> None:
+        """count V-cycles from x (from_x) or from fmg(b), in place, each over-relaxed by omega."""
+    def cycles_from(self, b: Descriptor, start: Descriptor, x: Descriptor, count: int, omega: float = 1.0) -> None:
+        """cycles from start into x (count >= 1), without copying start into x first."""
     def pcg(self, b: Descriptor, x: Descriptor, from_x: bool, tol: float, maxiter: int, scale: float = 0.0) -> Tuple[int, float]:
         """Multigrid-preconditioned CG from x (from_x) or from fmg(b): (iterations, ||z|| / scale)."""
 

@@ -123,6 +123,10 @@ class ThinPlateHierarchy {
   // over-relaxes each step, x + omega (V-cycle(x) - x) (two more vector passes). Only for a
   // hierarchy whose finest A is the system's (a diagonal data term).
   void cycles(const T* b, T* x, bool from_x, int count, double omega = 1.0);
+  // cycles from `from` into x (not aliased, count >= 1): the same values as copying from into x
+  // and cycles(b, x, true, count, omega), without the copy, the first smoother reading its start
+  // from `from` (the held-out sweep's steps, each from the fit before it)
+  void cycles_from(const T* b, const T* from, T* x, int count, double omega = 1.0);
   // out = A v for the system CG solves, when it is not the hierarchy's finest matrix (a data term
   // B^T B off the nodes: the hierarchy holds its lumped diagonal)
   using Operator = std::function<void(const T* v, T* out)>;
@@ -146,11 +150,14 @@ class ThinPlateHierarchy {
   // the smoother from x (zero: from 0); res: b - A x after it (null: not computed); save, from,
   // omega: thin_plate_smooth's fused over-relaxation
   void smooth(Level& L, T* x, const T* b, bool zero, T* res = nullptr, T* save = nullptr,
-              const T* from = nullptr, T omega = T(1));
+              const T* from = nullptr, T omega = T(1), const T* start = nullptr);
   // result in out (null: levels_[level].x); from zero, or (zero false) from out itself; with
   // `old` (not from zero, a level with a coarser one below) the result over-relaxed by omega from
   // the start, which old receives (cycles)
-  void vcycle_at(int level, const T* b, T* out = nullptr, bool zero = true, T* old = nullptr, T omega = T(1));
+  // `start` (the finest level, with old null or old == start): the start read from there, not
+  // from out (thin_plate_smooth's start), old then only read
+  void vcycle_at(int level, const T* b, T* out = nullptr, bool zero = true, T* old = nullptr, T omega = T(1),
+                 const T* start = nullptr);
   void restrict_down(int level, const T* f, T* c);
   void prolong_up(int level, const T* c, T* f, bool add);
   void coarsest_solve(const T* b, T* x);

@@ -89,12 +89,14 @@ void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T l
 // inverted); r, d, d2: work arrays of the grid's size. The same values as the separate kernels.
 // An over-relaxed stationary step fused in (ThinPlateHierarchy::cycles): save (not with zero)
 // receives x as it was before the smoother; with `from` given, the smoother's result x_s is
-// written over-relaxed from it, from + omega (x_s - from), and res must be null.
+// written over-relaxed from it, from + omega (x_s - from), and res must be null. With `start`
+// (not with zero, save or from), the smoother starts from start instead of x, whose values are
+// then only written: the same values as copying start into x first, without that pass.
 template <typename T>
 void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, T lam, T theta,
                        bool zero, int nsteps, const T* c1, const T* c2, T* r, T* d, T* d2, T* res,
                        int threads, SmoothScratch<T>* scratch = nullptr, T* save = nullptr,
-                       const T* from = nullptr, T omega = T(1));
+                       const T* from = nullptr, T omega = T(1), const T* start = nullptr);
 
 // diag(A), for Jacobi-type smoothers and the tests; inverted: diag(A)^-1 (0 where diag(A) is 0),
 // the smoother's scaling.
