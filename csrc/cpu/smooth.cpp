@@ -730,8 +730,9 @@ KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T
   }
 }
 
-// step_row with the iterate's old values read from `start` (x written only): x = start + d.
-template <typename T>
+// step_row with the iterate's old values read from `start` (x written only): x = start + d;
+// Zero: from x = 0 (start not read), x = 0 + d (the same bits as filling x with zeros first).
+template <bool Zero, typename T>
 KRONPE_CLONES void step_row_from(index_t n, const T* __restrict d, T* __restrict r, const T* __restrict start,
                                  T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
                                  const T* __restrict acc, const T* __restrict w, T* __restrict d_out) {
@@ -739,7 +740,7 @@ KRONPE_CLONES void step_row_from(index_t n, const T* __restrict d, T* __restrict
     const T di = d[i];
     const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
     r[i] = ri;
-    x[i] = start[i] + di;
+    x[i] = (Zero ? T(0) : start[i]) + di;
     d_out[i] = c1 * di + c2 * ri;
   }
 }
@@ -810,15 +811,16 @@ KRONPE_CLONES void last_step_row(index_t n, const T* __restrict d, const T* __re
   }
 }
 
-// last_step_row with the iterate's old values read from `start` (x written only).
-template <typename T>
+// last_step_row with the iterate's old values read from `start` (x written only; Zero: from 0,
+// as step_row_from).
+template <bool Zero, typename T>
 KRONPE_CLONES void last_step_row_from(index_t n, const T* __restrict d, const T* __restrict r,
                                       const T* __restrict start, T* __restrict x, const T* __restrict m, T lam,
                                       T c1, T c2, const T* __restrict acc, const T* __restrict w) {
   for (index_t i = 0; i < n; ++i) {
     const T di = d[i];
     const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
-    const T xi = start[i] + di;
+    const T xi = (Zero ? T(0) : start[i]) + di;
     x[i] = xi + (c1 * di + c2 * ri);
   }
 }
@@ -912,7 +914,6 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       if (!zero) rows_of(0, x0);
       if (save) std::copy(x + o, x + o + len, save + o);
       start_row(len, zero ? nullptr : x0 + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
-      if (zero && nsteps > 0) std::fill(x + o, x + o + len, T(0));
     } else if (s == 1 && adds) {  // degree 1: x += d
       if (from) add_relaxed_row(len, d + o, x + o, from + o, omega);
       else if (start) add_row_from(len, d + o, start + o, x + o);
@@ -921,16 +922,21 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       const T* din = (s % 2 == 1 ? d : d2);
       T* dout = (s % 2 == 1 ? d2 : d);
       rows_of(s, din);
-      // (the first step writes x from the start: with `start`, x = start + d)
-      const bool first = s == 1 && start;
+      // (the first step writes x from the start: with `start`, x = start + d; from zero, 0 + d,
+      // x not read: no pass filling it with zeros first)
+      const bool first = s == 1 && (start || zero);
+      const T* x0 = start ? start + o : nullptr;
       if (s < nsteps) {
-        if (first) step_row_from(len, din + o, r + o, start + o, x + o, m + o, lam, c1[0], c2[0], acc, w + o, dout + o);
+        if (first && zero) step_row_from<true>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o, dout + o);
+        else if (first) step_row_from<false>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o, dout + o);
         else step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
       } else if (from) {
         last_step_relaxed_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, from + o,
                               omega);
+      } else if (first && zero) {
+        last_step_row_from<true>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o);
       } else if (first) {
-        last_step_row_from(len, din + o, r + o, start + o, x + o, m + o, lam, c1[0], c2[0], acc, w + o);
+        last_step_row_from<false>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o);
       } else {
         last_step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
       }
