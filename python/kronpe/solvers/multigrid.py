@@ -57,7 +57,10 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
 - **Stationary cycles** (``cycles``): x + omega V (b - A x) with the V-cycle smoothing from x
   itself, so a step costs one V-cycle (a PCG step also applies A and makes five vector passes:
   0.8 against 1.3 ms at 512^2 on one thread). The lambda sweep of the default fits takes one such
-  step per lambda (kronpe.solvers.smooth).
+  step per lambda (kronpe.solvers.smooth), each from the fit before it into an array of its own
+  (``cycles_from``: the first smoother reads its start from there, with the bits of copying it
+  first and cycling in place; one step over-relaxed, in one process, copy + cycles / cycles_from:
+  128^2 one thread 73.3 / 70.7 us, 451 x 300 453 / 425 us, 512^2 819 / 749 us, two threads).
 - **Start**: full multigrid (``fmg``): b restricted to the coarsest grid, solved there, then on
   each finer grid the prolonged solution corrected by one V-cycle, about 4/3 V-cycles in all
   (each smoothing from the prolonged iterate itself, x + V (b - A x) without a residual and a
@@ -87,7 +90,8 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
   right neighbours from the vectors it loaded (valignd) and masks the last partial vector instead
   of a scalar tail, bit for bit the same values: one V-cycle (degree 2), alternating processes on
   a slower host, one thread 128^2 87 -> 77 us, 451 x 300 0.60 -> 0.52 ms; two threads 71 -> 64 us,
-  0.36 -> 0.32 ms.
+  0.36 -> 0.32 ms. A V-cycle from zero (CG's preconditioner, every coarse level) writes its
+  first step as 0 + d without reading x (no pass filling it with zeros first; the same bits).
 - **Non-diagonal data terms** (points off the nodes): the compiled CG calls the exact operator,
   given as a Python function (v -> A v on a read-only view of its vector; the vector updates and
   dot products stay compiled: the same loop in NumPy spent ~20% of an off-grid fit in them); the
