@@ -167,16 +167,22 @@ void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
   for (int k = a + 1; k < 3; ++k) inner *= s[k];
 }
 
-// Every m[i] in [0, max] (NaN fails both tests): blocks of 64 counted without branches, so that
-// the loop vectorises (a bool &= per value did not: 0.1 ms at 512^2, a quarter of set_data_term).
+// Every m[i] in [0, max] (NaN fails both tests): blocks of 256 or-ed without branches, both
+// tests evaluated (no short-circuit &&), so that the loop vectorises. (Counting `!(x >= 0 && x <=
+// max)` per value in blocks of 64 compiled to a scalar compare and branch per value: 74 us at 451
+// x 300, 10.4 us this way, g++ -O3 for x86-64-v4; a check runs in every hierarchy's build and
+// set_data_term.)
 template <typename T>
 KRONPE_CLONES bool all_finite_nonnegative(index_t n, const T* __restrict m) {
-  constexpr index_t kBlock = 64;
+  constexpr index_t kBlock = 256;
   const T top = std::numeric_limits<T>::max();
   index_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     int bad = 0;
-    for (index_t k = 0; k < kBlock; ++k) bad += int(!(m[i + k] >= T(0) && m[i + k] <= top));
+    for (index_t k = 0; k < kBlock; ++k) {
+      const T x = m[i + k];
+      bad |= int(!(x >= T(0))) | int(!(x <= top));
+    }
     if (bad) return false;
   }
   for (; i < n; ++i)
