@@ -332,14 +332,15 @@ def test_cycles_converge_to_the_dense_solution(rng):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("degree", [1, 2, 3])
 @pytest.mark.parametrize("shape", [(37,), (64, 60), (12, 11, 10), (300, 200)], ids=str)
-def test_cycles_from_another_array_are_the_cycles_in_place(rng, shape, degree, threads):
+def test_cycles_from_another_array_are_the_cycles_in_place(rng, shape, degree, threads, dtype):
     """cycles_from (the held-out sweep's steps: the smoother reads its start from the fit before,
     no copy of it first) gives the bits of copying the start and cycling in place, over-relaxed
-    or not, one cycle or two, on 1 to 3 axes and one or two threads; the start is left as it was;
-    bad arguments are named errors."""
-    m = (rng.random(shape) < 0.5).astype(np.float32)
-    b = (m * rng.random(shape)).astype(np.float32)
-    mg = ThinPlateMG(m, 1e-3, reflect=True, degree=degree, alpha=4.0, threads=threads)
+    or not, one cycle or two, on 1 to 3 axes, one or two threads, float32 and float64; the start
+    is left as it was; bad arguments (x aliasing b or the start, no cycle, a strided start or x,
+    another dtype) are named errors."""
+    m = (rng.random(shape) < 0.5).astype(dtype)
+    b = (m * rng.random(shape)).astype(dtype)
+    mg = ThinPlateMG(m, 1e-3, dtype=dtype, reflect=True, degree=degree, alpha=4.0, threads=threads)
     x0 = mg.fmg(b)
     keep = x0.copy()
     for omega in (1.0, 1.3):
@@ -354,6 +355,13 @@ def test_cycles_from_another_array_are_the_cycles_in_place(rng, shape, degree, t
         mg._h.cycles_from(b, x0, x0, 1, 1.3)
     with pytest.raises(ValueError, match="a cycle or more"):
         mg._h.cycles_from(b, x0, np.empty_like(x0), 0, 1.3)
+    wide = np.zeros(shape[:-1] + (2 * shape[-1],), dtype)
+    for start, x in ((wide[..., ::2], np.empty_like(x0)), (x0, wide[..., ::2])):
+        with pytest.raises(ValueError):
+            mg._h.cycles_from(b, start, x, 1, 1.3)
+    other = np.float64 if dtype == np.float32 else np.float32
+    with pytest.raises((ValueError, TypeError)):
+        mg._h.cycles_from(b, x0.astype(other), np.empty_like(x0), 1, 1.3)
 
 
 @pytest.mark.parametrize("shape", [(37,), (33, 40), (12, 11, 10)], ids=str)
@@ -390,16 +398,16 @@ def test_pcg_with_an_operator_function_follows_the_built_in_one(rng, shape):
 
 @pytest.mark.parametrize("shape, lam", [((200,), 1e-4), ((64, 60), 1e-5), ((64, 60), 1e-2), ((20, 18, 16), 1e-3)],
                          ids=str)
-def test_pcg_predicted_stop_skips_only_the_measuring_vcycle(rng, shape, lam):
+def test_pcg_predicted_stop_skips_only_the_measuring_vcycle(rng, shape, lam, dtype):
     """The predicted stop (multigrid.py): CG ends after the update the estimates' rate says reaches
     tol, without the V-cycle that would measure it (not on one axis). On these grids it ends after
     the same iterations as the measured stop, so with the same bits, and the estimate it reports
     (an expectation) is within a factor 2 of the one measured at its result."""
     axes = np.meshgrid(*[np.linspace(0, 1, n) for n in shape], indexing="ij")
     y = np.sin(5 * axes[0]) * np.cos(3 * axes[-1]) + 0.05 * rng.standard_normal(shape)
-    m = (rng.random(shape) < 0.5).astype(np.float32)
-    b = (m * y).astype(np.float32)
-    mg = ThinPlateMG(m, lam, reflect=True, degree=2, alpha=4.0)
+    m = (rng.random(shape) < 0.5).astype(dtype)
+    b = (m * y).astype(dtype)
+    mg = ThinPlateMG(m, lam, dtype=dtype, reflect=True, degree=2, alpha=4.0)
     predicted = 0
     for tol in (1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5):
         mg._h.set_predicted_stop(False)
