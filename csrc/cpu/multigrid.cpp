@@ -17,6 +17,7 @@
 #include <mutex>
 #include <limits>
 #include <new>
+#include <functional>
 #include <string>
 
 namespace kronpe::smooth {
@@ -480,7 +481,8 @@ void ThinPlateHierarchy<T>::cycles_from(const T* b, const T* from, T* x, int cou
   require(count >= 1, "multigrid: cycles_from needs a cycle or more");
   require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
   const index_t n = levels_[0].g.size();
-  require(from + n <= x || x + n <= from, "multigrid: cycles_from's x must not overlap from");
+  const std::less<const T*> before;  // (a total order on pointers into unrelated arrays)
+  require(!before(from, x + n) || !before(x, from + n), "multigrid: cycles_from's x must not overlap from");
   if (levels_.size() == 1) {  // (a single grid: cycles' own path)
     std::copy(from, from + n, x);
     cycles(b, x, true, count, omega);

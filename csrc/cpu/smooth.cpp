@@ -717,30 +717,28 @@ KRONPE_CLONES void start_row(index_t n, const T* __restrict x, const T* __restri
   }
 }
 
-template <typename T>
-KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, T* __restrict x,
-                            const T* __restrict m, T lam, T c1, T c2, const T* __restrict acc,
+// Where a smoother step reads the iterate's old values: x itself (in place), `start` (x only
+// written: the smoother's start in another array), or zero (x only written, 0 + d: the bits of
+// filling x with zeros first, without that pass).
+enum class Old { X, Start, Zero };
+
+template <Old S, typename T>
+inline T old_value(const T* __restrict x, const T* __restrict start, index_t i) {
+  if constexpr (S == Old::X) return x[i];
+  else if constexpr (S == Old::Start) return start[i];
+  else return T(0);
+}
+
+// One Chebyshev step over a row; x = old + d (start: Old::Start's array, else unused).
+template <Old S, typename T>
+KRONPE_CLONES void step_row(index_t n, const T* __restrict d, T* __restrict r, const T* __restrict start,
+                            T* __restrict x, const T* __restrict m, T lam, T c1, T c2, const T* __restrict acc,
                             const T* __restrict w, T* __restrict d_out) {
   for (index_t i = 0; i < n; ++i) {
     const T di = d[i];
     const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
     r[i] = ri;
-    x[i] += di;
-    d_out[i] = c1 * di + c2 * ri;
-  }
-}
-
-// step_row with the iterate's old values read from `start` (x written only): x = start + d;
-// Zero: from x = 0 (start not read), x = 0 + d (the same bits as filling x with zeros first).
-template <bool Zero, typename T>
-KRONPE_CLONES void step_row_from(index_t n, const T* __restrict d, T* __restrict r, const T* __restrict start,
-                                 T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
-                                 const T* __restrict acc, const T* __restrict w, T* __restrict d_out) {
-  for (index_t i = 0; i < n; ++i) {
-    const T di = d[i];
-    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
-    r[i] = ri;
-    x[i] = (Zero ? T(0) : start[i]) + di;
+    x[i] = old_value<S>(x, start, i) + di;
     d_out[i] = c1 * di + c2 * ri;
   }
 }
@@ -791,7 +789,8 @@ void thin_plate_cheb_step(const Grid& g, const T* d, T* r, T* x, const T* m, T l
     rows.row(B, d, i0, i1, acc);
     r_diag_row(B, i0, i1, dg);
     invert_row(g.n[2], m + o, lam, dg);
-    step_row(g.n[2], d + o, r + o, x + o, m + o, lam, c1, c2, acc, dg, d_out + o);
+    step_row<Old::X>(g.n[2], d + o, r + o, static_cast<const T*>(nullptr), x + o, m + o, lam, c1, c2, acc, dg,
+                     d_out + o);
   });
 }
 
@@ -799,28 +798,14 @@ namespace {
 
 // The last Chebyshev step with the smoother's final x += d_out folded in (d_out not stored):
 // the same operations as step_row followed by x += d_out.
-template <typename T>
+template <Old S, typename T>
 KRONPE_CLONES void last_step_row(index_t n, const T* __restrict d, const T* __restrict r,
-                                 T* __restrict x, const T* __restrict m, T lam, T c1, T c2,
-                                 const T* __restrict acc, const T* __restrict w) {
+                                 const T* __restrict start, T* __restrict x, const T* __restrict m, T lam, T c1,
+                                 T c2, const T* __restrict acc, const T* __restrict w) {
   for (index_t i = 0; i < n; ++i) {
     const T di = d[i];
     const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
-    const T xi = x[i] + di;
-    x[i] = xi + (c1 * di + c2 * ri);
-  }
-}
-
-// last_step_row with the iterate's old values read from `start` (x written only; Zero: from 0,
-// as step_row_from).
-template <bool Zero, typename T>
-KRONPE_CLONES void last_step_row_from(index_t n, const T* __restrict d, const T* __restrict r,
-                                      const T* __restrict start, T* __restrict x, const T* __restrict m, T lam,
-                                      T c1, T c2, const T* __restrict acc, const T* __restrict w) {
-  for (index_t i = 0; i < n; ++i) {
-    const T di = d[i];
-    const T ri = r[i] - (m[i] * di + lam * acc[i]) * w[i];
-    const T xi = (Zero ? T(0) : start[i]) + di;
+    const T xi = old_value<S>(x, start, i) + di;
     x[i] = xi + (c1 * di + c2 * ri);
   }
 }
@@ -847,20 +832,10 @@ KRONPE_CLONES void add_relaxed_row(index_t n, const T* __restrict d, T* __restri
   for (index_t i = 0; i < n; ++i) x[i] = from[i] + omega * ((x[i] + d[i]) - from[i]);
 }
 
-// x = start + d over a row (add_row with the old values read from `start`).
-template <typename T>
-KRONPE_CLONES void add_row_from(index_t n, const T* __restrict d, const T* __restrict start, T* __restrict x) {
-  for (index_t i = 0; i < n; ++i) x[i] = start[i] + d[i];
-}
-
-// x += d over a row (the smoother of degree 1: its start is its only step).
-template <typename T>
-KRONPE_CLONES void add_row(index_t n, const T* __restrict d, T* __restrict x, bool zero) {
-  if (zero) {
-    for (index_t i = 0; i < n; ++i) x[i] = T(0) + d[i];
-  } else {
-    for (index_t i = 0; i < n; ++i) x[i] += d[i];
-  }
+// x = old + d over a row (the smoother of degree 1: its start is its only step).
+template <Old S, typename T>
+KRONPE_CLONES void add_row(index_t n, const T* __restrict d, const T* __restrict start, T* __restrict x) {
+  for (index_t i = 0; i < n; ++i) x[i] = old_value<S>(x, start, i) + d[i];
 }
 
 }  // namespace
@@ -914,31 +889,35 @@ void thin_plate_smooth(const Grid& g, T* x, const T* b, const T* m, const T* w, 
       if (!zero) rows_of(0, x0);
       if (save) std::copy(x + o, x + o + len, save + o);
       start_row(len, zero ? nullptr : x0 + o, b + o, m + o, lam, inv_theta, acc, w + o, r + o, d + o);
-    } else if (s == 1 && adds) {  // degree 1: x += d
-      if (from) add_relaxed_row(len, d + o, x + o, from + o, omega);
-      else if (start) add_row_from(len, d + o, start + o, x + o);
-      else add_row(len, d + o, x + o, zero);
-    } else if (s <= nsteps) {
+    } else if (s <= nsteps + adds) {
+      // the first step writes x from the start: x itself (in place), `start`, or zero (0 + d, x
+      // not read: no pass filling it with zeros first); later steps update x in place
+      const Old old = s > 1 || !(start || zero) ? Old::X : (start ? Old::Start : Old::Zero);
+      const T* x0 = start ? start + o : nullptr;
+      auto by_old = [&](auto&& f) {
+        if (old == Old::Start) f(std::integral_constant<Old, Old::Start>());
+        else if (old == Old::Zero) f(std::integral_constant<Old, Old::Zero>());
+        else f(std::integral_constant<Old, Old::X>());
+      };
+      if (adds) {  // degree 1: x = old + d
+        if (from) add_relaxed_row(len, d + o, x + o, from + o, omega);
+        else by_old([&](auto S) { add_row<decltype(S)::value>(len, d + o, x0, x + o); });
+        return;
+      }
       const T* din = (s % 2 == 1 ? d : d2);
       T* dout = (s % 2 == 1 ? d2 : d);
       rows_of(s, din);
-      // (the first step writes x from the start: with `start`, x = start + d; from zero, 0 + d,
-      // x not read: no pass filling it with zeros first)
-      const bool first = s == 1 && (start || zero);
-      const T* x0 = start ? start + o : nullptr;
+      const T c1s = c1[s - 1], c2s = c2[s - 1];
       if (s < nsteps) {
-        if (first && zero) step_row_from<true>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o, dout + o);
-        else if (first) step_row_from<false>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o, dout + o);
-        else step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, dout + o);
+        by_old([&](auto S) {
+          step_row<decltype(S)::value>(len, din + o, r + o, x0, x + o, m + o, lam, c1s, c2s, acc, w + o, dout + o);
+        });
       } else if (from) {
-        last_step_relaxed_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o, from + o,
-                              omega);
-      } else if (first && zero) {
-        last_step_row_from<true>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o);
-      } else if (first) {
-        last_step_row_from<false>(len, din + o, r + o, x0, x + o, m + o, lam, c1[0], c2[0], acc, w + o);
+        last_step_relaxed_row(len, din + o, r + o, x + o, m + o, lam, c1s, c2s, acc, w + o, from + o, omega);
       } else {
-        last_step_row(len, din + o, r + o, x + o, m + o, lam, c1[s - 1], c2[s - 1], acc, w + o);
+        by_old([&](auto S) {
+          last_step_row<decltype(S)::value>(len, din + o, r + o, x0, x + o, m + o, lam, c1s, c2s, acc, w + o);
+        });
       }
     } else {
       rows_of(s, x);
