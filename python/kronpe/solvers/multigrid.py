@@ -41,9 +41,9 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
   with the update of x and r); with tol <= 0 (a fixed number of iterations) it is not computed.
   **Predicted stop**: the estimates shrink by a steady rate (0.2-0.7 per iteration on the
   photographs' fills, rising slowly), so when the last estimate times that rate (the larger of
-  the last two ratios of estimates, at least 0.5; 0.6 after the start) is within tol, the next update is the last
-  and its V-cycle, computed only to measure it, is skipped; the returned estimate is then that
-  expectation. On every component of the twelve photograph fills' final solves the predicted
+  the last two ratios of estimates, at least 0.5; 0.6 after the start) is within tol, the next
+  update is the last and its V-cycle, computed only to measure it, is skipped; the returned
+  estimate is then that expectation. On every component of the twelve photograph fills' final solves the predicted
   stops came after the same iterations as the measured ones (the same bits: held-out PSNR
   +0.0000 dB on every row); one V-cycle fewer per solve, alternating calls in one process (ms,
   masked, measured stop / predicted): chelsea 12.81 / 12.28, astronaut 23.74 / 22.40, coffee
