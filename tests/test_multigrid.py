@@ -462,10 +462,11 @@ def test_smoother_wavefront_same_bits_for_any_thread_count(rng, shape, penalty):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -1e-30])
-@pytest.mark.parametrize("at", [0, 63, 64, 200, 399])
+@pytest.mark.parametrize("at", [0, 63, 64, 200, 255, 256, 399])
 def test_data_term_check_finds_one_bad_value(dtype, bad, at):
-    """The data term's check (blocks of 64 values and a tail: 20 x 20 = 6 blocks + 16) names one
-    NaN, Inf or negative value wherever it is, at construction and in set_data."""
+    """The data term's check (blocks of 256 values and a tail: 20 x 20 = 1 block + 144) names one
+    NaN, Inf or negative value wherever it is, at construction and in set_data; -0 and the
+    largest finite value pass."""
     m = np.ones((20, 20), dtype)
     mg = ThinPlateMG(m, 0.1, dtype=dtype)
     m.flat[at] = bad
@@ -474,6 +475,8 @@ def test_data_term_check_finds_one_bad_value(dtype, bad, at):
     with pytest.raises(ValueError, match="m must be finite and >= 0"):
         mg.set_data(m)
     m.flat[at] = np.finfo(dtype).max  # the largest finite value passes
+    mg.set_data(m)
+    m.flat[at] = -0.0
     mg.set_data(m)
 
 

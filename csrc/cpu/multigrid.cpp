@@ -445,13 +445,15 @@ void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero, 
     coarsest_solve(b, x);
     return;
   }
-  if (start) smooth(L, x, b, false, L.r.data(), nullptr, nullptr, T(1), start);  // (old, if any, is start)
+  if (start) smooth(L, x, b, false, L.r.data(), nullptr, nullptr, T(1), start);
   else smooth(L, x, b, zero, L.r.data(), old);  // and the residual, into r (the start, into old)
   Level& C = levels_[level + 1];
   restrict_down(level, L.r.data(), C.b.data());
   vcycle_at(level + 1, C.b.data());
   prolong_up(level, C.x.data(), x, true);
-  smooth(L, x, b, false, nullptr, nullptr, old, omega);
+  // over-relaxed from the start: `start` itself, or the copy the first smoother saved in old
+  const T* relax_from = start ? (omega != T(1) ? start : nullptr) : old;
+  smooth(L, x, b, false, nullptr, nullptr, relax_from, omega);
 }
 
 template <typename T>
@@ -489,7 +491,7 @@ void ThinPlateHierarchy<T>::cycles_from(const T* b, const T* from, T* x, int cou
     return;
   }
   // the first cycle smooths from `from` (cycles' fused over-relaxation, from `from` itself)
-  vcycle_at(0, b, x, false, omega != 1.0 ? const_cast<T*>(from) : nullptr, T(omega), from);
+  vcycle_at(0, b, x, false, nullptr, T(omega), from);
   if (count > 1) cycles(b, x, true, count - 1, omega);
 }
 

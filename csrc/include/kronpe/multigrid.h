@@ -154,8 +154,8 @@ class ThinPlateHierarchy {
   // result in out (null: levels_[level].x); from zero, or (zero false) from out itself; with
   // `old` (not from zero, a level with a coarser one below) the result over-relaxed by omega from
   // the start, which old receives (cycles)
-  // `start` (the finest level, with old null or old == start): the start read from there, not
-  // from out (thin_plate_smooth's start), old then only read
+  // `start` (the finest level, old null): the start read from there, not from out
+  // (thin_plate_smooth's start), and over-relaxed from there
   void vcycle_at(int level, const T* b, T* out = nullptr, bool zero = true, T* old = nullptr, T omega = T(1),
                  const T* start = nullptr);
   void restrict_down(int level, const T* f, T* c);
