@@ -583,7 +583,6 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
     if (stop && stop->load(std::memory_order_relaxed)) break;  // (x and r updated: a whole step)
     if (next <= tol && predict) {  // this step was expected to reach tol: no V-cycle to check it
       out.error = next;
-      out.predicted = true;
       break;
     }
     vcycle(r, z);

@@ -20,7 +20,7 @@
 //   once the last one times that rate (the larger of the last two ratios of estimates, at least
 //   kPcgMinRate; kPcgFirstRate after the start) is <= tol, the next update is the last one and
 //   its V-cycle, computed only to measure it, is skipped (one V-cycle of 3-6 per solve of the
-//   fills); the result then reports that expectation (PcgResult::predicted). Grids of one axis
+//   fills); the result's error is then that expectation. Grids of one axis
 //   (whose rates jump) always measure.
 // Work arrays are owned by the hierarchy: one object serves one thread of calls at a time.
 #pragma once
@@ -46,8 +46,7 @@ struct MultigridOptions {
 
 struct PcgResult {
   index_t iterations = 0;
-  double error = 0.0;      // ||z|| / scale at the end (NaN with tol <= 0: not estimated)
-  bool predicted = false;  // error is the predicted stop's expectation, not measured (below)
+  double error = 0.0;  // ||z|| / scale at the end, measured or predicted (NaN with tol <= 0: not estimated)
 };
 
 // Work memory of the solvers, kept between fits: a freed block (64 KiB and more) goes to a
