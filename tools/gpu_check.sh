@@ -94,9 +94,10 @@ print($t, \"threads: fit_points 25% astronaut, median\", round(float(np.median(t
 # GridPlan.fit's host time profiled)
 has diag && run_step diag "${GPU_T_DIAG:-90}" env DIAG_COUNTS="${DIAG_COUNTS:-4,8,16}" $py tools/gpu_host_diag.py \
   "${GPU_DIAG:-busy,spec,overhead,fit}"
-# Nsight Compute on the blend kernels (the third launch of each): the limiter of the 8M-point rows
+# Nsight Compute on the stored blend kernels of dense rows (the third launch of each): the limiter of
+# the 8M-point rows
 ncu_blend() {
-  for k in fly_kernel stored_kernel transpose_stored_atomic; do
+  for k in stored_group_kernel transpose_stored_flat_kernel; do
     ncu --clock-control none --target-processes all -k "regex:$k" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
       --section ComputeWorkloadAnalysis --section WarpStateStats $py benches/bench_cuda.py --only blend --quick
