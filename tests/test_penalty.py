@@ -565,6 +565,23 @@ def test_lattice_sums_are_the_blending_transpose(rng, shape):
     assert counts.sum() == 300
 
 
+def _two_channel_fill(rng, first, second, noise, task):
+    """A function filling the image (first, second) + noise from 40% of its pixels (fit_grid with
+    a mask, or fit_points at those pixels): (weights, info)."""
+    img = np.stack([first, second], -1).astype(np.float32)
+    img += noise * rng.standard_normal(img.shape).astype(np.float32)
+    mask = rng.random(first.shape) < 0.4
+
+    def fill():
+        if task == "masked":
+            m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
+        else:
+            m = fit_points(np.argwhere(mask) / np.array(first.shape), img[mask])
+        return m.weights, m.info
+
+    return fill
+
+
 @pytest.mark.parametrize("noise", [0.0, 0.05])
 @pytest.mark.parametrize("task", ["masked", "points"])
 def test_default_fill_same_bits_on_one_thread_or_two(monkeypatch, task, noise):
@@ -574,20 +591,9 @@ def test_default_fill_same_bits_on_one_thread_or_two(monkeypatch, task, noise):
     or not (a finite lambda); a grid over SPECULATE_MAX_NODES does without and matches too."""
     from kronpe.solvers import smooth
 
-    rng = np.random.default_rng(5)
-    n1, n2 = 48, 40
-    x1, x2 = np.meshgrid(np.arange(n1) / n1, np.arange(n2) / n2, indexing="ij")
-    img = (np.sin(9 * x1) * np.cos(7 * x2 + 0.3) + 0.3 * np.sin(23 * x1 * x2))[..., None]
-    img = np.concatenate([img, 0.5 * img + 0.2 * x1[..., None]], -1).astype(np.float32)
-    img += noise * rng.standard_normal(img.shape).astype(np.float32)
-    mask = rng.random((n1, n2)) < 0.4
-
-    def fill():
-        if task == "masked":
-            m = fit_grid(np.where(mask[..., None], img, np.nan), mask=mask)
-        else:
-            m = fit_points(np.argwhere(mask) / np.array([n1, n2]), img[mask])
-        return m.weights, m.info
+    x1, x2 = np.meshgrid(np.arange(48) / 48, np.arange(40) / 40, indexing="ij")
+    base = np.sin(9 * x1) * np.cos(7 * x2 + 0.3) + 0.3 * np.sin(23 * x1 * x2)
+    fill = _two_channel_fill(np.random.default_rng(5), base, 0.5 * base + 0.2 * x1, noise, task)
 
     kronpe.set_num_threads(2)
     try:
@@ -605,6 +611,42 @@ def test_default_fill_same_bits_on_one_thread_or_two(monkeypatch, task, noise):
         plain = fill()[0]
         assert not calls
         np.testing.assert_allclose(plain, two, rtol=0, atol=20 * info["tol"] * np.abs(two).max())
+    finally:
+        kronpe.set_num_threads(None)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05])
+@pytest.mark.parametrize("task", ["masked", "points"])
+def test_large_grids_speculate_on_many_threads(monkeypatch, task, noise):
+    """Over SPECULATE_MAX_NODES nodes the leading component's solve runs beside the sweep only
+    with 2 SPECULATE_TEAM threads or more (a thread of its own, each side on half of them): used
+    when the sweep wants the interpolation limit, cancelled otherwise; the same bits on every
+    such run, and within the solver's tolerance of the fill that does without (fewer threads)."""
+    from kronpe.solvers import smooth
+
+    x1, x2 = np.meshgrid(np.arange(44) / 44, np.arange(50) / 50, indexing="ij")
+    base = np.sin(8 * x1 + 0.2) * np.cos(6 * x2) + 0.3 * np.sin(21 * x1 * x2)
+    fill = _two_channel_fill(np.random.default_rng(9), base, 0.4 * base - 0.3 * x2, noise, task)
+
+    monkeypatch.setattr(smooth, "SPECULATE_MAX_NODES", 1000)  # this grid (2200 nodes) counts as large
+    monkeypatch.setattr(smooth._core, "busy_cores", lambda: (False, 0))  # 8 threads on a small host
+    made = []
+    monkeypatch.setattr(smooth, "_lead_solve", lambda *a, _f=smooth._lead_solve: made.append(_f(*a)) or made[-1])
+    try:
+        kronpe.set_num_threads(2 * smooth.SPECULATE_TEAM - 1)
+        plain, info = fill()
+        assert made and all(spec is None for spec, _ in made)
+        made.clear()
+        kronpe.set_num_threads(2 * smooth.SPECULATE_TEAM)
+        calls = []
+        monkeypatch.setattr(smooth, "_lead_solved", lambda *a, _f=smooth._lead_solved: calls.append(1) or _f(*a))
+        fast, info8 = fill()
+        assert made and all(spec is not None and t == smooth.SPECULATE_TEAM for spec, t in made)
+        assert bool(calls) == bool(info8["interpolating"] and info8["boundary"] == "reflect")
+        assert info8["interpolating"] == info["interpolating"] == (noise == 0.0)
+        again = fill()[0]
+        np.testing.assert_array_equal(fast, again)
+        np.testing.assert_allclose(fast, plain, rtol=0, atol=20 * info["tol"] * np.abs(plain).max())
     finally:
         kronpe.set_num_threads(None)
 

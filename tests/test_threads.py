@@ -49,6 +49,32 @@ def test_results_do_not_depend_on_the_count(restore_threads):
         np.testing.assert_array_equal(a, b)
 
 
+def test_smoothing_team_rule_round_trips_and_refuses_tiny_shares(restore_threads):
+    """The smoothing kernels' team rule (one thread per 2^16 nodes beyond two, a hook for the
+    many-core measurements of tools/gpu_host_diag.py): set returns the previous value, a share
+    under the serial threshold is refused by name, and the rule picks team sizes, not results."""
+    from kronpe import _core
+    from kronpe.solvers.multigrid import ThinPlateMG
+
+    rng = np.random.default_rng(1)
+    m = rng.random((300, 300)).astype(np.float32) * (rng.random((300, 300)) < 0.3)
+    b = (m * rng.standard_normal((300, 300))).astype(np.float32)
+    kronpe.set_num_threads(4)
+    fits = []
+    previous = _core.set_nodes_per_extra_thread(1 << 13)
+    try:
+        assert previous == 1 << 16
+        for k in (13, 17):
+            assert _core.set_nodes_per_extra_thread(1 << k) in (1 << 13, 1 << 17)
+            fits.append(ThinPlateMG(m, 1e-2).solve(b, tol=1e-6)[0])
+        with pytest.raises(ValueError, match="nodes must be at least 8192"):
+            _core.set_nodes_per_extra_thread(100)
+        assert _core.set_nodes_per_extra_thread(1 << 16) == 1 << 17
+    finally:
+        _core.set_nodes_per_extra_thread(previous)
+    np.testing.assert_array_equal(fits[0], fits[1])
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_one_openmp_runtime_with_torch():
     """kronpe's OpenMP kernels run on the runtime torch loaded: one libgomp in a process that

@@ -13,11 +13,21 @@
    on a team of 2, 4 or 8 threads, against each alone;
 6. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
    torch's tensordot chain, torch.mm and torch.empty;
-7. ``fit``: ``GridPlan.fit`` of one 256^2 CUDA image (K = 256, the bench's 0.5 ms row), wall time
+7. ``rule``: the smoothing kernels' team rule beyond two threads (one thread per 2^k nodes,
+   ``_core.set_nodes_per_extra_thread``; k from DIAG_RULES, default 15,16,17) against the thread
+   counts of DIAG_COUNTS: the scattered fit's median ms and the busy marks added, fits interleaved
+   over the pairs (rule, threads) in 7 rounds;
+8. ``lead``: the leading component's solve beside the sweep on large grids (smooth.py's
+   SPECULATE_TEAM) against the fill without it, interleaved in 8 rounds per thread count of
+   DIAG_COUNTS: the scattered fit's median ms, and the largest difference of the predictions;
+9. ``parts``: the scattered fit per thread count of DIAG_COUNTS with the BLAS as it is and with
+   the BLAS on one thread (threadpoolctl), interleaved in 8 rounds (median ms), then one
+   cProfile run per count: the compiled calls by their own time (ms);
+10. ``fit``: ``GridPlan.fit`` of one 256^2 CUDA image (K = 256, the bench's 0.5 ms row), wall time
    per call (each call ends in its one synchronisation), and where the host's time goes: a
    cProfile of 300 calls, the top functions by their own time.
 
-    python tools/gpu_host_diag.py [threads,pairs,busy,spec,gemm,overhead,fit]
+    python tools/gpu_host_diag.py [threads,pairs,busy,spec,rule,lead,parts,gemm,overhead,fit]
 """
 from __future__ import annotations
 
@@ -104,6 +114,102 @@ def busy(s):
         now, m1 = _core.busy_cores()
         print(f"threads {t:2d}: {ms:6.1f} ms, {m1 - m0} marks, busy {now}")
     kronpe.set_num_threads(None)
+
+
+def rule(s):
+    """The team rule's exponent k (one thread per 2^k nodes beyond two) against the thread counts."""
+    from kronpe import _core
+
+    rules = tuple(int(k) for k in os.environ.get("DIAG_RULES", "15,16,17").split(","))
+    pairs = [(k, t) for k in rules for t in COUNTS]
+    times = {p: [] for p in pairs}
+    marks = dict.fromkeys(pairs, 0)
+    previous = _core.set_nodes_per_extra_thread(1 << rules[0])
+    try:
+        for r in range(8):
+            for k, t in pairs:
+                _core.set_nodes_per_extra_thread(1 << k)
+                kronpe.set_num_threads(t)
+                m0 = _core.busy_cores()[1]
+                t0 = time.perf_counter()
+                kronpe_points(s)
+                if r:  # the first round warms up
+                    times[(k, t)].append(time.perf_counter() - t0)
+                marks[(k, t)] += _core.busy_cores()[1] - m0
+    finally:
+        _core.set_nodes_per_extra_thread(previous)
+        kronpe.set_num_threads(None)
+    print("## team rule: one thread per 2^k nodes beyond two; fit_points 25% astronaut, median ms (busy marks)")
+    print("k   " + "".join(f"{t:>14d}" for t in COUNTS))
+    for k in rules:
+        cells = "".join(f"{np.median(times[(k, t)]) * 1e3:8.1f} ({marks[(k, t)]:3d})" for t in COUNTS)
+        print(f"{k:<4d}{cells}")
+
+
+def lead(s):
+    """The large grids' speculation (smooth.SPECULATE_TEAM threads per side) against none."""
+    from kronpe.solvers import smooth
+
+    team = smooth.SPECULATE_TEAM
+    variants = {"beside": team, "without": 1 << 30}
+    times = {(v, t): [] for v in variants for t in COUNTS}
+    preds = {}
+    try:
+        for r in range(8):
+            for t in COUNTS:
+                kronpe.set_num_threads(t)
+                for v, k in (list(variants.items()) if r % 2 else list(variants.items())[::-1]):
+                    smooth.SPECULATE_TEAM = k
+                    t0 = time.perf_counter()
+                    preds[(v, t)] = kronpe_points(s)
+                    if r:
+                        times[(v, t)].append(time.perf_counter() - t0)
+    finally:
+        smooth.SPECULATE_TEAM = team
+        kronpe.set_num_threads(None)
+    print("## the lead solve beside the sweep on large grids: fit_points 25% astronaut, median ms")
+    for t in COUNTS:
+        diff = float(np.max(np.abs(preds[("beside", t)] - preds[("without", t)])))
+        print(f"threads {t:2d}: beside {np.median(times[('beside', t)]) * 1e3:6.1f}, without "
+              f"{np.median(times[('without', t)]) * 1e3:6.1f} ms; max |difference| {diff:.2e}")
+
+
+def parts(s):
+    """Where the fit's time goes per thread count, and whether the BLAS's threads cost it."""
+    import contextlib
+
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    variants = {"blas as is": contextlib.nullcontext}
+    if threadpool_limits is not None:
+        variants["blas 1 thread"] = lambda: threadpool_limits(1, "blas")
+    times = {(v, t): [] for v in variants for t in COUNTS}
+    try:
+        for r in range(8):
+            for t in COUNTS:
+                kronpe.set_num_threads(t)
+                for v, ctx in (list(variants.items()) if r % 2 else list(variants.items())[::-1]):
+                    with ctx():
+                        t0 = time.perf_counter()
+                        kronpe_points(s)
+                        if r:
+                            times[(v, t)].append(time.perf_counter() - t0)
+        print("## fit_points 25% astronaut, median ms: " + ", ".join(variants))
+        for t in COUNTS:
+            print(f"threads {t:2d}: " + ", ".join(f"{np.median(times[(v, t)]) * 1e3:6.1f}" for v in variants))
+        for t in COUNTS:
+            kronpe.set_num_threads(t)
+            pr = cProfile.Profile()
+            pr.enable()
+            kronpe_points(s)
+            pr.disable()
+            st = sorted(((tt, name) for (_, _, name), (_, _, tt, _, _) in pstats.Stats(pr).stats.items()), reverse=True)
+            print(f"threads {t:2d} own ms: " + "; ".join(f"{n.strip('<>').replace('built-in method ', '')} {tt * 1e3:.1f}"
+                                                     for tt, n in st[:7]))
+    finally:
+        kronpe.set_num_threads(None)
 
 
 def spec(s):
@@ -222,8 +328,8 @@ def overhead():
     if not (torch.cuda.is_available() and kronpe.cuda.is_available()):
         print("## overhead: needs CUDA torch and kronpe's CUDA kernels (skipped)")
         return
-    import kronpe.torch  # noqa: F401
     from kronpe import _core
+    from kronpe import torch as _kronpe_torch  # noqa: F401  (registers the ops; binds no local `kronpe`)
     from kronpe._adapters import arrays as _arrays
     from kronpe._adapters import cuda as _cuda
 
@@ -311,20 +417,13 @@ def fit():
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
+SECTIONS = {"threads": threads, "pairs": pairs, "busy": busy, "spec": spec, "rule": rule, "lead": lead,
+            "parts": parts, "gemm": gemm, "overhead": overhead, "fit": fit}
+FITTING = {"threads", "pairs", "busy", "spec", "rule", "lead", "parts"}  # these take the fit's inputs
+
 if __name__ == "__main__":
     which = (sys.argv[1] if len(sys.argv) > 1 else "threads,pairs,gemm").split(",")
-    s = task_inputs("astronaut", "scattered") if {"threads", "pairs", "busy", "spec"} & set(which) else None
-    if "threads" in which:
-        threads(s)
-    if "pairs" in which:
-        pairs(s)
-    if "busy" in which:
-        busy(s)
-    if "spec" in which:
-        spec(s)
-    if "gemm" in which:
-        gemm()
-    if "overhead" in which:
-        overhead()
-    if "fit" in which:
-        fit()
+    s = task_inputs("astronaut", "scattered") if FITTING & set(which) else None
+    for name, section in SECTIONS.items():
+        if name in which:
+            section(s) if name in FITTING else section()

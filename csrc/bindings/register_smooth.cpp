@@ -430,6 +430,9 @@ void register_smooth(py::module_& m) {
   register_sweep<float>(m);  // (the fills are float32)
   register_lead_solve<float>(m, "LeadSolve32");
   register_lead_solve<double>(m, "LeadSolve64");
+  m.def("set_nodes_per_extra_thread", &smooth::set_nodes_per_extra_thread, py::arg("nodes"),
+        "The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, "
+        "at least 2^13); returns the previous value (internal: tools/gpu_host_diag.py).");
   m.def(
       "work_cache",
       [](bool clear) {

@@ -6,12 +6,15 @@
 #include "kronpe/threads.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <atomic>
 
 #ifdef KRONPE_OPENMP
 #include <omp.h>
@@ -25,12 +28,15 @@ namespace {
 // Nodes per thread below which a kernel runs serially: these passes take well under a
 // millisecond per million nodes, less than a fork/join costs on a busy machine.
 constexpr index_t kMinNodesPerThread = index_t(1) << 13;
-// Beyond two threads, a team takes one thread per kNodesPerExtraThread nodes at most: the
-// wavefront's time steps end in a barrier, which costs more the more threads wait at it. On a
-// 16-core H100 machine (Xeon, Firecracker) the scattered fit of 25% of a 512^2 photograph took
-// 44-46 ms at 6-8 threads and 62-66 ms at 12-16 (tools/gpu_host_diag.py threads): 512^2 now
-// takes 8, 256^2 two.
-constexpr index_t kNodesPerExtraThread = index_t(1) << 15;
+// Beyond two threads, a team takes one thread per g_nodes_per_extra_thread nodes at most: the
+// wavefront's time steps end in a barrier, which costs more the more threads wait at it, and on
+// many-core VMs late threads mark the cores busy (kronpe/threads.h). The scattered fit of 25% of a
+// 512^2 photograph on a 16-core H200 machine (Xeon, Firecracker; tools/gpu_host_diag.py rule, medians
+// of 7 fits, ms at 4 / 6 / 8 / 16 threads): one thread per 2^15 nodes 43.3 / 42.7 / 45.1 / 75.1 (36
+// busy marks at 16), per 2^16 56.3 (noise: the same teams as 2^15 at 4) / 43.0 / 44.1 / 44.9 (7
+// marks), per 2^17 53.1 / 47.8 / 52.6 / 53.4. 512^2 takes 4 threads, 256^2 two.
+// set_nodes_per_extra_thread changes it (the diagnostics' comparisons).
+std::atomic<index_t> g_nodes_per_extra_thread{index_t(1) << 16};
 // Rows per time step of the smoother's wavefront on one thread (thin_plate_smooth).
 constexpr index_t kBlockRows = 8;
 
@@ -38,7 +44,8 @@ int pick_threads(int threads, index_t nodes) {
   checked_threads(threads);
 #ifdef KRONPE_OPENMP
   const index_t cap = threads > 0 ? threads : kernel_threads();  // fewer while the cores are busy
-  const index_t by_work = std::min(nodes / kMinNodesPerThread, std::max<index_t>(2, nodes / kNodesPerExtraThread));
+  const index_t extra = g_nodes_per_extra_thread.load(std::memory_order_relaxed);
+  const index_t by_work = std::min(nodes / kMinNodesPerThread, std::max<index_t>(2, nodes / extra));
   return int(std::max<index_t>(1, std::min<index_t>(cap, by_work)));
 #else
   return 1;
@@ -1275,6 +1282,11 @@ double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, in
     part[0] = update_norm_block(len, alpha, p + lo, q + lo, x + lo, r + lo);
   });
   return s;
+}
+
+index_t set_nodes_per_extra_thread(index_t nodes) {
+  require(nodes >= kMinNodesPerThread, "set_nodes_per_extra_thread: nodes must be at least 8192");
+  return g_nodes_per_extra_thread.exchange(nodes);
 }
 
 void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f) {

@@ -99,6 +99,10 @@ def busy_cores() -> Tuple[bool, int]:
     """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
     (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
 
+def set_nodes_per_extra_thread(nodes: int) -> int:
+    """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
+    2^13); returns the previous value (internal: tools/gpu_host_diag.py)."""
+
 def set_cold_wake_steering(on: bool) -> None:
     """Whether a cold team moves its workers off the launching thread's CPU (kronpe/threads.h; internal:
     measurements and tests)."""

@@ -150,4 +150,8 @@ void gcv_scores(index_t r, const double* m, const double* c, const double* w, in
 // per thread): the elementwise vector updates of the Krylov loops.
 void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f);
 
+// The team rule of these kernels beyond two threads: one thread per `nodes` (default 2^16, at
+// least 2^13); returns the previous value. For measuring the rule on many-core hosts.
+index_t set_nodes_per_extra_thread(index_t nodes);
+
 }  // namespace kronpe::smooth

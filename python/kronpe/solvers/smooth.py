@@ -152,7 +152,16 @@ nor a penalty is given. Decisions (documented once, here):
   interleaved, speculating against not, camera 256^2 5.10 / 5.22 ms and -0.0017 dB, chelsea 451 x
   300 17.5 / 15.3 ms and -0.0039 dB, camera 512^2, which does not choose the limit, 21.5 / 11.6 ms:
   its sweep on one thread). In the host's slow two-thread state (threads.h) the crops' fills on
-  two threads took 3.6 ms without speculating, 1.9 with it.
+  two threads took 3.6 ms without speculating, 1.9 with it. Larger grids speculate with
+  2 SPECULATE_TEAM threads or more (many-core hosts) and the cores not busy: the solve on a thread
+  of its own (``LeadSolve.start``), each side's kernels on half of the threads. On a 16-core H200
+  machine (Xeon, Firecracker; ``tools/gpu_host_diag.py lead``, 25% of the 512^2 astronaut as
+  points, medians, ms) beside / without: 49.4 / 64.8 at 8 threads, 58.1 / 68.0 at 16 (the sweep
+  14.3 and the two stages 13.9 alone at teams of 4, 15.0 both at once: ``spec``). Such fills start
+  the leading component from full multigrid, not from the sweep's fit, so they differ from the
+  fills on fewer threads within the solver's tolerance (held-out PSNR, here with 8 threads forced:
+  astronaut points 26.9572 -> 26.9569 dB, masked 29.3622 -> 29.3603, chelsea points 30.7625 ->
+  30.7491, masked 32.6345 -> 32.6304); on fewer than 2 SPECULATE_TEAM threads nothing changes.
 - **Channels** are solved one after the other (contiguous grids: the kernels' rows are
   streams), all with the one lambda and one multigrid hierarchy, in the orthonormal basis of
   their second moments (``principal_basis``; the solution is the same, the basis is orthonormal
@@ -260,6 +269,7 @@ HIGHER_MARGIN = 2e-3
 HIGHER_KEY = "_higher"
 SWEEP_FIT_KEY = "_sweep_fit"
 SPECULATE_MAX_NODES = 1 << 15
+SPECULATE_TEAM = 4
 COMPILED_SWEEP = True
 
 
@@ -758,22 +768,32 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
 
 def _lead_solve(data: DataTerm, b: Array, maxiter: int) -> Tuple[Optional[Any], int]:
     """(the leading component's LeadSolve, or None where it is not tried; the threads of the
-    sweep's hierarchy: 1 when the solve runs beside the sweep, else 0) for a fill choosing lambda
-    on a diagonal data term (module docstring, "Speculation"): on grids of 1 or 2 axes of at most
-    SPECULATE_MAX_NODES nodes, a solve of the component ``b`` at the interpolation limit with the
-    mirrored thin-plate penalty (then, on 2 axes, with the higher-order one), beside the sweep
-    when kronpe has two threads or more and the cores are not busy (each on one thread)."""
+    sweep's hierarchy: 1 when the solve runs beside the sweep on one thread each, the team of
+    each side when it runs on a thread of its own, else 0) for a fill choosing lambda on a
+    diagonal data term (module docstring, "Speculation"): a solve of the component ``b`` at the
+    interpolation limit with the mirrored thin-plate penalty (then, on 2 axes, with the
+    higher-order one) on grids of 1 or 2 axes. Up to SPECULATE_MAX_NODES nodes it runs beside the
+    sweep when kronpe has two threads or more and the cores are not busy (each on one thread),
+    after it otherwise; larger grids speculate only with 2 SPECULATE_TEAM threads or more and
+    the cores not busy, each side on half of them (started here)."""
     D = len(data.shape)
     size = math.prod(data.shape)
-    if not (D in (1, 2) and ORDER.get(D, 2) == 2 and SWEEP_OMEGA is not None and 0 < size <= SPECULATE_MAX_NODES
+    if not (D in (1, 2) and ORDER.get(D, 2) == 2 and SWEEP_OMEGA is not None and size > 0
             and maxiter > 0 and data.rho > 0):
         return None, 0
-    concurrent = _core.get_num_threads() >= 2 and not _core.busy_cores()[0]
-    threads = 1 if concurrent else 0
+    n, busy = _core.get_num_threads(), _core.busy_cores()[0]
+    if size <= SPECULATE_MAX_NODES:
+        threads = 1 if n >= 2 and not busy else 0
+    elif n >= 2 * SPECULATE_TEAM and not busy:
+        threads = n // 2
+    else:
+        return None, 0
     degree, alpha = DIAGONAL_SMOOTHER
     spec = _core.LeadSolve32(np.ascontiguousarray(data.diag, np.float32), np.ascontiguousarray(b, np.float32),
                              data.rho * 10.0 ** (-INTERPOLATION_EXPONENT), degree, chebyshev_lmax(D, 2), alpha,
                              COARSEST, threads, TOL_INTERPOLATING, maxiter, HIGHER if D == 2 else 0.0)
+    if threads > 1:
+        spec.start()
     return spec, threads
 
 
