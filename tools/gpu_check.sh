@@ -7,8 +7,8 @@
 #
 # The module: a CUDA build for that machine's Python carried in .gpu/pkg/kronpe (tools/gpu_prebuild.sh,
 # used when its SOURCE_HASH matches csrc/ and CMakeLists.txt), else built there with cmake.
-# Time limits (seconds) come from GPU_T_<STEP> (defaults below); the last lines printed are a
-# one-line summary per step.
+# Time limits (seconds) come from GPU_T_<STEP> (defaults below; racecheck GPU_T_RACE); the last lines
+# printed are a one-line summary per step; the logs come back as $OUT/logs.tgz.
 set -u
 cd "$(dirname "$0")/.."
 # the hash of the compiled sources: a carried build is used only when it was made from these
@@ -109,7 +109,9 @@ if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check no)
-    run_step "san_$tool" "${GPU_T_SAN:-60}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+    limit=${GPU_T_SAN:-60}
+    [ "$tool" = racecheck ] && limit=${GPU_T_RACE:-120}  # (74 s on an H200 for these tests)
+    run_step "san_$tool" "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
       --target-processes all $py -m pytest -q -p no:cacheprovider -x -m "gpu and not slow" -k "cupy" \
       tests/test_cuda.py tests/test_blending.py tests/test_mode_product.py
     grep -E "ERROR SUMMARY|Device not supported" "$OUT/san_$tool.log" | tail -2
@@ -117,7 +119,11 @@ if has sanitize; then
   unset PYTORCH_NO_CUDA_MEMORY_CACHING KRONPE_TEST_NO_POOL
 fi
 echo
-echo "gpu_check: $(( $(date +%s) - t0 ))s"
-printf '%s\n' "${summary[@]}"
 grep -E "^  (kronpe|cuBLAS|torch|papers|official|device|blend|cupy)" "$OUT/bench.log" 2>/dev/null | cut -c1-140
 [ -f "$OUT/diag.log" ] && grep -v -i "warn" "$OUT/diag.log" | tail -80 | cut -c1-160
+# the device tool brings back a few files per call: the logs travel as one archive (bench.json beside it)
+printf '%s\n' "${summary[@]}" >"$OUT/summary.log"
+(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+echo
+echo "gpu_check: $(( $(date +%s) - t0 ))s (logs in \$OUT/logs.tgz)"
+printf '%s\n' "${summary[@]}"
