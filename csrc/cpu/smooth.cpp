@@ -14,8 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <atomic>
-
 #ifdef KRONPE_OPENMP
 #include <omp.h>
 #endif
