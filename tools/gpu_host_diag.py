@@ -146,27 +146,44 @@ def rule(s):
         print(f"{k:<4d}{cells}")
 
 
-def lead(s):
-    """The large grids' speculation (smooth.SPECULATE_TEAM threads per side) against none."""
-    from kronpe.solvers import smooth
-
-    team = smooth.SPECULATE_TEAM
-    variants = {"beside": team, "without": 1 << 30}
+def _interleaved(s, variants, rounds=8):
+    """(times[(variant, threads)] in seconds, the last output per pair) of the scattered fit for
+    every thread count of COUNTS and every variant, in `rounds` rounds (the first one warms up), the
+    variants' order reversed every other round; variants[v]() is a context manager that sets
+    variant v up and undoes it."""
     times = {(v, t): [] for v in variants for t in COUNTS}
-    preds = {}
+    outs = {}
     try:
-        for r in range(8):
+        for r in range(rounds):
             for t in COUNTS:
                 kronpe.set_num_threads(t)
-                for v, k in (list(variants.items()) if r % 2 else list(variants.items())[::-1]):
-                    smooth.SPECULATE_TEAM = k
-                    t0 = time.perf_counter()
-                    preds[(v, t)] = kronpe_points(s)
-                    if r:
-                        times[(v, t)].append(time.perf_counter() - t0)
+                for v, ctx in (list(variants.items()) if r % 2 else list(variants.items())[::-1]):
+                    with ctx():
+                        t0 = time.perf_counter()
+                        outs[(v, t)] = kronpe_points(s)
+                        if r:
+                            times[(v, t)].append(time.perf_counter() - t0)
     finally:
-        smooth.SPECULATE_TEAM = team
         kronpe.set_num_threads(None)
+    return times, outs
+
+
+def lead(s):
+    """The large grids' speculation (smooth.SPECULATE_TEAM threads per side) against none."""
+    import contextlib
+
+    from kronpe.solvers import smooth
+
+    @contextlib.contextmanager
+    def team(k):
+        before = smooth.SPECULATE_TEAM
+        smooth.SPECULATE_TEAM = k
+        try:
+            yield
+        finally:
+            smooth.SPECULATE_TEAM = before
+
+    times, preds = _interleaved(s, {"beside": contextlib.nullcontext, "without": lambda: team(1 << 30)})
     print("## the lead solve beside the sweep on large grids: fit_points 25% astronaut, median ms")
     for t in COUNTS:
         diff = float(np.max(np.abs(preds[("beside", t)] - preds[("without", t)])))
@@ -178,27 +195,18 @@ def parts(s):
     """Where the fit's time goes per thread count, and whether the BLAS's threads cost it."""
     import contextlib
 
+    variants = {"blas as is": contextlib.nullcontext}
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    variants = {"blas as is": contextlib.nullcontext}
-    if threadpool_limits is not None:
+
         variants["blas 1 thread"] = lambda: threadpool_limits(1, "blas")
-    times = {(v, t): [] for v in variants for t in COUNTS}
+    except ImportError:
+        pass
+    times, _ = _interleaved(s, variants)
+    print("## fit_points 25% astronaut, median ms: " + ", ".join(variants))
+    for t in COUNTS:
+        print(f"threads {t:2d}: " + ", ".join(f"{np.median(times[(v, t)]) * 1e3:6.1f}" for v in variants))
     try:
-        for r in range(8):
-            for t in COUNTS:
-                kronpe.set_num_threads(t)
-                for v, ctx in (list(variants.items()) if r % 2 else list(variants.items())[::-1]):
-                    with ctx():
-                        t0 = time.perf_counter()
-                        kronpe_points(s)
-                        if r:
-                            times[(v, t)].append(time.perf_counter() - t0)
-        print("## fit_points 25% astronaut, median ms: " + ", ".join(variants))
-        for t in COUNTS:
-            print(f"threads {t:2d}: " + ", ".join(f"{np.median(times[(v, t)]) * 1e3:6.1f}" for v in variants))
         for t in COUNTS:
             kronpe.set_num_threads(t)
             pr = cProfile.Profile()
