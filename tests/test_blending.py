@@ -298,6 +298,62 @@ def test_products_do_not_depend_on_point_order(rng, store):
                                    atol=1e-5 if dtype == np.float32 else 1e-12)
 
 
+@pytest.fixture
+def avx512_toggle():
+    """Sets the blend kernels' AVX-512 paths on or off (skips where the CPU has none); restores."""
+    before = _core.blend_set_avx512(True)
+    if not _core.blend_set_avx512(True):
+        _core.blend_set_avx512(before)
+        pytest.skip("this CPU has no AVX-512")
+    yield _core.blend_set_avx512
+    _core.blend_set_avx512(before)
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("nodes_kind", ["linspace", "jittered", "nonuniform"])
+def test_avx512_paths_give_the_bits_of_the_portable_ones(rng, avx512_toggle, D, nodes_kind):
+    # the vectorised cell search (uniform axes: a guess per 8 points, the wrong ones searched
+    # after it) and the AVX-512 gathers of 2-4 channels against the portable loops: the same
+    # cells, weights and products, bit for bit, for every kernel; points on nodes, within an ulp
+    # of them, at and beyond both ends, NaN, and counts that leave partial vectors
+    M = (9, 7, 6)[:D]
+    if nodes_kind == "linspace":
+        nodes = [np.linspace(0.0, 1.0, m) for m in M]
+    elif nodes_kind == "jittered":  # off the even spacing by less than a cell: guesses go wrong
+        nodes = [np.sort(np.linspace(0.0, 1.0, m) + np.r_[0, rng.uniform(-0.4, 0.4, m - 2), 0] / (m - 1)) for m in M]
+    else:
+        nodes = [nonuniform(m, rng) for m in M]
+    cols = []
+    for g in nodes:
+        near = np.concatenate([g, np.nextafter(g, -np.inf), np.nextafter(g, np.inf)])
+        q = np.concatenate([rng.uniform(g[0], g[-1], 150), near, [g[0] - 1, g[-1] + 1, np.nan]])
+        cols.append(rng.permutation(q))
+    n = min(len(c) for c in cols)
+    pts = np.stack([c[:n] for c in cols], 1)
+    for P in (n, 13, 1):
+        for kind, ((k, param), _) in KINDS.items():
+            for normalize in (True, False):
+                got = {}
+                for on in (True, False):
+                    avx512_toggle(on)
+                    got[on] = kernel_weights(pts[:P], nodes, [(k, param)] * D, normalize)
+                for a, b in zip(got[True], got[False]):
+                    np.testing.assert_array_equal(a, b)
+    inside = pts[np.all(np.isfinite(pts), 1)]
+    inside = np.clip(inside, [g[0] for g in nodes], [g[-1] for g in nodes])
+    for C in (1, 2, 3, 4, 5):
+        for dtype in (np.float32, np.float64):
+            v = rng.standard_normal((int(np.prod(M)), C)).astype(dtype)
+            got = {}
+            for on in (True, False):
+                avx512_toggle(on)
+                B = BlendingMatrix(inside, nodes, embedders.Gaussian(8, 0.1))
+                S = BlendingMatrix(inside, nodes, embedders.Gaussian(8, 0.1)).store()
+                got[on] = (B @ v, B @ v, S @ v, S @ v)  # the first product skips the plan
+            for a, b in zip(got[True], got[False]):
+                np.testing.assert_array_equal(a, b)
+
+
 def strided(a):
     """The values of ``a`` in a view with a column stride of 2 (the kernels' generic loops)."""
     wide = np.empty((a.shape[0], 2 * a.shape[1]), a.dtype)

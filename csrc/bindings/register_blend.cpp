@@ -180,6 +180,9 @@ Gpu gpu(const Array& ref, const OptArray& workspace) { return Gpu{bindings::cont
 }  // namespace
 
 void register_blend(py::module_& m) {
+  m.def("blend_set_avx512", &blend::set_avx512, py::arg("on"),
+        "Whether the blend kernels' AVX-512 paths run (the CPU permitting); returns the previous "
+        "setting (tests compare the bits of both paths).");
   // ---- the grid (host) ----
   m.def(
       "blend_info",

@@ -1,8 +1,10 @@
 // kronpe C++ core: blending-matrix kernels on the CPU (see kronpe/blend.h for the conventions).
 #include "kronpe/blend.h"
+#include "kronpe/avx512.h"
 #include "kronpe/threads.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +44,63 @@ int pick_threads(int threads, index_t work) {
   const index_t by_work = std::max<index_t>(1, work / kMinWorkPerThread);
   return int(std::min<index_t>(cap < 0 ? -cap : resolve_threads(0), by_work));
 }
+
+// Axes of at most this many nodes may search their cells with int lanes (cells_avx512).
+constexpr index_t kMaxIntCells = index_t(1) << 30;
+
+#if KRONPE_AVX512
+KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512vl")
+// Pass 1 of Axis::weights on a uniform axis, 8 points at a time: x (n) clamped onto [lo, hi] in
+// place (NaN goes to lo), the cell j = (x - lo) inv_h, its row (g[j], g[j + 1], Dh[j], dt[j]) of
+// cells4 loaded (one load per point, then a transpose: gathers were slower), the guess checked
+// against the nodes, and the cell's entries g0 = g[j], h = g[j + 1] - g0, dh, dt. Points whose
+// guess is wrong (within rounding of a node; nodes off the even spacing) get j = -1 and no
+// entries: the caller searches them. The scalar pass's operations (same bits). Returns whether
+// some point needs that search.
+bool cells_avx512(const double* cells4, int top, double lo, double hi, double inv_h, index_t n,
+                  double* x, index_t* j, double* g0, double* h, double* dh, double* dt) {
+  const __m512d vlo = _mm512_set1_pd(lo), vhi = _mm512_set1_pd(hi), vinv = _mm512_set1_pd(inv_h);
+  const __m256i zero = _mm256_setzero_si256(), vtop = _mm256_set1_epi32(top);
+  __mmask8 wrong = 0;
+  alignas(32) int ci[8];
+  for (index_t b = 0; b < n; b += 8) {
+    const index_t m = std::min<index_t>(8, n - b);
+    const __mmask8 k = __mmask8((1u << unsigned(m)) - 1u);
+    __m512d xb = _mm512_maskz_loadu_pd(k, x + b);
+    xb = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xb, vlo, _CMP_GE_OQ), vlo, xb);  // NaN too
+    xb = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xb, vhi, _CMP_GT_OQ), xb, vhi);
+    __m256i c = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_sub_pd(xb, vlo), vinv));
+    c = _mm256_min_epi32(_mm256_max_epi32(c, zero), vtop);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ci), c);
+    // the 8 cells' rows (g0, g1, dh, dt), transposed: z0 = [r0 | r2], z1 = [r1 | r3], ...
+    __m256d r[8];
+    for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_pd(cells4 + 4 * index_t(l < m ? ci[l] : 0));
+    const __m512d z0 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[0]), r[2], 1);
+    const __m512d z1 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[1]), r[3], 1);
+    const __m512d z2 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[4]), r[6], 1);
+    const __m512d z3 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[5]), r[7], 1);
+    const __m512d t0 = _mm512_unpacklo_pd(z0, z1), t1 = _mm512_unpackhi_pd(z0, z1);
+    const __m512d t2 = _mm512_unpacklo_pd(z2, z3), t3 = _mm512_unpackhi_pd(z2, z3);
+    const __m512d gl = _mm512_shuffle_f64x2(t0, t2, 0x88), vdh = _mm512_shuffle_f64x2(t0, t2, 0xDD);
+    const __m512d gr = _mm512_shuffle_f64x2(t1, t3, 0x88), vdt = _mm512_shuffle_f64x2(t1, t3, 0xDD);
+    const __mmask8 below = _mm256_cmpgt_epi32_mask(c, zero) & _mm512_cmp_pd_mask(xb, gl, _CMP_LT_OQ);
+    const __mmask8 above = _mm256_cmpgt_epi32_mask(vtop, c) & _mm512_cmp_pd_mask(xb, gr, _CMP_GE_OQ);
+    const __mmask8 off = __mmask8((below | above) & k), ok = __mmask8(k & ~off);
+    wrong = __mmask8(wrong | off);
+    _mm512_mask_storeu_pd(x + b, k, xb);
+    _mm512_mask_storeu_epi64(j + b, k,
+                             _mm512_mask_blend_epi64(off, _mm512_cvtepi32_epi64(c), _mm512_set1_epi64(-1)));
+    _mm512_mask_storeu_pd(g0 + b, ok, gl);
+    _mm512_mask_storeu_pd(h + b, ok, _mm512_sub_pd(gr, gl));
+    _mm512_mask_storeu_pd(dh + b, ok, vdh);
+    _mm512_mask_storeu_pd(dt + b, ok, vdt);
+  }
+  return wrong != 0;
+}
+KRONPE_AVX512_END
+// whether the AVX-512 kernels run: from the CPU at load, set_avx512 for the tests' comparisons
+std::atomic<bool> g_avx512{cpu_has_avx512(true)};
+#endif
 
 inline bool bad_index(index_t idx, index_t size) {
   return static_cast<std::uint64_t>(idx) >= static_cast<std::uint64_t>(size);
@@ -249,6 +308,44 @@ KRONPE_CLONES void scatter_packed(T* grid, index_t C, const index_t* idx, const 
   }
 }
 
+#if KRONPE_AVX512
+KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512vl")
+// gather_packed for 2-4 channels with AVX-512: a grid row's channels are the lanes of one vector
+// (masked loads and stores: nothing beyond the row is touched), so a corner costs a load, a
+// conversion and a multiply-add instead of one of each per channel. Per channel, the same
+// operations in the same order (same bits). (The transpose's version was 2x slower: neighbouring
+// points add to the same nodes, and a masked store does not forward to the next masked load.)
+template <typename T, int CC>
+inline __m256d load_row(const T* p) {
+  constexpr __mmask8 m = __mmask8((1u << CC) - 1u);
+  if constexpr (std::is_same_v<T, float>) return _mm256_cvtps_pd(_mm_maskz_loadu_ps(m, p));
+  else return _mm256_maskz_loadu_pd(m, p);
+}
+template <typename T, int CC>
+inline void store_row(T* p, __m256d v) {
+  constexpr __mmask8 m = __mmask8((1u << CC) - 1u);
+  if constexpr (std::is_same_v<T, float>) _mm_mask_storeu_ps(p, m, _mm256_cvtpd_ps(v));
+  else _mm256_mask_storeu_pd(p, m, v);
+}
+
+template <typename T, int NC, int CC>
+void gather_rows_avx512(const T* grid, index_t, const index_t* idx, const double* w, index_t n,
+                        T* out, const index_t* rows, index_t ahead) {
+  for (index_t b = 0; b < n; ++b) {
+    if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * CC, 1);
+    const index_t* ib = idx + b * NC;
+    __builtin_prefetch(reinterpret_cast<const char*>(grid + ib[NC - 1] * CC) + kAheadBytes);
+    const double* wb = w + b * NC;
+    __m256d acc = _mm256_setzero_pd();
+    for (int k = 0; k < NC; ++k)
+      acc = _mm256_add_pd(acc, _mm256_mul_pd(_mm256_set1_pd(wb[k]), load_row<T, CC>(grid + ib[k] * CC)));
+    store_row<T, CC>(out + (rows ? rows[b] : b) * CC, acc);
+  }
+}
+
+KRONPE_AVX512_END
+#endif
+
 template <typename T>
 using GatherFn = void (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
                           const index_t*, index_t);
@@ -282,13 +379,20 @@ bool with_sizes(index_t nc, index_t C, F&& f) {
 template <typename T>
 GatherFn<T> gather_kernel(index_t nc, index_t C) {
   GatherFn<T> f = nullptr;
-  with_sizes(nc, C, [&](auto NC, auto CC) { f = &gather_packed<T, NC(), CC()>; });
+  with_sizes(nc, C, [&](auto NC, auto CC) {
+    f = &gather_packed<T, NC(), CC()>;
+#if KRONPE_AVX512
+    if constexpr (CC() >= 2) if (g_avx512.load(std::memory_order_relaxed)) f = &gather_rows_avx512<T, NC(), CC()>;
+#endif
+  });
   return f;
 }
 template <typename T>
 ScatterFn<T> scatter_kernel(index_t nc, index_t C) {
   ScatterFn<T> f = nullptr;
-  with_sizes(nc, C, [&](auto NC, auto CC) { f = &scatter_packed<T, NC(), CC()>; });
+  with_sizes(nc, C, [&](auto NC, auto CC) {
+    f = &scatter_packed<T, NC(), CC()>;
+  });
   return f;
 }
 
@@ -355,6 +459,14 @@ WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize
           a.kind == Kernel::linear || !(det > kSingularRcond * a.D0 * a.D0) ? 1 : 0;
       a.cell_dt[size_t(k)] = a.singular[size_t(k)] ? 0.0 : det;
     }
+    a.cells4.resize(size_t(4 * (s.M - 1)));
+    for (index_t k = 0; k + 1 < s.M; ++k) {
+      double* row = a.cells4.data() + 4 * k;
+      row[0] = a.nodes[size_t(k)];
+      row[1] = a.nodes[size_t(k + 1)];
+      row[2] = a.Dh[size_t(k)];
+      row[3] = a.cell_dt[size_t(k)];
+    }
   }
   for (int i = D - 2; i >= 0; --i)
     strides_[size_t(i)] =
@@ -400,9 +512,26 @@ KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, con
     for (index_t b = 0; b < n; ++b) x[b] = double(q[rows[b] * stride]);
   else
     for (index_t b = 0; b < n; ++b) x[b] = double(q[(start + b) * stride]);
-  // pass 1 (scalar): clamp, cell and the cell's entries. Uniform nodes: the cell guessed from
-  // the coordinate is checked with two loads (math::cell walks or bisects only when it is wrong)
-  for (index_t b = 0; b < n; ++b) {
+  // pass 1: clamp, cell and the cell's entries. Uniform nodes: the cell guessed from the
+  // coordinate is checked with two loads (math::cell walks or bisects only when it is wrong);
+  // with AVX-512 8 points at a time (cells_avx512), its wrong guesses searched after it.
+  const auto set_cell = [&](index_t b, index_t jj) {
+    j[b] = jj;
+    g0[b] = g[jj];
+    h[b] = g[jj + 1] - g0[b];
+    dh[b] = Dh[size_t(jj)];
+    dt[b] = cell_dt[size_t(jj)];
+  };
+  bool scalar = true;
+#if KRONPE_AVX512
+  if (g_avx512.load(std::memory_order_relaxed) && uniform && M <= kMaxIntCells) {
+    scalar = false;
+    if (cells_avx512(cells4.data(), int(last), lo, hi, inv_h, n, x, j, g0, h, dh, dt))
+      for (index_t b = 0; b < n; ++b)
+        if (j[b] < 0) set_cell(b, math::cell(g, M, lo, hi, inv_h, uniform, x[b]));
+  }
+#endif
+  for (index_t b = 0; scalar && b < n; ++b) {
     double xb = x[b];
     xb = !(xb >= lo) ? lo : xb;  // NaN too
     xb = xb > hi ? hi : xb;
@@ -414,11 +543,7 @@ KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, con
     if (!uniform || (jj > 0 && xb < g[jj]) || (jj < last && xb >= g[jj + 1]))
       jj = math::cell(g, M, lo, hi, inv_h, uniform, xb);
     x[b] = xb;
-    j[b] = jj;
-    g0[b] = g[jj];
-    h[b] = g[jj + 1] - g0[b];
-    dh[b] = Dh[size_t(jj)];
-    dt[b] = cell_dt[size_t(jj)];
+    set_cell(b, jj);
   }
   // pass 2 (branch-free, vectorised): beta (as math::locate), projections, weights, fallbacks
 #pragma omp simd
@@ -454,11 +579,56 @@ void WeightFunction::axis(int i, const double* q, index_t n, index_t* j, double*
                                      j + s, w0 + s, w1 + s);
 }
 
+namespace {
+// Axes up to which block() keeps every axis's cells and weight pairs, then forms the corners in
+// one pass with the corner and axis loops unrolled (corners<D>).
+constexpr int kSmallDims = 3;
+
+// The 2^D corner weights and the base index of n points from their per-axis cells j[i] and pairs
+// (a0[i], a1[i]): corner c takes a1 along axis i where bit D - 1 - i of c is set, the product
+// formed axis 0 first (block's general loop: the same products in the same order, the same bits).
+template <int D>
+KRONPE_CLONES void corners(index_t n, const index_t* st, const index_t (*j)[kBlock],
+                           const double (*a0)[kBlock], const double (*a1)[kBlock], index_t* base,
+                           double* w) {
+  constexpr int nc = 1 << D;
+  for (index_t b = 0; b < n; ++b) {
+    index_t bi = 0;
+    for (int i = 0; i < D; ++i) bi += j[i][b] * st[i];
+    base[b] = bi;
+    for (int c = 0; c < nc; ++c) {
+      double v = (c >> (D - 1)) & 1 ? a1[0][b] : a0[0][b];
+      for (int i = 1; i < D; ++i) v *= (c >> (D - 1 - i)) & 1 ? a1[i][b] : a0[i][b];
+      w[b * nc + c] = v;
+    }
+  }
+}
+}  // namespace
+
 template <typename Q>
 void WeightFunction::block(const MatrixView<const Q>& points, const index_t* rows, index_t start,
                            index_t n, index_t* base, double* w) const {
   const int D = dims();
   const index_t nc = corners();
+  if (!rows && points.stride_c == 1 && points.stride_r == D) {
+    // points in memory order (a plan's sorted copy): the next block's coordinates are fetched
+    // ahead (the first axis's strided loads of them otherwise wait on the cache misses)
+    const char* next = reinterpret_cast<const char*>(points.data + (start + n) * D);
+    const index_t bytes = std::min(n, points.rows - start - n) * D * index_t(sizeof(Q));
+    for (index_t o = 0; o < bytes; o += 64) __builtin_prefetch(next + o);
+  }
+  if (D <= kSmallDims) {
+    index_t j[kSmallDims][kBlock];
+    double a0[kSmallDims][kBlock], a1[kSmallDims][kBlock];
+    for (int i = 0; i < D; ++i)
+      axes_[size_t(i)].weights<Q>(normalize_, points.data + i * points.stride_c, points.stride_r,
+                                  rows, start, n, j[i], a0[i], a1[i]);
+    const index_t* st = strides_.data();
+    if (D == 1) kronpe::blend::corners<1>(n, st, j, a0, a1, base, w);
+    else if (D == 2) kronpe::blend::corners<2>(n, st, j, a0, a1, base, w);
+    else kronpe::blend::corners<3>(n, st, j, a0, a1, base, w);
+    return;
+  }
   index_t j[kBlock];
   double a0[kBlock], a1[kBlock];
   for (index_t b = 0; b < n; ++b) {
@@ -482,6 +652,15 @@ void WeightFunction::block(const MatrixView<const Q>& points, const index_t* row
     }
     done *= 2;
   }
+}
+
+bool set_avx512(bool on) {
+#if KRONPE_AVX512
+  return g_avx512.exchange(on && cpu_has_avx512(true));
+#else
+  (void)on;
+  return false;
+#endif
 }
 
 TransposeLayout transpose_layout(index_t grid_size, index_t span) {

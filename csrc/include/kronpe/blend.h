@@ -134,6 +134,7 @@ class WeightFunction {
     std::vector<double> Dh, det;  // per cell: D(h), D(0)^2 - D(h)^2
     std::vector<char> singular;   // per cell
     std::vector<double> cell_dt;  // per cell: det, or 0 where singular (math::pair's dt)
+    std::vector<double> cells4;   // per cell: nodes[j], nodes[j + 1], Dh[j], cell_dt[j]
   };
   std::vector<Axis> axes_;
   std::vector<index_t> strides_, corner_offsets_;
@@ -147,6 +148,11 @@ double distance(Kernel kind, double param, double d);
 // ArgumentError "<what>: expected shape (want_rows, want_cols), got (rows, cols)" on a mismatch.
 void require_shape(index_t rows, index_t cols, const char* what, index_t want_rows,
                    index_t want_cols);
+
+// Whether the AVX-512 kernels (the cell search of uniform axes, the gathers of 2-4 channels) run
+// where the CPU has them: on by default; off, the portable loops (the same bits). Returns the
+// previous setting; `on` is ignored without AVX-512.
+bool set_avx512(bool on);
 
 // The stable bucketing of points by output slab used by blend_transpose (see the top comment).
 struct TransposeLayout {
