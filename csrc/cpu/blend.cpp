@@ -289,15 +289,26 @@ KRONPE_CLONES void gather_packed(const T* grid, index_t C, const index_t* idx, c
 
 // The transpose of gather_packed: grid row idx[b * NC + k] += w[b * NC + k] * values row rows[b]
 // (row b without rows; rows[n, n + ahead) may be read), point after point, each product rounded
-// to T before it is added.
-template <typename T, int NC, int CC>
-KRONPE_CLONES void scatter_packed(T* grid, index_t C, const index_t* idx, const double* w,
-                                  index_t n, const T* values, const index_t* rows, index_t ahead) {
+// to T before it is added. With Check, a point's indices are checked to lie in [lo, hi) before
+// it writes: false at the first that does not (stored rows; the index loads then overlap the
+// adds of the points before, where a separate pass over the block waited on their misses).
+template <typename T, int NC, int CC, bool Check>
+KRONPE_CLONES bool scatter_packed(T* grid, index_t C, const index_t* idx, const double* w,
+                                  index_t n, const T* values, const index_t* rows, index_t ahead,
+                                  index_t lo, index_t hi) {
   const index_t ch = CC > 0 ? index_t(CC) : C;
+  const std::uint64_t width = static_cast<std::uint64_t>(hi - lo);
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(values + rows[b + kAheadRows] * ch);
+    const index_t* ib = idx + b * NC;
+    if constexpr (Check) {
+      std::uint64_t top = 0;  // the largest idx - lo, those below lo wrapped around to the top
+      for (int k = 0; k < NC; ++k)
+        top = std::max(top, static_cast<std::uint64_t>(ib[k]) - static_cast<std::uint64_t>(lo));
+      if (top >= width) return false;
+    }
     T* g[NC];
-    for (int k = 0; k < NC; ++k) g[k] = grid + idx[b * NC + k] * ch;
+    for (int k = 0; k < NC; ++k) g[k] = grid + ib[k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes, 1);
     const double* wb = w + b * NC;
     const T* v = values + (rows ? rows[b] : b) * ch;
@@ -306,6 +317,7 @@ KRONPE_CLONES void scatter_packed(T* grid, index_t C, const index_t* idx, const 
       for (int k = 0; k < NC; ++k) g[k][c] += T(wb[k] * vc);
     }
   }
+  return true;
 }
 
 #if KRONPE_AVX512
@@ -350,8 +362,8 @@ template <typename T>
 using GatherFn = void (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
                           const index_t*, index_t);
 template <typename T>
-using ScatterFn = void (*)(T*, index_t, const index_t*, const double*, index_t, const T*,
-                           const index_t*, index_t);
+using ScatterFn = bool (*)(T*, index_t, const index_t*, const double*, index_t, const T*,
+                           const index_t*, index_t, index_t, index_t);
 
 // Calls f(NC, CC) (std::integral_constant) for nc corners and C channels; false when nc has no
 // compiled kernel (then the generic loops run).
@@ -387,11 +399,12 @@ GatherFn<T> gather_kernel(index_t nc, index_t C) {
   });
   return f;
 }
+// (check: the kernel that checks every point's indices)
 template <typename T>
-ScatterFn<T> scatter_kernel(index_t nc, index_t C) {
+ScatterFn<T> scatter_kernel(index_t nc, index_t C, bool check) {
   ScatterFn<T> f = nullptr;
   with_sizes(nc, C, [&](auto NC, auto CC) {
-    f = &scatter_packed<T, NC(), CC()>;
+    f = check ? &scatter_packed<T, NC(), CC(), true> : &scatter_packed<T, NC(), CC(), false>;
   });
   return f;
 }
@@ -805,7 +818,7 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   const int nt = resolve_threads(threads);
   // per-thread scratch, indexed by the OpenMP thread number
   std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
-  const ScatterFn<T> fast = packed(values) && packed(out) ? scatter_kernel<T>(nc, C) : nullptr;
+  const ScatterFn<T> fast = packed(values) && packed(out) ? scatter_kernel<T>(nc, C, false) : nullptr;
   for_slabs(lay, ptr, threads, out, [&](index_t, index_t e, index_t n) {
     if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
 #ifdef KRONPE_OPENMP
@@ -816,7 +829,7 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
     wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data());
     if (fast) {
       corner_rows(sc.base.data(), off, n, nc, sc.idx.data());
-      fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e, P - e - n);
+      fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e, P - e - n, 0, 0);
       return;
     }
     for (index_t b = 0; b < n; ++b) {
@@ -893,7 +906,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   int bad = 0;
   const ScatterFn<T> fast =
       packed(indices) && packed(weights) && packed(values) && packed(out)
-          ? scatter_kernel<T>(nnz, C)
+          ? scatter_kernel<T>(nnz, C, true)
           : nullptr;
   const int nt = resolve_threads(threads);
   // rows of indices and weights gathered into plan order (packed path, points not sorted)
@@ -922,12 +935,10 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
         idx = sc.idx.data();
         w = sc.w.data();
       }
-      if (any_outside(idx, n * nnz, lo, hi)) {
+      if (!fast(out.data, C, idx, w, n, values.data, perm + e, P - e - n, lo, hi)) {
 #pragma omp atomic write
         bad = 1;
-        return;
       }
-      fast(out.data, C, idx, w, n, values.data, perm + e, P - e - n);
       return;
     }
     bool outside = false;
