@@ -256,18 +256,34 @@ constexpr index_t kAheadBytes = 1024;
 // Points ahead whose row on the P side (through rows: anywhere in memory) the kernels fetch.
 constexpr index_t kAheadRows = 16;
 
+// Whether one of a point's NC indices ib lies outside [lo, lo + width): the stored kernels check
+// each point before they touch its rows (the index loads then overlap the work on the points
+// before, where a separate pass over the block waited on their misses).
+template <int NC>
+inline bool outside_row(const index_t* ib, index_t lo, std::uint64_t width) {
+  std::uint64_t top = 0;  // the largest idx - lo, those below lo wrapped around to the top
+  for (int k = 0; k < NC; ++k)
+    top = std::max(top, static_cast<std::uint64_t>(ib[k]) - static_cast<std::uint64_t>(lo));
+  return top >= width;
+}
+
 // n points: point b has the grid rows idx[b * NC + k] with the weights w[b * NC + k]; its result
 // goes to row rows[b] of out (row b without rows; rows[n, n + ahead) may be read, to fetch them
-// ahead). Each channel sums in double, corner 0 first.
+// ahead). Each channel sums in double, corner 0 first. With Check, false at the first point with
+// an index outside [lo, hi) (outside_row), before its rows are read.
 // The fetch ahead follows corner NC - 1 (a BlendingMatrix's largest; other orders only lose it).
-template <typename T, int NC, int CC>
-KRONPE_CLONES void gather_packed(const T* grid, index_t C, const index_t* idx, const double* w,
-                                 index_t n, T* out, const index_t* rows, index_t ahead) {
+template <typename T, int NC, int CC, bool Check>
+KRONPE_CLONES bool gather_packed(const T* grid, index_t C, const index_t* idx, const double* w,
+                                 index_t n, T* out, const index_t* rows, index_t ahead,
+                                 index_t lo, index_t hi) {
   const index_t ch = CC > 0 ? index_t(CC) : C;
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * ch, 1);
+    const index_t* ib = idx + b * NC;
+    if constexpr (Check)
+      if (outside_row<NC>(ib, lo, std::uint64_t(hi - lo))) return false;
     const T* g[NC];
-    for (int k = 0; k < NC; ++k) g[k] = grid + idx[b * NC + k] * ch;
+    for (int k = 0; k < NC; ++k) g[k] = grid + ib[k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes);
     const double* wb = w + b * NC;
     T* o = out + (rows ? rows[b] : b) * ch;
@@ -285,13 +301,13 @@ KRONPE_CLONES void gather_packed(const T* grid, index_t C, const index_t* idx, c
       }
     }
   }
+  return true;
 }
 
 // The transpose of gather_packed: grid row idx[b * NC + k] += w[b * NC + k] * values row rows[b]
 // (row b without rows; rows[n, n + ahead) may be read), point after point, each product rounded
-// to T before it is added. With Check, a point's indices are checked to lie in [lo, hi) before
-// it writes: false at the first that does not (stored rows; the index loads then overlap the
-// adds of the points before, where a separate pass over the block waited on their misses).
+// to T before it is added. With Check, false at the first point with an index outside [lo, hi)
+// (outside_row), before it writes.
 template <typename T, int NC, int CC, bool Check>
 KRONPE_CLONES bool scatter_packed(T* grid, index_t C, const index_t* idx, const double* w,
                                   index_t n, const T* values, const index_t* rows, index_t ahead,
@@ -301,12 +317,8 @@ KRONPE_CLONES bool scatter_packed(T* grid, index_t C, const index_t* idx, const 
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(values + rows[b + kAheadRows] * ch);
     const index_t* ib = idx + b * NC;
-    if constexpr (Check) {
-      std::uint64_t top = 0;  // the largest idx - lo, those below lo wrapped around to the top
-      for (int k = 0; k < NC; ++k)
-        top = std::max(top, static_cast<std::uint64_t>(ib[k]) - static_cast<std::uint64_t>(lo));
-      if (top >= width) return false;
-    }
+    if constexpr (Check)
+      if (outside_row<NC>(ib, lo, width)) return false;
     T* g[NC];
     for (int k = 0; k < NC; ++k) g[k] = grid + ib[k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes, 1);
@@ -340,12 +352,14 @@ inline void store_row(T* p, __m256d v) {
   else _mm256_mask_storeu_pd(p, m, v);
 }
 
-template <typename T, int NC, int CC>
-void gather_rows_avx512(const T* grid, index_t, const index_t* idx, const double* w, index_t n,
-                        T* out, const index_t* rows, index_t ahead) {
+template <typename T, int NC, int CC, bool Check>
+bool gather_rows_avx512(const T* grid, index_t, const index_t* idx, const double* w, index_t n,
+                        T* out, const index_t* rows, index_t ahead, index_t lo, index_t hi) {
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * CC, 1);
     const index_t* ib = idx + b * NC;
+    if constexpr (Check)
+      if (outside_row<NC>(ib, lo, std::uint64_t(hi - lo))) return false;
     __builtin_prefetch(reinterpret_cast<const char*>(grid + ib[NC - 1] * CC) + kAheadBytes);
     const double* wb = w + b * NC;
     __m256d acc = _mm256_setzero_pd();
@@ -353,14 +367,15 @@ void gather_rows_avx512(const T* grid, index_t, const index_t* idx, const double
       acc = _mm256_add_pd(acc, _mm256_mul_pd(_mm256_set1_pd(wb[k]), load_row<T, CC>(grid + ib[k] * CC)));
     store_row<T, CC>(out + (rows ? rows[b] : b) * CC, acc);
   }
+  return true;
 }
 
 KRONPE_AVX512_END
 #endif
 
 template <typename T>
-using GatherFn = void (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
-                          const index_t*, index_t);
+using GatherFn = bool (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
+                          const index_t*, index_t, index_t, index_t);
 template <typename T>
 using ScatterFn = bool (*)(T*, index_t, const index_t*, const double*, index_t, const T*,
                            const index_t*, index_t, index_t, index_t);
@@ -388,18 +403,20 @@ bool with_sizes(index_t nc, index_t C, F&& f) {
 }
 
 // The packed kernels for nc corners and C channels, or null.
+// (check: the kernels that check every point's indices)
 template <typename T>
-GatherFn<T> gather_kernel(index_t nc, index_t C) {
+GatherFn<T> gather_kernel(index_t nc, index_t C, bool check) {
   GatherFn<T> f = nullptr;
   with_sizes(nc, C, [&](auto NC, auto CC) {
-    f = &gather_packed<T, NC(), CC()>;
+    f = check ? &gather_packed<T, NC(), CC(), true> : &gather_packed<T, NC(), CC(), false>;
 #if KRONPE_AVX512
-    if constexpr (CC() >= 2) if (g_avx512.load(std::memory_order_relaxed)) f = &gather_rows_avx512<T, NC(), CC()>;
+    if constexpr (CC() >= 2)
+      if (g_avx512.load(std::memory_order_relaxed))
+        f = check ? &gather_rows_avx512<T, NC(), CC(), true> : &gather_rows_avx512<T, NC(), CC(), false>;
 #endif
   });
   return f;
 }
-// (check: the kernel that checks every point's indices)
 template <typename T>
 ScatterFn<T> scatter_kernel(index_t nc, index_t C, bool check) {
   ScatterFn<T> f = nullptr;
@@ -407,14 +424,6 @@ ScatterFn<T> scatter_kernel(index_t nc, index_t C, bool check) {
     f = check ? &scatter_packed<T, NC(), CC(), true> : &scatter_packed<T, NC(), CC(), false>;
   });
   return f;
-}
-
-// Whether some of the `count` indices lies outside [lo, hi) (lo <= hi).
-KRONPE_CLONES bool any_outside(const index_t* idx, index_t count, index_t lo, index_t hi) {
-  std::uint64_t top = 0;  // the largest idx - lo, negative ones wrapped around to the top
-  for (index_t i = 0; i < count; ++i)
-    top = std::max(top, static_cast<std::uint64_t>(idx[i]) - static_cast<std::uint64_t>(lo));
-  return count > 0 && top >= static_cast<std::uint64_t>(hi - lo);
 }
 
 // idx (n, nc) = base[b] + off[k]: the grid rows of a block of points.
@@ -771,7 +780,7 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
   require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const index_t* off = wf.corner_offsets().data();
-  const GatherFn<T> fast = packed(grid) && packed(out) ? gather_kernel<T>(nc, C) : nullptr;
+  const GatherFn<T> fast = packed(grid) && packed(out) ? gather_kernel<T>(nc, C, false) : nullptr;
   for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
     if (!rows)  // points in no order: their corners lie anywhere, fetch the block's ahead of use
       for (index_t b = 0; b < n; ++b)
@@ -780,7 +789,7 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
       index_t idx[kBlock * 8];
       corner_rows(base, off, n, nc, idx);
       fast(grid.data, C, idx, w, n, rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr,
-           P - p0 - n);
+           P - p0 - n, 0, 0);
       return;
     }
     for (index_t b = 0; b < n; ++b) {
@@ -851,20 +860,17 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
   const int nt = resolve_threads(threads);
   int bad = 0;
   const GatherFn<T> fast =
-      packed(indices) && packed(weights) && packed(grid) && packed(out) ? gather_kernel<T>(nnz, C)
-                                                                        : nullptr;
+      packed(indices) && packed(weights) && packed(grid) && packed(out)
+          ? gather_kernel<T>(nnz, C, true)
+          : nullptr;
   if (fast) {
     const index_t nblocks = (P + kBlock - 1) / kBlock;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 16) reduction(| : bad)
     for (index_t blk = 0; blk < nblocks; ++blk) {
       const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
-      const index_t* idx = indices.data + p0 * nnz;
-      if (any_outside(idx, n * nnz, 0, G)) {
+      if (!fast(grid.data, C, indices.data + p0 * nnz, weights.data + p0 * nnz, n,
+                rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr, P - p0 - n, 0, G))
         bad = 1;
-        continue;
-      }
-      fast(grid.data, C, idx, weights.data + p0 * nnz, n, rows ? out.data : out.data + p0 * C,
-           rows ? rows + p0 : nullptr, P - p0 - n);
     }
     require(!bad, "blend: an index lies outside the grid");
     return;
