@@ -426,13 +426,6 @@ ScatterFn<T> scatter_kernel(index_t nc, index_t C, bool check) {
   return f;
 }
 
-// idx (n, nc) = base[b] + off[k]: the grid rows of a block of points.
-inline void corner_rows(const index_t* base, const index_t* off, index_t n, index_t nc,
-                        index_t* idx) {
-  for (index_t b = 0; b < n; ++b)
-    for (index_t k = 0; k < nc; ++k) idx[b * nc + k] = base[b] + off[k];
-}
-
 }  // namespace
 
 WeightFunction::WeightFunction(const std::vector<AxisSpec>& axes, bool normalize)
@@ -608,16 +601,19 @@ constexpr int kSmallDims = 3;
 
 // The 2^D corner weights and the base index of n points from their per-axis cells j[i] and pairs
 // (a0[i], a1[i]): corner c takes a1 along axis i where bit D - 1 - i of c is set, the product
-// formed axis 0 first (block's general loop: the same products in the same order, the same bits).
+// formed axis 0 first (block's general loop: the same products in the same order, the same bits);
+// with idx, the corners' flat indices base + off[c] too.
 template <int D>
-KRONPE_CLONES void corners(index_t n, const index_t* st, const index_t (*j)[kBlock],
-                           const double (*a0)[kBlock], const double (*a1)[kBlock], index_t* base,
-                           double* w) {
+KRONPE_CLONES void corners(index_t n, const index_t* st, const index_t* off,
+                           const index_t (*j)[kBlock], const double (*a0)[kBlock],
+                           const double (*a1)[kBlock], index_t* base, double* w, index_t* idx) {
   constexpr int nc = 1 << D;
   for (index_t b = 0; b < n; ++b) {
     index_t bi = 0;
     for (int i = 0; i < D; ++i) bi += j[i][b] * st[i];
     base[b] = bi;
+    if (idx)
+      for (int c = 0; c < nc; ++c) idx[b * nc + c] = bi + off[c];
     for (int c = 0; c < nc; ++c) {
       double v = (c >> (D - 1)) & 1 ? a1[0][b] : a0[0][b];
       for (int i = 1; i < D; ++i) v *= (c >> (D - 1 - i)) & 1 ? a1[i][b] : a0[i][b];
@@ -629,7 +625,7 @@ KRONPE_CLONES void corners(index_t n, const index_t* st, const index_t (*j)[kBlo
 
 template <typename Q>
 void WeightFunction::block(const MatrixView<const Q>& points, const index_t* rows, index_t start,
-                           index_t n, index_t* base, double* w) const {
+                           index_t n, index_t* base, double* w, index_t* idx) const {
   const int D = dims();
   const index_t nc = corners();
   if (!rows && points.stride_c == 1 && points.stride_r == D) {
@@ -645,10 +641,10 @@ void WeightFunction::block(const MatrixView<const Q>& points, const index_t* row
     for (int i = 0; i < D; ++i)
       axes_[size_t(i)].weights<Q>(normalize_, points.data + i * points.stride_c, points.stride_r,
                                   rows, start, n, j[i], a0[i], a1[i]);
-    const index_t* st = strides_.data();
-    if (D == 1) kronpe::blend::corners<1>(n, st, j, a0, a1, base, w);
-    else if (D == 2) kronpe::blend::corners<2>(n, st, j, a0, a1, base, w);
-    else kronpe::blend::corners<3>(n, st, j, a0, a1, base, w);
+    const index_t *st = strides_.data(), *off = corner_offsets_.data();
+    if (D == 1) kronpe::blend::corners<1>(n, st, off, j, a0, a1, base, w, idx);
+    else if (D == 2) kronpe::blend::corners<2>(n, st, off, j, a0, a1, base, w, idx);
+    else kronpe::blend::corners<3>(n, st, off, j, a0, a1, base, w, idx);
     return;
   }
   index_t j[kBlock];
@@ -674,6 +670,9 @@ void WeightFunction::block(const MatrixView<const Q>& points, const index_t* row
     }
     done *= 2;
   }
+  if (idx)
+    for (index_t b = 0; b < n; ++b)
+      for (index_t k = 0; k < nc; ++k) idx[b * nc + k] = base[b] + corner_offsets_[size_t(k)];
 }
 
 bool set_avx512(bool on) {
@@ -747,8 +746,8 @@ void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int thread
 #pragma omp for schedule(dynamic, 16) nowait
     for (index_t blk = 0; blk < nblocks; ++blk) {
       const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
-      wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data());
-      body(p0, n, sc.base.data(), sc.w.data());
+      wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data(), sc.idx.data());
+      body(p0, n, sc.base.data(), sc.w.data(), sc.idx.data());
     }
     clock.finished();
   }
@@ -762,14 +761,14 @@ void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
   threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), wf.dims()));
   require_shape(indices.rows, indices.cols, "blend: indices", P, nc);
   require_shape(weights.rows, weights.cols, "blend: weights", P, nc);
-  const index_t* off = wf.corner_offsets().data();
-  for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
-    for (index_t b = 0; b < n; ++b)
-      for (index_t k = 0; k < nc; ++k) {
-        indices(p0 + b, k) = base[b] + off[k];
-        weights(p0 + b, k) = w[b * nc + k];
-      }
-  });
+  for_blocks(wf, points, threads,
+             [&](index_t p0, index_t n, const index_t*, const double* w, const index_t* idx) {
+               for (index_t b = 0; b < n; ++b)
+                 for (index_t k = 0; k < nc; ++k) {
+                   indices(p0 + b, k) = idx[b * nc + k];
+                   weights(p0 + b, k) = w[b * nc + k];
+                 }
+             });
 }
 
 template <typename T, typename Q>
@@ -781,13 +780,11 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const index_t* off = wf.corner_offsets().data();
   const GatherFn<T> fast = packed(grid) && packed(out) ? gather_kernel<T>(nc, C, false) : nullptr;
-  for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w) {
+  for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w,
+                                      const index_t* idx) {
     if (!rows)  // points in no order: their corners lie anywhere, fetch the block's ahead of use
-      for (index_t b = 0; b < n; ++b)
-        for (index_t k = 0; k < nc; ++k) __builtin_prefetch(&grid(base[b] + off[k], 0));
+      for (index_t b = 0; b < n * nc; ++b) __builtin_prefetch(&grid(idx[b], 0));
     if (fast) {
-      index_t idx[kBlock * 8];
-      corner_rows(base, off, n, nc, idx);
       fast(grid.data, C, idx, w, n, rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr,
            P - p0 - n, 0, 0);
       return;
@@ -835,9 +832,9 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
 #else
     BlockScratch& sc = scratch[0];
 #endif
-    wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data());
+    wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data(),
+             fast ? sc.idx.data() : nullptr);
     if (fast) {
-      corner_rows(sc.base.data(), off, n, nc, sc.idx.data());
       fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e, P - e - n, 0, 0);
       return;
     }
@@ -969,7 +966,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
 
 #define KRONPE_BLEND_Q(Q)                                                                      \
   template void WeightFunction::block<Q>(const MatrixView<const Q>&, const index_t*, index_t,   \
-                                         index_t, index_t*, double*) const;                     \
+                                         index_t, index_t*, double*, index_t*) const;           \
   template void plan_fly<Q>(const WeightFunction&, MatrixView<const Q>, TransposeLayout,       \
                             index_t*, index_t*, int);                                          \
   template void compute_weights<Q>(const WeightFunction&, MatrixView<const Q>,                 \

@@ -110,11 +110,12 @@ class WeightFunction {
   }
 
   // Flat indices of the first corner (base, n values) and the 2^D corner weights (w, n * 2^D
-  // values, point-major) of n points. Point b is row rows[b] of `points` when rows is given,
-  // row start + b otherwise. Coordinates are clamped as in axis().
+  // values, point-major) of n points, and with idx the corners' flat indices (n * 2^D values,
+  // point-major). Point b is row rows[b] of `points` when rows is given, row start + b otherwise.
+  // Coordinates are clamped as in axis().
   template <typename Q>
   void block(const MatrixView<const Q>& points, const index_t* rows, index_t start, index_t n,
-             index_t* base, double* w) const;
+             index_t* base, double* w, index_t* idx = nullptr) const;
 
  private:
   struct Axis {
