@@ -330,7 +330,7 @@ def test_avx512_paths_give_the_bits_of_the_portable_ones(rng, avx512_toggle, D, 
         cols.append(rng.permutation(q))
     n = min(len(c) for c in cols)
     pts = np.stack([c[:n] for c in cols], 1)
-    for P in (n, 13, 1):
+    for P in (n, 13, 1, 0):
         for kind, ((k, param), _) in KINDS.items():
             for normalize in (True, False):
                 got = {}
