@@ -2,10 +2,10 @@
 
 An on-the-fly product computes every point's weights (per axis: its cell, then for a distance
 kernel two exponentials and three divisions) before it gathers or scatters. This script measures
-that arithmetic alone, per axis and point, in cache (``_core.blend_axis_weights``: the slope between
-4096 and 20480 coordinates, 10th percentiles of 1500 calls, one thread), with the AVX-512 paths on
-and off; then the blend suite's 2d-512-100pct case (262144 random points, 3 float32 channels,
-Gaussian weights): the on-the-fly and stored gathers (warm, default threads, medians of 40), the
+that arithmetic alone, per axis and point, in cache (``_core.blend_axis_weights``: the slope
+between 4096 and 20480 coordinates, 10th percentiles of 1500 calls, one thread), on every vector
+path this CPU has (AVX-512, AVX2, portable); then the blend suite's 2d-512-100pct case (262144
+random points, 3 float32 channels, Gaussian weights): the on-the-fly and stored gathers (warm, default threads, medians of 40), the
 copy bandwidth of the same run, and the time 50% of it allows for the on-the-fly product's bytes
 (``kronpe.bench.blend.blend_bytes``) next to what the weights alone need at that thread count.
 
@@ -64,19 +64,21 @@ def median_ms(fn, rounds: int = 40) -> float:
 
 
 def main() -> None:
-    before = _core.blend_set_avx512(True)
-    has = _core.blend_set_avx512(True)
-    print(f"kronpe {kronpe.__version__}; threads {kronpe.get_num_threads()}; AVX-512 paths: {'yes' if has else 'no'}")
-    print("\n| weights | AVX-512 ns per axis and point | portable ns per axis and point |\n|---|---:|---:|")
+    before = _core.blend_set_simd(2)
+    top = _core.blend_set_simd(2)
+    names = ["portable", "AVX2", "AVX-512"][: top + 1][::-1]
+    print(f"kronpe {kronpe.__version__}; threads {kronpe.get_num_threads()}; vector paths: {', '.join(names)}")
+    print("\n| weights | " + " | ".join(f"{n} ns per axis and point" for n in names) + " |\n|---|"
+          + "---:|" * len(names))
     cost = {}
     for name, kind, param in KINDS:
         row = []
-        for on in (True, False):
-            _core.blend_set_avx512(on and has)
+        for level in range(top, -1, -1):
+            _core.blend_set_simd(level)
             row.append(axis_cost(kind, param) * 1e9)
         cost[name] = row[0]
-        print(f"| {name} | {row[0]:.2f} | {row[1]:.2f} |")
-    _core.blend_set_avx512(before)
+        print(f"| {name} | " + " | ".join(f"{c:.2f}" for c in row) + " |")
+    _core.blend_set_simd(before)
 
     fly, stored = matrices((M, M), 1.0)
     P, G = fly.shape

@@ -299,23 +299,27 @@ def test_products_do_not_depend_on_point_order(rng, store):
 
 
 @pytest.fixture
-def avx512_toggle():
-    """Sets the blend kernels' AVX-512 paths on or off (skips where the CPU has none); restores."""
-    before = _core.blend_set_avx512(True)
-    if not _core.blend_set_avx512(True):
-        _core.blend_set_avx512(before)
-        pytest.skip("this CPU has no AVX-512")
-    yield _core.blend_set_avx512
-    _core.blend_set_avx512(before)
+def simd_levels():
+    """The blend kernels' vector levels this CPU has (2 AVX-512, 1 AVX2, 0 portable; skips where it
+    has none but the portable one), and a setter; restores the level."""
+    before = _core.blend_set_simd(2)
+    top = _core.blend_set_simd(2)
+    if top == 0:
+        _core.blend_set_simd(before)
+        pytest.skip("this CPU has neither AVX2 nor AVX-512")
+    yield list(range(top, -1, -1)), _core.blend_set_simd
+    _core.blend_set_simd(before)
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
 @pytest.mark.parametrize("nodes_kind", ["linspace", "jittered", "nonuniform"])
-def test_avx512_paths_give_the_bits_of_the_portable_ones(rng, avx512_toggle, D, nodes_kind):
-    # the vectorised cell search (uniform axes: a guess per 8 points, the wrong ones searched
-    # after it) and the AVX-512 gathers of 2-4 channels against the portable loops: the same
+def test_simd_paths_give_the_bits_of_the_portable_ones(rng, simd_levels, D, nodes_kind):
+    # the vectorised cell searches (uniform axes: a guess per 8 (AVX-512) or 4 (AVX2) points, the
+    # wrong ones searched after it) and the AVX-512 gathers of 2-4 channels against the portable
+    # loops, every level this CPU has: the same
     # cells, weights and products, bit for bit, for every kernel; points on nodes, within an ulp
     # of them, at and beyond both ends, NaN, and counts that leave partial vectors
+    levels, set_level = simd_levels
     M = (9, 7, 6)[:D]
     if nodes_kind == "linspace":
         nodes = [np.linspace(0.0, 1.0, m) for m in M]
@@ -334,24 +338,26 @@ def test_avx512_paths_give_the_bits_of_the_portable_ones(rng, avx512_toggle, D, 
         for kind, ((k, param), _) in KINDS.items():
             for normalize in (True, False):
                 got = {}
-                for on in (True, False):
-                    avx512_toggle(on)
-                    got[on] = kernel_weights(pts[:P], nodes, [(k, param)] * D, normalize)
-                for a, b in zip(got[True], got[False]):
-                    np.testing.assert_array_equal(a, b)
+                for level in levels:
+                    set_level(level)
+                    got[level] = kernel_weights(pts[:P], nodes, [(k, param)] * D, normalize)
+                for level in levels[:-1]:
+                    for a, b in zip(got[level], got[0]):
+                        np.testing.assert_array_equal(a, b)
     inside = pts[np.all(np.isfinite(pts), 1)]
     inside = np.clip(inside, [g[0] for g in nodes], [g[-1] for g in nodes])
     for C in (1, 2, 3, 4, 5):
         for dtype in (np.float32, np.float64):
             v = rng.standard_normal((int(np.prod(M)), C)).astype(dtype)
             got = {}
-            for on in (True, False):
-                avx512_toggle(on)
+            for level in levels:
+                set_level(level)
                 B = BlendingMatrix(inside, nodes, embedders.Gaussian(8, 0.1))
                 S = BlendingMatrix(inside, nodes, embedders.Gaussian(8, 0.1)).store()
-                got[on] = (B @ v, B @ v, S @ v, S @ v)  # the first product skips the plan
-            for a, b in zip(got[True], got[False]):
-                np.testing.assert_array_equal(a, b)
+                got[level] = (B @ v, B @ v, S @ v, S @ v)  # the first product skips the plan
+            for level in levels[:-1]:
+                for a, b in zip(got[level], got[0]):
+                    np.testing.assert_array_equal(a, b)
 
 
 def strided(a):

@@ -180,9 +180,9 @@ Gpu gpu(const Array& ref, const OptArray& workspace) { return Gpu{bindings::cont
 }  // namespace
 
 void register_blend(py::module_& m) {
-  m.def("blend_set_avx512", &blend::set_avx512, py::arg("on"),
-        "Whether the blend kernels' AVX-512 paths run (the CPU permitting); returns the previous "
-        "setting (tests compare the bits of both paths).");
+  m.def("blend_set_simd", &blend::set_simd, py::arg("level"),
+        "The blend kernels' vector paths: 2 AVX-512, 1 AVX2, 0 portable, at most the CPU's (the "
+        "default); returns the previous level (tests compare the bits of every level).");
   // ---- the grid (host) ----
   m.def(
       "blend_info",

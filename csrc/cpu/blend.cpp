@@ -45,8 +45,29 @@ int pick_threads(int threads, index_t work) {
   return int(std::min<index_t>(cap < 0 ? -cap : resolve_threads(0), by_work));
 }
 
-// Axes of at most this many nodes may search their cells with int lanes (cells_avx512).
+// Axes of at most this many nodes may search their cells with int lanes (cells_avx512, _avx2).
 constexpr index_t kMaxIntCells = index_t(1) << 30;
+
+// The vector cell searches' last group of m < W points: group(x, j, g0, h, dh, dt) on a copy
+// padded with lo, its m results copied back; returns group's mask of wrong guesses among them.
+// (The full groups' loops stay in cells_avx512 and cells_avx2: through a shared driver the group
+// is a call per W points, not inlined across the target regions, 5-10% slower.)
+template <int W, typename Group>
+int cells_padded(Group&& group, double lo, index_t m, double* x, index_t* j, double* g0, double* h,
+                 double* dh, double* dt) {
+  double px[W], pg0[W], ph[W], pdh[W], pdt[W];
+  index_t pj[W];
+  std::fill(px, px + W, lo);
+  std::copy(x, x + m, px);
+  const int wrong = group(px, pj, pg0, ph, pdh, pdt) & ((1 << m) - 1);
+  std::copy(px, px + m, x);
+  std::copy(pj, pj + m, j);
+  std::copy(pg0, pg0 + m, g0);
+  std::copy(ph, ph + m, h);
+  std::copy(pdh, pdh + m, dh);
+  std::copy(pdt, pdt + m, dt);
+  return wrong;
+}
 
 #if KRONPE_AVX512
 KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512vl")
@@ -54,52 +75,121 @@ KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512vl")
 // place (NaN goes to lo), the cell j = (x - lo) inv_h, its row (g[j], g[j + 1], Dh[j], dt[j]) of
 // cells4 loaded (one load per point, then a transpose: gathers were slower), the guess checked
 // against the nodes, and the cell's entries g0 = g[j], h = g[j + 1] - g0, dh, dt. Points whose
-// guess is wrong (within rounding of a node; nodes off the even spacing) get j = -1 and no
-// entries: the caller searches them. The scalar pass's operations (same bits). Returns whether
-// some point needs that search.
+// guess is wrong (within rounding of a node; nodes off the even spacing) get j = -1: the caller
+// searches them and overwrites their entries. The scalar pass's operations (same bits). Plain
+// stores, a last partial group on a padded copy (masked stores made the pass 2.4x slower on this
+// Zen 4). Returns whether some point needs that search.
+inline int cells8_avx512(const double* cells4, __m256i vtop, __m512d vlo, __m512d vhi,
+                         __m512d vinv, double* x, index_t* j, double* g0, double* h, double* dh,
+                         double* dt) {
+  const __m256i zero = _mm256_setzero_si256();
+  alignas(32) int ci[8];
+  __m512d xb = _mm512_loadu_pd(x);
+  xb = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xb, vlo, _CMP_GE_OQ), vlo, xb);  // NaN too
+  xb = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xb, vhi, _CMP_GT_OQ), xb, vhi);
+  __m256i c = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_sub_pd(xb, vlo), vinv));
+  c = _mm256_min_epi32(_mm256_max_epi32(c, zero), vtop);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ci), c);
+  // the 8 cells' rows (g0, g1, dh, dt), transposed: z0 = [r0 | r2], z1 = [r1 | r3], ...
+  __m256d r[8];
+  for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_pd(cells4 + 4 * index_t(ci[l]));
+  const __m512d z0 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[0]), r[2], 1);
+  const __m512d z1 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[1]), r[3], 1);
+  const __m512d z2 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[4]), r[6], 1);
+  const __m512d z3 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[5]), r[7], 1);
+  const __m512d t0 = _mm512_unpacklo_pd(z0, z1), t1 = _mm512_unpackhi_pd(z0, z1);
+  const __m512d t2 = _mm512_unpacklo_pd(z2, z3), t3 = _mm512_unpackhi_pd(z2, z3);
+  const __m512d gl = _mm512_shuffle_f64x2(t0, t2, 0x88), gr = _mm512_shuffle_f64x2(t1, t3, 0x88);
+  const __mmask8 below = _mm256_cmpgt_epi32_mask(c, zero) & _mm512_cmp_pd_mask(xb, gl, _CMP_LT_OQ);
+  const __mmask8 above = _mm256_cmpgt_epi32_mask(vtop, c) & _mm512_cmp_pd_mask(xb, gr, _CMP_GE_OQ);
+  const __mmask8 off = __mmask8(below | above);
+  _mm512_storeu_pd(x, xb);
+  _mm512_storeu_si512(j, _mm512_mask_blend_epi64(off, _mm512_cvtepi32_epi64(c), _mm512_set1_epi64(-1)));
+  _mm512_storeu_pd(g0, gl);
+  _mm512_storeu_pd(h, _mm512_sub_pd(gr, gl));
+  _mm512_storeu_pd(dh, _mm512_shuffle_f64x2(t0, t2, 0xDD));
+  _mm512_storeu_pd(dt, _mm512_shuffle_f64x2(t1, t3, 0xDD));
+  return off;
+}
+
 bool cells_avx512(const double* cells4, int top, double lo, double hi, double inv_h, index_t n,
                   double* x, index_t* j, double* g0, double* h, double* dh, double* dt) {
   const __m512d vlo = _mm512_set1_pd(lo), vhi = _mm512_set1_pd(hi), vinv = _mm512_set1_pd(inv_h);
-  const __m256i zero = _mm256_setzero_si256(), vtop = _mm256_set1_epi32(top);
-  __mmask8 wrong = 0;
-  alignas(32) int ci[8];
-  for (index_t b = 0; b < n; b += 8) {
-    const index_t m = std::min<index_t>(8, n - b);
-    const __mmask8 k = __mmask8((1u << unsigned(m)) - 1u);
-    __m512d xb = _mm512_maskz_loadu_pd(k, x + b);
-    xb = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xb, vlo, _CMP_GE_OQ), vlo, xb);  // NaN too
-    xb = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xb, vhi, _CMP_GT_OQ), xb, vhi);
-    __m256i c = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_sub_pd(xb, vlo), vinv));
-    c = _mm256_min_epi32(_mm256_max_epi32(c, zero), vtop);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ci), c);
-    // the 8 cells' rows (g0, g1, dh, dt), transposed: z0 = [r0 | r2], z1 = [r1 | r3], ...
-    __m256d r[8];
-    for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_pd(cells4 + 4 * index_t(l < m ? ci[l] : 0));
-    const __m512d z0 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[0]), r[2], 1);
-    const __m512d z1 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[1]), r[3], 1);
-    const __m512d z2 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[4]), r[6], 1);
-    const __m512d z3 = _mm512_insertf64x4(_mm512_castpd256_pd512(r[5]), r[7], 1);
-    const __m512d t0 = _mm512_unpacklo_pd(z0, z1), t1 = _mm512_unpackhi_pd(z0, z1);
-    const __m512d t2 = _mm512_unpacklo_pd(z2, z3), t3 = _mm512_unpackhi_pd(z2, z3);
-    const __m512d gl = _mm512_shuffle_f64x2(t0, t2, 0x88), vdh = _mm512_shuffle_f64x2(t0, t2, 0xDD);
-    const __m512d gr = _mm512_shuffle_f64x2(t1, t3, 0x88), vdt = _mm512_shuffle_f64x2(t1, t3, 0xDD);
-    const __mmask8 below = _mm256_cmpgt_epi32_mask(c, zero) & _mm512_cmp_pd_mask(xb, gl, _CMP_LT_OQ);
-    const __mmask8 above = _mm256_cmpgt_epi32_mask(vtop, c) & _mm512_cmp_pd_mask(xb, gr, _CMP_GE_OQ);
-    const __mmask8 off = __mmask8((below | above) & k), ok = __mmask8(k & ~off);
-    wrong = __mmask8(wrong | off);
-    _mm512_mask_storeu_pd(x + b, k, xb);
-    _mm512_mask_storeu_epi64(j + b, k,
-                             _mm512_mask_blend_epi64(off, _mm512_cvtepi32_epi64(c), _mm512_set1_epi64(-1)));
-    _mm512_mask_storeu_pd(g0 + b, ok, gl);
-    _mm512_mask_storeu_pd(h + b, ok, _mm512_sub_pd(gr, gl));
-    _mm512_mask_storeu_pd(dh + b, ok, vdh);
-    _mm512_mask_storeu_pd(dt + b, ok, vdt);
-  }
+  const __m256i vtop = _mm256_set1_epi32(top);
+  int wrong = 0;
+  index_t b = 0;
+  for (; b + 8 <= n; b += 8)
+    wrong |= cells8_avx512(cells4, vtop, vlo, vhi, vinv, x + b, j + b, g0 + b, h + b, dh + b, dt + b);
+  if (b < n)
+    wrong |= cells_padded<8>(
+        [&](double* px, index_t* pj, double* pg0, double* ph, double* pdh, double* pdt) {
+          return cells8_avx512(cells4, vtop, vlo, vhi, vinv, px, pj, pg0, ph, pdh, pdt);
+        },
+        lo, n - b, x + b, j + b, g0 + b, h + b, dh + b, dt + b);
   return wrong != 0;
 }
 KRONPE_AVX512_END
-// whether the AVX-512 kernels run: from the CPU at load, set_avx512 for the tests' comparisons
-std::atomic<bool> g_avx512{cpu_has_avx512(true)};
+
+KRONPE_AVX512_BEGIN("avx2")
+// cells_avx512 on AVX2 machines, 4 points at a time: the same steps (a 4 x 4 transpose of the
+// cells' rows), the same bits. Plain stores (AVX2's masked stores are microcoded on AMD's cores:
+// as slow as the scalar loop); the lanes of wrong guesses are overwritten by the caller's search,
+// and a last partial group runs on a padded copy.
+inline int cells4_avx2(const double* cells4, __m128i vtop, __m256d vlo, __m256d vhi, __m256d vinv,
+                       double* x, index_t* j, double* g0, double* h, double* dh, double* dt) {
+  const __m128i zero = _mm_setzero_si128();
+  alignas(16) int ci[4];
+  __m256d xb = _mm256_loadu_pd(x);
+  xb = _mm256_blendv_pd(vlo, xb, _mm256_cmp_pd(xb, vlo, _CMP_GE_OQ));  // NaN too
+  xb = _mm256_blendv_pd(xb, vhi, _mm256_cmp_pd(xb, vhi, _CMP_GT_OQ));
+  __m128i c = _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_sub_pd(xb, vlo), vinv));
+  c = _mm_min_epi32(_mm_max_epi32(c, zero), vtop);
+  _mm_store_si128(reinterpret_cast<__m128i*>(ci), c);
+  const __m256d r0 = _mm256_loadu_pd(cells4 + 4 * index_t(ci[0])), r1 = _mm256_loadu_pd(cells4 + 4 * index_t(ci[1]));
+  const __m256d r2 = _mm256_loadu_pd(cells4 + 4 * index_t(ci[2])), r3 = _mm256_loadu_pd(cells4 + 4 * index_t(ci[3]));
+  const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+  const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+  const __m256d gl = _mm256_permute2f128_pd(t0, t2, 0x20), gr = _mm256_permute2f128_pd(t1, t3, 0x20);
+  const __m256d pos = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpgt_epi32(c, zero)));
+  const __m256d inner = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpgt_epi32(vtop, c)));
+  const __m256d off = _mm256_or_pd(_mm256_and_pd(pos, _mm256_cmp_pd(xb, gl, _CMP_LT_OQ)),
+                                   _mm256_and_pd(inner, _mm256_cmp_pd(xb, gr, _CMP_GE_OQ)));
+  _mm256_storeu_pd(x, xb);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(j),
+                      _mm256_or_si256(_mm256_cvtepi32_epi64(c), _mm256_castpd_si256(off)));  // -1
+  _mm256_storeu_pd(g0, gl);
+  _mm256_storeu_pd(h, _mm256_sub_pd(gr, gl));
+  _mm256_storeu_pd(dh, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(dt, _mm256_permute2f128_pd(t1, t3, 0x31));
+  return _mm256_movemask_pd(off);
+}
+
+bool cells_avx2(const double* cells4, int top, double lo, double hi, double inv_h, index_t n,
+                double* x, index_t* j, double* g0, double* h, double* dh, double* dt) {
+  const __m256d vlo = _mm256_set1_pd(lo), vhi = _mm256_set1_pd(hi), vinv = _mm256_set1_pd(inv_h);
+  const __m128i vtop = _mm_set1_epi32(top);
+  int wrong = 0;
+  index_t b = 0;
+  for (; b + 4 <= n; b += 4)
+    wrong |= cells4_avx2(cells4, vtop, vlo, vhi, vinv, x + b, j + b, g0 + b, h + b, dh + b, dt + b);
+  if (b < n)
+    wrong |= cells_padded<4>(
+        [&](double* px, index_t* pj, double* pg0, double* ph, double* pdh, double* pdt) {
+          return cells4_avx2(cells4, vtop, vlo, vhi, vinv, px, pj, pg0, ph, pdh, pdt);
+        },
+        lo, n - b, x + b, j + b, g0 + b, h + b, dh + b, dt + b);
+  return wrong != 0;
+}
+KRONPE_AVX512_END
+
+// The blend kernels' vector paths: 2 AVX-512 (cells_avx512, gather_rows_avx512), 1 AVX2
+// (cells_avx2), 0 neither. From the CPU at load; set_simd lowers it for the tests' comparisons.
+int cpu_simd() {
+  if (cpu_has_avx512(true)) return 2;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") ? 1 : 0;
+}
+std::atomic<int> g_simd{cpu_simd()};
 #endif
 
 inline bool bad_index(index_t idx, index_t size) {
@@ -411,7 +501,7 @@ GatherFn<T> gather_kernel(index_t nc, index_t C, bool check) {
     f = check ? &gather_packed<T, NC(), CC(), true> : &gather_packed<T, NC(), CC(), false>;
 #if KRONPE_AVX512
     if constexpr (CC() >= 2)
-      if (g_avx512.load(std::memory_order_relaxed))
+      if (g_simd.load(std::memory_order_relaxed) >= 2)
         f = check ? &gather_rows_avx512<T, NC(), CC(), true> : &gather_rows_avx512<T, NC(), CC(), false>;
 #endif
   });
@@ -529,7 +619,8 @@ KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, con
     for (index_t b = 0; b < n; ++b) x[b] = double(q[(start + b) * stride]);
   // pass 1: clamp, cell and the cell's entries. Uniform nodes: the cell guessed from the
   // coordinate is checked with two loads (math::cell walks or bisects only when it is wrong);
-  // with AVX-512 8 points at a time (cells_avx512), its wrong guesses searched after it.
+  // with AVX-512 or AVX2 8 or 4 points at a time (cells_avx512, cells_avx2), the wrong guesses
+  // searched after it.
   const auto set_cell = [&](index_t b, index_t jj) {
     j[b] = jj;
     g0[b] = g[jj];
@@ -539,9 +630,11 @@ KRONPE_CLONES void WeightFunction::Axis::weights(const Q* q, index_t stride, con
   };
   bool scalar = true;
 #if KRONPE_AVX512
-  if (g_avx512.load(std::memory_order_relaxed) && uniform && M <= kMaxIntCells) {
+  const int simd = g_simd.load(std::memory_order_relaxed);
+  if (simd > 0 && uniform && M <= kMaxIntCells) {
     scalar = false;
-    if (cells_avx512(cells4.data(), int(last), lo, hi, inv_h, n, x, j, g0, h, dh, dt))
+    if ((simd == 2 ? cells_avx512 : cells_avx2)(cells4.data(), int(last), lo, hi, inv_h, n, x, j, g0,
+                                                 h, dh, dt))
       for (index_t b = 0; b < n; ++b)
         if (j[b] < 0) set_cell(b, math::cell(g, M, lo, hi, inv_h, uniform, x[b]));
   }
@@ -675,12 +768,12 @@ void WeightFunction::block(const MatrixView<const Q>& points, const index_t* row
       for (index_t k = 0; k < nc; ++k) idx[b * nc + k] = base[b] + corner_offsets_[size_t(k)];
 }
 
-bool set_avx512(bool on) {
+int set_simd(int level) {
+  require(level >= 0, "set_simd: the level must be >= 0");
 #if KRONPE_AVX512
-  return g_avx512.exchange(on && cpu_has_avx512(true));
+  return g_simd.exchange(std::min(level, cpu_simd()));
 #else
-  (void)on;
-  return false;
+  return 0;
 #endif
 }
 

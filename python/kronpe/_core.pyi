@@ -99,9 +99,10 @@ def busy_cores() -> Tuple[bool, int]:
     """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
     (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
 
-def blend_set_avx512(on: bool) -> bool:
-    """Whether the blend kernels' AVX-512 paths (uniform axes' cell search, gathers of 2-4 channels) run,
-    the CPU permitting; returns the previous setting (internal: tests compare both paths' bits)."""
+def blend_set_simd(level: int) -> int:
+    """The blend kernels' vector paths: 2 AVX-512 (uniform axes' cell search, gathers of 2-4 channels), 1 AVX2
+    (the cell search), 0 portable, at most what the CPU has (the default); returns the previous level (internal:
+    tests compare every level's bits)."""
 
 def set_nodes_per_extra_thread(nodes: int) -> int:
     """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least

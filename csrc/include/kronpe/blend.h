@@ -150,10 +150,10 @@ double distance(Kernel kind, double param, double d);
 void require_shape(index_t rows, index_t cols, const char* what, index_t want_rows,
                    index_t want_cols);
 
-// Whether the AVX-512 kernels (the cell search of uniform axes, the gathers of 2-4 channels) run
-// where the CPU has them: on by default; off, the portable loops (the same bits). Returns the
-// previous setting; `on` is ignored without AVX-512.
-bool set_avx512(bool on);
+// The vector paths the blend kernels take, at most what the CPU has (the default): 2 AVX-512 (the
+// cell search of uniform axes, the gathers of 2-4 channels), 1 AVX2 (the cell search), 0 the
+// portable loops; every level gives the same bits. Returns the previous level.
+int set_simd(int level);
 
 // The stable bucketing of points by output slab used by blend_transpose (see the top comment).
 struct TransposeLayout {
