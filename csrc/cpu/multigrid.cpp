@@ -1,5 +1,6 @@
 // kronpe C++ core: the multigrid solver of the thin-plate systems (kronpe/multigrid.h).
 #include "kronpe/multigrid.h"
+#include "kronpe/sweep.h"
 #include "kronpe/threads.h"
 
 #ifdef KRONPE_OPENMP
@@ -612,117 +613,62 @@ template class ThinPlateHierarchy<double>;
 
 namespace {
 
-// The grid of R + higher L^3 (the power form: order 3, top higher, tail 1, mirrored) on g's nodes:
-// the higher-order penalty of the sweep's test and of LeadSolve's stage 2.
-Grid higher_grid(const Grid& g, double higher) {
-  Grid gh = g;
-  gh.reflect = true;
-  gh.order = 3;
-  gh.weighted = false;
-  gh.top = higher;
-  gh.tail = 1.0;
-  return gh;
-}
+// The sweep's fits on the host (kronpe/sweep.h's Ops)
+template <typename T>
+class HostSweepOps {
+ public:
+  HostSweepOps(ThinPlateHierarchy<T>& h, const T* b, index_t nhold, const index_t* hold, const T* y_hold,
+               const SweepSettings& s, T* x_best)
+      : h_(h), b_(b), nhold_(nhold), hold_(hold), y_hold_(y_hold), s_(s), x_best_(x_best),
+        n_(h.grid(0).size()), buf_(static_cast<std::size_t>(nhold)) {}
+  int slots() const { return int(pool_.size()); }
+  void add_slot() { pool_.emplace_back(static_cast<std::size_t>(n_)); }
+  void set_lambda(double lam) { h_.set_lambda(lam); }
+  void set_reflect(bool reflect) { h_.set_reflect(reflect); }
+  void fmg(int k) { h_.fmg(b_, pool_[k].data(), 1); }
+  void cycles_from(int from, int k) { h_.cycles_from(b_, pool_[from].data(), pool_[k].data(), s_.count, s_.omega); }
+  void copy(int from, int k) { std::copy(pool_[from].begin(), pool_[from].end(), pool_[k].begin()); }
+  double error(int k) { return error_of(pool_[k].data()); }
+  double higher_error(int from, double lam) {
+    const Grid gh = higher_grid(h_.grid(0), s_.higher);
+    const T* xs = pool_[from].data();
+    WorkArray<T> r(static_cast<std::size_t>(n_)), z(static_cast<std::size_t>(n_));
+    thin_plate_apply<T>(gh, xs, h_.data_term(0).data(), T(lam), r.data(), 1);
+    for (index_t i = 0; i < n_; ++i) r[i] = b_[i] - r[i];
+    h_.vcycle(r.data(), z.data());
+    const T omega = T(s_.omega);
+    for (index_t i = 0; i < n_; ++i) z[i] = z[i] * omega + xs[i];
+    return error_of(z.data());
+  }
+  void keep(int k) { std::copy(pool_[k].begin(), pool_[k].end(), x_best_); }
+
+ private:
+  double error_of(const T* w) {
+    for (index_t i = 0; i < nhold_; ++i) buf_[i] = w[hold_[i]] - y_hold_[i];
+    return dot(nhold_, buf_.data(), buf_.data(), 1) / double(std::max<index_t>(nhold_, 1));
+  }
+
+  ThinPlateHierarchy<T>& h_;
+  const T* b_;
+  index_t nhold_;
+  const index_t* hold_;
+  const T* y_hold_;
+  const SweepSettings& s_;
+  T* x_best_;
+  index_t n_;
+  std::vector<WorkArray<T>> pool_;  // the fits
+  WorkArray<T> buf_;
+};
 
 }  // namespace
 
 template <typename T>
 SweepOutcome held_out_sweep(ThinPlateHierarchy<T>& h, const T* b, index_t nhold, const index_t* hold,
                             const T* y_hold, const SweepSettings& s, T* x_best) {
-  require(!s.lams.empty(), "held_out_sweep: no lambda to try");
-  require(s.count >= 0 && std::isfinite(s.omega) && s.omega > 0 && s.omega < 2, "held_out_sweep: bad cycles");
-  const Grid& g = h.grid(0);
-  const index_t n = g.size();
+  const index_t n = h.grid(0).size();
   for (index_t i = 0; i < nhold; ++i) require(hold[i] >= 0 && hold[i] < n, "held_out_sweep: hold out of range");
-  // fits: a pool of arrays, each fit one of them (none: -1); a new fit takes one no name holds
-  std::vector<WorkArray<T>> pool;
-  int x = -1, x_b = -1, x_f = -1;
-  auto take = [&](std::initializer_list<int> held) {
-    for (int k = 0; k < int(pool.size()); ++k)
-      if (std::find(held.begin(), held.end(), k) == held.end()) return k;
-    pool.emplace_back(static_cast<std::size_t>(n));
-    return int(pool.size()) - 1;
-  };
-  // the fit at lam from the fit `from` (count cycles), or (-1) full multigrid alone, into a free array
-  auto run = [&](double lam, int from, std::initializer_list<int> held) {
-    h.set_lambda(lam);
-    const int k = take(held);
-    if (from < 0) {
-      h.fmg(b, pool[k].data(), 1);
-      return k;
-    }
-    if (s.count == 0) std::copy(pool[from].begin(), pool[from].end(), pool[k].begin());
-    else h.cycles_from(b, pool[from].data(), pool[k].data(), s.count, s.omega);
-    return k;
-  };
-  WorkArray<T> buf(static_cast<std::size_t>(nhold));
-  auto error = [&](const T* w) {
-    for (index_t i = 0; i < nhold; ++i) buf[i] = w[hold[i]] - y_hold[i];
-    return dot(nhold, buf.data(), buf.data(), 1) / double(std::max<index_t>(nhold, 1));
-  };
-  SweepOutcome out;
-  std::vector<double>& errs = out.errs;
-  for (const double lam : s.lams) {
-    const int prev = x;
-    x = run(lam, x, {x, x_b, x_f});
-    out.tried.push_back(lam);
-    errs.push_back(error(pool[x].data()));
-    const std::size_t m = errs.size();
-    if (m == 1 || errs[m - 1] < *std::min_element(errs.begin(), errs.end() - 1)) {
-      x_b = x;
-      x_f = prev;
-    }
-    if (m >= 3 && errs[m - 1] > errs[m - 2] && errs[m - 2] > errs[m - 3]) break;  // risen twice
-    if (s.flat > 0 && m >= 3 && errs[m - 3] - errs[m - 2] < s.flat * errs[m - 3] &&
-        errs[m - 2] - errs[m - 1] < s.flat * errs[m - 2])
-      break;  // flat twice
-  }
-  const std::size_t k = std::size_t(std::min_element(errs.begin(), errs.end()) - errs.begin());
-  double best = out.tried[k];
-  if (k > 0 && k + 1 < out.tried.size()) {  // one parabolic step in log lambda through the three best
-    const double y0 = errs[k - 1], y1 = errs[k], y2 = errs[k + 1];
-    const double denom = y0 - 2 * y1 + y2;
-    if (denom > 0) {
-      const double step = std::min(std::max(0.5 * (y0 - y2) / denom, -0.5), 0.5);
-      const double cand = out.tried[k] * std::pow(s.ratio, -step);
-      const int x2 = run(cand, x_b, {x_b, x_f});
-      out.tried.push_back(cand);
-      errs.push_back(error(pool[x2].data()));
-      if (errs.back() < errs[k]) {
-        best = cand;
-        x_f = x_b;
-        x_b = x2;
-      }
-    }
-  }
-  const double lam_fit = best;
-  out.interpolating = best == *std::min_element(out.tried.begin(), out.tried.end());
-  out.best = best;
-  // the boundary: the best fit's step mirrored, from where it started, at its lambda
-  h.set_reflect(true);
-  const int x_m = run(lam_fit, x_f, {x_b, x_f});
-  out.boundary_errs[0] = *std::min_element(errs.begin(), errs.end());
-  out.boundary_errs[1] = error(pool[x_m].data());
-  out.reflect = out.boundary_errs[1] < out.boundary_errs[0] * (1.0 + s.boundary_margin);
-  h.set_reflect(out.reflect);
-  if (out.reflect) x_b = x_m;
-  if (s.higher > 0 && out.interpolating && out.reflect && x_f >= 0) {
-    // x + omega V (b - (diag(m) + lam R_h) x) from x = the fit the best started from
-    const Grid gh = higher_grid(g, s.higher);
-    const T* xs = pool[x_f].data();
-    WorkArray<T> r(static_cast<std::size_t>(n)), z(static_cast<std::size_t>(n));
-    thin_plate_apply<T>(gh, xs, h.data_term(0).data(), T(lam_fit), r.data(), 1);
-    for (index_t i = 0; i < n; ++i) r[i] = b[i] - r[i];
-    h.vcycle(r.data(), z.data());
-    const T omega = T(s.omega);
-    for (index_t i = 0; i < n; ++i) z[i] = z[i] * omega + xs[i];
-    out.higher_tested = true;
-    out.higher_errs[0] = out.boundary_errs[1];
-    out.higher_errs[1] = error(z.data());
-    out.higher = out.higher_errs[1] < out.higher_errs[0] * (1.0 - s.higher_margin);
-  }
-  std::copy(pool[x_b].begin(), pool[x_b].end(), x_best);
-  return out;
+  HostSweepOps<T> ops(h, b, nhold, hold, y_hold, s, x_best);
+  return sweep_decisions(ops, s);
 }
 
 template SweepOutcome held_out_sweep<float>(ThinPlateHierarchy<float>&, const float*, index_t, const index_t*,

@@ -123,4 +123,23 @@ KRONPE_STUB_TQ(float, double)
 KRONPE_STUB_TQ(double, float)
 KRONPE_STUB_TQ(double, double)
 
+struct DeviceThinPlate::Impl {};
+DeviceThinPlate::DeviceThinPlate(int, const smooth::Grid&, const float*, const smooth::MultigridOptions&) {
+  unavailable();
+}
+DeviceThinPlate::~DeviceThinPlate() = default;
+void DeviceThinPlate::set_lambda(double) { unavailable(); }
+void DeviceThinPlate::set_reflect(bool) { unavailable(); }
+void DeviceThinPlate::set_data_term(const float*) { unavailable(); }
+int DeviceThinPlate::levels() const { unavailable(); }
+void DeviceThinPlate::apply(const float*, float*, double) { unavailable(); }
+void DeviceThinPlate::vcycle(const float*, float*) { unavailable(); }
+void DeviceThinPlate::fmg(const float*, float*, int) { unavailable(); }
+void DeviceThinPlate::cycles(const float*, float*, bool, int, double) { unavailable(); }
+smooth::PcgResult DeviceThinPlate::pcg(const float*, float*, bool, double, index_t, double, double) { unavailable(); }
+FillOutcome smooth_fill(int, const smooth::Grid&, const float*, int, const float* const*, const float*, index_t,
+                        const index_t*, const FillSettings&, float* const*) {
+  unavailable();
+}
+
 }  // namespace kronpe::cuda

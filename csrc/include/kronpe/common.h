@@ -44,6 +44,10 @@ class BackendError : public std::runtime_error {
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw ArgumentError(message);
 }
+// (a literal: no std::string made unless it fails, so that checks inside loops cost no allocation)
+inline void require(bool ok, const char* message) {
+  if (!ok) throw ArgumentError(message);
+}
 
 // a * b, or an ArgumentError naming `what` when it overflows index_t.
 inline index_t checked_mul(index_t a, index_t b, const char* what) {

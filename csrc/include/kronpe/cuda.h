@@ -32,6 +32,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 #include "kronpe/common.h"
 #include "kronpe/embed.h"
 #include "kronpe/mode_product.h"
+#include "kronpe/multigrid.h"
 
 namespace kronpe::cuda {
 
@@ -144,5 +146,63 @@ void blend_plan_fly(const Context& ctx, const blend::WeightFunction& wf,
                     blend::MatrixView<const Q> points, index_t* perm, index_t* offsets);
 void blend_plan_stored(const Context& ctx, blend::MatrixView<const index_t> indices,
                        index_t grid_size, index_t* perm, index_t* offsets);
+
+// ---- the thin-plate multigrid solver on the device (kronpe/multigrid.h) ----------------------
+// ThinPlateHierarchy<float>'s hierarchy, V-cycle, full multigrid and PCG with their vectors on a
+// device (the thin-plate penalty, natural or mirrored; float32 vectors, float64 dot products and
+// coarsest solve), for the default fills (kronpe.solvers.smooth). Arrays in and out of these
+// calls are HOST arrays of the grid's size: the solver keeps its own device copies, works on a
+// stream of its own and returns once the results are back. The same operations as the host's;
+// the sums run in another order, so values agree to rounding, not to the bit.
+class DeviceThinPlate {
+ public:
+  DeviceThinPlate(int device, const smooth::Grid& g, const float* m, const smooth::MultigridOptions& options);
+  ~DeviceThinPlate();
+  DeviceThinPlate(const DeviceThinPlate&) = delete;
+  DeviceThinPlate& operator=(const DeviceThinPlate&) = delete;
+
+  void set_lambda(double lam);
+  void set_reflect(bool reflect);
+  void set_data_term(const float* m);
+  int levels() const;
+  // out = A x (higher > 0: with R + higher L^3, mirrored: the sweep's higher-order system)
+  void apply(const float* x, float* out, double higher = 0.0);
+  void vcycle(const float* b, float* x);
+  void fmg(const float* b, float* x, int cycles);
+  void cycles(const float* b, float* x, bool from_x, int count, double omega);
+  smooth::PcgResult pcg(const float* b, float* x, bool from_x, double tol, index_t maxiter, double scale,
+                        double higher = 0.0);
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The default fill of a diagonal data term (kronpe.solvers.smooth.fit with lambda held out, its
+// steps on the host when no LeadSolve runs beside the sweep) on the device: the held-out sweep
+// (kronpe/sweep.h) for the selection signal y with the nodes `hold` left out, then every channel's
+// PCG at the lambda chosen (the interpolation limit's lambda when the sweep chose it), the first
+// from the sweep's fit when `lead` (y is b[0]), with the higher-order penalty when the sweep took
+// it, the others from full multigrid to tol times the first one's norm. m, b[c], y: host arrays of
+// g's size; x[c]: the channels' solutions (host). Nothing is clipped or mixed here.
+struct FillSettings {
+  smooth::SweepSettings sweep;
+  smooth::MultigridOptions options;
+  double lam_interpolating = 0.0;
+  double tol = 1e-3, tol_interpolating = 3e-4;
+  index_t maxiter = 0;
+  bool lead = false;
+};
+struct FillOutcome {
+  smooth::SweepOutcome sweep;
+  double lam = 0.0;
+  index_t iterations = 0;
+  std::vector<double> errors;  // each channel's stopping measure
+};
+FillOutcome smooth_fill(int device, const smooth::Grid& g, const float* m, int channels, const float* const* b,
+                        const float* y, index_t nhold, const index_t* hold, const FillSettings& s,
+                        float* const* x);
 
 }  // namespace kronpe::cuda

@@ -829,9 +829,11 @@ def _observed_mask(mask, shape) -> np.ndarray:
     return mask
 
 
-def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) -> GridModel:
+def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge, device: Optional[int] = None
+                ) -> GridModel:
     """The default fit of a grid with holes (kronpe.solvers.smooth): Triangle(N_i) embedders
-    (the identity at the default coordinates), thin-plate penalty, multigrid-preconditioned CG."""
+    (the identity at the default coordinates), thin-plate penalty, multigrid-preconditioned CG;
+    ``device``: a CUDA device that solves it where it can (smooth.fit)."""
     planes, lo, hi = _signal_arg(signal, shape, mask, with_range=True, planar=True)  # (C, N...)
     D = len(shape)
     chans = np.shape(signal)[D:]
@@ -839,7 +841,7 @@ def _fit_smooth(signal, shape: Tuple[int, ...], mask: np.ndarray, ridge: Ridge) 
     _validate.check_array_budget("signal", list(shape) + [12 + 2 * max(1, int(np.prod(chans)))], 4,
                                  "the fill of a grid with holes needs about 12 + 2 C float32 values per node")
     W, lam, info = smooth.fit(smooth.DataTerm(shape, mask, total=int(np.count_nonzero(mask))), list(planes), None if ridge == "gcv" else float(ridge),
-                              value_range=(lo, hi))
+                              value_range=(lo, hi), device=device)
     return GridModel(W.reshape(shape + chans).astype(planes.dtype, copy=False), [_fill_embedder(n) for n in shape], lam,
                      info=info)
 
@@ -914,8 +916,11 @@ def fit_grid(
         if width is not None:
             raise ValueError("width='gcv' cannot be combined with a mask (GCV needs every sample)")
         if embedders is None and penalty is None and default_coords and pad is None and kd is None:
-            if dev:  # a host solve
-                return _to_device(_fit_smooth(_arrays.to_host(s, "signal"), shape, mask, _ridge_arg(ridge)), s)
+            if dev:  # copied to the host; the solve on the signal's GPU where it can (smooth.fit)
+                from .. import cuda as kcuda
+
+                device = _arrays.device_index(s) if kcuda.is_available() else None
+                return _to_device(_fit_smooth(_arrays.to_host(s, "signal"), shape, mask, _ridge_arg(ridge), device), s)
             return _fit_smooth(s, shape, mask, _ridge_arg(ridge))
     if embedders is None:
         embedders = default_embedders(coords)

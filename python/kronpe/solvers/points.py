@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .. import _core
+from .. import _core, cuda as _cuda
 from .._adapters import arrays as _arrays, validate as _validate
 from ..ops import host_chain
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
@@ -355,9 +355,10 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     Parameters
     ----------
     points : array (P, D)
-        Sample coordinates in [0, 1]. CuPy arrays and CUDA torch tensors are accepted but the
-        solver runs on the host (they are copied there once); ``PointModel.predict`` of device
-        points runs on their GPU.
+        Sample coordinates in [0, 1]. CuPy arrays and CUDA torch tensors are accepted: they are
+        copied to the host once; the default fit of points on a lattice (pixels of a 1-D or 2-D
+        grid) then solves on their GPU (kronpe.solvers.smooth, "On a GPU"), every other fit on the
+        host. ``PointModel.predict`` of device points runs on their GPU.
     values : array (P,) or (P, *channels)
     embedders : embedder, list of D embedders, or None
         With nothing else given either (grid, ridge, penalty) and D <= 3: the default smooth fit
@@ -390,6 +391,8 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     if kd is not None:  # points partitioned along their first axis: CG as map-reduce (kronpe.dask)
         return kd.fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, penalty)
     pts_in = _arrays.to_host(points, "points") if _arrays.is_device(points) else _validate.real_array("points", points)
+    # (the default fill solves on the points' GPU: kronpe.solvers.smooth, "On a GPU")
+    device = _arrays.device_index(points) if _arrays.is_device(points) and _cuda.is_available() else None
     D = pts_in.shape[1] if pts_in.ndim == 2 else None
     if D == 0:
         raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
@@ -406,7 +409,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     D = pts.shape[1]
     if embedders is None and grid is None and pen is None and lam_arg is None and D <= smooth.MG_MAX_AXES:
         lattice = smooth.lattice_grid(pts.astype(np.float64))
-        return _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0)
+        return _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0, device)
     if embedders is None:
         embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
     else:
@@ -475,10 +478,11 @@ def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info:
     return z
 
 
-def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointModel:
+def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0, device: Optional[int] = None) -> PointModel:
     """The default fit (kronpe.solvers.smooth): on the points' lattice when they lie on one
     (every point on a node: a diagonal data term), else on a grid of a few nodes per mean sample
-    spacing, blended multilinearly (a sparse data term)."""
+    spacing, blended multilinearly (a sparse data term). ``device``: the CUDA device of the
+    points, whose multigrid solves a lattice fit where it can."""
     nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in smooth.density_grid(pts)]
     # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
     _validate.check_array_budget("points", [n.size for n in nodes] + [12 + 2 * max(1, math.prod(channels))], 4,
@@ -489,7 +493,7 @@ def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0) -> PointMo
         shape = tuple(n.size for n in lattice)
         counts, rhs = smooth.lattice_sums(pts, shape, s)
         W, lam, info = smooth.fit(smooth.DataTerm(shape, counts, total=pts.shape[0]), rhs, None,
-                                  value_range=smooth.sample_range(s))
+                                  value_range=smooth.sample_range(s), device=device)
     else:
         B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads).store()
         shape = B.grid_shape

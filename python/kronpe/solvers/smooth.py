@@ -168,6 +168,17 @@ nor a penalty is given. Decisions (documented once, here):
   and every channel sees the same operator), strongest first; the others stop when their error
   estimate falls below TOL times the strongest one's norm (an absolute accuracy, as the PSNR
   of the sum measures it): on RGB photographs the weak components need one or two iterations.
+- **On a GPU** (``fit(..., device=)``: ``fit_points`` of CUDA arrays on a lattice, ``fit_grid(mask=)``
+  of a CUDA signal): with lambda held out on a diagonal data term of 1 or 2 axes, the sweep and
+  every component's PCG run on that device (``kronpe.cuda``'s DeviceThinPlate: the same hierarchy,
+  smoother, V-cycles, full multigrid and PCG, kernels of one thread per node with the penalty from
+  per-axis band tables; the sweep's decisions are the host's own code, kronpe/sweep.h). The steps
+  are those of the host's fill without speculation (the first component's final solve from the
+  sweep's fit, with the higher-order penalty where the sweep took it); the held-out set, the
+  principal basis, the mixing and the clip stay on the host (a few passes over the grid). The
+  device's sums run in another order, so values agree with the host's to rounding and a choice
+  between two lambdas whose held-out errors tie may differ. Other fits (explicit ridge, points
+  off the nodes, 3 axes) solve on the host.
 - **Precision**: float32 vectors and products (the photographs' 8 bits need no more), float64
   dot products and coarsest-grid factorisation.
 - **Choosing lambda** (``ridge=None``): held out on the whole grid. 10% of the nodes with data
@@ -961,17 +972,20 @@ def sample_range(values: Array) -> Tuple[Array, Array]:
 
 
 def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = None,
-        samples: Optional[Tuple[Any, Array]] = None, value_range: Optional[Tuple[Array, Array]] = None
-        ) -> Tuple[Array, float, Dict[str, Any]]:
+        samples: Optional[Tuple[Any, Array]] = None, value_range: Optional[Tuple[Array, Array]] = None,
+        device: Optional[int] = None) -> Tuple[Array, float, Dict[str, Any]]:
     """The default smooth fit: (grid values (N..., C) float32, lambda, info). ``samples`` = (B,
     values) for a blended data term B^T B: the held-out choice of lambda needs the points.
     ``value_range`` = per-channel (min, max) of the samples: the grid values are clipped to it
-    (module docstring)."""
+    (module docstring). ``device``: a CUDA device whose multigrid solves the fill where it can
+    (module docstring, "On a GPU"); else, and for every other fit, the host's."""
     rhs = _as_planes(rhs)  # once: the sweep and the solve take the channels as planes
     size = sum(p.size for p in rhs)
     # the channels' second moments, once: the choice of lambda and the solve's basis both use them
     moments = _moments(rhs) if len(rhs) > 1 else None
     maxiter = 20 * sum(data.shape) if maxiter is None else maxiter
+    if device is not None and ridge is None and size and _on_device(data, maxiter):
+        return _device_fit(data, rhs, maxiter, moments, value_range, int(device))
     info: Dict[str, Any] = {}
     basis = mixed = spec = None
     if ridge is None:
@@ -1035,3 +1049,61 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
                 "(rho I + lambda R)^-1 in the DCT-II basis",
                 stopping="||M r|| / ||W|| (error estimate)" if multigrid else "relative residual")
     return W, lam, info
+
+
+def _on_device(data: DataTerm, maxiter: int) -> bool:
+    """Whether a fill with lambda held out runs on a CUDA device (module docstring, "On a GPU"): a
+    diagonal data term on 1 or 2 axes (the compiled sweep's case), enough samples to hold out."""
+    D = len(data.shape)
+    if not (data.is_diagonal and D in (1, 2) and ORDER.get(D, 2) == 2 and COMPILED_SWEEP
+            and SWEEP_OMEGA is not None and maxiter > 0 and data.rho > 0):
+        return False
+    obs = data.diag > 0 if data.observed is None else data.observed
+    return int(np.count_nonzero(obs)) >= MIN_HOLDOUT
+
+
+def _device_fit(data: DataTerm, planes: List[Array], maxiter: int, moments: Optional[Array],
+                value_range: Optional[Tuple[Array, Array]], device: int) -> Tuple[Array, float, Dict[str, Any]]:
+    """fit on a CUDA device (``_core.cuda_smooth_fill``): the held-out nodes, the principal basis and
+    the selection signal as on the host (choose_ridge), then the sweep and every component's solve
+    there, then the components mixed back and clipped here. The steps of the host's fill without
+    speculation; the device's sums run in another order, so the values agree to rounding."""
+    diag = np.ascontiguousarray(data.diag, np.float32)
+    D = diag.ndim
+    obs = np.flatnonzero(diag > 0 if data.observed is None else data.observed)
+    hold = obs[_holdout(obs.size)]
+    C = len(planes)
+    basis = principal_basis(planes, moments)
+    mixed = _mix_planes(planes, basis)
+    count = (float(diag.sum()) if data.total is None else data.total) if C > 1 else 1.0
+    y, lead = _selection_signal(planes, count, moments, basis, mixed[0])
+    degree, alpha = DIAGONAL_SMOOTHER
+    W = [np.empty(data.shape, np.float32) for _ in range(C)]
+    o = _core.cuda_smooth_fill(
+        device, diag, [np.ascontiguousarray(p, np.float32).reshape(data.shape) for p in mixed],
+        np.ascontiguousarray(y, np.float32).reshape(data.shape), hold, W,
+        [data.rho * 10.0 ** (-k) for k in EXPONENTS], 10.0 ** (EXPONENTS[1] - EXPONENTS[0]), SWEEP_FLAT_NODES,
+        min(maxiter, SWEEP_MAXITER), SWEEP_OMEGA, BOUNDARY_MARGIN, HIGHER if (HIGHER and D == 2) else 0.0,
+        HIGHER_MARGIN, degree, chebyshev_lmax(D, 2), alpha, COARSEST, data.rho * 10.0 ** (-INTERPOLATION_EXPONENT),
+        TOL, TOL_INTERPOLATING, maxiter, bool(lead))
+    reflect = bool(o["reflect"])
+    interpolating = bool(o["interpolating"])
+    info: Dict[str, Any] = {"ridge_candidates": list(o["tried"]), "holdout_errors": list(o["errs"]),
+                            "interpolating": interpolating, "boundary_holdout_errors": list(o["boundary_errs"]),
+                            "boundary": BOUNDARIES[int(reflect)]}
+    if "higher_errs" in o:
+        info["higher_holdout_errors"] = list(o["higher_errs"])
+        if o["higher"]:
+            info["lead_penalty"] = repr(HigherPenalty(HIGHER))
+    out = np.empty(data.shape + (C,), np.float32)
+    clipped = _unmix(W, basis.T, out, value_range)
+    if value_range is not None:
+        info["clipped"] = clipped
+    tol = TOL_INTERPOLATING if interpolating else TOL
+    rels = np.asarray(o["errors"], np.float64)
+    res = float(rels.max()) if rels.size else 0.0
+    info.update(iterations=int(o["iterations"]), residual=res, converged=res <= tol, tol=tol, maxiter=maxiter,
+                rho=data.rho, penalty=repr(default_penalty(D, reflect)),
+                preconditioner="a multigrid V-cycle (Chebyshev smoothing)",
+                stopping="||M r|| / ||W|| (error estimate)", device=f"cuda:{device}")
+    return out, float(o["lam"]), info

@@ -1,0 +1,1355 @@
+// kronpe CUDA backend: the thin-plate multigrid solver and the default fill on the device
+// (kronpe/cuda.h, DeviceThinPlate and smooth_fill; the host's is csrc/cpu/multigrid.cpp).
+//
+// The penalty is applied from per-axis band tables (built on the host for each level and
+// boundary): R = sum_a B_a + 2 sum_{a<b} L_a (x) L_b, B_a = D2^T D2 (natural) or L_a^2 (mirrored),
+// L_a = D1^T D1 the Neumann Laplacian (kronpe/smooth.h). One thread per node, each in a fixed
+// order. What is set once per level and lambda (the data terms restricted to the coarse grids,
+// diag(R), the coarsest factorisation) is computed on the host by the host's own kernels and
+// uploaded; the V-cycles, full multigrid and PCG run on the device, their dot products reduced
+// in float64 by blocks in a fixed order (no atomics: the same bits run to run).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.cuh"
+#include "kronpe/cuda.h"
+#include "kronpe/multigrid.h"
+#include "kronpe/smooth.h"
+#include "kronpe/sweep.h"
+
+namespace kronpe::cuda {
+
+using detail::check;
+using detail::check_launch;
+using smooth::Grid;
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kReduceBlocks = 256;  // partial sums of a reduction (then added in order)
+constexpr index_t kMinNodes = 3;    // an axis of fewer nodes is not halved (as on the host)
+constexpr index_t kMaxCoarsest = 1024;
+constexpr double kPcgFirstRate = 0.6;  // pcg's predicted stop, as on the host
+constexpr double kPcgMinRate = 0.5;
+
+// ---- device memory ----------------------------------------------------------------------------
+
+// Freed blocks are kept for the next hierarchy of the same sizes (a fill makes ~200 arrays, and
+// cudaFree waits for the device), at most kCacheBytes in all, the oldest freed first.
+constexpr std::size_t kCacheBytes = std::size_t(1) << 30;
+
+struct BlockCache {
+  std::mutex mutex;
+  struct Block {
+    int device;
+    std::size_t bytes;
+    void* p;
+  };
+  std::vector<Block> blocks;  // most recently freed last
+  std::size_t bytes = 0;
+};
+
+BlockCache& block_cache() {
+  static BlockCache* c = new BlockCache();  // never destroyed: blocks may be freed at exit
+  return *c;
+}
+
+void* block_allocate(std::size_t bytes) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  BlockCache& c = block_cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    for (std::size_t i = c.blocks.size(); i-- > 0;)
+      if (c.blocks[i].device == device && c.blocks[i].bytes == bytes) {
+        void* p = c.blocks[i].p;
+        c.blocks.erase(c.blocks.begin() + std::ptrdiff_t(i));
+        c.bytes -= bytes;
+        return p;
+      }
+  }
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc (multigrid)");
+  return p;
+}
+
+// (the caller has waited for the work that used the block)
+void block_release(void* p, std::size_t bytes) noexcept {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return;
+  BlockCache& c = block_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.blocks.push_back({device, bytes, p});
+  c.bytes += bytes;
+  while (c.bytes > kCacheBytes) {
+    c.bytes -= c.blocks.front().bytes;
+    cudaFree(c.blocks.front().p);
+    c.blocks.erase(c.blocks.begin());
+  }
+}
+
+template <typename T>
+class DBuf {
+ public:
+  DBuf() = default;
+  explicit DBuf(std::size_t n) : n_(n) {
+    if (n) p_ = static_cast<T*>(block_allocate(n * sizeof(T)));
+  }
+  ~DBuf() {
+    if (p_) block_release(p_, n_ * sizeof(T));
+  }
+  DBuf(DBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DBuf& operator=(DBuf&& o) noexcept {
+    if (this != &o) {
+      if (p_) block_release(p_, n_ * sizeof(T));
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  DBuf(const DBuf&) = delete;
+  DBuf& operator=(const DBuf&) = delete;
+  T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// The calling thread's pinned buffer of the reductions' results (cudaMallocHost pins pages, a
+// slow call: one per thread, kept)
+double* pinned_sums() {
+  thread_local double* p = nullptr;
+  if (!p) check(cudaMallocHost(&p, 8 * sizeof(double)), "cudaMallocHost");
+  return p;
+}
+
+// KRONPE_CUDA_TRACE=1: the fill's phases timed (each waits for the device) on stderr
+bool tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("KRONPE_CUDA_TRACE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+// ---- the stencil ------------------------------------------------------------------------------
+
+// A level's grid and penalty as the kernels see it (passed by value).
+struct Stencil {
+  int n[3];
+  int s[3];            // strides (row-major)
+  const float* b2[3];  // (n[a], 5): B_a's band, columns j - 2 .. j + 2 (0 outside the axis)
+  const float* b1[3];  // (n[a], 3): L_a's band, columns j - 1 .. j + 1
+  int size;
+};
+
+__device__ __forceinline__ void node_of(const Stencil& S, int i, int j[3]) {
+  j[2] = i % S.n[2];
+  const int t = i / S.n[2];
+  j[1] = t % S.n[1];
+  j[0] = t / S.n[1];
+}
+
+// (R x)[i]
+__device__ __forceinline__ float penalty_at(const Stencil& S, const float* __restrict__ x, int i, const int j[3]) {
+  float acc = 0.f;
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    if (S.n[a] < 2) continue;
+    const float* c = S.b2[a] + 5 * j[a];
+#pragma unroll
+    for (int k = -2; k <= 2; ++k) {
+      const int q = j[a] + k;
+      if (q >= 0 && q < S.n[a]) acc += c[k + 2] * x[i + k * S.s[a]];
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+#pragma unroll
+    for (int b = a + 1; b < 3; ++b) {
+      if (S.n[a] < 2 || S.n[b] < 2) continue;
+      const float* ca = S.b1[a] + 3 * j[a];
+      const float* cb = S.b1[b] + 3 * j[b];
+      float t = 0.f;
+#pragma unroll
+      for (int k = -1; k <= 1; ++k) {
+        const int qa = j[a] + k;
+        if (qa < 0 || qa >= S.n[a]) continue;
+        float u = 0.f;
+#pragma unroll
+        for (int l = -1; l <= 1; ++l) {
+          const int qb = j[b] + l;
+          if (qb >= 0 && qb < S.n[b]) u += cb[l + 1] * x[i + k * S.s[a] + l * S.s[b]];
+        }
+        t += ca[k + 1] * u;
+      }
+      acc += 2.f * t;
+    }
+  }
+  return acc;
+}
+
+// (L x)[i], L = sum_a L_a
+__device__ __forceinline__ float laplacian_at(const Stencil& S, const float* __restrict__ x, int i, const int j[3]) {
+  float acc = 0.f;
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    if (S.n[a] < 2) continue;
+    const float* c = S.b1[a] + 3 * j[a];
+#pragma unroll
+    for (int k = -1; k <= 1; ++k) {
+      const int q = j[a] + k;
+      if (q >= 0 && q < S.n[a]) acc += c[k + 1] * x[i + k * S.s[a]];
+    }
+  }
+  return acc;
+}
+
+#define KRONPE_NODES(S) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (S).size; i += gridDim.x * blockDim.x)
+
+// Kernels captured in the V-cycles' graphs read the level's lambda from device memory (lamp), so
+// that a graph outlives set_lambda.
+
+// out = m x + lam R x; with b: out = b - (m x + lam R x)
+__global__ void apply_kernel(Stencil S, const float* __restrict__ x, const float* __restrict__ m,
+                             const float* __restrict__ lamp, const float* __restrict__ b, float* __restrict__ out) {
+  const float lam = *lamp;
+  KRONPE_NODES(S) {
+    int j[3];
+    node_of(S, i, j);
+    const float ax = m[i] * x[i] + lam * penalty_at(S, x, i, j);
+    out[i] = b ? b[i] - ax : ax;
+  }
+}
+
+// The smoother's first step from x0 (null: 0): r = (b - A x0) w, d = r / theta; x = x0 (when x is
+// not x0's array), save = x0 (when given).
+__global__ void cheb_start_kernel(Stencil S, const float* __restrict__ x0, const float* __restrict__ b,
+                                  const float* __restrict__ m, const float* __restrict__ w,
+                                  const float* __restrict__ lamp, float theta, float* __restrict__ r,
+                                  float* __restrict__ d, float* x, float* __restrict__ save) {
+  const float lam = *lamp;
+  KRONPE_NODES(S) {
+    float res = b[i];
+    float xi = 0.f;
+    if (x0) {
+      int j[3];
+      node_of(S, i, j);
+      xi = x0[i];
+      res -= m[i] * xi + lam * penalty_at(S, x0, i, j);
+    }
+    const float ri = res * w[i];
+    r[i] = ri;
+    d[i] = ri / theta;
+    if (x != x0) x[i] = xi;
+    if (save) save[i] = xi;
+  }
+}
+
+// A later step: x += d, r -= (A d) w, d2 = c1 d + c2 r
+__global__ void cheb_step_kernel(Stencil S, const float* __restrict__ d, float* __restrict__ r, float* __restrict__ x,
+                                 const float* __restrict__ m, const float* __restrict__ w,
+                                 const float* __restrict__ lamp, float c1, float c2, float* __restrict__ d2) {
+  const float lam = *lamp;
+  KRONPE_NODES(S) {
+    int j[3];
+    node_of(S, i, j);
+    const float di = d[i];
+    x[i] += di;
+    const float ri = r[i] - (m[i] * di + lam * penalty_at(S, d, i, j)) * w[i];
+    r[i] = ri;
+    d2[i] = c1 * di + c2 * ri;
+  }
+}
+
+// The last: x += d; with `from`: x = from + omega (x - from)
+__global__ void cheb_finish_kernel(int n, const float* __restrict__ d, float* __restrict__ x,
+                                   const float* __restrict__ from, float omega) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float xs = x[i] + d[i];
+    x[i] = from ? from[i] + omega * (xs - from[i]) : xs;
+  }
+}
+
+__global__ void laplacian_kernel(Stencil S, const float* __restrict__ x, float* __restrict__ out) {
+  KRONPE_NODES(S) {
+    int j[3];
+    node_of(S, i, j);
+    out[i] = laplacian_at(S, x, i, j);
+  }
+}
+
+// out = [b -] (m x + lam (top L t2 + tail t2)), t2 = L^2 x (the higher-order system)
+__global__ void power_final_kernel(Stencil S, const float* __restrict__ x, const float* __restrict__ t2,
+                                   const float* __restrict__ m, const float* __restrict__ lamp, float top,
+                                   float tail, const float* __restrict__ b, float* __restrict__ out) {
+  const float lam = *lamp;
+  KRONPE_NODES(S) {
+    int j[3];
+    node_of(S, i, j);
+    const float ax = m[i] * x[i] + lam * (top * laplacian_at(S, t2, i, j) + tail * t2[i]);
+    out[i] = b ? b[i] - ax : ax;
+  }
+}
+
+// diag(R) of a level (its bands' diagonals)
+__global__ void penalty_diag_kernel(Stencil S, float* __restrict__ rd) {
+  KRONPE_NODES(S) {
+    int j[3];
+    node_of(S, i, j);
+    float acc = 0.f;
+    for (int a = 0; a < 3; ++a)
+      if (S.n[a] >= 2) acc += S.b2[a][5 * j[a] + 2];
+    for (int a = 0; a < 3; ++a)
+      for (int b = a + 1; b < 3; ++b)
+        if (S.n[a] >= 2 && S.n[b] >= 2) acc += 2.f * (S.b1[a][3 * j[a] + 1] * S.b1[b][3 * j[b] + 1]);
+    rd[i] = acc;
+  }
+}
+
+// Every level's lambda into device memory (read by the graphs' kernels)
+struct Lambdas {
+  float lam[32];
+  int levels;
+};
+__global__ void set_lambdas_kernel(Lambdas L, float* __restrict__ out) {
+  if (int(threadIdx.x) < L.levels) out[threadIdx.x] = L.lam[threadIdx.x];
+}
+
+// The coarsest A = diag(m) + lam R (+ a relative 1e-10 on the diagonal) factorised A = L L^T as
+// on the host (ThinPlateHierarchy::set_lambda), then inverted column by column into inv; one
+// block, chol: n x n scratch.
+__global__ void coarsest_factor_kernel(int n, const double* __restrict__ R, const float* __restrict__ m, float lam,
+                                       double* __restrict__ chol, double* __restrict__ inv) {
+  __shared__ double red[kBlock];
+  __shared__ double shared_d;
+  const double lam_c = double(lam);
+  double amax = 0.0;
+  for (int t = threadIdx.x; t < n * n; t += blockDim.x) {
+    double v = lam_c * R[t];
+    if (t / n == t % n) v += double(m[t / n]);
+    chol[t] = v;
+    amax = fmax(amax, fabs(v));
+  }
+  red[threadIdx.x] = amax;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  const double eps = 1e-10 * fmax(red[0], 2.2250738585072014e-308);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) chol[i * n + i] += eps;
+  __syncthreads();
+  for (int j = 0; j < n; ++j) {
+    if (threadIdx.x == 0) {
+      double d = chol[j * n + j];
+      for (int k = 0; k < j; ++k) d -= chol[j * n + k] * chol[j * n + k];
+      d = sqrt(fmax(d, eps));
+      chol[j * n + j] = d;
+      shared_d = d;
+    }
+    __syncthreads();
+    const double d = shared_d;
+    for (int i = j + 1 + threadIdx.x; i < n; i += blockDim.x) {
+      double s = chol[i * n + j];
+      for (int k = 0; k < j; ++k) s -= chol[i * n + k] * chol[j * n + k];
+      chol[i * n + j] = s / d;
+    }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {  // column c of A^-1: L y = e_c, L^T x = y
+    for (int i = 0; i < n; ++i) {
+      double s = i == c ? 1.0 : 0.0;
+      for (int k = 0; k < i; ++k) s -= chol[i * n + k] * inv[k * n + c];
+      inv[i * n + c] = s / chol[i * n + i];
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      double s = inv[i * n + c];
+      for (int k = i + 1; k < n; ++k) s -= chol[k * n + i] * inv[k * n + c];
+      inv[i * n + c] = s / chol[i * n + i];
+    }
+  }
+}
+
+// w = 1 / (m + lam rd), 0 where that is 0
+__global__ void inverse_diag_kernel(int n, const float* __restrict__ m, float lam, const float* __restrict__ rd,
+                                    float* __restrict__ w) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float a = m[i] + lam * rd[i];
+    w[i] = a != 0.f ? 1.f / a : 0.f;
+  }
+}
+
+// The transfers along one axis of an (outer, n, inner) array (kronpe/smooth.h): coarse node j at
+// fine node 2 j, a fine node beyond the axis counting 0.
+__global__ void restrict_kernel(int outer, int n, int inner, const float* __restrict__ f, float* __restrict__ c) {
+  const int nc = n / 2 + 1;
+  const int total = outer * nc * inner;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+    const int i = t % inner;
+    const int jo = t / inner;
+    const int j = jo % nc, o = jo / nc;
+    const float* a = f + std::size_t(o) * n * inner + i;
+    const int k = 2 * j;
+    float v = k < n ? a[std::size_t(k) * inner] : 0.f;
+    if (k - 1 >= 0) v += 0.5f * a[std::size_t(k - 1) * inner];
+    if (k + 1 < n) v += 0.5f * a[std::size_t(k + 1) * inner];
+    c[t] = v;
+  }
+}
+
+__global__ void prolong_kernel(int outer, int n, int inner, const float* __restrict__ c, float* __restrict__ f,
+                               bool add) {
+  const int nc = n / 2 + 1;
+  const int total = outer * n * inner;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+    const int i = t % inner;
+    const int ko = t / inner;
+    const int k = ko % n, o = ko / n;
+    const float* a = c + std::size_t(o) * nc * inner + i;
+    const float v = k % 2 == 0 ? a[std::size_t(k / 2) * inner]
+                               : 0.5f * (a[std::size_t(k / 2) * inner] + a[std::size_t(k / 2 + 1) * inner]);
+    f[t] = add ? f[t] + v : v;
+  }
+}
+
+// x = A_c^-1 b on the coarsest grid (inv: A_c^-1 in float64, n x n)
+__global__ void coarsest_kernel(int n, const double* __restrict__ inv, const float* __restrict__ b,
+                                float* __restrict__ x) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    double s = 0.0;
+    for (int k = 0; k < n; ++k) s += inv[std::size_t(i) * n + k] * double(b[k]);
+    x[i] = float(s);
+  }
+}
+
+// ---- vectors ----------------------------------------------------------------------------------
+
+__global__ void cg_update_kernel(int n, float a, const float* __restrict__ p, const float* __restrict__ q,
+                                 float* __restrict__ x, float* __restrict__ r) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    x[i] += a * p[i];
+    r[i] -= a * q[i];
+  }
+}
+
+__global__ void cg_direction_kernel(int n, float beta, const float* __restrict__ z, float* __restrict__ p) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = z[i] + beta * p[i];
+}
+
+// x = old + omega (x - old)
+__global__ void relax_kernel(int n, float omega, const float* __restrict__ old, float* __restrict__ x) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    x[i] = old[i] + omega * (x[i] - old[i]);
+}
+
+// The held-out nodes' values y / m into y_hold, then m and y zeroed there (the training term)
+__global__ void holdout_kernel(int nhold, const int* __restrict__ hold, float* __restrict__ m, float* __restrict__ y,
+                               float* __restrict__ y_hold) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nhold; i += gridDim.x * blockDim.x) {
+    const int h = hold[i];
+    y_hold[i] = y[h] / m[h];
+    m[h] = 0.f;
+    y[h] = 0.f;
+  }
+}
+
+// z = z omega + x
+__global__ void step_from_kernel(int n, float omega, const float* __restrict__ x, float* __restrict__ z) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) z[i] = z[i] * omega + x[i];
+}
+
+// Block sums of K products (a_k . b_k), or of the squared held-out errors (hold given: one sum,
+// (a[hold[i]] - y[i])^2 over i < n), into part[block * K + k]
+template <int K>
+__global__ void partial_sums_kernel(int n, const float* __restrict__ a0, const float* __restrict__ b0,
+                                    const float* __restrict__ a1, const float* __restrict__ b1,
+                                    const int* __restrict__ hold, double* __restrict__ part) {
+  __shared__ double sh[K][kBlock];
+  double s[K];
+  for (int k = 0; k < K; ++k) s[k] = 0.0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    if (hold) {
+      const double e = double(a0[hold[i]] - b0[i]);
+      s[0] += e * e;
+    } else {
+      s[0] += double(a0[i]) * double(b0[i]);
+      if (K > 1) s[K - 1] += double(a1[i]) * double(b1[i]);
+    }
+  }
+  for (int k = 0; k < K; ++k) sh[k][threadIdx.x] = s[k];
+  __syncthreads();
+  for (int w = kBlock / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w)
+      for (int k = 0; k < K; ++k) sh[k][threadIdx.x] += sh[k][threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    for (int k = 0; k < K; ++k) part[blockIdx.x * K + k] = sh[k][0];
+}
+
+// The blocks' sums added in block order, by one thread per sum
+template <int K>
+__global__ void final_sums_kernel(int blocks, const double* __restrict__ part, double* __restrict__ out) {
+  const int k = threadIdx.x;
+  if (k >= K) return;
+  double s = 0.0;
+  for (int b = 0; b < blocks; ++b) s += part[b * K + k];
+  out[k] = s;
+}
+
+// ---- host helpers -----------------------------------------------------------------------------
+
+// B_a's band (5 per node) of an axis of n nodes: D2^T D2 (natural) or L^2 (mirrored)
+std::vector<float> band2(index_t n, bool reflect) {
+  std::vector<float> out(static_cast<std::size_t>(5 * n), 0.f);
+  // L = D1^T D1 as a dense band function
+  auto L = [n](index_t j, index_t k) -> double {
+    if (n < 2 || k < 0 || k >= n || j < 0 || j >= n) return 0.0;
+    if (j == k) return (j == 0 || j == n - 1) ? 1.0 : 2.0;
+    return std::abs(j - k) == 1 ? -1.0 : 0.0;
+  };
+  for (index_t j = 0; j < n; ++j)
+    for (index_t k = j - 2; k <= j + 2; ++k) {
+      if (k < 0 || k >= n) continue;
+      double v = 0.0;
+      if (reflect) {
+        for (index_t r = std::max<index_t>(0, j - 1); r <= std::min<index_t>(n - 1, j + 1); ++r) v += L(j, r) * L(r, k);
+      } else {
+        static const double c[3] = {1.0, -2.0, 1.0};
+        // rows r of D2 (r = 0 .. n - 3) with columns r .. r + 2
+        for (index_t r = std::max<index_t>(0, std::max(j, k) - 2); r <= std::min(n - 3, std::min(j, k)); ++r)
+          v += c[j - r] * c[k - r];
+      }
+      out[std::size_t(5 * j + (k - j + 2))] = float(v);
+    }
+  return out;
+}
+
+std::vector<float> band1(index_t n) {
+  std::vector<float> out(static_cast<std::size_t>(3 * n), 0.f);
+  if (n < 2) return out;
+  for (index_t j = 0; j < n; ++j) {
+    out[std::size_t(3 * j + 1)] = (j == 0 || j == n - 1) ? 1.f : 2.f;
+    if (j > 0) out[std::size_t(3 * j)] = -1.f;
+    if (j + 1 < n) out[std::size_t(3 * j + 2)] = -1.f;
+  }
+  return out;
+}
+
+void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int k = 0; k < a; ++k) outer *= s[k];
+  for (int k = a + 1; k < 3; ++k) inner *= s[k];
+}
+
+unsigned grid_of(index_t n) { return detail::blocks_for(n, kBlock, 4096); }
+
+}  // namespace
+
+// ---- the hierarchy ----------------------------------------------------------------------------
+
+struct DeviceThinPlate::Impl {
+  struct Level {
+    Grid g;
+    bool halve[3] = {false, false, false};
+    float lam = 0.f;  // (the host's copy; the kernels read lams_)
+    DBuf<float> m, w, x, b, r, d, d2, fx;
+    DBuf<float> rd[2];  // diag(R), natural and mirrored
+    const float* b2[2][3] = {};  // B_a's bands, natural and mirrored (in bands_)
+    const float* b1[3] = {};     // L_a's bands (in bands_)
+    Stencil stencil(bool reflect) const {
+      Stencil S{};
+      S.size = int(g.size());
+      for (int a = 0; a < 3; ++a) {
+        S.n[a] = int(g.n[a]);
+        S.b2[a] = b2[reflect][a];
+        S.b1[a] = b1[a];
+      }
+      S.s[2] = 1;
+      S.s[1] = S.n[2];
+      S.s[0] = S.n[1] * S.n[2];
+      return S;
+    }
+  };
+
+  // m: the finest data term, on the host (null: set_data_term_device follows)
+  Impl(int device, const Grid& g, const float* m, const smooth::MultigridOptions& options)
+      : device_(device), opt_(options) {
+    require(opt_.degree >= 1 && opt_.degree <= 16, "multigrid: degree must be 1 to 16");
+    require(opt_.lmax > 0 && opt_.alpha > 1, "multigrid: need lmax > 0 and alpha > 1");
+    require(opt_.coarsest >= 1 && opt_.coarsest <= kMaxCoarsest,
+            "multigrid on the device: coarsest must be 1 to " + std::to_string(kMaxCoarsest) + " nodes");
+    require(!g.power(), "multigrid on the device: the thin-plate penalty only (order 2, no weights)");
+    for (int a = 0; a < 3; ++a) require(g.n[a] >= 1, "multigrid: every axis needs a node");
+    const index_t size = checked_mul(checked_mul(g.n[0], g.n[1], "multigrid: grid"), g.n[2], "multigrid: grid");
+    require(size <= index_t(std::numeric_limits<int>::max() / 2),
+            "multigrid on the device: at most 2^30 nodes, got " + std::to_string(size));
+    if (m) check_data_term(m, size);
+    reflect_ = g.reflect;
+    const char* graphs = std::getenv("KRONPE_CUDA_GRAPHS");
+    use_graphs_ = !(graphs && std::string(graphs) == "0");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    host_sums_ = pinned_sums();
+    part_ = DBuf<double>(static_cast<std::size_t>(kReduceBlocks * 2));
+    sums_ = DBuf<double>(4);
+    Level first;
+    first.g = g;
+    levels_.push_back(std::move(first));
+    for (;;) {
+      Level& L = levels_.back();
+      bool any = false;
+      for (int a = 0; a < 3; ++a) {
+        L.halve[a] = L.g.n[a] >= kMinNodes;
+        any = any || L.halve[a];
+      }
+      if (L.g.size() <= opt_.coarsest || !any) {
+        for (bool& h : L.halve) h = false;
+        break;
+      }
+      Level C;
+      C.g = L.g;
+      for (int a = 0; a < 3; ++a) C.g.n[a] = L.halve[a] ? smooth::coarse_length(L.g.n[a]) : L.g.n[a];
+      levels_.push_back(std::move(C));
+    }
+    require(levels_.size() <= 32, "multigrid on the device: too many levels");
+    // every level's bands in one upload
+    std::vector<float> bands;
+    std::vector<std::size_t> offsets;
+    for (Level& L : levels_) {
+      for (int a = 0; a < 3; ++a) {
+        for (int refl = 0; refl < 2; ++refl) {
+          offsets.push_back(bands.size());
+          const std::vector<float> t = band2(L.g.n[a], refl == 1);
+          bands.insert(bands.end(), t.begin(), t.end());
+        }
+        offsets.push_back(bands.size());
+        const std::vector<float> t = band1(L.g.n[a]);
+        bands.insert(bands.end(), t.begin(), t.end());
+      }
+    }
+    bands_ = DBuf<float>(bands.size());
+    detail::upload(bands_.get(), bands.data(), bands.size(), stream_);
+    std::size_t k = 0;
+    for (Level& L : levels_)
+      for (int a = 0; a < 3; ++a) {
+        L.b2[0][a] = bands_.get() + offsets[k++];
+        L.b2[1][a] = bands_.get() + offsets[k++];
+        L.b1[a] = bands_.get() + offsets[k++];
+      }
+    for (Level& L : levels_) {
+      const std::size_t n = static_cast<std::size_t>(L.g.size());
+      for (DBuf<float>* v : {&L.m, &L.w, &L.x, &L.b, &L.r, &L.d, &L.d2, &L.fx}) *v = DBuf<float>(n);
+      for (int refl = 0; refl < 2; ++refl) {
+        L.rd[refl] = DBuf<float>(n);
+        const Stencil S = L.stencil(refl == 1);
+        penalty_diag_kernel<<<grid_of(S.size), kBlock, 0, stream_>>>(S, L.rd[refl].get());
+        check_launch("penalty_diag_kernel");
+      }
+    }
+    lams_ = DBuf<float>(levels_.size());
+    const index_t nmax = levels_[0].g.size();
+    for (DBuf<float>* v : {&r_, &z_, &p_, &ap_, &t1_, &t2_}) *v = DBuf<float>(static_cast<std::size_t>(nmax));
+    // R on the coarsest grid, dense, both boundaries (the host's kernel in double), in one upload
+    const index_t nc = levels_.back().g.size();
+    std::vector<double> R(static_cast<std::size_t>(2 * nc * nc));
+    for (int refl = 0; refl < 2; ++refl) {
+      Grid gc = levels_.back().g;
+      gc.reflect = refl == 1;
+      std::vector<double> unit(static_cast<std::size_t>(nc), 0.0), zero(unit.size(), 0.0), col(unit.size());
+      for (index_t j = 0; j < nc; ++j) {
+        unit[j] = 1.0;
+        smooth::thin_plate_apply<double>(gc, unit.data(), zero.data(), 1.0, col.data(), 1);
+        for (index_t i = 0; i < nc; ++i) R[std::size_t(refl * nc * nc + i * nc + j)] = col[i];
+        unit[j] = 0.0;
+      }
+    }
+    coarse_R_ = DBuf<double>(R.size());
+    detail::upload(coarse_R_.get(), R.data(), R.size(), stream_);
+    chol_ = DBuf<double>(static_cast<std::size_t>(nc * nc));
+    inverse_ = DBuf<double>(static_cast<std::size_t>(nc * nc));
+    set_chebyshev();
+    if (m) set_data_term(m);
+  }
+
+  ~Impl() {
+    for (auto& e : graphs_) cudaGraphExecDestroy(e.second);
+    if (stream_) {
+      cudaStreamSynchronize(stream_);  // (the arrays go back to the cache)
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  // ---- set-up ----
+
+  static void check_data_term(const float* m, index_t n) {
+    for (index_t i = 0; i < n; ++i)
+      require(m[i] >= 0.f && m[i] <= std::numeric_limits<float>::max(), "multigrid: m must be finite and >= 0");
+  }
+
+  void set_chebyshev() {
+    const double lo = opt_.lmax / opt_.alpha, hi = opt_.lmax;
+    theta_ = (hi + lo) / 2;
+    const double delta = (hi - lo) / 2, sigma = theta_ / delta;
+    double rho = 1.0 / sigma;
+    c1_.clear();
+    c2_.clear();
+    for (int k = 1; k < opt_.degree; ++k) {
+      const double rho_n = 1.0 / (2.0 * sigma - rho);
+      c1_.push_back(float(rho_n * rho));
+      c2_.push_back(float(2.0 * rho_n / delta));
+      rho = rho_n;
+    }
+  }
+
+  void set_lambda(double lam) {
+    require(std::isfinite(lam) && lam >= 0, "multigrid: lam must be finite and >= 0");
+    lam_ = lam;
+    double scale = 1.0;
+    Lambdas all{};
+    all.levels = int(levels_.size());
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      Level& L = levels_[l];
+      L.lam = float(lam * scale);
+      all.lam[l] = L.lam;
+      const int c = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
+      scale *= std::ldexp(1.0, c) / 16.0;
+      const int n = int(L.g.size());
+      inverse_diag_kernel<<<grid_of(n), kBlock, 0, stream_>>>(n, L.m.get(), L.lam, L.rd[reflect_].get(), L.w.get());
+      check_launch("inverse_diag_kernel");
+    }
+    set_lambdas_kernel<<<1, 32, 0, stream_>>>(all, lams_.get());
+    check_launch("set_lambdas_kernel");
+    const Level& last = levels_.back();
+    const int nc = int(last.g.size());
+    coarsest_factor_kernel<<<1, kBlock, 0, stream_>>>(nc, coarse_R_.get() + std::size_t(reflect_) * nc * nc,
+                                                      last.m.get(), last.lam, chol_.get(), inverse_.get());
+    check_launch("coarsest_factor_kernel");
+  }
+
+  void set_reflect(bool reflect) {
+    if (reflect == reflect_) return;
+    reflect_ = reflect;
+    drop_graphs();  // (their kernels hold the other boundary's bands)
+    set_lambda(lam_);
+  }
+
+  void set_data_term(const float* m) {
+    check_data_term(m, levels_[0].g.size());
+    to_device(levels_[0].m.get(), m);
+    restrict_data_term();
+  }
+
+  // the finest data term from device memory
+  void set_data_term_device(const float* m) {
+    copy(m, levels_[0].m.get());
+    restrict_data_term();
+  }
+
+  void restrict_data_term() {
+    for (std::size_t l = 0; l + 1 < levels_.size(); ++l)
+      restrict_down(int(l), levels_[l].m.get(), levels_[l + 1].m.get());
+    set_lambda(lam_);
+  }
+
+  // ---- kernels of a level ----
+
+  Stencil st(const Level& L) const { return L.stencil(reflect_); }
+  const float* lam_of(int level) const { return lams_.get() + level; }
+
+  void apply(int level, const float* x, float* out, const float* b = nullptr) {
+    const Level& L = levels_[level];
+    const Stencil S = st(L);
+    apply_kernel<<<grid_of(S.size), kBlock, 0, stream_>>>(S, x, L.m.get(), lam_of(level), b, out);
+    check_launch("apply_kernel");
+  }
+
+  // out = [b -] A_h x, A_h = diag(m) + lam (higher L^3 + L^2) on the finest grid at its lambda
+  // (t1_, t2_ used)
+  void apply_higher(const float* x, float* out, double higher, const float* b = nullptr) {
+    const Level& F = levels_[0];
+    const Stencil S = st(F);
+    laplacian_kernel<<<grid_of(S.size), kBlock, 0, stream_>>>(S, x, t1_.get());
+    laplacian_kernel<<<grid_of(S.size), kBlock, 0, stream_>>>(S, t1_.get(), t2_.get());
+    power_final_kernel<<<grid_of(S.size), kBlock, 0, stream_>>>(S, x, t2_.get(), F.m.get(), lam_of(0), float(higher),
+                                                                 1.f, b, out);
+    check_launch("power_final_kernel");
+  }
+
+  // the smoother (the host's thin_plate_smooth): from x (zero: from 0; start: from start), save
+  // receives the start, from: the result over-relaxed from it, res: b - A x after it
+  void smooth(int level, float* x, const float* b, bool zero, float* res, float* save, const float* from, float omega,
+              const float* start) {
+    Level& L = levels_[level];
+    const Stencil S = st(L);
+    const unsigned grid = grid_of(S.size);
+    const float* x0 = zero ? nullptr : (start ? start : x);
+    float* d = L.d.get();
+    float* d2 = L.d2.get();
+    cheb_start_kernel<<<grid, kBlock, 0, stream_>>>(S, x0, b, L.m.get(), L.w.get(), lam_of(level), float(theta_),
+                                                    L.r.get(), d, x, save);
+    check_launch("cheb_start_kernel");
+    for (std::size_t k = 0; k < c1_.size(); ++k) {
+      cheb_step_kernel<<<grid, kBlock, 0, stream_>>>(S, d, L.r.get(), x, L.m.get(), L.w.get(), lam_of(level), c1_[k],
+                                                     c2_[k], d2);
+      check_launch("cheb_step_kernel");
+      std::swap(d, d2);
+    }
+    cheb_finish_kernel<<<grid, kBlock, 0, stream_>>>(S.size, d, x, from, omega);
+    check_launch("cheb_finish_kernel");
+    if (res) apply(level, x, res, b);
+  }
+
+  void restrict_down(int level, const float* f, float* c) {
+    Level& L = levels_[level];
+    index_t s[3] = {L.g.n[0], L.g.n[1], L.g.n[2]};
+    int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
+    float* bufs[2] = {L.d.get(), L.d2.get()};
+    int k = 0;
+    const float* src = f;
+    for (int a = 0; a < 3; ++a) {
+      if (!L.halve[a]) continue;
+      float* dst = --left == 0 ? c : bufs[k++ % 2];
+      index_t outer, inner;
+      axis_view(s, a, outer, inner);
+      const index_t total = outer * smooth::coarse_length(s[a]) * inner;
+      restrict_kernel<<<grid_of(total), kBlock, 0, stream_>>>(int(outer), int(s[a]), int(inner), src, dst);
+      check_launch("restrict_kernel");
+      s[a] = smooth::coarse_length(s[a]);
+      src = dst;
+    }
+  }
+
+  void prolong_up(int level, const float* c, float* f, bool add) {
+    Level& L = levels_[level];
+    index_t s[3];
+    for (int a = 0; a < 3; ++a) s[a] = L.halve[a] ? smooth::coarse_length(L.g.n[a]) : L.g.n[a];
+    int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
+    float* bufs[2] = {L.d.get(), L.d2.get()};
+    int k = 0;
+    const float* src = c;
+    for (int a = 2; a >= 0; --a) {
+      if (!L.halve[a]) continue;
+      const bool last = --left == 0;
+      float* dst = last ? f : bufs[k++ % 2];
+      s[a] = L.g.n[a];
+      index_t outer, inner;
+      axis_view(s, a, outer, inner);
+      prolong_kernel<<<grid_of(outer * s[a] * inner), kBlock, 0, stream_>>>(int(outer), int(s[a]), int(inner), src,
+                                                                           dst, last && add);
+      check_launch("prolong_kernel");
+      src = dst;
+    }
+  }
+
+  void coarsest_solve(const float* b, float* x) {
+    const int n = int(levels_.back().g.size());
+    coarsest_kernel<<<1, std::min(n, 1024), 0, stream_>>>(n, inverse_.get(), b, x);
+    check_launch("coarsest_kernel");
+  }
+
+  void vcycle_at(int level, const float* b, float* out = nullptr, bool zero = true, float* old = nullptr,
+                 float omega = 1.f, const float* start = nullptr) {
+    Level& L = levels_[level];
+    float* x = out ? out : L.x.get();
+    if (level == int(levels_.size()) - 1) {
+      require(!old && !start, "multigrid: an over-relaxed V-cycle needs a coarser level");
+      coarsest_solve(b, x);
+      return;
+    }
+    if (start) smooth(level, x, b, false, L.r.get(), nullptr, nullptr, 1.f, start);
+    else smooth(level, x, b, zero, L.r.get(), old, nullptr, 1.f, nullptr);
+    Level& C = levels_[level + 1];
+    restrict_down(level, L.r.get(), C.b.get());
+    vcycle_at(level + 1, C.b.get());
+    prolong_up(level, C.x.get(), x, true);
+    const float* relax_from = start ? (omega != 1.f ? start : nullptr) : old;
+    smooth(level, x, b, false, nullptr, nullptr, relax_from, omega, nullptr);
+  }
+
+  // ---- graphs: a finest-level V-cycle or a full multigrid pass is some 80 small launches, each
+  // costing the host more than the device its work. Each kind of call (its flags: the topology of
+  // its launches) keeps one CUDA graph: replayed when the arrays are the last call's, else the
+  // new call captured and the graph updated to it in place (cudaGraphExecUpdate; instantiated
+  // again only where that fails). KRONPE_CUDA_GRAPHS=0: launched one by one.
+  struct GraphKey {
+    const void* p[4];
+    int flags;
+    float omega;
+    bool same_kind(const GraphKey& o) const { return flags == o.flags && omega == o.omega; }
+    bool operator==(const GraphKey& o) const {
+      return same_kind(o) && p[0] == o.p[0] && p[1] == o.p[1] && p[2] == o.p[2] && p[3] == o.p[3];
+    }
+  };
+
+  template <typename F>
+  void replay(const GraphKey& key, F&& enqueue) {
+    if (!use_graphs_) {
+      enqueue();
+      return;
+    }
+    std::pair<GraphKey, cudaGraphExec_t>* slot = nullptr;
+    for (auto& e : graphs_)
+      if (e.first.same_kind(key)) slot = &e;
+    if (slot && slot->first == key) {
+      check(cudaGraphLaunch(slot->second, stream_), "cudaGraphLaunch");
+      return;
+    }
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue();
+    } catch (...) {
+      if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    bool updated = false;
+    if (slot) {
+      cudaGraphExecUpdateResultInfo info;
+      updated = cudaGraphExecUpdate(slot->second, graph, &info) == cudaSuccess;
+      if (!updated) {
+        cudaGetLastError();  // (a failed update is not an error of the next call)
+        cudaGraphExecDestroy(slot->second);
+      }
+    } else {
+      graphs_.emplace_back(key, nullptr);
+      slot = &graphs_.back();
+    }
+    cudaError_t e = cudaSuccess;
+    if (!updated) e = cudaGraphInstantiate(&slot->second, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      graphs_.erase(graphs_.begin() + (slot - graphs_.data()));
+      check(e, "cudaGraphInstantiate");
+    }
+    slot->first = key;
+    check(cudaGraphLaunch(slot->second, stream_), "cudaGraphLaunch");
+  }
+
+  void drop_graphs() {
+    if (graphs_.empty()) return;
+    sync();
+    for (auto& e : graphs_) cudaGraphExecDestroy(e.second);
+    graphs_.clear();
+  }
+
+  // vcycle_at(0, ...) through its graph
+  void vcycle0(const float* b, float* out, bool zero = true, float* old = nullptr, float omega = 1.f,
+               const float* start = nullptr) {
+    ++vcycles_;
+    if (levels_.size() == 1) {
+      vcycle_at(0, b, out, zero, old, omega, start);
+      return;
+    }
+    const GraphKey key{{b, out, old, start}, int(zero) | (old ? 2 : 0) | (start ? 4 : 0), omega};
+    replay(key, [&] { vcycle_at(0, b, out, zero, old, omega, start); });
+  }
+
+  int n0() const { return int(levels_[0].g.size()); }
+
+  void cycles(const float* b, float* x, bool from_x, int count, double omega) {
+    require(count >= 0, "multigrid: the number of cycles must be >= 0");
+    require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
+    if (!from_x) fmg(b, x, 1);
+    const int n = n0();
+    float* old = z_.get();
+    const bool fused = omega != 1.0 && levels_.size() > 1;
+    for (int c = 0; c < count; ++c) {
+      if (fused) {
+        vcycle0(b, x, false, old, float(omega));
+        continue;
+      }
+      if (omega != 1.0) copy(x, old);
+      vcycle0(b, x, false);
+      if (omega != 1.0) {
+        relax_kernel<<<grid_of(n), kBlock, 0, stream_>>>(n, float(omega), old, x);
+        check_launch("relax_kernel");
+      }
+    }
+  }
+
+  void cycles_from(const float* b, const float* from, float* x, int count, double omega) {
+    require(count >= 1, "multigrid: cycles_from needs a cycle or more");
+    if (levels_.size() == 1) {
+      copy(from, x);
+      cycles(b, x, true, count, omega);
+      return;
+    }
+    vcycle0(b, x, false, nullptr, float(omega), from);
+    if (count > 1) cycles(b, x, true, count - 1, omega);
+  }
+
+  void fmg(const float* b, float* x, int cycles) {
+    const GraphKey key{{b, x, nullptr, nullptr}, 100 + cycles, 1.f};
+    replay(key, [&] { fmg_launches(b, x, cycles); });
+  }
+
+  void fmg_launches(const float* b, float* x, int cycles) {
+    const int top = int(levels_.size()) - 1;
+    std::vector<const float*> bs(levels_.size());
+    bs[0] = b;
+    for (int l = 0; l < top; ++l) {
+      restrict_down(l, bs[l], levels_[l + 1].b.get());
+      bs[l + 1] = levels_[l + 1].b.get();
+    }
+    float* xc = top == 0 ? x : levels_[top].fx.get();
+    coarsest_solve(bs[top], xc);
+    for (int l = top - 1; l >= 0; --l) {
+      Level& L = levels_[l];
+      float* xf = l == 0 ? x : L.fx.get();
+      prolong_up(l, xc, xf, false);
+      for (int c = 0; c < cycles; ++c) vcycle_at(l, bs[l], xf, false);
+      xc = xf;
+    }
+  }
+
+  void copy(const float* from, float* to) {
+    check(cudaMemcpyAsync(to, from, sizeof(float) * std::size_t(n0()), cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpyAsync (multigrid)");
+  }
+
+  // K sums (K = 1: a . b; K = 2: a . b, c . d), or the held-out sum of squares (hold), to the host
+  template <int K>
+  void sums(int n, const float* a, const float* b, const float* c, const float* d, const int* hold, double* out) {
+    const unsigned blocks = std::min<unsigned>(kReduceBlocks, detail::blocks_for(n, kBlock));
+    partial_sums_kernel<K><<<blocks, kBlock, 0, stream_>>>(n, a, b, c, d, hold, part_.get());
+    check_launch("partial_sums_kernel");
+    final_sums_kernel<K><<<1, 32, 0, stream_>>>(int(blocks), part_.get(), sums_.get());
+    check_launch("final_sums_kernel");
+    check(cudaMemcpyAsync(host_sums_, sums_.get(), K * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync (sums)");
+    sync();
+    for (int k = 0; k < K; ++k) out[k] = host_sums_[k];
+  }
+  double dot(const float* a, const float* b) {
+    double s;
+    sums<1>(n0(), a, b, nullptr, nullptr, nullptr, &s);
+    return s;
+  }
+
+  void sync() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (multigrid)"); }
+
+  // PCG (the host's ThinPlateHierarchy::pcg), higher > 0: the higher-order operator
+  smooth::PcgResult pcg(const float* b, float* x, bool from_x, double tol, index_t maxiter, double scale,
+                        double higher) {
+    require(maxiter >= 0, "multigrid: maxiter must be >= 0");
+    Level& F = levels_[0];
+    const int n = n0();
+    const unsigned grid = grid_of(n);
+    float *r = r_.get(), *z = z_.get(), *p = p_.get(), *ap = ap_.get();
+    const bool estimate = tol > 0;
+    double xx = 0.0;
+    auto error = [&](double zz) {
+      const double xn = scale > 0 ? scale : std::sqrt(std::max(xx, 0.0)), zn = std::sqrt(std::max(zz, 0.0));
+      return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+    };
+    auto op = [&](const float* v, float* out, const float* bb) {
+      if (higher > 0) apply_higher(v, out, higher, bb);
+      else apply(0, v, out, bb);
+    };
+    if (!from_x) fmg(b, x, 1);
+    op(x, r, b);  // r = b - A x
+    vcycle0(r, p);
+    smooth::PcgResult out;
+    out.error = std::numeric_limits<double>::quiet_NaN();
+    double s2[2];
+    double rz;
+    double next = std::numeric_limits<double>::infinity();
+    double last_rate = 0.0;
+    const bool predict = opt_.predicted_stop && (F.g.n[0] > 1) + (F.g.n[1] > 1) + (F.g.n[2] > 1) >= 2;
+    if (estimate) {
+      sums<2>(n, r, p, p, p, nullptr, s2);
+      rz = s2[0];
+      if (scale <= 0) xx = dot(x, x);
+      out.error = error(s2[1]);
+      if (out.error <= tol) return out;
+      next = out.error * kPcgFirstRate;
+    } else {
+      rz = dot(r, p);
+    }
+    for (index_t it = 1; it <= maxiter; ++it) {
+      out.iterations = it;
+      op(p, ap, nullptr);
+      const double pap = dot(p, ap);
+      if (!(pap > 0)) break;
+      const float a = float(rz / pap);
+      cg_update_kernel<<<grid, kBlock, 0, stream_>>>(n, a, p, ap, x, r);
+      check_launch("cg_update_kernel");
+      if (estimate && scale <= 0) xx = dot(x, x);
+      if (it == maxiter && !estimate) break;
+      if (next <= tol && predict) {
+        out.error = next;
+        break;
+      }
+      vcycle0(r, z);
+      double rz_new;
+      if (estimate) {
+        sums<2>(n, r, z, z, z, nullptr, s2);
+        rz_new = s2[0];
+        const double e = error(s2[1]);
+        const double rate = e / out.error;
+        next = e * std::max({rate, last_rate, kPcgMinRate});
+        last_rate = rate;
+        out.error = e;
+        if (out.error <= tol) break;
+      } else {
+        rz_new = dot(r, z);
+      }
+      cg_direction_kernel<<<grid, kBlock, 0, stream_>>>(n, float(rz_new / rz), z, p);
+      check_launch("cg_direction_kernel");
+      rz = rz_new;
+    }
+    return out;
+  }
+
+  // host <-> device of a finest-grid array
+  void to_device(float* d, const float* h) { detail::upload(d, h, std::size_t(n0()), stream_); }
+  void to_host(float* h, const float* d) {
+    check(cudaMemcpyAsync(h, d, sizeof(float) * std::size_t(n0()), cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync (multigrid result)");
+    sync();
+  }
+
+  int device_;  // (the caller makes it current around every call)
+  smooth::MultigridOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Level> levels_;
+  bool reflect_ = false;
+  bool use_graphs_ = true;
+  double lam_ = 0.0;
+  double theta_ = 0.0;
+  std::vector<float> c1_, c2_;
+  DBuf<float> bands_, lams_;
+  DBuf<double> coarse_R_, chol_, inverse_, part_, sums_;
+  double* host_sums_ = nullptr;
+  int vcycles_ = 0;  // finest-level V-cycles run (KRONPE_CUDA_TRACE)
+  DBuf<float> r_, z_, p_, ap_, t1_, t2_;
+  std::vector<std::pair<GraphKey, cudaGraphExec_t>> graphs_;
+};
+
+// ---- the public class (host arrays in and out) -----------------------------------------------
+
+namespace {
+
+// a finest-grid device array for a call's host input or output
+struct Staged {
+  DBuf<float> d;
+  Staged(DeviceThinPlate::Impl& h, const float* host) : d(std::size_t(h.n0())) {
+    if (host) h.to_device(d.get(), host);
+  }
+};
+
+}  // namespace
+
+DeviceThinPlate::DeviceThinPlate(int device, const Grid& g, const float* m, const smooth::MultigridOptions& options) {
+  detail::DeviceGuard guard(device);
+  impl_ = std::make_unique<Impl>(device, g, m, options);
+}
+DeviceThinPlate::~DeviceThinPlate() {
+  if (!impl_) return;
+  try {
+    detail::DeviceGuard guard(impl_->device_);
+    impl_.reset();
+  } catch (...) {
+  }
+}
+
+void DeviceThinPlate::set_lambda(double lam) {
+  detail::DeviceGuard guard(impl_->device_);
+  impl_->set_lambda(lam);
+}
+void DeviceThinPlate::set_reflect(bool reflect) {
+  detail::DeviceGuard guard(impl_->device_);
+  impl_->set_reflect(reflect);
+}
+void DeviceThinPlate::set_data_term(const float* m) {
+  detail::DeviceGuard guard(impl_->device_);
+  impl_->set_data_term(m);
+}
+int DeviceThinPlate::levels() const { return int(impl_->levels_.size()); }
+
+void DeviceThinPlate::apply(const float* x, float* out, double higher) {
+  detail::DeviceGuard guard(impl_->device_);
+  Staged dx(*impl_, x), dout(*impl_, nullptr);
+  if (higher > 0) impl_->apply_higher(dx.d.get(), dout.d.get(), higher);
+  else impl_->apply(0, dx.d.get(), dout.d.get());
+  impl_->to_host(out, dout.d.get());
+}
+
+void DeviceThinPlate::vcycle(const float* b, float* x) {
+  detail::DeviceGuard guard(impl_->device_);
+  Staged db(*impl_, b), dx(*impl_, nullptr);
+  impl_->vcycle0(db.d.get(), dx.d.get());
+  impl_->to_host(x, dx.d.get());
+}
+
+void DeviceThinPlate::fmg(const float* b, float* x, int cycles) {
+  require(cycles >= 0, "multigrid: cycles must be >= 0");
+  detail::DeviceGuard guard(impl_->device_);
+  Staged db(*impl_, b), dx(*impl_, nullptr);
+  impl_->fmg(db.d.get(), dx.d.get(), cycles);
+  impl_->to_host(x, dx.d.get());
+}
+
+void DeviceThinPlate::cycles(const float* b, float* x, bool from_x, int count, double omega) {
+  detail::DeviceGuard guard(impl_->device_);
+  Staged db(*impl_, b), dx(*impl_, from_x ? x : nullptr);
+  impl_->cycles(db.d.get(), dx.d.get(), from_x, count, omega);
+  impl_->to_host(x, dx.d.get());
+}
+
+smooth::PcgResult DeviceThinPlate::pcg(const float* b, float* x, bool from_x, double tol, index_t maxiter,
+                                       double scale, double higher) {
+  detail::DeviceGuard guard(impl_->device_);
+  Staged db(*impl_, b), dx(*impl_, from_x ? x : nullptr);
+  const smooth::PcgResult r = impl_->pcg(db.d.get(), dx.d.get(), from_x, tol, maxiter, scale, higher);
+  impl_->to_host(x, dx.d.get());
+  return r;
+}
+
+// ---- the fill ---------------------------------------------------------------------------------
+
+namespace {
+
+// The sweep's fits on the device (kronpe/sweep.h's Ops)
+class DeviceSweepOps {
+ public:
+  DeviceSweepOps(DeviceThinPlate::Impl& h, const float* b, int nhold, const int* hold, const float* y_hold,
+                 const smooth::SweepSettings& s, float* x_best)
+      : h_(h), b_(b), nhold_(nhold), hold_(hold), y_hold_(y_hold), s_(s), x_best_(x_best) {}
+  int slots() const { return int(pool_.size()); }
+  void add_slot() { pool_.emplace_back(std::size_t(h_.n0())); }
+  void set_lambda(double lam) { h_.set_lambda(lam); }
+  void set_reflect(bool reflect) { h_.set_reflect(reflect); }
+  void fmg(int k) { h_.fmg(b_, pool_[k].get(), 1); }
+  void cycles_from(int from, int k) { h_.cycles_from(b_, pool_[from].get(), pool_[k].get(), s_.count, s_.omega); }
+  void copy(int from, int k) { h_.copy(pool_[from].get(), pool_[k].get()); }
+  double error(int k) { return error_of(pool_[k].get()); }
+  double higher_error(int from, double lam) {
+    const int n = h_.n0();
+    const float* xs = pool_[from].get();
+    float* r = h_.r_.get();
+    float* z = h_.p_.get();
+    h_.apply_higher(xs, r, s_.higher, b_);  // (at the hierarchy's lambda, which is lam)
+    h_.vcycle0(r, z);
+    step_from_kernel<<<grid_of(n), kBlock, 0, h_.stream_>>>(n, float(s_.omega), xs, z);
+    check_launch("step_from_kernel");
+    return error_of(z);
+  }
+  void keep(int k) { h_.copy(pool_[k].get(), x_best_); }
+
+ private:
+  double error_of(const float* w) {
+    double s = 0.0;
+    if (nhold_ > 0) h_.sums<1>(nhold_, w, y_hold_, nullptr, nullptr, hold_, &s);
+    return s / double(std::max(nhold_, 1));
+  }
+
+  DeviceThinPlate::Impl& h_;
+  const float* b_;
+  int nhold_;
+  const int* hold_;
+  const float* y_hold_;
+  const smooth::SweepSettings& s_;
+  float* x_best_;
+  std::vector<DBuf<float>> pool_;
+};
+
+}  // namespace
+
+FillOutcome smooth_fill(int device, const Grid& g, const float* m, int channels, const float* const* b,
+                        const float* y, index_t nhold, const index_t* hold, const FillSettings& s,
+                        float* const* x) {
+  require(channels >= 1, "smooth_fill: need a channel or more");
+  detail::DeviceGuard guard(device);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point last = t0;
+  DeviceThinPlate::Impl* traced = nullptr;
+  auto phase = [&](const char* name) {
+    if (!tracing()) return;
+    if (traced) traced->sync();
+    const Clock::time_point now = Clock::now();
+    std::fprintf(stderr, "kronpe cuda fill: %-26s %8.3f ms (%8.3f in all), %d V-cycles\n", name,
+                 std::chrono::duration<double, std::milli>(now - last).count(),
+                 std::chrono::duration<double, std::milli>(now - t0).count(), traced ? traced->vcycles_ : 0);
+    last = now;
+  };
+  require(!s.sweep.lams.empty(), "held_out_sweep: no lambda to try");
+  const index_t n = g.size();
+  require(nhold <= n, "smooth_fill: more held-out nodes than nodes");
+  for (index_t i = 0; i < nhold; ++i)
+    require(hold[i] >= 0 && hold[i] < n && m[hold[i]] > 0.f, "held_out_fill_sweep: hold must index nodes with data");
+  // the training term and right-hand side (the held-out nodes left out), their values y / m, made
+  // on the device
+  std::vector<int> hold32(static_cast<std::size_t>(nhold));
+  for (index_t i = 0; i < nhold; ++i) hold32[std::size_t(i)] = int(hold[i]);
+  DeviceThinPlate::Impl::check_data_term(m, n);
+  Grid gn = g;
+  gn.reflect = false;
+  phase("host set-up");
+  DeviceThinPlate::Impl h(device, gn, nullptr, s.options);
+  traced = &h;
+  const std::size_t nn = static_cast<std::size_t>(n);
+  DBuf<float> d_m(nn), d_train(nn), d_btrain(nn), d_yhold(std::max<std::size_t>(1, hold32.size())), x_best(nn);
+  DBuf<int> d_hold(std::max<std::size_t>(1, hold32.size()));
+  h.to_device(d_m.get(), m);
+  h.to_device(d_btrain.get(), y);
+  h.copy(d_m.get(), d_train.get());
+  detail::upload(d_hold.get(), hold32.data(), hold32.size(), h.stream_);
+  if (nhold > 0) {
+    holdout_kernel<<<grid_of(nhold), kBlock, 0, h.stream_>>>(int(nhold), d_hold.get(), d_train.get(), d_btrain.get(),
+                                                            d_yhold.get());
+    check_launch("holdout_kernel");
+  }
+  h.set_data_term_device(d_train.get());
+  phase("hierarchy");
+  FillOutcome out;
+  {
+    DeviceSweepOps ops(h, d_btrain.get(), int(nhold), d_hold.get(), d_yhold.get(), s.sweep, x_best.get());
+    out.sweep = smooth::sweep_decisions(ops, s.sweep);
+  }
+  phase("sweep");
+  const smooth::SweepOutcome& o = out.sweep;
+  out.lam = o.interpolating ? s.lam_interpolating : o.best;
+  const double tol = o.interpolating ? s.tol_interpolating : s.tol;
+  // the whole data term, the lambda chosen (the boundary is the sweep's)
+  h.set_data_term_device(d_m.get());
+  h.set_lambda(out.lam);
+  phase("data term");
+  DBuf<float> bc(nn), xc(nn);
+  double scale = 0.0;
+  for (int c = 0; c < channels; ++c) {
+    h.to_device(bc.get(), b[c]);
+    const bool from_sweep = c == 0 && s.lead;
+    if (from_sweep) h.copy(x_best.get(), xc.get());
+    const double higher = c == 0 && o.higher ? s.sweep.higher : 0.0;  // (as on the host: the first component)
+    const smooth::PcgResult r = h.pcg(bc.get(), xc.get(), from_sweep, tol, s.maxiter, scale, higher);
+    out.iterations = std::max(out.iterations, r.iterations);
+    out.errors.push_back(r.error);
+    h.to_host(x[c], xc.get());
+    if (c == 0 && tol > 0 && channels > 1) {
+      double xx = 0.0;
+      for (index_t i = 0; i < n; ++i) xx += double(x[0][i]) * double(x[0][i]);
+      scale = std::max(std::sqrt(xx), 1e-30);
+    }
+    phase(c == 0 ? "component 0" : "a later component");
+  }
+  return out;
+}
+
+}  // namespace kronpe::cuda
