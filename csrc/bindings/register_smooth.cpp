@@ -437,6 +437,14 @@ struct DeviceHierarchy {
             std::string(name) + " must have the grid's shape");
     return p<P>(a, name);
   }
+  // f(in, out) on two arrays of the grid (in read, out written), without the GIL
+  template <typename F>
+  void into(const Array& in, const Array& out, F&& f) const {
+    const float* ip = on_grid<const float>(in, "input");
+    float* op = on_grid<float>(out, "output");
+    py::gil_scoped_release release;
+    f(ip, op);
+  }
 };
 
 void register_device(py::module_& m) {
@@ -472,50 +480,33 @@ void register_device(py::module_& m) {
       .def(
           "apply",
           [](DeviceHierarchy& h, const Array& x, const Array& out, double higher) {
-            const float* xp = h.on_grid<const float>(x, "x");
-            float* op = h.on_grid<float>(out, "out");
-            py::gil_scoped_release release;
-            h.d->apply(xp, op, higher);
+            h.into(x, out, [&](const float* xp, float* op) { h.d->apply(xp, op, higher); });
           },
           py::arg("x"), py::arg("out"), py::arg("higher") = 0.0)
       .def(
           "vcycle",
           [](DeviceHierarchy& h, const Array& b, const Array& x) {
-            const float* bp = h.on_grid<const float>(b, "b");
-            float* xp = h.on_grid<float>(x, "x");
-            py::gil_scoped_release release;
-            h.d->vcycle(bp, xp);
+            h.into(b, x, [&](const float* bp, float* xp) { h.d->vcycle(bp, xp); });
           },
           py::arg("b"), py::arg("x"))
       .def(
           "fmg",
           [](DeviceHierarchy& h, const Array& b, const Array& x, int cycles) {
-            const float* bp = h.on_grid<const float>(b, "b");
-            float* xp = h.on_grid<float>(x, "x");
-            py::gil_scoped_release release;
-            h.d->fmg(bp, xp, cycles);
+            h.into(b, x, [&](const float* bp, float* xp) { h.d->fmg(bp, xp, cycles); });
           },
           py::arg("b"), py::arg("x"), py::arg("cycles") = 1)
       .def(
           "cycles",
           [](DeviceHierarchy& h, const Array& b, const Array& x, bool from_x, int count, double omega) {
-            const float* bp = h.on_grid<const float>(b, "b");
-            float* xp = h.on_grid<float>(x, "x");
-            py::gil_scoped_release release;
-            h.d->cycles(bp, xp, from_x, count, omega);
+            h.into(b, x, [&](const float* bp, float* xp) { h.d->cycles(bp, xp, from_x, count, omega); });
           },
           py::arg("b"), py::arg("x"), py::arg("from_x"), py::arg("count"), py::arg("omega") = 1.0)
       .def(
           "pcg",
           [](DeviceHierarchy& h, const Array& b, const Array& x, bool from_x, double tol, index_t maxiter,
              double scale, double higher) {
-            const float* bp = h.on_grid<const float>(b, "b");
-            float* xp = h.on_grid<float>(x, "x");
             smooth::PcgResult r;
-            {
-              py::gil_scoped_release release;
-              r = h.d->pcg(bp, xp, from_x, tol, maxiter, scale, higher);
-            }
+            h.into(b, x, [&](const float* bp, float* xp) { r = h.d->pcg(bp, xp, from_x, tol, maxiter, scale, higher); });
             return py::make_tuple(r.iterations, r.error);
           },
           py::arg("b"), py::arg("x"), py::arg("from_x"), py::arg("tol"), py::arg("maxiter"), py::arg("scale") = 0.0,

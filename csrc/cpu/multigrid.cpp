@@ -1,5 +1,6 @@
 // kronpe C++ core: the multigrid solver of the thin-plate systems (kronpe/multigrid.h).
 #include "kronpe/multigrid.h"
+#include "kronpe/multigrid_steps.h"
 #include "kronpe/sweep.h"
 #include "kronpe/threads.h"
 
@@ -101,17 +102,6 @@ std::size_t work_cache_bytes() noexcept {
 
 namespace {
 
-constexpr index_t kMinNodes = 3;  // an axis of fewer nodes is not halved
-// pcg's predicted stop (multigrid.h): the rate assumed for the first iteration, and the least
-// rate assumed after it (else the larger of the last two ratios of estimates). Measured on the
-// twelve photograph fills (estimates of the final solves' components, every iteration): the first
-// ratio 0.19-0.57, the later ones 0.31-0.68, rising slowly as CG goes on; with these the predicted
-// stops came after the same iterations as the measured ones on every component there. On one
-// axis the ratios jump (0.1 to 1.7 in a run on 200 nodes; a stop predicted there came with 3.3x
-// tol measured): no predicted stop on grids of one axis.
-constexpr double kPcgFirstRate = 0.6;
-constexpr double kPcgMinRate = 0.5;
-
 // x += a p, r -= a q (CG's update of the iterate and the residual)
 template <typename T>
 KRONPE_CLONES void cg_update_range(index_t lo, index_t hi, T a, const T* __restrict p, const T* __restrict q,
@@ -161,14 +151,6 @@ void relax(index_t n, T omega, const T* old, T* x, int threads) {
   for_range(n, threads, [&](index_t lo, index_t hi) { relax_range(lo, hi, omega, old, x); });
 }
 
-// The (outer, n, inner) view of axis a of a three-axis shape.
-void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
-  outer = 1;
-  inner = 1;
-  for (int k = 0; k < a; ++k) outer *= s[k];
-  for (int k = a + 1; k < 3; ++k) inner *= s[k];
-}
-
 // Every m[i] in [0, max] (NaN fails both tests): blocks of 256 or-ed without branches, both
 // tests evaluated (no short-circuit &&), so that the loop vectorises. (Counting `!(x >= 0 && x <=
 // max)` per value in blocks of 64 compiled to a scalar compare and branch per value: 74 us at 451
@@ -210,31 +192,22 @@ ThinPlateHierarchy<T>::ThinPlateHierarchy(const Grid& g, const T* m, const Multi
   for (int a = 0; a < 3; ++a) require(g.n[a] >= 0, "multigrid: negative grid size");
   const index_t size = checked_mul(checked_mul(g.n[0], g.n[1], "multigrid: grid"), g.n[2], "multigrid: grid");
   require(size >= 1, "multigrid: the grid has no nodes");
-  Level first;
-  first.g = g;
-  first.m.assign(m, m + size);
-  levels_.push_back(std::move(first));
+  for (const LevelShape& shape : level_shapes(g, opt_.coarsest)) {
+    Level L;
+    L.g = shape.g;
+    for (int a = 0; a < 3; ++a) L.halve[a] = shape.halve[a];
+    levels_.push_back(std::move(L));
+  }
+  levels_[0].m.assign(m, m + size);
   check_data_term(m);
-  for (;;) {
-    Level& L = levels_.back();
-    bool any = false;
-    for (int a = 0; a < 3; ++a) {
-      L.halve[a] = L.g.n[a] >= kMinNodes;
-      any = any || L.halve[a];
-    }
-    if (L.g.size() <= opt_.coarsest || !any) {
-      for (bool& h : L.halve) h = false;
-      break;
-    }
-    Level C;
-    C.g = L.g;
-    for (int a = 0; a < 3; ++a) C.g.n[a] = L.halve[a] ? coarse_length(L.g.n[a]) : L.g.n[a];
+  for (std::size_t l = 0; l + 1 < levels_.size(); ++l) {
+    Level& L = levels_[l];
+    Level& C = levels_[l + 1];
     coarse_weights(L, C);
     C.m.resize(static_cast<std::size_t>(C.g.size()));
     L.d.resize(static_cast<std::size_t>(L.g.size()));
     L.d2.resize(L.d.size());
-    restrict_down(int(levels_.size()) - 1, L.m.data(), C.m.data());
-    levels_.push_back(std::move(C));
+    restrict_down(int(l), L.m.data(), C.m.data());
   }
   for (Level& L : levels_) {
     const std::size_t n = L.m.size();
@@ -252,18 +225,7 @@ void ThinPlateHierarchy<T>::set_chebyshev(double lmax, double alpha) {
   require(std::isfinite(lmax) && lmax > 0 && std::isfinite(alpha) && alpha > 1, "multigrid: need lmax > 0 and alpha > 1");
   opt_.lmax = lmax;
   opt_.alpha = alpha;
-  const double lo = lmax / alpha, hi = lmax;
-  theta_ = (hi + lo) / 2;
-  const double delta = (hi - lo) / 2, sigma = theta_ / delta;
-  double rho = 1.0 / sigma;
-  c1_.clear();
-  c2_.clear();
-  for (int k = 1; k < opt_.degree; ++k) {
-    const double rho_n = 1.0 / (2.0 * sigma - rho);
-    c1_.push_back(T(rho_n * rho));
-    c2_.push_back(T(2.0 * rho_n / delta));
-    rho = rho_n;
-  }
+  chebyshev_coefficients<T>(lmax, alpha, opt_.degree, theta_, c1_, c2_);
 }
 
 template <typename T>
@@ -333,15 +295,11 @@ template <typename T>
 void ThinPlateHierarchy<T>::set_lambda(double lam) {
   require(std::isfinite(lam) && lam >= 0, "multigrid: lam must be finite and >= 0");
   lam_ = lam;
-  double scale = 1.0;
-  for (Level& L : levels_) {
-    L.lam = T(lam * scale);
-    const int c = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-    // the power form's weights carry the spacing (coarse_weights); the thin-plate stencil's
-    // fourth differences shrink 16-fold when every spacing doubles
-    scale *= std::ldexp(1.0, c) / (L.g.power() ? 1.0 : 16.0);
+  level_lambdas<T>(levels_, lam, [&](std::size_t l, T lam_l) {
+    Level& L = levels_[l];
+    L.lam = lam_l;
     inverse_diag<T>(L.g.size(), L.m.data(), L.lam, L.rd.data(), L.w.data(), opt_.threads);
-  }
+  });
   // the coarsest A = diag(m) + lam R (+ a relative 1e-10 on the diagonal: R's null space where
   // m == 0), factorised A = L L^T
   const Level& last = levels_.back();
@@ -391,42 +349,38 @@ void ThinPlateHierarchy<T>::coarsest_solve(const T* b, T* x) {
 
 template <typename T>
 void ThinPlateHierarchy<T>::restrict_down(int level, const T* f, T* c) {
-  Level& L = levels_[level];
-  index_t s[3] = {L.g.n[0], L.g.n[1], L.g.n[2]};
-  int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-  T* bufs[2] = {L.d.data(), L.d2.data()};
-  int k = 0;
-  const T* src = f;
-  for (int a = 0; a < 3; ++a) {
-    if (!L.halve[a]) continue;
-    T* dst = --left == 0 ? c : bufs[k++ % 2];
-    index_t outer, inner;
-    axis_view(s, a, outer, inner);
-    restrict_axis<T>(outer, s[a], inner, src, dst, opt_.threads);
-    s[a] = coarse_length(s[a]);
-    src = dst;
-  }
+  MultigridSteps::restrict_down(*this, level, f, c);
 }
 
 template <typename T>
 void ThinPlateHierarchy<T>::prolong_up(int level, const T* c, T* f, bool add) {
-  Level& L = levels_[level];
-  index_t s[3];
-  for (int a = 0; a < 3; ++a) s[a] = L.halve[a] ? coarse_length(L.g.n[a]) : L.g.n[a];
-  int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-  T* bufs[2] = {L.d.data(), L.d2.data()};
-  int k = 0;
-  const T* src = c;
-  for (int a = 2; a >= 0; --a) {
-    if (!L.halve[a]) continue;
-    const bool last = --left == 0;
-    T* dst = last ? f : bufs[k++ % 2];
-    s[a] = L.g.n[a];
-    index_t outer, inner;
-    axis_view(s, a, outer, inner);
-    prolong_axis<T>(outer, s[a], inner, src, dst, last && add, opt_.threads);
-    src = dst;
-  }
+  MultigridSteps::prolong_up(*this, level, c, f, add);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::restrict_axis_pass(index_t outer, index_t n, index_t inner, const T* f, T* c) {
+  restrict_axis<T>(outer, n, inner, f, c, opt_.threads);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::prolong_axis_pass(index_t outer, index_t n, index_t inner, const T* c, T* f, bool add) {
+  prolong_axis<T>(outer, n, inner, c, f, add, opt_.threads);
+}
+
+template <typename T>
+T* ThinPlateHierarchy<T>::z_vector() {
+  z_.resize(static_cast<std::size_t>(levels_[0].g.size()));
+  return z_.data();
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::copy_n(const T* from, T* to) {
+  std::copy(from, from + levels_[0].g.size(), to);
+}
+
+template <typename T>
+void ThinPlateHierarchy<T>::relax_n(T omega, const T* old, T* x) {
+  relax(levels_[0].g.size(), omega, old, x, opt_.threads);
 }
 
 template <typename T>
@@ -439,61 +393,20 @@ void ThinPlateHierarchy<T>::smooth(Level& L, T* x, const T* b, bool zero, T* res
 
 template <typename T>
 void ThinPlateHierarchy<T>::vcycle_at(int level, const T* b, T* out, bool zero, T* old, T omega, const T* start) {
-  Level& L = levels_[level];
-  T* x = out ? out : L.x.data();
-  if (level == int(levels_.size()) - 1) {
-    require(!old && !start, "multigrid: an over-relaxed V-cycle needs a coarser level");
-    coarsest_solve(b, x);
-    return;
-  }
-  if (start) smooth(L, x, b, false, L.r.data(), nullptr, nullptr, T(1), start);
-  else smooth(L, x, b, zero, L.r.data(), old);  // and the residual, into r (the start, into old)
-  Level& C = levels_[level + 1];
-  restrict_down(level, L.r.data(), C.b.data());
-  vcycle_at(level + 1, C.b.data());
-  prolong_up(level, C.x.data(), x, true);
-  // over-relaxed from the start: `start` itself, or the copy the first smoother saved in old
-  const T* relax_from = start ? (omega != T(1) ? start : nullptr) : old;
-  smooth(L, x, b, false, nullptr, nullptr, relax_from, omega);
+  MultigridSteps::vcycle_at(*this, level, b, out, zero, old, omega, start);
 }
 
 template <typename T>
 void ThinPlateHierarchy<T>::cycles(const T* b, T* x, bool from_x, int count, double omega) {
-  require(count >= 0, "multigrid: the number of cycles must be >= 0");
-  require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
-  if (!from_x) fmg(b, x, 1);
-  const index_t n = levels_[0].g.size();
-  if (omega != 1.0) z_.resize(static_cast<std::size_t>(n));
-  T* old = z_.data();
-  // over-relaxed: fused into the finest level's smoothers (the start saved by the first, the
-  // relaxed result written by the last: no vector passes of their own), but on a single grid
-  const bool fused = omega != 1.0 && levels_.size() > 1;
-  for (int c = 0; c < count; ++c) {
-    if (fused) {
-      vcycle_at(0, b, x, false, old, T(omega));
-      continue;
-    }
-    if (omega != 1.0) std::copy(x, x + n, old);
-    vcycle_at(0, b, x, false);
-    if (omega != 1.0) relax(n, T(omega), old, x, opt_.threads);
-  }
+  MultigridSteps::cycles(*this, b, x, from_x, count, omega);
 }
 
 template <typename T>
 void ThinPlateHierarchy<T>::cycles_from(const T* b, const T* from, T* x, int count, double omega) {
-  require(count >= 1, "multigrid: cycles_from needs a cycle or more");
-  require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
   const index_t n = levels_[0].g.size();
   const std::less<const T*> before;  // (a total order on pointers into unrelated arrays)
   require(!before(from, x + n) || !before(x, from + n), "multigrid: cycles_from's x must not overlap from");
-  if (levels_.size() == 1) {  // (a single grid: cycles' own path)
-    std::copy(from, from + n, x);
-    cycles(b, x, true, count, omega);
-    return;
-  }
-  // the first cycle smooths from `from` (cycles' fused over-relaxation, from `from` itself)
-  vcycle_at(0, b, x, false, nullptr, T(omega), from);
-  if (count > 1) cycles(b, x, true, count - 1, omega);
+  MultigridSteps::cycles_from(*this, b, from, x, count, omega);
 }
 
 template <typename T>
@@ -503,27 +416,7 @@ void ThinPlateHierarchy<T>::vcycle(const T* b, T* x) {
 
 template <typename T>
 void ThinPlateHierarchy<T>::fmg(const T* b, T* x, int cycles) {
-  require(cycles >= 0, "multigrid: cycles must be >= 0");
-  const int top = int(levels_.size()) - 1;
-  // the right-hand sides of the coarse grids live in each level's b: a V-cycle on a level
-  // writes only the b's below it
-  std::vector<const T*> bs(levels_.size());
-  bs[0] = b;
-  for (int l = 0; l < top; ++l) {
-    restrict_down(l, bs[l], levels_[l + 1].b.data());
-    bs[l + 1] = levels_[l + 1].b.data();
-  }
-  T* xc = top == 0 ? x : levels_[top].fx.data();
-  coarsest_solve(bs[top], xc);
-  for (int l = top - 1; l >= 0; --l) {
-    Level& L = levels_[l];
-    T* xf = l == 0 ? x : L.fx.data();
-    prolong_up(l, xc, xf, false);
-    // V-cycles smoothing from the prolonged iterate itself: x + V (b - A x) without a residual
-    // pass and a correction pass of their own (a V-cycle is affine in its start)
-    for (int c = 0; c < cycles; ++c) vcycle_at(l, bs[l], xf, false);
-    xc = xf;
-  }
+  MultigridSteps::fmg(*this, b, x, cycles);
 }
 
 // With tol > 0 the error estimate ||z|| / ||x|| comes from fused passes: (r, z) and (z, z) in one,
@@ -537,73 +430,47 @@ PcgResult ThinPlateHierarchy<T>::pcg(const T* b, T* x, bool from_x, double tol, 
   const index_t n = F.g.size();
   for (auto* v : {&r_, &z_, &p_, &ap_}) v->resize(static_cast<std::size_t>(n));
   T *r = r_.data(), *z = z_.data(), *p = p_.data(), *ap = ap_.data();
-  const bool estimate = tol > 0;
-  double xx = 0.0;  // ||x||^2 (when no scale is given)
-  auto error = [&](double zz) {
-    const double xn = scale > 0 ? scale : std::sqrt(std::max(xx, 0.0)), zn = std::sqrt(std::max(zz, 0.0));
-    return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-  };
-  if (!from_x) fmg(b, x, 1);
-  if (op) {
-    (*op)(x, r);
-    subtract_from(n, b, r, opt_.threads);  // r = b - A x
-  } else {
-    thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, opt_.threads, F.scratch.get());
-  }
-  vcycle(r, p);  // z = M r, the first direction
-  PcgResult out;
-  out.error = std::numeric_limits<double>::quiet_NaN();
-  double sums[2];
-  double rz;
-  // the estimate the next iteration is expected to reach (predicted stop, multigrid.h); inf: none
-  double next = std::numeric_limits<double>::infinity();
-  double last_rate = 0.0;  // the ratio of the two estimates before the last
-  // (not on one axis: the rate jumps there, multigrid.h)
+  const int threads = opt_.threads;
+  struct Ops {
+    ThinPlateHierarchy& h;
+    Level& F;
+    index_t n;
+    const T* b;
+    T *x, *r, *z, *p, *ap;
+    const Operator* op;
+    const std::atomic<bool>* stop;
+    int threads;
+    void start_fmg() { h.fmg(b, x, 1); }
+    void residual() {
+      if (op) {
+        (*op)(x, r);
+        subtract_from(n, b, r, threads);  // r = b - A x
+      } else {
+        thin_plate_residual<T>(F.g, x, b, F.m.data(), F.lam, r, threads, F.scratch.get());
+      }
+    }
+    void precondition(bool first) { h.vcycle(r, first ? p : z); }
+    void dots_first(double s[2]) { dot2(n, r, p, p, p, s, threads); }
+    void dots(double s[2]) { dot2(n, r, z, z, z, s, threads); }
+    double dot_rp() { return dot(n, r, p, threads); }
+    double dot_rz() { return dot(n, r, z, threads); }
+    double dot_xx() { return dot(n, x, x, threads); }
+    double apply_p() {
+      if (op) (*op)(p, ap);
+      else thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, threads, F.scratch.get());
+      return dot(n, p, ap, threads);
+    }
+    double update(T a, bool norm) {
+      if (norm) return cg_update_norm(n, a, p, ap, x, r, threads);
+      cg_update(n, a, p, ap, x, r, threads);
+      return 0.0;
+    }
+    void direction(T beta) { cg_direction(n, beta, z, p, threads); }
+    bool stopped() const { return stop && stop->load(std::memory_order_relaxed); }
+  } ops{*this, F, n, b, x, r, z, p, ap, op, stop, threads};
+  // (not on one axis: the rate jumps there, multigrid_steps.h)
   const bool predict = opt_.predicted_stop && (F.g.n[0] > 1) + (F.g.n[1] > 1) + (F.g.n[2] > 1) >= 2;
-  if (estimate) {
-    dot2(n, r, p, p, p, sums, opt_.threads);
-    rz = sums[0];
-    if (scale <= 0) xx = dot(n, x, x, opt_.threads);
-    out.error = error(sums[1]);
-    if (out.error <= tol) return out;
-    next = out.error * kPcgFirstRate;
-  } else {
-    rz = dot(n, r, p, opt_.threads);
-  }
-  for (index_t it = 1; it <= maxiter; ++it) {
-    if (stop && stop->load(std::memory_order_relaxed)) break;
-    out.iterations = it;
-    if (op) (*op)(p, ap);
-    else thin_plate_apply<T>(F.g, p, F.m.data(), F.lam, ap, opt_.threads, F.scratch.get());
-    const double pap = dot(n, p, ap, opt_.threads);
-    if (!(pap > 0)) break;
-    const T a = T(rz / pap);
-    if (estimate && scale <= 0) xx = cg_update_norm(n, a, p, ap, x, r, opt_.threads);
-    else cg_update(n, a, p, ap, x, r, opt_.threads);
-    if (it == maxiter && !estimate) break;  // a fixed number of iterations (sweeps)
-    if (stop && stop->load(std::memory_order_relaxed)) break;  // (x and r updated: a whole step)
-    if (next <= tol && predict) {  // this step was expected to reach tol: no V-cycle to check it
-      out.error = next;
-      break;
-    }
-    vcycle(r, z);
-    double rz_new;
-    if (estimate) {
-      dot2(n, r, z, z, z, sums, opt_.threads);
-      rz_new = sums[0];
-      const double e = error(sums[1]);
-      const double rate = e / out.error;
-      next = e * std::max({rate, last_rate, kPcgMinRate});
-      last_rate = rate;
-      out.error = e;
-      if (out.error <= tol) break;
-    } else {
-      rz_new = dot(n, r, z, opt_.threads);
-    }
-    cg_direction(n, T(rz_new / rz), z, p, opt_.threads);
-    rz = rz_new;
-  }
-  return out;
+  return pcg_steps<T>(ops, from_x, tol, maxiter, scale, predict);
 }
 
 template class ThinPlateHierarchy<float>;

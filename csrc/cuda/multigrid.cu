@@ -24,6 +24,7 @@
 #include "common.cuh"
 #include "kronpe/cuda.h"
 #include "kronpe/multigrid.h"
+#include "kronpe/multigrid_steps.h"
 #include "kronpe/smooth.h"
 #include "kronpe/sweep.h"
 
@@ -37,10 +38,7 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int kReduceBlocks = 256;  // partial sums of a reduction (then added in order)
-constexpr index_t kMinNodes = 3;    // an axis of fewer nodes is not halved (as on the host)
 constexpr index_t kMaxCoarsest = 1024;
-constexpr double kPcgFirstRate = 0.6;  // pcg's predicted stop, as on the host
-constexpr double kPcgMinRate = 0.5;
 
 // ---- device memory ----------------------------------------------------------------------------
 
@@ -162,19 +160,34 @@ __device__ __forceinline__ void node_of(const Stencil& S, int i, int j[3]) {
   j[0] = t / S.n[1];
 }
 
-// (R x)[i]
-__device__ __forceinline__ float penalty_at(const Stencil& S, const float* __restrict__ x, int i, const int j[3]) {
+// sum_k c[k + H] x[i + k stride] over k in [-H, H] within an axis of n nodes (j: i's index along
+// it): one node's row of a band of 2 H + 1
+template <int H>
+__device__ __forceinline__ float band_at(const float* __restrict__ c, const float* __restrict__ x, int i, int j, int n,
+                                         int stride) {
   float acc = 0.f;
 #pragma unroll
-  for (int a = 0; a < 3; ++a) {
-    if (S.n[a] < 2) continue;
-    const float* c = S.b2[a] + 5 * j[a];
-#pragma unroll
-    for (int k = -2; k <= 2; ++k) {
-      const int q = j[a] + k;
-      if (q >= 0 && q < S.n[a]) acc += c[k + 2] * x[i + k * S.s[a]];
-    }
+  for (int k = -H; k <= H; ++k) {
+    const int q = j + k;
+    if (q >= 0 && q < n) acc += c[k + H] * x[i + k * stride];
   }
+  return acc;
+}
+
+// sum_a (B_a x)[i] over the axes of 2 nodes or more, bands[a] (n_a, 2 H + 1)
+template <int H>
+__device__ __forceinline__ float axes_at(const Stencil& S, const float* const* bands, const float* __restrict__ x, int i,
+                                         const int j[3]) {
+  float acc = 0.f;
+#pragma unroll
+  for (int a = 0; a < 3; ++a)
+    if (S.n[a] >= 2) acc += band_at<H>(bands[a] + (2 * H + 1) * j[a], x, i, j[a], S.n[a], S.s[a]);
+  return acc;
+}
+
+// (R x)[i]
+__device__ __forceinline__ float penalty_at(const Stencil& S, const float* __restrict__ x, int i, const int j[3]) {
+  float acc = axes_at<2>(S, S.b2, x, i, j);
 #pragma unroll
   for (int a = 0; a < 3; ++a) {
 #pragma unroll
@@ -186,14 +199,7 @@ __device__ __forceinline__ float penalty_at(const Stencil& S, const float* __res
 #pragma unroll
       for (int k = -1; k <= 1; ++k) {
         const int qa = j[a] + k;
-        if (qa < 0 || qa >= S.n[a]) continue;
-        float u = 0.f;
-#pragma unroll
-        for (int l = -1; l <= 1; ++l) {
-          const int qb = j[b] + l;
-          if (qb >= 0 && qb < S.n[b]) u += cb[l + 1] * x[i + k * S.s[a] + l * S.s[b]];
-        }
-        t += ca[k + 1] * u;
+        if (qa >= 0 && qa < S.n[a]) t += ca[k + 1] * band_at<1>(cb, x, i + k * S.s[a], j[b], S.n[b], S.s[b]);
       }
       acc += 2.f * t;
     }
@@ -203,18 +209,7 @@ __device__ __forceinline__ float penalty_at(const Stencil& S, const float* __res
 
 // (L x)[i], L = sum_a L_a
 __device__ __forceinline__ float laplacian_at(const Stencil& S, const float* __restrict__ x, int i, const int j[3]) {
-  float acc = 0.f;
-#pragma unroll
-  for (int a = 0; a < 3; ++a) {
-    if (S.n[a] < 2) continue;
-    const float* c = S.b1[a] + 3 * j[a];
-#pragma unroll
-    for (int k = -1; k <= 1; ++k) {
-      const int q = j[a] + k;
-      if (q >= 0 && q < S.n[a]) acc += c[k + 1] * x[i + k * S.s[a]];
-    }
-  }
-  return acc;
+  return axes_at<1>(S, S.b1, x, i, j);
 }
 
 #define KRONPE_NODES(S) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (S).size; i += gridDim.x * blockDim.x)
@@ -393,35 +388,29 @@ __global__ void inverse_diag_kernel(int n, const float* __restrict__ m, float la
 }
 
 // The transfers along one axis of an (outer, n, inner) array (kronpe/smooth.h): coarse node j at
-// fine node 2 j, a fine node beyond the axis counting 0.
-__global__ void restrict_kernel(int outer, int n, int inner, const float* __restrict__ f, float* __restrict__ c) {
+// fine node 2 j, a fine node beyond the axis counting 0. Restriction (src fine, dst coarse) or,
+// with prolong, prolongation (src coarse, dst fine; add: dst += P src).
+__global__ void transfer_kernel(int outer, int n, int inner, const float* __restrict__ src, float* __restrict__ dst,
+                                bool prolong, bool add) {
   const int nc = n / 2 + 1;
-  const int total = outer * nc * inner;
+  const int len = prolong ? n : nc;  // (the output's axis)
+  const int total = outer * len * inner;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
     const int i = t % inner;
     const int jo = t / inner;
-    const int j = jo % nc, o = jo / nc;
-    const float* a = f + std::size_t(o) * n * inner + i;
-    const int k = 2 * j;
-    float v = k < n ? a[std::size_t(k) * inner] : 0.f;
-    if (k - 1 >= 0) v += 0.5f * a[std::size_t(k - 1) * inner];
-    if (k + 1 < n) v += 0.5f * a[std::size_t(k + 1) * inner];
-    c[t] = v;
-  }
-}
-
-__global__ void prolong_kernel(int outer, int n, int inner, const float* __restrict__ c, float* __restrict__ f,
-                               bool add) {
-  const int nc = n / 2 + 1;
-  const int total = outer * n * inner;
-  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
-    const int i = t % inner;
-    const int ko = t / inner;
-    const int k = ko % n, o = ko / n;
-    const float* a = c + std::size_t(o) * nc * inner + i;
-    const float v = k % 2 == 0 ? a[std::size_t(k / 2) * inner]
-                               : 0.5f * (a[std::size_t(k / 2) * inner] + a[std::size_t(k / 2 + 1) * inner]);
-    f[t] = add ? f[t] + v : v;
+    const int j = jo % len, o = jo / len;
+    const float* a = src + std::size_t(o) * (prolong ? nc : n) * inner + i;
+    if (prolong) {
+      const float v = j % 2 == 0 ? a[std::size_t(j / 2) * inner]
+                                 : 0.5f * (a[std::size_t(j / 2) * inner] + a[std::size_t(j / 2 + 1) * inner]);
+      dst[t] = add ? dst[t] + v : v;
+    } else {
+      const int k = 2 * j;
+      float v = k < n ? a[std::size_t(k) * inner] : 0.f;
+      if (k - 1 >= 0) v += 0.5f * a[std::size_t(k - 1) * inner];
+      if (k + 1 < n) v += 0.5f * a[std::size_t(k + 1) * inner];
+      dst[t] = v;
+    }
   }
 }
 
@@ -549,13 +538,6 @@ std::vector<float> band1(index_t n) {
   return out;
 }
 
-void axis_view(const index_t s[3], int a, index_t& outer, index_t& inner) {
-  outer = 1;
-  inner = 1;
-  for (int k = 0; k < a; ++k) outer *= s[k];
-  for (int k = a + 1; k < 3; ++k) inner *= s[k];
-}
-
 unsigned grid_of(index_t n) { return detail::blocks_for(n, kBlock, 4096); }
 
 }  // namespace
@@ -606,24 +588,11 @@ struct DeviceThinPlate::Impl {
     host_sums_ = pinned_sums();
     part_ = DBuf<double>(static_cast<std::size_t>(kReduceBlocks * 2));
     sums_ = DBuf<double>(4);
-    Level first;
-    first.g = g;
-    levels_.push_back(std::move(first));
-    for (;;) {
-      Level& L = levels_.back();
-      bool any = false;
-      for (int a = 0; a < 3; ++a) {
-        L.halve[a] = L.g.n[a] >= kMinNodes;
-        any = any || L.halve[a];
-      }
-      if (L.g.size() <= opt_.coarsest || !any) {
-        for (bool& h : L.halve) h = false;
-        break;
-      }
-      Level C;
-      C.g = L.g;
-      for (int a = 0; a < 3; ++a) C.g.n[a] = L.halve[a] ? smooth::coarse_length(L.g.n[a]) : L.g.n[a];
-      levels_.push_back(std::move(C));
+    for (const smooth::LevelShape& shape : smooth::level_shapes(g, opt_.coarsest)) {
+      Level L;
+      L.g = shape.g;
+      for (int a = 0; a < 3; ++a) L.halve[a] = shape.halve[a];
+      levels_.push_back(std::move(L));
     }
     require(levels_.size() <= 32, "multigrid on the device: too many levels");
     // every level's bands in one upload
@@ -700,37 +669,21 @@ struct DeviceThinPlate::Impl {
       require(m[i] >= 0.f && m[i] <= std::numeric_limits<float>::max(), "multigrid: m must be finite and >= 0");
   }
 
-  void set_chebyshev() {
-    const double lo = opt_.lmax / opt_.alpha, hi = opt_.lmax;
-    theta_ = (hi + lo) / 2;
-    const double delta = (hi - lo) / 2, sigma = theta_ / delta;
-    double rho = 1.0 / sigma;
-    c1_.clear();
-    c2_.clear();
-    for (int k = 1; k < opt_.degree; ++k) {
-      const double rho_n = 1.0 / (2.0 * sigma - rho);
-      c1_.push_back(float(rho_n * rho));
-      c2_.push_back(float(2.0 * rho_n / delta));
-      rho = rho_n;
-    }
-  }
+  void set_chebyshev() { smooth::chebyshev_coefficients<float>(opt_.lmax, opt_.alpha, opt_.degree, theta_, c1_, c2_); }
 
   void set_lambda(double lam) {
     require(std::isfinite(lam) && lam >= 0, "multigrid: lam must be finite and >= 0");
     lam_ = lam;
-    double scale = 1.0;
     Lambdas all{};
     all.levels = int(levels_.size());
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
+    smooth::level_lambdas<float>(levels_, lam, [&](std::size_t l, float lam_l) {
       Level& L = levels_[l];
-      L.lam = float(lam * scale);
+      L.lam = lam_l;
       all.lam[l] = L.lam;
-      const int c = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-      scale *= std::ldexp(1.0, c) / 16.0;
       const int n = int(L.g.size());
       inverse_diag_kernel<<<grid_of(n), kBlock, 0, stream_>>>(n, L.m.get(), L.lam, L.rd[reflect_].get(), L.w.get());
       check_launch("inverse_diag_kernel");
-    }
+    });
     set_lambdas_kernel<<<1, 32, 0, stream_>>>(all, lams_.get());
     check_launch("set_lambdas_kernel");
     const Level& last = levels_.back();
@@ -813,47 +766,41 @@ struct DeviceThinPlate::Impl {
     if (res) apply(level, x, res, b);
   }
 
-  void restrict_down(int level, const float* f, float* c) {
-    Level& L = levels_[level];
-    index_t s[3] = {L.g.n[0], L.g.n[1], L.g.n[2]};
-    int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-    float* bufs[2] = {L.d.get(), L.d2.get()};
-    int k = 0;
-    const float* src = f;
-    for (int a = 0; a < 3; ++a) {
-      if (!L.halve[a]) continue;
-      float* dst = --left == 0 ? c : bufs[k++ % 2];
-      index_t outer, inner;
-      axis_view(s, a, outer, inner);
-      const index_t total = outer * smooth::coarse_length(s[a]) * inner;
-      restrict_kernel<<<grid_of(total), kBlock, 0, stream_>>>(int(outer), int(s[a]), int(inner), src, dst);
-      check_launch("restrict_kernel");
-      s[a] = smooth::coarse_length(s[a]);
-      src = dst;
-    }
+  // MultigridSteps' view of the levels and kernels (kronpe/multigrid_steps.h)
+  int levels() const { return int(levels_.size()); }
+  const Grid& grid(int l) const { return levels_[l].g; }
+  const bool* halve(int l) const { return levels_[l].halve; }
+  float* x_of(int l) { return levels_[l].x.get(); }
+  float* r_of(int l) { return levels_[l].r.get(); }
+  float* b_of(int l) { return levels_[l].b.get(); }
+  float* fx_of(int l) { return levels_[l].fx.get(); }
+  float* d_of(int l) { return levels_[l].d.get(); }
+  float* d2_of(int l) { return levels_[l].d2.get(); }
+  void smooth_at(int l, float* x, const float* b, bool zero, float* res, float* save, const float* from, float omega,
+                 const float* start) {
+    smooth(l, x, b, zero, res, save, from, omega, start);
   }
-
-  void prolong_up(int level, const float* c, float* f, bool add) {
-    Level& L = levels_[level];
-    index_t s[3];
-    for (int a = 0; a < 3; ++a) s[a] = L.halve[a] ? smooth::coarse_length(L.g.n[a]) : L.g.n[a];
-    int left = int(L.halve[0]) + int(L.halve[1]) + int(L.halve[2]);
-    float* bufs[2] = {L.d.get(), L.d2.get()};
-    int k = 0;
-    const float* src = c;
-    for (int a = 2; a >= 0; --a) {
-      if (!L.halve[a]) continue;
-      const bool last = --left == 0;
-      float* dst = last ? f : bufs[k++ % 2];
-      s[a] = L.g.n[a];
-      index_t outer, inner;
-      axis_view(s, a, outer, inner);
-      prolong_kernel<<<grid_of(outer * s[a] * inner), kBlock, 0, stream_>>>(int(outer), int(s[a]), int(inner), src,
-                                                                           dst, last && add);
-      check_launch("prolong_kernel");
-      src = dst;
-    }
+  void restrict_axis_pass(index_t outer, index_t n, index_t inner, const float* f, float* c) {
+    const index_t total = outer * smooth::coarse_length(n) * inner;
+    transfer_kernel<<<grid_of(total), kBlock, 0, stream_>>>(int(outer), int(n), int(inner), f, c, false, false);
+    check_launch("transfer_kernel");
   }
+  void prolong_axis_pass(index_t outer, index_t n, index_t inner, const float* c, float* f, bool add) {
+    transfer_kernel<<<grid_of(outer * n * inner), kBlock, 0, stream_>>>(int(outer), int(n), int(inner), c, f, true,
+                                                                         add);
+    check_launch("transfer_kernel");
+  }
+  void top_vcycle(const float* b, float* out, bool zero, float* old, float omega, const float* start) {
+    vcycle0(b, out, zero, old, omega, start);
+  }
+  float* z_vector() { return z_.get(); }
+  void copy_n(const float* from, float* to) { copy(from, to); }
+  void relax_n(float omega, const float* old, float* x) {
+    const int n = n0();
+    relax_kernel<<<grid_of(n), kBlock, 0, stream_>>>(n, omega, old, x);
+    check_launch("relax_kernel");
+  }
+  void restrict_down(int level, const float* f, float* c) { smooth::MultigridSteps::restrict_down(*this, level, f, c); }
 
   void coarsest_solve(const float* b, float* x) {
     const int n = int(levels_.back().g.size());
@@ -863,21 +810,7 @@ struct DeviceThinPlate::Impl {
 
   void vcycle_at(int level, const float* b, float* out = nullptr, bool zero = true, float* old = nullptr,
                  float omega = 1.f, const float* start = nullptr) {
-    Level& L = levels_[level];
-    float* x = out ? out : L.x.get();
-    if (level == int(levels_.size()) - 1) {
-      require(!old && !start, "multigrid: an over-relaxed V-cycle needs a coarser level");
-      coarsest_solve(b, x);
-      return;
-    }
-    if (start) smooth(level, x, b, false, L.r.get(), nullptr, nullptr, 1.f, start);
-    else smooth(level, x, b, zero, L.r.get(), old, nullptr, 1.f, nullptr);
-    Level& C = levels_[level + 1];
-    restrict_down(level, L.r.get(), C.b.get());
-    vcycle_at(level + 1, C.b.get());
-    prolong_up(level, C.x.get(), x, true);
-    const float* relax_from = start ? (omega != 1.f ? start : nullptr) : old;
-    smooth(level, x, b, false, nullptr, nullptr, relax_from, omega, nullptr);
+    smooth::MultigridSteps::vcycle_at(*this, level, b, out, zero, old, omega, start);
   }
 
   // ---- graphs: a finest-level V-cycle or a full multigrid pass is some 80 small launches, each
@@ -962,59 +895,16 @@ struct DeviceThinPlate::Impl {
   int n0() const { return int(levels_[0].g.size()); }
 
   void cycles(const float* b, float* x, bool from_x, int count, double omega) {
-    require(count >= 0, "multigrid: the number of cycles must be >= 0");
-    require(std::isfinite(omega) && omega > 0 && omega < 2, "multigrid: omega must be in (0, 2)");
-    if (!from_x) fmg(b, x, 1);
-    const int n = n0();
-    float* old = z_.get();
-    const bool fused = omega != 1.0 && levels_.size() > 1;
-    for (int c = 0; c < count; ++c) {
-      if (fused) {
-        vcycle0(b, x, false, old, float(omega));
-        continue;
-      }
-      if (omega != 1.0) copy(x, old);
-      vcycle0(b, x, false);
-      if (omega != 1.0) {
-        relax_kernel<<<grid_of(n), kBlock, 0, stream_>>>(n, float(omega), old, x);
-        check_launch("relax_kernel");
-      }
-    }
+    smooth::MultigridSteps::cycles(*this, b, x, from_x, count, omega);
   }
 
   void cycles_from(const float* b, const float* from, float* x, int count, double omega) {
-    require(count >= 1, "multigrid: cycles_from needs a cycle or more");
-    if (levels_.size() == 1) {
-      copy(from, x);
-      cycles(b, x, true, count, omega);
-      return;
-    }
-    vcycle0(b, x, false, nullptr, float(omega), from);
-    if (count > 1) cycles(b, x, true, count - 1, omega);
+    smooth::MultigridSteps::cycles_from(*this, b, from, x, count, omega);
   }
 
   void fmg(const float* b, float* x, int cycles) {
     const GraphKey key{{b, x, nullptr, nullptr}, 100 + cycles, 1.f};
-    replay(key, [&] { fmg_launches(b, x, cycles); });
-  }
-
-  void fmg_launches(const float* b, float* x, int cycles) {
-    const int top = int(levels_.size()) - 1;
-    std::vector<const float*> bs(levels_.size());
-    bs[0] = b;
-    for (int l = 0; l < top; ++l) {
-      restrict_down(l, bs[l], levels_[l + 1].b.get());
-      bs[l + 1] = levels_[l + 1].b.get();
-    }
-    float* xc = top == 0 ? x : levels_[top].fx.get();
-    coarsest_solve(bs[top], xc);
-    for (int l = top - 1; l >= 0; --l) {
-      Level& L = levels_[l];
-      float* xf = l == 0 ? x : L.fx.get();
-      prolong_up(l, xc, xf, false);
-      for (int c = 0; c < cycles; ++c) vcycle_at(l, bs[l], xf, false);
-      xc = xf;
-    }
+    replay(key, [&] { smooth::MultigridSteps::fmg(*this, b, x, cycles); });
   }
 
   void copy(const float* from, float* to) {
@@ -1046,74 +936,42 @@ struct DeviceThinPlate::Impl {
   // PCG (the host's ThinPlateHierarchy::pcg), higher > 0: the higher-order operator
   smooth::PcgResult pcg(const float* b, float* x, bool from_x, double tol, index_t maxiter, double scale,
                         double higher) {
-    require(maxiter >= 0, "multigrid: maxiter must be >= 0");
-    Level& F = levels_[0];
-    const int n = n0();
-    const unsigned grid = grid_of(n);
-    float *r = r_.get(), *z = z_.get(), *p = p_.get(), *ap = ap_.get();
-    const bool estimate = tol > 0;
-    double xx = 0.0;
-    auto error = [&](double zz) {
-      const double xn = scale > 0 ? scale : std::sqrt(std::max(xx, 0.0)), zn = std::sqrt(std::max(zz, 0.0));
-      return xn > 0 ? zn / xn : (zn == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-    };
-    auto op = [&](const float* v, float* out, const float* bb) {
-      if (higher > 0) apply_higher(v, out, higher, bb);
-      else apply(0, v, out, bb);
-    };
-    if (!from_x) fmg(b, x, 1);
-    op(x, r, b);  // r = b - A x
-    vcycle0(r, p);
-    smooth::PcgResult out;
-    out.error = std::numeric_limits<double>::quiet_NaN();
-    double s2[2];
-    double rz;
-    double next = std::numeric_limits<double>::infinity();
-    double last_rate = 0.0;
+    const Level& F = levels_[0];
+    struct Ops {
+      Impl& h;
+      const float* b;
+      float *x, *r, *z, *p, *ap;
+      double higher;
+      int n;
+      void op(const float* v, float* out, const float* bb) {
+        if (higher > 0) h.apply_higher(v, out, higher, bb);
+        else h.apply(0, v, out, bb);
+      }
+      void start_fmg() { h.fmg(b, x, 1); }
+      void residual() { op(x, r, b); }  // r = b - A x
+      void precondition(bool first) { h.vcycle0(r, first ? p : z); }
+      void dots_first(double s[2]) { h.sums<2>(n, r, p, p, p, nullptr, s); }
+      void dots(double s[2]) { h.sums<2>(n, r, z, z, z, nullptr, s); }
+      double dot_rp() { return h.dot(r, p); }
+      double dot_rz() { return h.dot(r, z); }
+      double dot_xx() { return h.dot(x, x); }
+      double apply_p() {
+        op(p, ap, nullptr);
+        return h.dot(p, ap);
+      }
+      double update(float a, bool norm) {
+        cg_update_kernel<<<grid_of(n), kBlock, 0, h.stream_>>>(n, a, p, ap, x, r);
+        check_launch("cg_update_kernel");
+        return norm ? h.dot(x, x) : 0.0;
+      }
+      void direction(float beta) {
+        cg_direction_kernel<<<grid_of(n), kBlock, 0, h.stream_>>>(n, beta, z, p);
+        check_launch("cg_direction_kernel");
+      }
+      bool stopped() const { return false; }
+    } ops{*this, b, x, r_.get(), z_.get(), p_.get(), ap_.get(), higher, n0()};
     const bool predict = opt_.predicted_stop && (F.g.n[0] > 1) + (F.g.n[1] > 1) + (F.g.n[2] > 1) >= 2;
-    if (estimate) {
-      sums<2>(n, r, p, p, p, nullptr, s2);
-      rz = s2[0];
-      if (scale <= 0) xx = dot(x, x);
-      out.error = error(s2[1]);
-      if (out.error <= tol) return out;
-      next = out.error * kPcgFirstRate;
-    } else {
-      rz = dot(r, p);
-    }
-    for (index_t it = 1; it <= maxiter; ++it) {
-      out.iterations = it;
-      op(p, ap, nullptr);
-      const double pap = dot(p, ap);
-      if (!(pap > 0)) break;
-      const float a = float(rz / pap);
-      cg_update_kernel<<<grid, kBlock, 0, stream_>>>(n, a, p, ap, x, r);
-      check_launch("cg_update_kernel");
-      if (estimate && scale <= 0) xx = dot(x, x);
-      if (it == maxiter && !estimate) break;
-      if (next <= tol && predict) {
-        out.error = next;
-        break;
-      }
-      vcycle0(r, z);
-      double rz_new;
-      if (estimate) {
-        sums<2>(n, r, z, z, z, nullptr, s2);
-        rz_new = s2[0];
-        const double e = error(s2[1]);
-        const double rate = e / out.error;
-        next = e * std::max({rate, last_rate, kPcgMinRate});
-        last_rate = rate;
-        out.error = e;
-        if (out.error <= tol) break;
-      } else {
-        rz_new = dot(r, z);
-      }
-      cg_direction_kernel<<<grid, kBlock, 0, stream_>>>(n, float(rz_new / rz), z, p);
-      check_launch("cg_direction_kernel");
-      rz = rz_new;
-    }
-    return out;
+    return smooth::pcg_steps<float>(ops, from_x, tol, maxiter, scale, predict);
   }
 
   // host <-> device of a finest-grid array

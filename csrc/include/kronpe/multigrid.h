@@ -90,6 +90,8 @@ struct UninitAllocator : std::allocator<T> {
 template <typename T>
 using WorkArray = std::vector<T, UninitAllocator<T>>;
 
+struct MultigridSteps;
+
 template <typename T>
 class ThinPlateHierarchy {
  public:
@@ -135,6 +137,7 @@ class ThinPlateHierarchy {
                 const Operator* op = nullptr, const std::atomic<bool>* stop = nullptr);
 
  private:
+  friend struct MultigridSteps;  // (kronpe/multigrid_steps.h: the steps shared with the device's hierarchy)
   struct Level {
     Grid g;
     bool halve[3] = {false, false, false};
@@ -160,6 +163,25 @@ class ThinPlateHierarchy {
   void restrict_down(int level, const T* f, T* c);
   void prolong_up(int level, const T* c, T* f, bool add);
   void coarsest_solve(const T* b, T* x);
+  // MultigridSteps' view of the levels and kernels
+  const bool* halve(int l) const { return levels_[l].halve; }
+  T* x_of(int l) { return levels_[l].x.data(); }
+  T* r_of(int l) { return levels_[l].r.data(); }
+  T* b_of(int l) { return levels_[l].b.data(); }
+  T* fx_of(int l) { return levels_[l].fx.data(); }
+  T* d_of(int l) { return levels_[l].d.data(); }
+  T* d2_of(int l) { return levels_[l].d2.data(); }
+  void smooth_at(int l, T* x, const T* b, bool zero, T* res, T* save, const T* from, T omega, const T* start) {
+    smooth(levels_[l], x, b, zero, res, save, from, omega, start);
+  }
+  void restrict_axis_pass(index_t outer, index_t n, index_t inner, const T* f, T* c);
+  void prolong_axis_pass(index_t outer, index_t n, index_t inner, const T* c, T* f, bool add);
+  void top_vcycle(const T* b, T* out, bool zero, T* old, T omega, const T* start) {
+    vcycle_at(0, b, out, zero, old, omega, start);
+  }
+  T* z_vector();
+  void copy_n(const T* from, T* to);
+  void relax_n(T omega, const T* old, T* x);
   void check_data_term(const T* m) const;
   static void coarse_weights(const Level& L, Level& C);
   void coarsest_penalty();
