@@ -319,3 +319,35 @@ class LeadSolve32:
 
 class LeadSolve64(LeadSolve32):
     """The same on a float64 grid."""
+
+
+class CudaThinPlate32:
+    """The thin-plate multigrid hierarchy of diag(m) + lam R on a CUDA device, float32, host arrays in and out
+    (kronpe/cuda.h DeviceThinPlate; internal: tests and measurements). Raises RuntimeError in a module built
+    without CUDA."""
+
+    def __init__(self, device: int, m: Descriptor, reflect: bool, degree: int, lmax: float, alpha: float,
+                 coarsest: int) -> None: ...
+    @property
+    def levels(self) -> int: ...
+    def set_lambda(self, lam: float) -> None: ...
+    def set_reflect(self, reflect: bool) -> None: ...
+    def set_data_term(self, m: Descriptor) -> None: ...
+    def apply(self, x: Descriptor, out: Descriptor, higher: float = 0.0) -> None:
+        """out = A x (higher > 0: diag(m) + lam (R + higher L^3), mirrored)."""
+    def vcycle(self, b: Descriptor, x: Descriptor) -> None: ...
+    def fmg(self, b: Descriptor, x: Descriptor, cycles: int = 1) -> None: ...
+    def cycles(self, b: Descriptor, x: Descriptor, from_x: bool, count: int, omega: float = 1.0) -> None: ...
+    def pcg(self, b: Descriptor, x: Descriptor, from_x: bool, tol: float, maxiter: int, scale: float = 0.0,
+            higher: float = 0.0) -> Tuple[int, float]:
+        """PCG preconditioned by one V-cycle: (iterations, error estimate); x in/out."""
+
+
+def cuda_smooth_fill(device: int, m: Descriptor, planes: List[Descriptor], y: Descriptor, hold: Descriptor,
+                     out: List[Descriptor], lams: List[float], ratio: float, flat: float, count: int, omega: float,
+                     boundary_margin: float, higher: float, higher_margin: float, degree: int, lmax: float,
+                     alpha: float, coarsest: int, lam_interpolating: float, tol: float, tol_interpolating: float,
+                     maxiter: int, lead: bool) -> Dict[str, Any]:
+    """The default fill of a diagonal data term on a CUDA device (kronpe/cuda.h smooth_fill; internal:
+    kronpe.solvers.smooth): the held-out sweep, then every channel's PCG; host arrays, the solutions written into out.
+    The sweep's dict with lam, iterations and errors."""
