@@ -30,6 +30,7 @@ def test_build_info_reports_cuda_consistently():
     if not info["cuda"]:
         assert info["cuda_devices"] == 0 and info["cublas"] is None
         assert not kronpe.cuda.is_available()
+        assert kronpe.cuda.empty_cache() == 0 and _core.cuda_multigrid_cache() == 0
         return
     assert info["cuda_compiler"].startswith("NVIDIA")
     archs = info["cuda_architectures"].split(",")

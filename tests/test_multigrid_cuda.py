@@ -178,3 +178,14 @@ def test_graphs_give_the_bits_of_single_launches(cuda_device, monkeypatch):
         out[graphs] = res
     for a, b_ in zip(out["1"], out["0"]):
         np.testing.assert_array_equal(a, b_)
+
+
+def test_empty_cache_frees_the_fills_blocks(cuda_device):
+    """The fills' device blocks are kept for the next fill of those sizes until empty_cache."""
+    img = _photo(48, 1)
+    mask = np.random.default_rng(3).random(img.shape) < 0.5
+    kronpe.fit_grid(cuda_device.put(img), mask=mask)
+    kept = _core.cuda_multigrid_cache()
+    assert kept > 48 * 48 * 4
+    assert kronpe.cuda.empty_cache() == kept
+    assert _core.cuda_multigrid_cache() == 0

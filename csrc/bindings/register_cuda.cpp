@@ -31,5 +31,8 @@ void register_cuda(py::module_& m) {
   m.def("cuda_set_cublas_paths", &cuda::set_cublas_search_paths, py::arg("paths"),
         "Candidate libcublas files, tried before the soname (internal).");
   m.def("cuda_set_allow_tf32", &cuda::set_allow_tf32, py::arg("allow"));
+  m.def("cuda_multigrid_cache", &cuda::multigrid_cache_bytes, py::arg("release") = false,
+        "Bytes of device memory the fills' multigrid keeps for the next fills; release: freed first (internal: "
+        "kronpe.cuda.empty_cache).");
   m.def("cuda_allow_tf32", &cuda::allow_tf32);
 }

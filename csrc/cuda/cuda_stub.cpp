@@ -137,6 +137,7 @@ void DeviceThinPlate::vcycle(const float*, float*) { unavailable(); }
 void DeviceThinPlate::fmg(const float*, float*, int) { unavailable(); }
 void DeviceThinPlate::cycles(const float*, float*, bool, int, double) { unavailable(); }
 smooth::PcgResult DeviceThinPlate::pcg(const float*, float*, bool, double, index_t, double, double) { unavailable(); }
+std::size_t multigrid_cache_bytes(bool) noexcept { return 0; }
 FillOutcome smooth_fill(int, const smooth::Grid&, const float*, int, const float* const*, const float*, index_t,
                         const index_t*, const FillSettings&, float* const*) {
   unavailable();

@@ -57,6 +57,15 @@ struct BlockCache {
   std::size_t bytes = 0;
 };
 
+// cudaFree on the block's device (the current one restored)
+void free_block(const BlockCache::Block& b) noexcept {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  if (cudaSetDevice(b.device) == cudaSuccess) cudaFree(b.p);
+  if (previous >= 0) cudaSetDevice(previous);
+  cudaGetLastError();  // (a failure here is not the next call's)
+}
+
 BlockCache& block_cache() {
   static BlockCache* c = new BlockCache();  // never destroyed: blocks may be freed at exit
   return *c;
@@ -91,10 +100,25 @@ void block_release(void* p, std::size_t bytes) noexcept {
   c.bytes += bytes;
   while (c.bytes > kCacheBytes) {
     c.bytes -= c.blocks.front().bytes;
-    cudaFree(c.blocks.front().p);
+    free_block(c.blocks.front());
     c.blocks.erase(c.blocks.begin());
   }
 }
+
+}  // namespace
+
+std::size_t multigrid_cache_bytes(bool release) noexcept {
+  BlockCache& c = block_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (release) {
+    for (const BlockCache::Block& b : c.blocks) free_block(b);
+    c.blocks.clear();
+    c.bytes = 0;
+  }
+  return c.bytes;
+}
+
+namespace {
 
 template <typename T>
 class DBuf {

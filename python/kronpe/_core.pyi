@@ -343,6 +343,11 @@ class CudaThinPlate32:
         """PCG preconditioned by one V-cycle: (iterations, error estimate); x in/out."""
 
 
+def cuda_multigrid_cache(release: bool = False) -> int:
+    """Bytes of device memory the fills' multigrid keeps for the next fills; release: freed first (internal:
+    kronpe.cuda.empty_cache)."""
+
+
 def cuda_smooth_fill(device: int, m: Descriptor, planes: List[Descriptor], y: Descriptor, hold: Descriptor,
                      out: List[Descriptor], lams: List[float], ratio: float, flat: float, count: int, omega: float,
                      boundary_margin: float, higher: float, higher_margin: float, degree: int, lmax: float,

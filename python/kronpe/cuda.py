@@ -16,7 +16,7 @@ from typing import Any, Dict
 from . import _core
 from ._adapters import cuda as _cuda
 
-__all__ = ["is_built", "is_available", "device_count", "info", "set_allow_tf32", "allow_tf32"]
+__all__ = ["is_built", "is_available", "device_count", "info", "empty_cache", "set_allow_tf32", "allow_tf32"]
 
 
 def is_built() -> bool:
@@ -44,6 +44,17 @@ def info(load_cublas: bool = True) -> Dict[str, Any]:
         _cuda.init()
         out.update(_core.cuda_info(bool(load_cublas)))
     return out
+
+
+def empty_cache() -> int:
+    """Free the device memory kronpe's fills keep for the next ones (the GPU multigrid's arrays,
+    kept between fills of the same sizes, at most 1 GiB in all; torch's and CuPy's caches are their
+    own). Returns the bytes that were kept (0 without CUDA)."""
+    if not is_built():
+        return 0
+    kept = int(_core.cuda_multigrid_cache(False))
+    _core.cuda_multigrid_cache(True)
+    return kept
 
 
 def set_allow_tf32(allow: bool) -> None:

@@ -201,6 +201,10 @@ struct FillOutcome {
   index_t iterations = 0;
   std::vector<double> errors;  // each channel's stopping measure
 };
+// The device memory the hierarchies keep for the next ones (blocks of the sizes a fill used,
+// at most 1 GiB in all); with release, it is freed first. Never throws (0 without CUDA).
+std::size_t multigrid_cache_bytes(bool release) noexcept;
+
 FillOutcome smooth_fill(int device, const smooth::Grid& g, const float* m, int channels, const float* const* b,
                         const float* y, index_t nhold, const index_t* hold, const FillSettings& s,
                         float* const* x);

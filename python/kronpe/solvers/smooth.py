@@ -178,7 +178,8 @@ nor a penalty is given. Decisions (documented once, here):
   principal basis, the mixing and the clip stay on the host (a few passes over the grid). The
   device's sums run in another order, so values agree with the host's to rounding and a choice
   between two lambdas whose held-out errors tie may differ. Other fits (explicit ridge, points
-  off the nodes, 3 axes) solve on the host.
+  off the nodes, 3 axes) solve on the host. The device arrays of a fill are kept for the next
+  fill of those sizes (``kronpe.cuda.empty_cache()`` frees them; at most 1 GiB).
 - **Precision**: float32 vectors and products (the photographs' 8 bits need no more), float64
   dot products and coarsest-grid factorisation.
 - **Choosing lambda** (``ridge=None``): held out on the whole grid. 10% of the nodes with data
