@@ -115,6 +115,13 @@ if has sanitize; then
       --target-processes all $py -m pytest -q -p no:cacheprovider -x -m "gpu and not slow" -k "cupy" \
       tests/test_cuda.py tests/test_blending.py tests/test_mode_product.py
     grep -E "ERROR SUMMARY|Device not supported" "$OUT/san_$tool.log" | tail -2
+    # the fills' multigrid (racecheck on one PCG case: its reductions' and coarsest solve's shared
+    # memory; the whole file under racecheck takes minutes)
+    mg_k="cupy"
+    [ "$tool" = racecheck ] && mg_k="cupy and pcg and 33x47 and 0.0"
+    run_step "san_${tool}_multigrid" "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+      --target-processes all $py -m pytest -q -p no:cacheprovider -x -m "gpu and not slow" -k "$mg_k" \
+      tests/test_multigrid_cuda.py
   done
   unset PYTORCH_NO_CUDA_MEMORY_CACHING KRONPE_TEST_NO_POOL
 fi
