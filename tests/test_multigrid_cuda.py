@@ -189,3 +189,27 @@ def test_empty_cache_frees_the_fills_blocks(cuda_device):
     assert kept > 48 * 48 * 4
     assert kronpe.cuda.empty_cache() == kept
     assert _core.cuda_multigrid_cache() == 0
+
+
+def test_device_bindings_check_arguments_before_the_device():
+    """Shapes, layouts and dtypes are refused with ValueError naming the argument, before any
+    device work (so also in a module built without CUDA, which then raises RuntimeError)."""
+    m = np.ones((8, 8), np.float32)
+    with pytest.raises(ValueError, match="m must be C-contiguous"):
+        _core.CudaThinPlate32(0, np.ones((8, 16), np.float32)[:, ::2], False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="m must have at least one node"):
+        _core.CudaThinPlate32(0, np.ones((0, 4), np.float32), False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="m"):
+        _core.CudaThinPlate32(0, m.astype(np.float64), False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="m must have 1 to 3 axes"):
+        _core.CudaThinPlate32(0, np.ones((2, 2, 2, 2), np.float32), False, 2, 4.0, 4.0, COARSEST)
+    args = dict(lams=[1.0], ratio=3.0, flat=0.01, count=1, omega=1.3, boundary_margin=0.01, higher=0.0,
+                higher_margin=0.0, degree=2, lmax=4.0, alpha=4.0, coarsest=COARSEST, lam_interpolating=1e-6,
+                tol=1e-3, tol_interpolating=3e-4, maxiter=10, lead=True)
+    hold = np.arange(3, dtype=np.int64)
+    with pytest.raises(ValueError, match="one array per channel"):
+        _core.cuda_smooth_fill(0, m, [m, m], m, hold, [np.empty_like(m)], **args)
+    with pytest.raises(ValueError, match="planes must have m's shape"):
+        _core.cuda_smooth_fill(0, m, [np.ones((8, 9), np.float32)], m, hold, [np.empty_like(m)], **args)
+    with pytest.raises(ValueError, match="out"):
+        _core.cuda_smooth_fill(0, m, [m], m, hold, [np.empty((8, 8), np.float64)], **args)
