@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kronpe
-from kronpe import _core
+from kronpe import _core, reference
 from kronpe.solvers import smooth
 from kronpe.solvers.multigrid import COARSEST, ThinPlateMG, chebyshev_lmax, thin_plate_apply
 
@@ -54,6 +54,12 @@ def test_device_operator_and_cycles_match_the_host(cuda_device, shape, reflect):
         _close(out, thin_plate_apply(x, m, lam, reflect=True, order=3, top=0.1, tail=1.0), 2e-6)
     dev.vcycle(b, out)
     _close(out, host.vcycle(b), 1e-4)
+    if x.size <= 2000:  # the NumPy references (dense matrices, float64)
+        m64 = m.astype(np.float64)
+        _close(out, reference.thin_plate_vcycle(b.astype(np.float64), m64, lam, degree=host.degree,
+                                                alpha=host.alpha, reflect=reflect), 1e-4)
+        dev.apply(x, out)
+        _close(out, reference.thin_plate_apply(x.astype(np.float64), m64, lam, reflect=reflect), 2e-6)
     dev.fmg(b, out, 1)
     _close(out, host.fmg(b), 1e-4)
     start = host.fmg(b)
