@@ -80,13 +80,13 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{c:.2f}" for c in row) + " |")
     _core.blend_set_simd(before)
 
-    fly, stored = matrices((M, M), 1.0)
+    _, fly, stored = matrices((M, M), 1.0)
     P, G = fly.shape
     v = np.random.default_rng(3).standard_normal((G, CHANNELS)).astype(np.float32)
     t_fly = median_ms(lambda: fly.matvec(v))
     t_stored = median_ms(lambda: stored.matvec(v))
     bw = copy_bandwidth()
-    nbytes = blend_bytes(fly, CHANNELS, 4, False)
+    nbytes = blend_bytes(fly, CHANNELS, 4, "points")
     budget = 1e3 * nbytes / (0.5 * bw)
     threads = kronpe.get_num_threads()
     weights = 1e3 * 2 * P * cost["gaussian"] * 1e-9 / threads

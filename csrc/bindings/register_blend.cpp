@@ -110,20 +110,35 @@ struct Gpu {
   }
 };
 
-template <typename B>
-void weights_call(const B& b, const Axes& axes, bool normalize, const Array& points,
-                  const Array& indices, const Array& weights) {
+// A per-point description of B from the points: run(Q{}, wf, points, rows, a, w) fills the int64
+// array `a` and the float64 array `w` ((indices, weights), or factors (base, pairs)) without the
+// GIL; rows (optional) orders the output rows.
+template <typename B, typename Run>
+void points_call(const B& b, const Axes& axes, bool normalize, const Array& points,
+                 const char* a_name, const Array& a, const char* w_name, const Array& w,
+                 const OptArray& rows, Run run) {
   b.place(points, "points");
-  same_place({{&points, "points"}, {&indices, "indices"}, {&weights, "weights"}});
+  same_place({{&points, "points"}, {&a, a_name}, {&w, w_name}}, rows, {});
   const auto wf = weight_function(axes, normalize);
+  const index_t* rp = index_ptr(rows, "rows");
+  require_order(rows, points, "points");
   dispatch1(points.dtype, [&](auto q) {
     using Q = decltype(q);
     const auto pv = view<const Q>(points, "points");
-    const auto iv = view<index_t>(indices, "indices");
-    const auto wv = view<double>(weights, "weights");
+    const auto av = view<index_t>(a, a_name);
+    const auto wv = view<double>(w, w_name);
     py::gil_scoped_release release;
-    b.template weights<Q>(wf, pv, iv, wv);
+    run(q, wf, pv, rp, av, wv);
   });
+}
+
+template <typename B>
+void weights_call(const B& b, const Axes& axes, bool normalize, const Array& points,
+                  const Array& indices, const Array& weights) {
+  points_call(b, axes, normalize, points, "indices", indices, "weights", weights, {},
+              [&](auto q, const auto& wf, auto pv, const index_t*, auto iv, auto wv) {
+                b.template weights<decltype(q)>(wf, pv, iv, wv);
+              });
 }
 
 // out = B x (transpose: B^T x) with weights on the fly; x is the grid (values). perm: the
@@ -151,28 +166,56 @@ void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, cons
   });
 }
 
+// out = B x (transpose: B^T x) from two arrays that describe the rows, int64 `a` and float64 `w`:
+// stored (indices, weights) or factors (base, pairs). place(x, name) checks where x lives;
+// run(T{}, a, w, x, out, perm, offsets) runs the kernel without the GIL.
+template <typename Place, typename Run>
+void rows_call(Place place, bool transpose, const char* a_name, const Array& a, const char* w_name,
+               const Array& w, const Array& x, const Array& out, const OptArray& perm,
+               const OptArray& offsets, Run run) {
+  const char* xname = transpose ? "values" : "grid";
+  place(x, xname);
+  same_place({{&x, xname}, {&a, a_name}, {&w, w_name}, {&out, "out"}}, perm, offsets);
+  const index_t* pp = index_ptr(perm, "perm");
+  const index_t* op = index_ptr(offsets, "offsets");
+  if (!transpose) require_order(perm, a, a_name);
+  dispatch1(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const auto av = view<const index_t>(a, a_name);
+    const auto wv = view<const double>(w, w_name);
+    const auto xv = view<const T>(x, xname);
+    const auto ov = view<T>(out, "out");
+    py::gil_scoped_release release;
+    run(t, av, wv, xv, ov, pp, op);
+  });
+}
+
 // The same from stored (indices, weights).
 template <typename B>
 void stored_call(const B& b, bool transpose, const Array& indices, const Array& weights,
                  const Array& x, const Array& out, index_t span, const OptArray& perm,
                  const OptArray& offsets, bool sorted = false) {
-  const char* xname = transpose ? "values" : "grid";
-  b.place(x, xname);
-  same_place({{&x, xname}, {&indices, "indices"}, {&weights, "weights"}, {&out, "out"}}, perm,
-             offsets);
-  const index_t* pp = index_ptr(perm, "perm");
-  const index_t* op = index_ptr(offsets, "offsets");
-  if (!transpose) require_order(perm, indices, "indices");
-  dispatch1(x.dtype, [&](auto t) {
-    using T = decltype(t);
-    const auto iv = view<const index_t>(indices, "indices");
-    const auto wv = view<const double>(weights, "weights");
-    const auto xv = view<const T>(x, xname);
-    const auto ov = view<T>(out, "out");
-    py::gil_scoped_release release;
-    if (transpose) b.template transpose_stored<T>(iv, wv, xv, ov, span, pp, op, sorted);
-    else b.template stored<T>(iv, wv, xv, ov, pp);
-  });
+  rows_call([&](const Array& a, const char* name) { b.place(a, name); }, transpose, "indices",
+            indices, "weights", weights, x, out, perm, offsets,
+            [&](auto t, auto iv, auto wv, auto xv, auto ov, const index_t* pp, const index_t* op) {
+              using T = decltype(t);
+              if (transpose) b.template transpose_stored<T>(iv, wv, xv, ov, span, pp, op, sorted);
+              else b.template stored<T>(iv, wv, xv, ov, pp);
+            });
+}
+
+// The same from factors (base (P, 1), pairs (P, 2D)), CPU.
+void factored_call(int threads, bool transpose, const Axes& axes, bool normalize,
+                   const Array& base, const Array& pairs, const Array& x, const Array& out,
+                   const OptArray& perm, const OptArray& offsets, bool sorted = false) {
+  const auto wf = weight_function(axes, normalize);
+  rows_call(bindings::require_host, transpose, "base", base, "pairs", pairs, x, out, perm, offsets,
+            [&](auto t, auto bv, auto fv, auto xv, auto ov, const index_t* pp, const index_t* op) {
+              using T = decltype(t);
+              if (transpose)
+                blend::blend_transpose_factored<T>(wf, bv, fv, xv, ov, threads, pp, op, sorted);
+              else blend::blend_factored<T>(wf, bv, fv, xv, ov, threads, pp);
+            });
 }
 
 Gpu gpu(const Array& ref, const OptArray& workspace) { return Gpu{bindings::context(ref, workspace)}; }
@@ -248,6 +291,20 @@ void register_blend(py::module_& m) {
       py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("indices"),
       py::arg("weights"), py::arg("workspace") = py::none(),
       "Stored (indices, weights) of device points (internal).");
+
+  m.def(
+      "blend_factors",
+      [](const Axes& axes, bool normalize, const Array& points, const Array& base,
+         const Array& pairs, int threads, const OptArray& rows) {
+        points_call(Cpu{threads}, axes, normalize, points, "base", base, "pairs", pairs, rows,
+                    [&](auto q, const auto& wf, auto pv, const index_t* rp, auto bv, auto fv) {
+                      blend::compute_factors<decltype(q)>(wf, pv, rp, bv, fv, threads);
+                    });
+      },
+      py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("base"), py::arg("pairs"),
+      py::arg("threads") = 0, py::arg("rows") = py::none(),
+      "Factors of the points: base (P, 1) flat index of each cell's first corner, pairs (P, 2D) "
+      "the per-axis weight pairs; row e is point rows[e] when rows is given (internal).");
 
   // ---- plans of the deterministic transpose ----
   m.def(
@@ -381,6 +438,31 @@ void register_blend(py::module_& m) {
       py::arg("workspace") = py::none(),
       "out (G, C) = B^T values (P, C) on the device; with a plan (perm, offsets) deterministic, "
       "else atomic (internal).");
+
+  // ---- products from factors ----
+  m.def(
+      "blend_factored",
+      [](const Axes& axes, bool normalize, const Array& base, const Array& pairs,
+         const Array& grid, const Array& out, int threads, const OptArray& rows) {
+        factored_call(threads, false, axes, normalize, base, pairs, grid, out, rows, {});
+      },
+      py::arg("axes"), py::arg("normalize"), py::arg("base"), py::arg("pairs"), py::arg("grid"),
+      py::arg("out"), py::arg("threads") = 0, py::arg("rows") = py::none(),
+      "out (P, C) = B grid (G, C) from factors (blend_factors): the bits of blend_fly; factor "
+      "row p gives row rows[p] of out when rows is given (internal).");
+  m.def(
+      "blend_transpose_factored",
+      [](const Axes& axes, bool normalize, const Array& base, const Array& pairs,
+         const Array& values, const Array& out, int threads, const OptArray& perm,
+         const OptArray& slab_ptr, bool sorted) {
+        factored_call(threads, true, axes, normalize, base, pairs, values, out, perm, slab_ptr,
+                      sorted);
+      },
+      py::arg("axes"), py::arg("normalize"), py::arg("base"), py::arg("pairs"), py::arg("values"),
+      py::arg("out"), py::arg("threads") = 0, py::arg("perm") = py::none(),
+      py::arg("slab_ptr") = py::none(), py::arg("sorted") = false,
+      "out (G, C) = B^T values (P, C) from factors, deterministic: the bits of "
+      "blend_transpose_fly; sorted: the factors are in the plan's order (internal).");
 
   // ---- products from stored (indices, weights) ----
   m.def(

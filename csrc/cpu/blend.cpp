@@ -357,25 +357,90 @@ inline bool outside_row(const index_t* ib, index_t lo, std::uint64_t width) {
   return top >= width;
 }
 
-// n points: point b has the grid rows idx[b * NC + k] with the weights w[b * NC + k]; its result
-// goes to row rows[b] of out (row b without rows; rows[n, n + ahead) may be read, to fetch them
-// ahead). Each channel sums in double, corner 0 first. With Check, false at the first point with
-// an index outside [lo, hi) (outside_row), before its rows are read.
+// Where the packed kernels find a point's NC grid rows ib[k] and weights wb[k] (row<NC>(b)), and
+// whether one of its rows lies outside [lo, lo + width) (outside<NC>(b, row, lo, width)):
+// stored rows: point b's rows idx[b * NC + k] with the weights w[b * NC + k], read in place;
+struct StoredRows {
+  const index_t* idx;
+  const double* w;
+  struct Row {
+    const index_t* ib;
+    const double* wb;
+  };
+  template <int NC>
+  Row row(index_t b) const {
+    return {idx + b * NC, w + b * NC};
+  }
+  template <int NC>
+  bool outside(index_t, const Row& r, index_t lo, std::uint64_t width) const {
+    return outside_row<NC>(r.ib, lo, width);
+  }
+};
+// factors (compute_factors, packed): point b's rows base[b] + off[c], its weights the products
+// of its D = log2(NC) pairs (pairs + 2 D b) formed as corners<D> forms them (the same bits); a
+// point's rows lie in [base, base + span].
+struct FactorRows {
+  const index_t* base;
+  const double* pairs;
+  const index_t* off;
+  index_t span;
+  template <int NC>
+  struct Row {
+    index_t ib[NC];
+    double wb[NC];
+  };
+  template <int NC>
+  Row<NC> row(index_t b) const {
+    constexpr int D = NC == 2 ? 1 : (NC == 4 ? 2 : 3);
+    static_assert(NC == 1 << D, "FactorRows: 2, 4 or 8 corners");
+    Row<NC> r;
+    const index_t bi = base[b];
+    for (int c = 0; c < NC; ++c) r.ib[c] = bi + off[c];
+    const double* p = pairs + 2 * D * b;
+    if constexpr (D == 1) {
+      r.wb[0] = p[0];
+      r.wb[1] = p[1];
+    } else {
+      double xy[4];  // corner 2 bx + by of the first two axes: x_bx * y_by
+      for (int k = 0; k < 4; ++k) xy[k] = p[k >> 1] * p[2 + (k & 1)];
+      if constexpr (D == 2) {
+        for (int k = 0; k < 4; ++k) r.wb[k] = xy[k];
+      } else {
+        for (int k = 0; k < 4; ++k) {
+          r.wb[2 * k] = xy[k] * p[4];
+          r.wb[2 * k + 1] = xy[k] * p[5];
+        }
+      }
+    }
+    return r;
+  }
+  template <int NC>
+  bool outside(index_t b, const Row<NC>&, index_t lo, std::uint64_t width) const {
+    // base - lo in [0, width - span): the rows base .. base + span in [lo, lo + width)
+    const std::uint64_t rel = static_cast<std::uint64_t>(base[b]) - static_cast<std::uint64_t>(lo);
+    return rel >= width || width - rel <= static_cast<std::uint64_t>(span);
+  }
+};
+
+// n points, rows and weights from src (StoredRows, FactorRows); point b's result goes to row
+// rows[b] of out (row b without rows; rows[n, n + ahead) may be read, to fetch them ahead). Each
+// channel sums in double, corner 0 first. With Check, false at the first point with a row outside
+// [lo, hi) (src.outside), before its rows are read.
 // The fetch ahead follows corner NC - 1 (a BlendingMatrix's largest; other orders only lose it).
-template <typename T, int NC, int CC, bool Check>
-KRONPE_CLONES bool gather_packed(const T* grid, index_t C, const index_t* idx, const double* w,
-                                 index_t n, T* out, const index_t* rows, index_t ahead,
-                                 index_t lo, index_t hi) {
+template <typename T, int NC, int CC, bool Check, typename Src>
+KRONPE_CLONES bool gather_packed(const T* grid, index_t C, Src src, index_t n, T* out,
+                                 const index_t* rows, index_t ahead, index_t lo, index_t hi) {
   const index_t ch = CC > 0 ? index_t(CC) : C;
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * ch, 1);
-    const index_t* ib = idx + b * NC;
+    const auto rw = src.template row<NC>(b);
+    const auto& ib = rw.ib;
+    const auto& wb = rw.wb;
     if constexpr (Check)
-      if (outside_row<NC>(ib, lo, std::uint64_t(hi - lo))) return false;
+      if (src.template outside<NC>(b, rw, lo, std::uint64_t(hi - lo))) return false;
     const T* g[NC];
     for (int k = 0; k < NC; ++k) g[k] = grid + ib[k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes);
-    const double* wb = w + b * NC;
     T* o = out + (rows ? rows[b] : b) * ch;
     if constexpr (CC > 0) {
       double acc[CC];
@@ -394,25 +459,24 @@ KRONPE_CLONES bool gather_packed(const T* grid, index_t C, const index_t* idx, c
   return true;
 }
 
-// The transpose of gather_packed: grid row idx[b * NC + k] += w[b * NC + k] * values row rows[b]
-// (row b without rows; rows[n, n + ahead) may be read), point after point, each product rounded
-// to T before it is added. With Check, false at the first point with an index outside [lo, hi)
-// (outside_row), before it writes.
-template <typename T, int NC, int CC, bool Check>
-KRONPE_CLONES bool scatter_packed(T* grid, index_t C, const index_t* idx, const double* w,
-                                  index_t n, const T* values, const index_t* rows, index_t ahead,
-                                  index_t lo, index_t hi) {
+// The transpose of gather_packed: grid row ib[k] += wb[k] * values row rows[b] (row b without
+// rows; rows[n, n + ahead) may be read), point after point, each product rounded to T before it
+// is added. With Check, false at the first point with a row outside [lo, hi), before it writes.
+template <typename T, int NC, int CC, bool Check, typename Src>
+KRONPE_CLONES bool scatter_packed(T* grid, index_t C, Src src, index_t n, const T* values,
+                                  const index_t* rows, index_t ahead, index_t lo, index_t hi) {
   const index_t ch = CC > 0 ? index_t(CC) : C;
   const std::uint64_t width = static_cast<std::uint64_t>(hi - lo);
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(values + rows[b + kAheadRows] * ch);
-    const index_t* ib = idx + b * NC;
+    const auto rw = src.template row<NC>(b);
+    const auto& ib = rw.ib;
+    const auto& wb = rw.wb;
     if constexpr (Check)
-      if (outside_row<NC>(ib, lo, width)) return false;
+      if (src.template outside<NC>(b, rw, lo, width)) return false;
     T* g[NC];
     for (int k = 0; k < NC; ++k) g[k] = grid + ib[k] * ch;
     __builtin_prefetch(reinterpret_cast<const char*>(g[NC - 1]) + kAheadBytes, 1);
-    const double* wb = w + b * NC;
     const T* v = values + (rows ? rows[b] : b) * ch;
     for (index_t c = 0; c < ch; ++c) {
       const double vc = double(v[c]);
@@ -442,16 +506,17 @@ inline void store_row(T* p, __m256d v) {
   else _mm256_mask_storeu_pd(p, m, v);
 }
 
-template <typename T, int NC, int CC, bool Check>
-bool gather_rows_avx512(const T* grid, index_t, const index_t* idx, const double* w, index_t n,
-                        T* out, const index_t* rows, index_t ahead, index_t lo, index_t hi) {
+template <typename T, int NC, int CC, bool Check, typename Src>
+bool gather_rows_avx512(const T* grid, index_t, Src src, index_t n, T* out, const index_t* rows,
+                        index_t ahead, index_t lo, index_t hi) {
   for (index_t b = 0; b < n; ++b) {
     if (rows && b + kAheadRows < n + ahead) __builtin_prefetch(out + rows[b + kAheadRows] * CC, 1);
-    const index_t* ib = idx + b * NC;
+    const auto rw = src.template row<NC>(b);
+    const auto& ib = rw.ib;
+    const auto& wb = rw.wb;
     if constexpr (Check)
-      if (outside_row<NC>(ib, lo, std::uint64_t(hi - lo))) return false;
+      if (src.template outside<NC>(b, rw, lo, std::uint64_t(hi - lo))) return false;
     __builtin_prefetch(reinterpret_cast<const char*>(grid + ib[NC - 1] * CC) + kAheadBytes);
-    const double* wb = w + b * NC;
     __m256d acc = _mm256_setzero_pd();
     for (int k = 0; k < NC; ++k)
       acc = _mm256_add_pd(acc, _mm256_mul_pd(_mm256_set1_pd(wb[k]), load_row<T, CC>(grid + ib[k] * CC)));
@@ -463,12 +528,12 @@ bool gather_rows_avx512(const T* grid, index_t, const index_t* idx, const double
 KRONPE_AVX512_END
 #endif
 
-template <typename T>
-using GatherFn = bool (*)(const T*, index_t, const index_t*, const double*, index_t, T*,
-                          const index_t*, index_t, index_t, index_t);
-template <typename T>
-using ScatterFn = bool (*)(T*, index_t, const index_t*, const double*, index_t, const T*,
-                           const index_t*, index_t, index_t, index_t);
+template <typename T, typename Src>
+using GatherFn = bool (*)(const T*, index_t, Src, index_t, T*, const index_t*, index_t, index_t,
+                          index_t);
+template <typename T, typename Src>
+using ScatterFn = bool (*)(T*, index_t, Src, index_t, const T*, const index_t*, index_t, index_t,
+                           index_t);
 
 // Calls f(NC, CC) (std::integral_constant) for nc corners and C channels; false when nc has no
 // compiled kernel (then the generic loops run).
@@ -494,24 +559,26 @@ bool with_sizes(index_t nc, index_t C, F&& f) {
 
 // The packed kernels for nc corners and C channels, or null.
 // (check: the kernels that check every point's indices)
-template <typename T>
-GatherFn<T> gather_kernel(index_t nc, index_t C, bool check) {
-  GatherFn<T> f = nullptr;
+template <typename T, typename Src>
+GatherFn<T, Src> gather_kernel(index_t nc, index_t C, bool check) {
+  GatherFn<T, Src> f = nullptr;
   with_sizes(nc, C, [&](auto NC, auto CC) {
-    f = check ? &gather_packed<T, NC(), CC(), true> : &gather_packed<T, NC(), CC(), false>;
+    f = check ? &gather_packed<T, NC(), CC(), true, Src> : &gather_packed<T, NC(), CC(), false, Src>;
 #if KRONPE_AVX512
     if constexpr (CC() >= 2)
       if (g_simd.load(std::memory_order_relaxed) >= 2)
-        f = check ? &gather_rows_avx512<T, NC(), CC(), true> : &gather_rows_avx512<T, NC(), CC(), false>;
+        f = check ? &gather_rows_avx512<T, NC(), CC(), true, Src>
+                  : &gather_rows_avx512<T, NC(), CC(), false, Src>;
 #endif
   });
   return f;
 }
-template <typename T>
-ScatterFn<T> scatter_kernel(index_t nc, index_t C, bool check) {
-  ScatterFn<T> f = nullptr;
+template <typename T, typename Src>
+ScatterFn<T, Src> scatter_kernel(index_t nc, index_t C, bool check) {
+  ScatterFn<T, Src> f = nullptr;
   with_sizes(nc, C, [&](auto NC, auto CC) {
-    f = check ? &scatter_packed<T, NC(), CC(), true> : &scatter_packed<T, NC(), CC(), false>;
+    f = check ? &scatter_packed<T, NC(), CC(), true, Src>
+              : &scatter_packed<T, NC(), CC(), false, Src>;
   });
   return f;
 }
@@ -717,6 +784,54 @@ KRONPE_CLONES void corners(index_t n, const index_t* st, const index_t* off,
 }  // namespace
 
 template <typename Q>
+void WeightFunction::axis_block(int i, const MatrixView<const Q>& points, const index_t* rows,
+                                index_t start, index_t n, index_t* j, double* a0,
+                                double* a1) const {
+  axes_[size_t(i)].weights<Q>(normalize_, points.data + i * points.stride_c, points.stride_r, rows,
+                              start, n, j, a0, a1);
+}
+
+namespace {
+// corners() from factors: point b's base index fbase(r, 0) and pairs pairs(r, 2 i + bit) of row
+// r = rows[b] (start + b without rows); corner c's product formed axis 0 first, as corners<D>
+// and block()'s general loop form it (the same bits). D <= 0: the axis count at run time.
+template <int D>
+KRONPE_CLONES void corners_factored(int dims, index_t n, const index_t* off,
+                                    const MatrixView<const index_t>& fbase,
+                                    const MatrixView<const double>& pairs, const index_t* rows,
+                                    index_t start, index_t* base, double* w, index_t* idx) {
+  const int nd = D > 0 ? D : dims;
+  const index_t nc = index_t(1) << nd;
+  const index_t ps = pairs.stride_c;
+  for (index_t b = 0; b < n; ++b) {
+    const index_t r = rows ? rows[b] : start + b;
+    const index_t bi = fbase(r, 0);
+    base[b] = bi;
+    if (idx)
+      for (index_t c = 0; c < nc; ++c) idx[b * nc + c] = bi + off[c];
+    const double* pr = &pairs(r, 0);
+    for (index_t c = 0; c < nc; ++c) {
+      double v = pr[((c >> (nd - 1)) & 1) * ps];
+      for (int i = 1; i < nd; ++i) v *= pr[(2 * i + ((c >> (nd - 1 - i)) & 1)) * ps];
+      w[b * nc + c] = v;
+    }
+  }
+}
+}  // namespace
+
+void WeightFunction::block_factored(MatrixView<const index_t> fbase,
+                                    MatrixView<const double> pairs, const index_t* rows,
+                                    index_t start, index_t n, index_t* base, double* w,
+                                    index_t* idx) const {
+  const int D = dims();
+  const index_t* off = corner_offsets_.data();
+  if (D == 1) corners_factored<1>(D, n, off, fbase, pairs, rows, start, base, w, idx);
+  else if (D == 2) corners_factored<2>(D, n, off, fbase, pairs, rows, start, base, w, idx);
+  else if (D == 3) corners_factored<3>(D, n, off, fbase, pairs, rows, start, base, w, idx);
+  else corners_factored<0>(D, n, off, fbase, pairs, rows, start, base, w, idx);
+}
+
+template <typename Q>
 void WeightFunction::block(const MatrixView<const Q>& points, const index_t* rows, index_t start,
                            index_t n, index_t* base, double* w, index_t* idx) const {
   const int D = dims();
@@ -731,9 +846,7 @@ void WeightFunction::block(const MatrixView<const Q>& points, const index_t* row
   if (D <= kSmallDims) {
     index_t j[kSmallDims][kBlock];
     double a0[kSmallDims][kBlock], a1[kSmallDims][kBlock];
-    for (int i = 0; i < D; ++i)
-      axes_[size_t(i)].weights<Q>(normalize_, points.data + i * points.stride_c, points.stride_r,
-                                  rows, start, n, j[i], a0[i], a1[i]);
+    for (int i = 0; i < D; ++i) axis_block<Q>(i, points, rows, start, n, j[i], a0[i], a1[i]);
     const index_t *st = strides_.data(), *off = corner_offsets_.data();
     if (D == 1) kronpe::blend::corners<1>(n, st, off, j, a0, a1, base, w, idx);
     else if (D == 2) kronpe::blend::corners<2>(n, st, off, j, a0, a1, base, w, idx);
@@ -748,8 +861,7 @@ void WeightFunction::block(const MatrixView<const Q>& points, const index_t* row
   }
   index_t done = 1;  // corners filled so far
   for (int i = 0; i < D; ++i) {
-    axes_[size_t(i)].weights<Q>(normalize_, points.data + i * points.stride_c, points.stride_r,
-                                rows, start, n, j, a0, a1);
+    axis_block<Q>(i, points, rows, start, n, j, a0, a1);
     const index_t st = strides_[size_t(i)];
     for (index_t b = 0; b < n; ++b) {
       base[b] += j[b] * st;
@@ -822,64 +934,65 @@ struct BlockScratch {
   std::vector<index_t> idx;  // the packed kernels' grid rows (n, corners)
 };
 
-// Runs body(p0, n, base, w) for every block of kBlock consecutive points, in parallel. Blocks
-// are handed out dynamically (on a shared machine a thread that loses its core does not hold
-// the others up); the results never depend on who computes a point.
-template <typename Q, typename Body>
-void for_blocks(const WeightFunction& wf, MatrixView<const Q> points, int threads, Body body) {
-  require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
-  const index_t P = points.rows;
+// Runs fill(p0, n, base, w, idx) then body(p0, n, base, w, idx) for every block of kBlock
+// consecutive positions [p0, p0 + n) of [0, P), in parallel: fill gives the block's bases, corner
+// weights and corner indices (from the points, or from factors). Blocks are handed out
+// dynamically (on a shared machine a thread that loses its core does not hold the others up);
+// the results never depend on who computes a point.
+template <typename Fill, typename Body>
+void for_blocks(index_t nc, index_t P, int threads, Fill fill, Body body) {
   const index_t nblocks = (P + kBlock - 1) / kBlock;
   const int nt = resolve_threads(threads);
   const TeamClock clock(nt);
 #pragma omp parallel num_threads(nt)
   {
     clock.started();
-    BlockScratch sc(wf.corners());
+    BlockScratch sc(nc);
 #pragma omp for schedule(dynamic, 16) nowait
     for (index_t blk = 0; blk < nblocks; ++blk) {
       const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
-      wf.block(points, nullptr, p0, n, sc.base.data(), sc.w.data(), sc.idx.data());
+      fill(p0, n, sc.base.data(), sc.w.data(), sc.idx.data());
       body(p0, n, sc.base.data(), sc.w.data(), sc.idx.data());
     }
     clock.finished();
   }
 }
-}  // namespace
 
-template <typename Q>
-void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
-                     MatrixView<index_t> indices, MatrixView<double> weights, int threads) {
-  const index_t P = points.rows, nc = wf.corners();
-  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), wf.dims()));
-  require_shape(indices.rows, indices.cols, "blend: indices", P, nc);
-  require_shape(weights.rows, weights.cols, "blend: weights", P, nc);
-  for_blocks(wf, points, threads,
-             [&](index_t p0, index_t n, const index_t*, const double* w, const index_t* idx) {
-               for (index_t b = 0; b < n; ++b)
-                 for (index_t k = 0; k < nc; ++k) {
-                   indices(p0 + b, k) = idx[b * nc + k];
-                   weights(p0 + b, k) = w[b * nc + k];
-                 }
-             });
+// Whether corner indices base + [0, span] of n bases lie in [lo, hi).
+inline bool bases_outside(const index_t* base, index_t n, index_t span, index_t lo, index_t hi) {
+  bool out = false;
+  for (index_t b = 0; b < n; ++b) out |= base[b] < lo || base[b] > hi - 1 - span;
+  return out;
 }
 
-template <typename T, typename Q>
-void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
-               MatrixView<T> out, int threads, const index_t* rows) {
-  const index_t P = points.rows, C = grid.cols, nc = wf.corners();
-  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + wf.dims()));
-  require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
-  require_shape(out.rows, out.cols, "blend: output", P, C);
+// out (P, C) = B grid: the blocks' weights from fill(p, rows_or_null, start, n, base, w, idx)
+// (block positions [start, start + n)), point p0 + b of them giving row rows[p0 + b] of out (row
+// p0 + b without rows). With check, every corner must lie in [0, G) (else false).
+template <typename T, typename Fill>
+bool gather_blocks(const WeightFunction& wf, index_t P, Fill fill, MatrixView<const T> grid,
+                   MatrixView<T> out, int threads, const index_t* rows, bool check) {
+  const index_t C = grid.cols, nc = wf.corners(), G = grid.rows, span = wf.span();
   const index_t* off = wf.corner_offsets().data();
-  const GatherFn<T> fast = packed(grid) && packed(out) ? gather_kernel<T>(nc, C, false) : nullptr;
-  for_blocks(wf, points, threads, [&](index_t p0, index_t n, const index_t* base, const double* w,
-                                      const index_t* idx) {
-    if (!rows)  // points in no order: their corners lie anywhere, fetch the block's ahead of use
+  const GatherFn<T, StoredRows> fast =
+      packed(grid) && packed(out) ? gather_kernel<T, StoredRows>(nc, C, check) : nullptr;
+  int bad = 0;
+  for_blocks(nc, P, threads, fill, [&](index_t p0, index_t n, const index_t* base,
+                                       const double* w, const index_t* idx) {
+    if (check && !fast && bases_outside(base, n, span, 0, G)) {
+#pragma omp atomic write
+      bad = 1;
+      return;
+    }
+    // points in their own order (a first product; factors come in a plan's order): their
+    // corners lie anywhere, fetch them ahead
+    if (!rows && !check)
       for (index_t b = 0; b < n * nc; ++b) __builtin_prefetch(&grid(idx[b], 0));
     if (fast) {
-      fast(grid.data, C, idx, w, n, rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr,
-           P - p0 - n, 0, 0);
+      if (!fast(grid.data, C, StoredRows{idx, w}, n, rows ? out.data : out.data + p0 * C,
+                rows ? rows + p0 : nullptr, P - p0 - n, 0, G)) {
+#pragma omp atomic write
+        bad = 1;
+      }
       return;
     }
     for (index_t b = 0; b < n; ++b) {
@@ -892,6 +1005,194 @@ void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<
       }
     }
   });
+  return !bad;
+}
+
+// out (G, C) = B^T values: the plan's positions [e, e + n) get their weights from
+// fill(rows_or_null, e, n, base, w, idx) (rows: perm + e unless sorted), their values from the
+// rows perm[e + b] of values. With check, every corner must lie in its slab's range (else false).
+template <typename T, typename Fill>
+bool scatter_blocks(const WeightFunction& wf, index_t P, Fill fill, MatrixView<const T> values,
+                    MatrixView<T> out, int threads, TransposeLayout lay, const index_t* perm,
+                    const index_t* ptr, bool sorted, bool check) {
+  const index_t C = values.cols, nc = wf.corners(), G = out.rows, span = wf.span();
+  const index_t* off = wf.corner_offsets().data();
+  const int nt = resolve_threads(threads);
+  // per-thread scratch, indexed by the OpenMP thread number
+  std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
+  const ScatterFn<T, StoredRows> fast =
+      packed(values) && packed(out) ? scatter_kernel<T, StoredRows>(nc, C, check) : nullptr;
+  int bad = 0;
+  for_slabs(lay, ptr, threads, out, [&](index_t s, index_t e, index_t n) {
+    if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
+#ifdef KRONPE_OPENMP
+    BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
+#else
+    BlockScratch& sc = scratch[0];
+#endif
+    fill(sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data(),
+         fast ? sc.idx.data() : nullptr);
+    const index_t lo = s * lay.slab, hi = std::min(G, (s + 2) * lay.slab);
+    if (fast) {
+      if (!fast(out.data, C, StoredRows{sc.idx.data(), sc.w.data()}, n, values.data, perm + e,
+                P - e - n, lo, hi)) {
+#pragma omp atomic write
+        bad = 1;
+      }
+      return;
+    }
+    if (check && bases_outside(sc.base.data(), n, span, lo, hi)) {
+#pragma omp atomic write
+      bad = 1;
+      return;
+    }
+    for (index_t b = 0; b < n; ++b) {
+      const index_t base = sc.base[size_t(b)];
+      const double* wb = sc.w.data() + b * nc;
+      scatter_point(out, values, perm[e + b], nc, [&](index_t k) { return base + off[k]; },
+                    [&](index_t k) { return wb[k]; });
+    }
+  });
+  return !bad;
+}
+
+// out (P, C) = B grid with a packed kernel: the block [p0, p0 + n) of rows from src_at(p0), its
+// results to rows rows[p0 + b] of out (p0 + b without rows). False when a row lies outside [0, G).
+template <typename T, typename Src, typename SrcAt>
+bool gather_rows_parallel(GatherFn<T, Src> fast, SrcAt src_at, index_t P, int threads,
+                          const T* grid, index_t C, index_t G, T* out, const index_t* rows) {
+  const index_t nblocks = (P + kBlock - 1) / kBlock;
+  int bad = 0;
+#pragma omp parallel for num_threads(resolve_threads(threads)) schedule(dynamic, 16) \
+    reduction(| : bad)
+  for (index_t blk = 0; blk < nblocks; ++blk) {
+    const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
+    if (!fast(grid, C, src_at(p0), n, rows ? out : out + p0 * C, rows ? rows + p0 : nullptr,
+              P - p0 - n, 0, G))
+      bad = 1;
+  }
+  return !bad;
+}
+
+// The transpose's plan: the given one, or one computed into own_perm / own_ptr by plan(perm, ptr).
+template <typename Plan>
+void transpose_plan(index_t P, TransposeLayout lay, const index_t*& perm, const index_t*& ptr,
+                    bool sorted, std::vector<index_t>& own_perm, std::vector<index_t>& own_ptr,
+                    Plan plan) {
+  if (perm != nullptr && ptr != nullptr) return;
+  require(!sorted, "blend_transpose: points in plan order need their plan");
+  own_perm.resize(size_t(P));
+  own_ptr.resize(size_t(lay.slabs + 1));
+  plan(own_perm.data(), own_ptr.data());
+  perm = own_perm.data();
+  ptr = own_ptr.data();
+}
+
+void require_factors(const WeightFunction& wf, const MatrixView<const index_t>& base,
+                     const MatrixView<const double>& pairs, const char* what) {
+  require_shape(base.rows, base.cols, what, pairs.rows, 1);
+  require_shape(pairs.rows, pairs.cols, what, base.rows, 2 * index_t(wf.dims()));
+}
+}  // namespace
+
+template <typename Q>
+void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
+                     MatrixView<index_t> indices, MatrixView<double> weights, int threads) {
+  const index_t P = points.rows, nc = wf.corners();
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), wf.dims()));
+  require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
+  require_shape(indices.rows, indices.cols, "blend: indices", P, nc);
+  require_shape(weights.rows, weights.cols, "blend: weights", P, nc);
+  for_blocks(
+      nc, P, threads,
+      [&](index_t p0, index_t n, index_t* base, double* w, index_t* idx) {
+        wf.block(points, nullptr, p0, n, base, w, idx);
+      },
+      [&](index_t p0, index_t n, const index_t*, const double* w, const index_t* idx) {
+        for (index_t b = 0; b < n; ++b)
+          for (index_t k = 0; k < nc; ++k) {
+            indices(p0 + b, k) = idx[b * nc + k];
+            weights(p0 + b, k) = w[b * nc + k];
+          }
+      });
+}
+
+template <typename Q>
+void compute_factors(const WeightFunction& wf, MatrixView<const Q> points, const index_t* rows,
+                     MatrixView<index_t> base, MatrixView<double> pairs, int threads) {
+  const index_t P = points.rows;
+  const int D = wf.dims();
+  threads = pick_threads(threads, saturating_mul(P, 4 * index_t(D)));
+  require(points.cols == D, "blend: points must have one column per grid axis");
+  require_shape(base.rows, base.cols, "blend: factor bases", P, 1);
+  require_shape(pairs.rows, pairs.cols, "blend: factor pairs", P, 2 * index_t(D));
+  const index_t nblocks = (P + kBlock - 1) / kBlock;
+  const int nt = resolve_threads(threads);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
+  for (index_t blk = 0; blk < nblocks; ++blk) {
+    const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
+    index_t j[kBlock];
+    double a0[kBlock], a1[kBlock];
+    for (index_t b = 0; b < n; ++b) base(p0 + b, 0) = 0;
+    for (int i = 0; i < D; ++i) {
+      wf.axis_block<Q>(i, points, rows ? rows + p0 : nullptr, p0, n, j, a0, a1);
+      const index_t st = wf.strides()[size_t(i)];
+      for (index_t b = 0; b < n; ++b) {
+        base(p0 + b, 0) += j[b] * st;
+        pairs(p0 + b, 2 * i) = a0[b];
+        pairs(p0 + b, 2 * i + 1) = a1[b];
+      }
+    }
+  }
+}
+
+template <typename T, typename Q>
+void blend_fly(const WeightFunction& wf, MatrixView<const Q> points, MatrixView<const T> grid,
+               MatrixView<T> out, int threads, const index_t* rows) {
+  const index_t P = points.rows, C = grid.cols, nc = wf.corners();
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + wf.dims()));
+  require(points.cols == wf.dims(), "blend: points must have one column per grid axis");
+  require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
+  require_shape(out.rows, out.cols, "blend: output", P, C);
+  gather_blocks<T>(
+      wf, P,
+      [&](index_t p0, index_t n, index_t* base, double* w, index_t* idx) {
+        wf.block(points, nullptr, p0, n, base, w, idx);
+      },
+      grid, out, threads, rows, false);
+}
+
+template <typename T>
+void blend_factored(const WeightFunction& wf, MatrixView<const index_t> base,
+                    MatrixView<const double> pairs, MatrixView<const T> grid, MatrixView<T> out,
+                    int threads, const index_t* rows) {
+  const index_t P = base.rows, C = grid.cols, nc = wf.corners();
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + 1));
+  require_factors(wf, base, pairs, "blend: factors");
+  require_shape(grid.rows, grid.cols, "blend: grid values", wf.grid_size(), C);
+  require_shape(out.rows, out.cols, "blend: output", P, C);
+  const GatherFn<T, FactorRows> fused =
+      packed(base) && packed(pairs) && packed(grid) && packed(out)
+          ? gather_kernel<T, FactorRows>(nc, C, true)
+          : nullptr;
+  if (fused) {  // the corner weights formed in registers, nothing written between
+    const index_t D2 = 2 * index_t(wf.dims()), span = wf.span();
+    const index_t* off = wf.corner_offsets().data();
+    const auto at = [&](index_t p0) {
+      return FactorRows{base.data + p0, pairs.data + p0 * D2, off, span};
+    };
+    require(gather_rows_parallel<T, FactorRows>(fused, at, P, threads, grid.data, C,
+                                                wf.grid_size(), out.data, rows),
+            "blend: a factor's corner lies outside the grid");
+    return;
+  }
+  const bool ok = gather_blocks<T>(
+      wf, P,
+      [&](index_t p0, index_t n, index_t* b, double* w, index_t* idx) {
+        wf.block_factored(base, pairs, nullptr, p0, n, b, w, idx);
+      },
+      grid, out, threads, rows, true);
+  require(ok, "blend: a factor's corner lies outside the grid");
 }
 
 template <typename T, typename Q>
@@ -905,39 +1206,59 @@ void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
   require_shape(out.rows, out.cols, "blend_transpose: output", wf.grid_size(), C);
   const TransposeLayout lay = transpose_layout(wf.grid_size(), wf.span());
   std::vector<index_t> own_perm, own_ptr;
-  if (perm == nullptr || ptr == nullptr) {
-    require(!sorted, "blend_transpose: points in plan order need their plan");
-    own_perm.resize(size_t(P));
-    own_ptr.resize(size_t(lay.slabs + 1));
-    plan_fly(wf, points, lay, own_perm.data(), own_ptr.data(), threads);
-    perm = own_perm.data();
-    ptr = own_ptr.data();
-  }
-  const index_t* off = wf.corner_offsets().data();
-  const int nt = resolve_threads(threads);
-  // per-thread scratch, indexed by the OpenMP thread number
-  std::vector<BlockScratch> scratch(static_cast<size_t>(nt), BlockScratch(nc));
-  const ScatterFn<T> fast = packed(values) && packed(out) ? scatter_kernel<T>(nc, C, false) : nullptr;
-  for_slabs(lay, ptr, threads, out, [&](index_t, index_t e, index_t n) {
-    if (!fast) fetch_rows(values, perm, e + kBlock, P);  // the next block's
-#ifdef KRONPE_OPENMP
-    BlockScratch& sc = scratch[size_t(omp_get_thread_num())];
-#else
-    BlockScratch& sc = scratch[0];
-#endif
-    wf.block(points, sorted ? nullptr : perm + e, e, n, sc.base.data(), sc.w.data(),
-             fast ? sc.idx.data() : nullptr);
-    if (fast) {
-      fast(out.data, C, sc.idx.data(), sc.w.data(), n, values.data, perm + e, P - e - n, 0, 0);
-      return;
-    }
-    for (index_t b = 0; b < n; ++b) {
-      const index_t base = sc.base[size_t(b)];
-      const double* wb = sc.w.data() + b * nc;
-      scatter_point(out, values, perm[e + b], nc, [&](index_t k) { return base + off[k]; },
-                    [&](index_t k) { return wb[k]; });
-    }
+  transpose_plan(P, lay, perm, ptr, sorted, own_perm, own_ptr,
+                 [&](index_t* pp, index_t* sp) { plan_fly(wf, points, lay, pp, sp, threads); });
+  scatter_blocks<T>(
+      wf, P,
+      [&](const index_t* rows, index_t e, index_t n, index_t* base, double* w, index_t* idx) {
+        wf.block(points, rows, e, n, base, w, idx);
+      },
+      values, out, threads, lay, perm, ptr, sorted, false);
+}
+
+template <typename T>
+void blend_transpose_factored(const WeightFunction& wf, MatrixView<const index_t> base,
+                              MatrixView<const double> pairs, MatrixView<const T> values,
+                              MatrixView<T> out, int threads, const index_t* perm,
+                              const index_t* ptr, bool sorted) {
+  const index_t P = base.rows, C = values.cols, nc = wf.corners();
+  threads = pick_threads(threads, saturating_mul(saturating_mul(P, nc), C + 1));
+  require_factors(wf, base, pairs, "blend_transpose: factors");
+  require_shape(values.rows, values.cols, "blend_transpose: values", P, C);
+  require_shape(out.rows, out.cols, "blend_transpose: output", wf.grid_size(), C);
+  const TransposeLayout lay = transpose_layout(wf.grid_size(), wf.span());
+  std::vector<index_t> own_perm, own_ptr;
+  transpose_plan(P, lay, perm, ptr, sorted, own_perm, own_ptr, [&](index_t* pp, index_t* sp) {
+    sort_by_cell(P, lay, [&](index_t p) { return base(p, 0); }, pp, sp,
+                 pick_threads(threads, P));
   });
+  const ScatterFn<T, FactorRows> fused =
+      sorted && packed(base) && packed(pairs) && packed(values) && packed(out)
+          ? scatter_kernel<T, FactorRows>(nc, C, true)
+          : nullptr;
+  bool ok = true;
+  if (fused) {  // factors in plan order: read as streams, the corner weights in registers
+    const index_t D2 = 2 * index_t(wf.dims()), span = wf.span(), G = out.rows;
+    const index_t* off = wf.corner_offsets().data();
+    int bad = 0;
+    for_slabs(lay, ptr, threads, out, [&](index_t s, index_t e, index_t n) {
+      const index_t lo = s * lay.slab, hi = std::min(G, (s + 2) * lay.slab);
+      if (!fused(out.data, C, FactorRows{base.data + e, pairs.data + e * D2, off, span}, n,
+                 values.data, perm + e, P - e - n, lo, hi)) {
+#pragma omp atomic write
+        bad = 1;
+      }
+    });
+    ok = !bad;
+  } else {
+    ok = scatter_blocks<T>(
+        wf, P,
+        [&](const index_t* rows, index_t e, index_t n, index_t* b, double* w, index_t* idx) {
+          wf.block_factored(base, pairs, rows, e, n, b, w, idx);
+        },
+        values, out, threads, lay, perm, ptr, sorted, true);
+  }
+  require(ok, "blend_transpose: a factor's corner lies outside the grid or its slab");
 }
 
 template <typename T>
@@ -949,20 +1270,16 @@ void blend_stored(MatrixView<const index_t> indices, MatrixView<const double> we
   require_shape(out.rows, out.cols, "blend: output", P, C);
   const int nt = resolve_threads(threads);
   int bad = 0;
-  const GatherFn<T> fast =
+  const GatherFn<T, StoredRows> fast =
       packed(indices) && packed(weights) && packed(grid) && packed(out)
-          ? gather_kernel<T>(nnz, C, true)
+          ? gather_kernel<T, StoredRows>(nnz, C, true)
           : nullptr;
   if (fast) {
-    const index_t nblocks = (P + kBlock - 1) / kBlock;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) reduction(| : bad)
-    for (index_t blk = 0; blk < nblocks; ++blk) {
-      const index_t p0 = blk * kBlock, n = std::min(kBlock, P - p0);
-      if (!fast(grid.data, C, indices.data + p0 * nnz, weights.data + p0 * nnz, n,
-                rows ? out.data : out.data + p0 * C, rows ? rows + p0 : nullptr, P - p0 - n, 0, G))
-        bad = 1;
-    }
-    require(!bad, "blend: an index lies outside the grid");
+    const auto at = [&](index_t p0) {
+      return StoredRows{indices.data + p0 * nnz, weights.data + p0 * nnz};
+    };
+    require(gather_rows_parallel<T, StoredRows>(fast, at, P, threads, grid.data, C, G, out.data, rows),
+            "blend: an index lies outside the grid");
     return;
   }
 #pragma omp parallel for num_threads(nt) schedule(dynamic, kBlock * 16) reduction(| : bad)
@@ -990,19 +1307,13 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   require(out.cols == C, "blend_transpose: output must have as many channels as values");
   const TransposeLayout lay = transpose_layout(G, span);
   std::vector<index_t> own_perm, own_ptr;
-  if (perm == nullptr || ptr == nullptr) {
-    require(!sorted, "blend_transpose: points in plan order need their plan");
-    own_perm.resize(size_t(P));
-    own_ptr.resize(size_t(lay.slabs + 1));
-    plan_stored(indices, lay, own_perm.data(), own_ptr.data(), threads);
-    perm = own_perm.data();
-    ptr = own_ptr.data();
-  }
+  transpose_plan(P, lay, perm, ptr, sorted, own_perm, own_ptr,
+                 [&](index_t* pp, index_t* sp) { plan_stored(indices, lay, pp, sp, threads); });
   const index_t L = lay.slab;
   int bad = 0;
-  const ScatterFn<T> fast =
+  const ScatterFn<T, StoredRows> fast =
       packed(indices) && packed(weights) && packed(values) && packed(out)
-          ? scatter_kernel<T>(nnz, C, true)
+          ? scatter_kernel<T, StoredRows>(nnz, C, true)
           : nullptr;
   const int nt = resolve_threads(threads);
   // rows of indices and weights gathered into plan order (packed path, points not sorted)
@@ -1031,7 +1342,7 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
         idx = sc.idx.data();
         w = sc.w.data();
       }
-      if (!fast(out.data, C, idx, w, n, values.data, perm + e, P - e - n, lo, hi)) {
+      if (!fast(out.data, C, StoredRows{idx, w}, n, values.data, perm + e, P - e - n, lo, hi)) {
 #pragma omp atomic write
         bad = 1;
       }
@@ -1063,6 +1374,11 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
   template void plan_fly<Q>(const WeightFunction&, MatrixView<const Q>, TransposeLayout,       \
                             index_t*, index_t*, int);                                          \
   template void compute_weights<Q>(const WeightFunction&, MatrixView<const Q>,                 \
+                                   MatrixView<index_t>, MatrixView<double>, int);          \
+  template void WeightFunction::axis_block<Q>(int, const MatrixView<const Q>&, const index_t*, \
+                                              index_t, index_t, index_t*, double*, double*)    \
+      const;                                                                                   \
+  template void compute_factors<Q>(const WeightFunction&, MatrixView<const Q>, const index_t*, \
                                    MatrixView<index_t>, MatrixView<double>, int);
 #define KRONPE_BLEND_TQ(T, Q)                                                                  \
   template void blend_fly<T, Q>(const WeightFunction&, MatrixView<const Q>,                    \
@@ -1075,7 +1391,14 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
                                 MatrixView<const T>, MatrixView<T>, int, const index_t*);      \
   template void blend_transpose_stored<T>(MatrixView<const index_t>, MatrixView<const double>, \
                                           MatrixView<const T>, MatrixView<T>, index_t, int,    \
-                                          const index_t*, const index_t*, bool);
+                                          const index_t*, const index_t*, bool);             \
+  template void blend_factored<T>(const WeightFunction&, MatrixView<const index_t>,            \
+                                  MatrixView<const double>, MatrixView<const T>, MatrixView<T>, \
+                                  int, const index_t*);                                        \
+  template void blend_transpose_factored<T>(const WeightFunction&, MatrixView<const index_t>,  \
+                                            MatrixView<const double>, MatrixView<const T>,     \
+                                            MatrixView<T>, int, const index_t*,                \
+                                            const index_t*, bool);
 KRONPE_BLEND_Q(float)
 KRONPE_BLEND_Q(double)
 KRONPE_BLEND_TQ(float, float)

@@ -22,6 +22,12 @@ def blas_ready() -> bool:
 def blend_axis_weights(axes: Sequence[Axis], normalize: bool, axis: int, q: Descriptor, cell: Descriptor, w0: Descriptor, w1: Descriptor) -> None:
     """Per-axis cells and weight pairs of contiguous float64 coordinates (internal)."""
 
+def blend_factored(axes: Sequence[Axis], normalize: bool, base: Descriptor, pairs: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0, rows: Optional[Descriptor] = None) -> None:
+    """out (P, C) = B grid (G, C) from factors (blend_factors): the bits of blend_fly; factor row p gives row rows[p] of out when rows is given (internal)."""
+
+def blend_factors(axes: Sequence[Axis], normalize: bool, points: Descriptor, base: Descriptor, pairs: Descriptor, threads: int = 0, rows: Optional[Descriptor] = None) -> None:
+    """Factors of the points: base (P, 1) flat index of each cell's first corner, pairs (P, 2D) the per-axis weight pairs; row e is point rows[e] when rows is given (internal)."""
+
 def blend_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0, rows: Optional[Descriptor] = None) -> None:
     """out (P, C) = B grid (G, C), weights on the fly; point p gives row rows[p] of out when rows is given (points in a plan's order, rows its perm) (internal)."""
 
@@ -39,6 +45,9 @@ def blend_plan_stored(indices: Descriptor, grid_size: int, span: int, perm: Desc
 
 def blend_stored(indices: Descriptor, weights: Descriptor, grid: Descriptor, out: Descriptor, threads: int = 0, rows: Optional[Descriptor] = None) -> None:
     """out (P, C) = B grid (G, C) from stored (indices, weights); row p gives row rows[p] of out when rows is given (internal)."""
+
+def blend_transpose_factored(axes: Sequence[Axis], normalize: bool, base: Descriptor, pairs: Descriptor, values: Descriptor, out: Descriptor, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None, sorted: bool = False) -> None:
+    """out (G, C) = B^T values (P, C) from factors, deterministic: the bits of blend_transpose_fly; sorted: the factors are in the plan's order (internal)."""
 
 def blend_transpose_fly(axes: Sequence[Axis], normalize: bool, points: Descriptor, values: Descriptor, out: Descriptor, threads: int = 0, perm: Optional[Descriptor] = None, slab_ptr: Optional[Descriptor] = None, sorted: bool = False) -> None:
     """out (G, C) = B^T values (P, C), weights on the fly, deterministic; sorted: the points are in the plan's order (internal)."""

@@ -264,6 +264,27 @@ def blend_matrix(points: np.ndarray,  # (P, D)
     return B
 
 
+def blend_factors(points: np.ndarray,  # (P, D)
+                  nodes: list,  # D arrays of node coordinates
+                  distances: list,  # D callables delta -> D(delta), or None (linear)
+                  normalize: bool = True):
+    """The factored form of B: base (P, 1), the row-major flat index of each point's first
+    corner, and pairs (P, 2D), its weight pair along axis i in columns 2i and 2i + 1; corner c
+    of the point is base + sum_i bit_i(c) stride_i with weight prod_i pairs[2i + bit_i(c)]
+    (bit_0 the most significant)."""
+    points = np.asarray(points, dtype=np.float64)
+    P, D = points.shape
+    shape = tuple(len(n) for n in nodes)
+    strides = [int(np.prod(shape[i + 1:])) for i in range(D)]
+    base = np.zeros((P, 1), np.int64)
+    pairs = np.empty((P, 2 * D))
+    for i in range(D):
+        j, w = blend_axis_weights(points[:, i], nodes[i], distances[i], normalize)
+        base[:, 0] += j * strides[i]
+        pairs[:, 2 * i: 2 * i + 2] = w
+    return base, pairs
+
+
 def blend(points, nodes, distances, grid_values, normalize: bool = True) -> np.ndarray:
     """B @ grid_values (grid_values (G,) or (G, C)) with the dense B, in float64."""
     return blend_matrix(points, nodes, distances, normalize) @ np.asarray(grid_values, np.float64)

@@ -116,6 +116,16 @@ class WeightFunction {
   template <typename Q>
   void block(const MatrixView<const Q>& points, const index_t* rows, index_t start, index_t n,
              index_t* base, double* w, index_t* idx = nullptr) const;
+  // block()'s first step along one axis: the cells j and weight pairs (a0, a1) of n points
+  // (points as in block()).
+  template <typename Q>
+  void axis_block(int i, const MatrixView<const Q>& points, const index_t* rows, index_t start,
+                  index_t n, index_t* j, double* a0, double* a1) const;
+  // block() from factors (see compute_factors): point b is row rows[b] of (fbase, pairs), row
+  // start + b without rows. The same bits as block() of the points the factors came from.
+  void block_factored(MatrixView<const index_t> fbase, MatrixView<const double> pairs,
+                      const index_t* rows, index_t start, index_t n, index_t* base, double* w,
+                      index_t* idx = nullptr) const;
 
  private:
   struct Axis {
@@ -176,6 +186,17 @@ template <typename Q>
 void compute_weights(const WeightFunction& wf, MatrixView<const Q> points,
                      MatrixView<index_t> indices, MatrixView<double> weights, int threads);
 
+// The factored form of B: per point the flat index of its cell's first corner (base, (P, 1)) and
+// its D per-axis weight pairs (pairs, (P, 2D): a0 then a1 of axis 0, then of axis 1, ...), i.e.
+// what the on-the-fly kernels compute before they form the 2^D corner weights; 8 + 16 D bytes per
+// point where the stored form takes 16 * 2^D. Products from them (blend_factored,
+// blend_transpose_factored) form the corners with the same products in the same order: the bits
+// of the on-the-fly products, without computing a weight. Row e of the factors is point rows[e]
+// (point e without rows): factors in a plan's order come from rows = its perm.
+template <typename Q>
+void compute_factors(const WeightFunction& wf, MatrixView<const Q> points, const index_t* rows,
+                     MatrixView<index_t> base, MatrixView<double> pairs, int threads);
+
 // out (P, C) = B grid (G, C), weights computed on the fly. With `rows` (a permutation of [0, P))
 // point p gives row rows[p] of out: points given in a plan's order (points[perm], rows = perm)
 // are gathered in memory order, with the same bits as in any other order.
@@ -190,6 +211,19 @@ template <typename T, typename Q>
 void blend_transpose_fly(const WeightFunction& wf, MatrixView<const Q> points,
                          MatrixView<const T> values, MatrixView<T> out, int threads,
                          const index_t* perm, const index_t* ptr, bool sorted = false);
+
+// The same from factors (compute_factors) of P points: rows and (perm, ptr, sorted) as in
+// blend_fly and blend_transpose_fly, with row e of the factors standing for point e there. Every
+// corner must lie in the grid (and, in the transpose, in its slab's range): checked.
+template <typename T>
+void blend_factored(const WeightFunction& wf, MatrixView<const index_t> base,
+                    MatrixView<const double> pairs, MatrixView<const T> grid, MatrixView<T> out,
+                    int threads, const index_t* rows = nullptr);
+template <typename T>
+void blend_transpose_factored(const WeightFunction& wf, MatrixView<const index_t> base,
+                              MatrixView<const double> pairs, MatrixView<const T> values,
+                              MatrixView<T> out, int threads, const index_t* perm,
+                              const index_t* ptr, bool sorted = false);
 
 // The same from stored (indices, weights) of shape (P, nnz); every index must be in [0, G).
 template <typename T>

@@ -1,10 +1,11 @@
 """Blending-matrix products (``B @ v``, gather; ``B.T @ r``, scatter) against the copy bandwidth.
 
 Random points (float64) in a grid, Gaussian weights with sigma one grid spacing, float32 values.
-kronpe's ``BlendingMatrix.matvec`` / ``rmatvec`` with weights computed on the fly and stored
-(indices, weights), against SciPy's CSR product and NumPy (fancy indexing and ``np.bincount``).
-Work: the bytes a product must touch (:func:`blend_bytes`), so every row reads as a fraction of
-the machine's copy bandwidth.
+kronpe's ``BlendingMatrix.matvec`` / ``rmatvec`` in its three forms: the default (the per-axis
+weights kept after the plan, ``cache_weights``), weights computed in every product
+(``cache_weights=False``) and stored (indices, weights) (``.store()``), against SciPy's CSR
+product and NumPy (fancy indexing and ``np.bincount``). Work: the bytes a product must touch
+(:func:`blend_bytes`), so every row reads as a fraction of the machine's copy bandwidth.
 """
 from __future__ import annotations
 
@@ -21,22 +22,30 @@ CHANNELS = 3
 
 
 def matrices(grid, frac, seed: int = 11):
-    """(on the fly, stored) BlendingMatrix of random points covering ``frac`` of the nodes."""
+    """(default, weights in every product, stored) BlendingMatrix of random points covering
+    ``frac`` of the nodes."""
     import kronpe
 
     P = int(round(frac * np.prod(grid)))
     pts = np.random.default_rng(seed).random((P, len(grid)))
     emb = [kronpe.Gaussian(m, 1.0 / m) for m in grid]
-    return kronpe.BlendingMatrix(pts, grid, emb), kronpe.BlendingMatrix(pts, grid, emb).store()
+    return (kronpe.BlendingMatrix(pts, grid, emb), kronpe.BlendingMatrix(pts, grid, emb, cache_weights=False),
+            kronpe.BlendingMatrix(pts, grid, emb).store())
 
 
-def blend_bytes(B, channels: int, itemsize: int, stored: bool) -> int:
-    """Bytes a blend (or its transpose) must touch: the points, or the stored int64 indices and
-    float64 weights; the 2^D grid values of every point; the P values at the points (the result of
-    ``B @ v``, the input of ``B.T @ r``)."""
-    P = B.shape[0]
-    src = (B.indices.nbytes + B.weights.nbytes) if stored else B.points.nbytes
-    return src + P * B.nnz_per_row * channels * itemsize + P * channels * itemsize
+def blend_bytes(B, channels: int, itemsize: int, form: str, op: str = "blend") -> int:
+    """Bytes a blend (``op="blend"``) or its transpose (``"transpose"``) must touch, counted as
+    the copy bandwidth counts its bytes (every read and every write): what describes the rows
+    (``form``: "points", the float64 points of weights computed on the fly; "factors", the kept
+    per-axis weights, an int64 cell and D float64 pairs per point; "stored", the int64 indices and
+    float64 weights); the 2^D grid values of every point, read by a blend, read and written back
+    by a transpose (a scatter-add); the P values at the points (written by ``B @ v``, read by
+    ``B.T @ r``)."""
+    P, D = B.shape[0], len(B.grid_shape)
+    src = {"points": B.points.nbytes, "factors": P * (8 + 16 * D),
+           "stored": P * B.nnz_per_row * 16}[form]
+    grid_passes = {"blend": 1, "transpose": 2}[op]
+    return src + grid_passes * P * B.nnz_per_row * channels * itemsize + P * channels * itemsize
 
 
 def fancy_blend(idx, w, v):
@@ -52,20 +61,20 @@ def bincount_transpose(idx, w, r, grid_size):
 
 
 def _setup(grid, frac, op):
-    fly, stored = matrices(grid, frac)
+    kept, fly, stored = matrices(grid, frac)
     P, G = fly.shape
     rng = np.random.default_rng(3)
     x = rng.standard_normal((G if op == "blend" else P, CHANNELS)).astype(np.float32)
     csr64 = stored.to_scipy()
     csr = csr64.astype(np.float32)
-    s = dict(fly=fly, stored=stored, x=x, idx=stored.indices, w32=stored.weights.astype(np.float32),
+    s = dict(kept=kept, fly=fly, stored=stored, x=x, idx=stored.indices, w32=stored.weights.astype(np.float32),
              csr=csr if op == "blend" else csr.T.tocsr(), G=G,
              want=(csr64 if op == "blend" else csr64.T) @ x.astype(np.float64))
-    if op == "transpose":  # the plans are built once per matrix (cached), as in a solver
-        fly.rmatvec(x)
-        stored.rmatvec(x)
-    peer_bytes = blend_bytes(stored, CHANNELS, 4, True)
-    s["work"] = {"kronpe on the fly": {"bytes": blend_bytes(fly, CHANNELS, 4, False)},
+    for B in (kept, fly, stored):  # the plans (and kept weights) are built once per matrix, as in a solver
+        B.matvec(x) if op == "blend" else B.rmatvec(x)
+    peer_bytes = blend_bytes(stored, CHANNELS, 4, "stored", op)
+    s["work"] = {"kronpe default (kept weights)": {"bytes": blend_bytes(kept, CHANNELS, 4, "factors", op)},
+                 "kronpe on the fly": {"bytes": blend_bytes(fly, CHANNELS, 4, "points", op)},
                  "kronpe stored": {"bytes": peer_bytes}}
     s["bytes"] = peer_bytes
     return s
@@ -81,12 +90,14 @@ def cases() -> List[Case]:
     for name, grid, frac, rounds, quick in CASES:
         for op in ("blend", "transpose"):
             if op == "blend":
-                ms = [Method("kronpe on the fly", lambda s: s["fly"].matvec(s["x"]), peer=False),
+                ms = [Method("kronpe default (kept weights)", lambda s: s["kept"].matvec(s["x"]), peer=False),
+                      Method("kronpe on the fly", lambda s: s["fly"].matvec(s["x"]), peer=False),
                       Method("kronpe stored", lambda s: s["stored"].matvec(s["x"]), peer=False),
                       Method("numpy fancy indexing", lambda s: fancy_blend(s["idx"], s["w32"], s["x"])),
                       Method("scipy CSR", lambda s: s["csr"] @ s["x"])]
             else:
-                ms = [Method("kronpe on the fly", lambda s: s["fly"].rmatvec(s["x"]), peer=False),
+                ms = [Method("kronpe default (kept weights)", lambda s: s["kept"].rmatvec(s["x"]), peer=False),
+                      Method("kronpe on the fly", lambda s: s["fly"].rmatvec(s["x"]), peer=False),
                       Method("kronpe stored", lambda s: s["stored"].rmatvec(s["x"]), peer=False),
                       Method("numpy bincount", lambda s: bincount_transpose(s["idx"], s["w32"], s["x"], s["G"])),
                       Method("scipy CSR (B^T r)", lambda s: s["csr"] @ s["x"])]

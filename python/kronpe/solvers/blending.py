@@ -35,6 +35,12 @@ embedder's distance function D. Decisions (documented once, here):
   of jumping to a random cell per point; ``matvec`` gives the same bits in any order. Points that
   are sorted already (``fit_points`` sorts its matrix) cost one pass to check. ``take`` starts
   a new plan.
+- **Kept per-axis weights** (``cache_weights``): with the plan, an on-the-fly matrix keeps, in
+  the plan's order, each point's cell (the flat index of its first corner) and its D weight
+  pairs, 8 + 16 D bytes per point (the stored form takes 16 * 2^D); its products then form the
+  2^D corner weights from them in registers, the products the on-the-fly kernels form (the same
+  bits), and move memory instead of computing exponentials (kronpe/blend.h: compute_factors).
+  By default when they take at most 1 GiB and a quarter of the memory budget.
 - **Determinism**: ``rmatvec`` (a scatter-add) cuts the grid into slabs, whose points are
   contiguous in the plan's order, and adds slabs that cannot overlap at the same time, with no
   atomics: the result is bitwise the same for any number of threads (kronpe/blend.h).
@@ -339,6 +345,13 @@ class BlendingMatrix:
         What to do with points outside the grid's range.
     threads : int, optional
         OpenMP threads of the kernels (default: OpenMP's default).
+    cache_weights : bool, optional
+        Whether an on-the-fly matrix keeps each point's per-axis weights once it has sorted its
+        points by cell (from the second ``B @ v``, or the first ``B.T @ r``): 8 + 16 D bytes per
+        point (the stored form, :meth:`store`, takes 16 * 2^D), which later products read
+        instead of recomputing the weights, with the same bits. None (default): when they take
+        at most 1 GiB and a quarter of the memory budget; False: never (the weights are then
+        computed in every product: memory for the points only).
 
     Notes
     -----
@@ -351,7 +364,8 @@ class BlendingMatrix:
     gpu_deterministic: bool = True
 
     def __init__(self, points, grid: GridSpec, embedders=None, normalize: bool = True,
-                 outside: str = "error", threads: Optional[int] = None):
+                 outside: str = "error", threads: Optional[int] = None,
+                 cache_weights: Optional[bool] = None):
         on_device = _arrays.is_device(points)
         pts_in = _arrays.to_host(points, "points") if on_device else _validate.real_array("points", points)
         D = pts_in.shape[1] if pts_in.ndim == 2 else None
@@ -367,6 +381,9 @@ class BlendingMatrix:
         self.normalize = bool(normalize)
         self.outside = outside
         self.threads = _threads(threads)
+        if cache_weights is not None and not isinstance(cache_weights, (bool, np.bool_)):
+            raise TypeError(f"cache_weights must be True, False or None, got {cache_weights!r}")
+        self.cache_weights = None if cache_weights is None else bool(cache_weights)
         D = len(self.grid_coords)
         self.embedders = tuple(_embedders(embedders, D))
         rules = [axis_rule(e, float(np.min(np.diff(n)))) for e, n in zip(self.embedders, self.grid_coords)]
@@ -386,7 +403,9 @@ class BlendingMatrix:
         self._indices: Optional[np.ndarray] = None
         self._weights: Optional[np.ndarray] = None
         self._plan: Optional[Tuple[np.ndarray, np.ndarray, int, bool]] = None
-        self._ordered: dict = {}  # the points, or stored (indices, weights), in the plan's order
+        # in the plan's order: the points ("fly"), their per-axis weights ("factors": base (P, 1)
+        # and pairs (P, 2D), see cache_weights) or the stored (indices, weights) ("stored")
+        self._ordered: dict = {}
         self._matvecs = 0  # host products B v so far: the first one runs without the plan (matvec)
         # per (array kind, CUDA device): device copies of the points / stored weights, the plan
         self._device: dict = {}
@@ -455,6 +474,8 @@ class BlendingMatrix:
         the weights (faster when the matrix is applied many times). Returns self."""
         _ = self.indices
         self.on_the_fly = False
+        self._ordered.pop("factors", None)
+        self._ordered.pop("fly", None)
         return self
 
     def take(self, rows) -> "BlendingMatrix":
@@ -493,10 +514,30 @@ class BlendingMatrix:
             self._plan = (perm, ptr, span, bool(np.all(perm[1:] > perm[:-1])))
         return self._plan
 
+    def _caches_weights(self) -> bool:
+        """Whether the planned products of this on-the-fly matrix read kept per-axis weights
+        (``cache_weights``; decided once, at the first planned product)."""
+        if self.cache_weights is None:
+            P, D = self.points.shape
+            nbytes = P * (8 + 16 * D)
+            self.cache_weights = nbytes <= min(1 << 30, _validate.memory_budget() // 4)
+        return self.cache_weights
+
     def _ordered_operands(self) -> tuple:
-        """The kernels' operands in the plan's order: (points,) or (indices, weights); the
-        matrix's own arrays when the points are in that order already."""
+        """The kernels' operands in the plan's order: (points,), (base, pairs) (factors, when
+        kept: ``cache_weights``) or (indices, weights); the matrix's own arrays when the points
+        are in that order already."""
         perm, _, _, identity = self._order()
+        if self.on_the_fly and self._caches_weights():
+            if "factors" not in self._ordered:
+                P, D = self.points.shape
+                _validate.check_array_budget("points", (P, 1 + 2 * D), 8,
+                                             "pass cache_weights=False to compute the weights in every product")
+                base, pairs = np.empty((P, 1), np.int64), np.empty((P, 2 * D))
+                _core.blend_factors(self._axes, self.normalize, self._points_array(), _arrays.describe(base),
+                                    _arrays.describe(pairs), self.threads, None if identity else _arrays.describe(perm))
+                self._ordered["factors"] = (base, pairs)
+            return self._ordered["factors"]
         key = "fly" if self.on_the_fly else "stored"
         if key not in self._ordered:
             own = (self.points,) if self.on_the_fly else (self.indices, self.weights)
@@ -542,7 +583,10 @@ class BlendingMatrix:
             else:
                 own = (self.points,) if self.on_the_fly else (self.indices, self.weights)
                 ops, rows = tuple(_arrays.describe(a) for a in own), None
-            if self.on_the_fly:
+            if self.on_the_fly and len(ops) == 2:  # kept per-axis weights
+                _core.blend_factored(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"),
+                                     self.threads, rows)
+            elif self.on_the_fly:
                 _core.blend_fly(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
             else:
                 _core.blend_stored(*ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
@@ -575,7 +619,10 @@ class BlendingMatrix:
             return
         perm, ptr, span, _ = self._order()
         ops, plan = self._ordered_operands(), (_arrays.describe(perm), _arrays.describe(ptr), True)
-        if self.on_the_fly:
+        if self.on_the_fly and len(ops) == 2:  # kept per-axis weights
+            _core.blend_transpose_factored(self._axes, self.normalize, *ops, _arrays.describe(r2, "r"),
+                                           _arrays.describe(g2, "out"), self.threads, *plan)
+        elif self.on_the_fly:
             _core.blend_transpose_fly(self._axes, self.normalize, *ops, _arrays.describe(r2, "r"), _arrays.describe(g2, "out"),
                                       self.threads, *plan)
         else:
