@@ -102,6 +102,7 @@ def test_factored_products_give_the_bits_of_the_on_the_fly_ones(rng, D, dtype, v
             gt2 = np.empty((B.grid_size, C), dtype)
             _core.blend_transpose_factored(B._axes, True, own_base, own_pairs, r, gt2)
             np.testing.assert_array_equal(gt2, wt)
+            got[...] = np.nan  # every row must be written
             _core.blend_factored(B._axes, True, own_base, own_pairs, v, got)
             np.testing.assert_array_equal(got, want)
 
@@ -120,22 +121,35 @@ def test_factored_transpose_is_the_same_for_any_thread_count(rng):
     np.testing.assert_array_equal(outs[0], outs[2])
 
 
-@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("packed", ["packed", "strided pairs", "strided values"])
 def test_factors_outside_the_grid_are_refused(rng, packed):
+    # the fused kernels (FactorRows::outside), the block loops with packed values (outside_row)
+    # and with strided values (bases_outside); the transposes with their own plan and, sorted,
+    # with the matrix's (each slab's range: [s L, (s + 2) L))
     B, pts, _, _ = setup(rng, 2, 200)
+    perm, ptr, _, _ = B._order()
     base, pairs = factors(B, pts)
-    if not packed:
-        pairs = layout(pairs, "strided")
-    v, r = rng.standard_normal((B.grid_size, 3)), rng.standard_normal((200, 3))
-    out, g = np.empty((200, 3)), np.empty((B.grid_size, 3))
+    sbase, spairs = factors(B, pts, perm)
+    lay = "strided" if packed == "strided values" else "C"
+    if packed == "strided pairs":
+        pairs, spairs = layout(pairs, "strided"), layout(spairs, "strided")
+    v, r = layout(rng.standard_normal((B.grid_size, 3)), lay), layout(rng.standard_normal((200, 3)), lay)
+    out, g = layout(np.empty((200, 3)), lay), layout(np.empty((B.grid_size, 3)), lay)
     last_cell = B.grid_size - 1 - B.span  # the largest base whose corners are all in the grid
-    for bad in (-1, last_cell + 1, B.grid_size):
-        b = base.copy()
-        b[77, 0] = bad
+    for bad in (-1, last_cell + 1, B.grid_size, -2**63, 2**63 - 1):
+        b, sb = base.copy(), sbase.copy()
+        b[77, 0] = sb[77, 0] = bad
         with pytest.raises(ValueError, match="outside the grid"):
             _core.blend_factored(B._axes, True, b, pairs, v, out)
         with pytest.raises(ValueError, match="outside the grid"):
             _core.blend_transpose_factored(B._axes, True, b, pairs, r, g)
+        with pytest.raises(ValueError, match="outside the grid"):
+            _core.blend_transpose_factored(B._axes, True, sb, spairs, r, g, 0, perm, ptr, True)
+    # in the grid but outside its slab's range (the point moved to another slab): refused too
+    sb = sbase.copy()
+    sb[0, 0] = sbase[-1, 0]
+    with pytest.raises(ValueError, match="or its slab"):
+        _core.blend_transpose_factored(B._axes, True, sb, spairs, r, g, 0, perm, ptr, True)
     b = base.copy()
     b[77, 0] = last_cell
     _core.blend_factored(B._axes, True, b, pairs, v, out)  # in the grid: accepted
@@ -149,6 +163,37 @@ def test_factors_outside_the_grid_are_refused(rng, packed):
         _core.blend_factors(B._axes, True, pts, base, np.empty((200, 5)))
     with pytest.raises(ValueError, match="rows must have one entry per row of points"):
         _core.blend_factors(B._axes, True, pts, base, pairs, 0, np.arange(3))
+
+
+def test_bad_plans_are_refused(rng):
+    # the CPU transposes' plans (perm, slab offsets) and the gathers' rows: lengths, layouts and
+    # offsets that do not cut [0, P) in order give named errors (the kernels would read beyond them)
+    B, pts, _, _ = setup(rng, 2, 200)
+    S = BlendingMatrix(pts, B.grid_coords, embedders.Gaussian(8, 0.09)).store()
+    perm, ptr, _, _ = B._order()
+    base, pairs = factors(B, pts, perm)
+    r, g = rng.standard_normal((200, 3)), np.empty((B.grid_size, 3))
+    sorted_pts = np.ascontiguousarray(pts[perm])
+    calls = {
+        "factored": lambda p, q: _core.blend_transpose_factored(B._axes, True, base, pairs, r, g, 0, p, q, True),
+        "fly": lambda p, q: _core.blend_transpose_fly(B._axes, True, sorted_pts, r, g, 0, p, q, True),
+        "stored": lambda p, q: _core.blend_transpose_stored(S.indices[perm], S.weights[perm], r, g, S.span, 0, p, q,
+                                                            True),
+    }
+    for name, call in calls.items():
+        call(perm, ptr)  # the plan itself: accepted
+        with pytest.raises(ValueError, match="perm must have one entry per point"):
+            call(perm[:-1], ptr)
+        with pytest.raises(ValueError, match="slab_ptr must have one entry per slab"):
+            call(perm, ptr[:-1])
+        with pytest.raises(ValueError, match="perm must be contiguous"):
+            call(np.repeat(perm, 2)[::2], ptr)
+        for bad in (lambda q: q + 1, lambda q: q[::-1].copy(), lambda q: np.r_[q[:-1], q[-1] + 5]):
+            with pytest.raises(ValueError, match="slab offsets must rise from 0 to the point count"):
+                call(perm, bad(ptr))
+    with pytest.raises(ValueError, match="rows must be contiguous"):
+        _core.blend_factored(B._axes, True, base, pairs, np.empty((B.grid_size, 1)), np.empty((200, 1)), 0,
+                             np.repeat(perm, 2)[::2])
 
 
 def test_the_matrix_keeps_its_weights_by_default(rng):
@@ -167,8 +212,10 @@ def test_the_matrix_keeps_its_weights_by_default(rng):
     base, pairs = B._ordered["factors"]
     assert base.shape == (3000, 1) and pairs.shape == (3000, 4)
     np.testing.assert_array_equal(first, second)
+    unplanned = F @ v  # F: its first product in the points' order, then its sorted points
+    assert "fly" not in F._ordered
+    np.testing.assert_array_equal(second, unplanned)
     np.testing.assert_array_equal(second, F @ v)
-    np.testing.assert_array_equal(F @ v, F @ v)
     np.testing.assert_array_equal(B.T @ r, F.T @ r)
     assert "factors" not in F._ordered and "fly" in F._ordered
     # the stored form drops them (its products read (indices, weights))

@@ -35,9 +35,12 @@ blend::MatrixView<T> view(const Array& a, const char* name) {
   return v;
 }
 
-// The address of an optional 1-D int64 array (perm, offsets), or null.
+// The address of an optional contiguous 1-D int64 array (perm, offsets), or null.
 inline index_t* index_ptr(const OptArray& a, const char* name) {
-  return a ? data<index_t>(*a, name, 1) : nullptr;
+  if (!a) return nullptr;
+  index_t* p = data<index_t>(*a, name, 1);
+  require(a->shape[0] <= 1 || a->strides[0] == 1, std::string(name) + " must be contiguous");
+  return p;
 }
 
 // The host-side weight function of a virtual grid (validates the axes).

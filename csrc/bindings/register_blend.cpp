@@ -44,6 +44,15 @@ void require_order(const OptArray& perm, const Array& rows, const char* name) {
             std::string("rows must have one entry per row of ") + name);
 }
 
+// A CPU transpose's plan (perm, slab offsets) of P rows on a grid of G nodes with rows spanning
+// `span`: P entries and slabs + 1 offsets.
+void require_plan(const OptArray& perm, const OptArray& offsets, index_t P, index_t G, index_t span) {
+  if (perm) require(perm->ndim() == 1 && perm->shape[0] == P, "perm must have one entry per point");
+  if (offsets)
+    require(offsets->ndim() == 1 && offsets->shape[0] == blend::transpose_layout(G, span).slabs + 1,
+            "slab_ptr must have one entry per slab of the grid, plus one");
+}
+
 // The kernels of one place: the CPU's with a thread count, CUDA's on a context. The products
 // below are bound once for each (blend_* and cuda_blend_*).
 struct Cpu {
@@ -151,7 +160,7 @@ void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, cons
   const char* xname = transpose ? "values" : "grid";
   same_place({{&points, "points"}, {&x, xname}, {&out, "out"}}, perm, offsets);
   const auto wf = weight_function(axes, normalize);
-  const index_t* pp = index_ptr(perm, "perm");
+  const index_t* pp = index_ptr(perm, transpose ? "perm" : "rows");
   const index_t* op = index_ptr(offsets, "offsets");
   if (!transpose) require_order(perm, points, "points");
   dispatch2(x.dtype, points.dtype, [&](auto t, auto q) {
@@ -176,7 +185,7 @@ void rows_call(Place place, bool transpose, const char* a_name, const Array& a, 
   const char* xname = transpose ? "values" : "grid";
   place(x, xname);
   same_place({{&x, xname}, {&a, a_name}, {&w, w_name}, {&out, "out"}}, perm, offsets);
-  const index_t* pp = index_ptr(perm, "perm");
+  const index_t* pp = index_ptr(perm, transpose ? "perm" : "rows");
   const index_t* op = index_ptr(offsets, "offsets");
   if (!transpose) require_order(perm, a, a_name);
   dispatch1(x.dtype, [&](auto t) {
@@ -419,6 +428,9 @@ void register_blend(py::module_& m) {
       [](const Axes& axes, bool normalize, const Array& points, const Array& values,
          const Array& out, int threads, const OptArray& perm, const OptArray& slab_ptr,
          bool sorted) {
+        const auto wf = weight_function(axes, normalize);
+        require_plan(perm, slab_ptr, points.ndim() >= 1 ? points.shape[0] : 0, wf.grid_size(),
+                     wf.span());
         fly_call(Cpu{threads}, true, axes, normalize, points, values, out, perm, slab_ptr, sorted);
       },
       py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("values"),
@@ -455,6 +467,9 @@ void register_blend(py::module_& m) {
       [](const Axes& axes, bool normalize, const Array& base, const Array& pairs,
          const Array& values, const Array& out, int threads, const OptArray& perm,
          const OptArray& slab_ptr, bool sorted) {
+        const auto wf = weight_function(axes, normalize);
+        require_plan(perm, slab_ptr, base.ndim() >= 1 ? base.shape[0] : 0, wf.grid_size(),
+                     wf.span());
         factored_call(threads, true, axes, normalize, base, pairs, values, out, perm, slab_ptr,
                       sorted);
       },
@@ -489,6 +504,8 @@ void register_blend(py::module_& m) {
       [](const Array& indices, const Array& weights, const Array& values, const Array& out,
          index_t span, int threads, const OptArray& perm, const OptArray& slab_ptr,
          bool sorted) {
+        require_plan(perm, slab_ptr, indices.ndim() >= 1 ? indices.shape[0] : 0,
+                     out.ndim() >= 1 ? out.shape[0] : 0, span);
         stored_call(Cpu{threads}, true, indices, weights, values, out, span, perm, slab_ptr,
                     sorted);
       },

@@ -21,6 +21,12 @@
 namespace kronpe::blend {
 namespace {
 
+// a + b modulo 2^64: factors' corner indices are formed before they are checked, and a base near
+// the int64 limits must not overflow (signed overflow is undefined).
+inline index_t wrapping_add(index_t a, index_t b) {
+  return static_cast<index_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+
 int resolve_threads(int threads) {
 #ifdef KRONPE_OPENMP
   return threads > 0 ? threads : kernel_threads();
@@ -395,7 +401,7 @@ struct FactorRows {
     static_assert(NC == 1 << D, "FactorRows: 2, 4 or 8 corners");
     Row<NC> r;
     const index_t bi = base[b];
-    for (int c = 0; c < NC; ++c) r.ib[c] = bi + off[c];
+    for (int c = 0; c < NC; ++c) r.ib[c] = wrapping_add(bi, off[c]);  // checked by outside()
     const double* p = pairs + 2 * D * b;
     if constexpr (D == 1) {
       r.wb[0] = p[0];
@@ -807,8 +813,8 @@ KRONPE_CLONES void corners_factored(int dims, index_t n, const index_t* off,
     const index_t r = rows ? rows[b] : start + b;
     const index_t bi = fbase(r, 0);
     base[b] = bi;
-    if (idx)
-      for (index_t c = 0; c < nc; ++c) idx[b * nc + c] = bi + off[c];
+    if (idx)  // checked by the callers (outside_row, bases_outside)
+      for (index_t c = 0; c < nc; ++c) idx[b * nc + c] = wrapping_add(bi, off[c]);
     const double* pr = &pairs(r, 0);
     for (index_t c = 0; c < nc; ++c) {
       double v = pr[((c >> (nd - 1)) & 1) * ps];
@@ -1079,7 +1085,12 @@ template <typename Plan>
 void transpose_plan(index_t P, TransposeLayout lay, const index_t*& perm, const index_t*& ptr,
                     bool sorted, std::vector<index_t>& own_perm, std::vector<index_t>& own_ptr,
                     Plan plan) {
-  if (perm != nullptr && ptr != nullptr) return;
+  if (perm != nullptr && ptr != nullptr) {  // the slabs' offsets must cut [0, P) in order
+    bool ok = ptr[0] == 0 && ptr[lay.slabs] == P;
+    for (index_t s = 0; s < lay.slabs; ++s) ok &= ptr[s] <= ptr[s + 1];
+    require(ok, "blend_transpose: the plan's slab offsets must rise from 0 to the point count");
+    return;
+  }
   require(!sorted, "blend_transpose: points in plan order need their plan");
   own_perm.resize(size_t(P));
   own_ptr.resize(size_t(lay.slabs + 1));
