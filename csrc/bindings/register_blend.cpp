@@ -3,6 +3,7 @@
 // side. Matrices are 2-D descriptors; an axis of the virtual grid is (nodes, kind, param).
 // kronpe.solvers.blending validates the arrays and owns them.
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "args.h"
@@ -42,15 +43,6 @@ void require_order(const OptArray& perm, const Array& rows, const char* name) {
   if (perm && rows.ndim() >= 1)
     require(perm->ndim() == 1 && perm->shape[0] == rows.shape[0],
             std::string("rows must have one entry per row of ") + name);
-}
-
-// A CPU transpose's plan (perm, slab offsets) of P rows on a grid of G nodes with rows spanning
-// `span`: P entries and slabs + 1 offsets.
-void require_plan(const OptArray& perm, const OptArray& offsets, index_t P, index_t G, index_t span) {
-  if (perm) require(perm->ndim() == 1 && perm->shape[0] == P, "perm must have one entry per point");
-  if (offsets)
-    require(offsets->ndim() == 1 && offsets->shape[0] == blend::transpose_layout(G, span).slabs + 1,
-            "slab_ptr must have one entry per slab of the grid, plus one");
 }
 
 // The kernels of one place: the CPU's with a thread count, CUDA's on a context. The products
@@ -119,6 +111,20 @@ struct Gpu {
   }
 };
 
+// A CPU transpose's plan (perm, slab offsets) of the rows of `rows` on a grid of G nodes with
+// rows spanning `span`: an entry per row and slabs + 1 offsets (a CUDA plan has its own layout).
+template <typename B>
+void require_plan(const B&, const OptArray& perm, const OptArray& offsets, const Array& rows,
+                  index_t G, index_t span) {
+  if constexpr (std::is_same_v<B, Cpu>) {
+    const index_t P = rows.ndim() >= 1 ? rows.shape[0] : 0;
+    if (perm) require(perm->shape[0] == P, "perm must have one entry per point");
+    if (offsets)
+      require(offsets->shape[0] == blend::transpose_layout(G, span).slabs + 1,
+              "slab_ptr must have one entry per slab of the grid, plus one");
+  }
+}
+
 // A per-point description of B from the points: run(Q{}, wf, points, rows, a, w) fills the int64
 // array `a` and the float64 array `w` ((indices, weights), or factors (base, pairs)) without the
 // GIL; rows (optional) orders the output rows.
@@ -163,6 +169,7 @@ void fly_call(const B& b, bool transpose, const Axes& axes, bool normalize, cons
   const index_t* pp = index_ptr(perm, transpose ? "perm" : "rows");
   const index_t* op = index_ptr(offsets, "offsets");
   if (!transpose) require_order(perm, points, "points");
+  else require_plan(b, perm, offsets, points, wf.grid_size(), wf.span());
   dispatch2(x.dtype, points.dtype, [&](auto t, auto q) {
     using T = decltype(t);
     using Q = decltype(q);
@@ -204,6 +211,7 @@ template <typename B>
 void stored_call(const B& b, bool transpose, const Array& indices, const Array& weights,
                  const Array& x, const Array& out, index_t span, const OptArray& perm,
                  const OptArray& offsets, bool sorted = false) {
+  if (transpose) require_plan(b, perm, offsets, indices, out.ndim() >= 1 ? out.shape[0] : 0, span);
   rows_call([&](const Array& a, const char* name) { b.place(a, name); }, transpose, "indices",
             indices, "weights", weights, x, out, perm, offsets,
             [&](auto t, auto iv, auto wv, auto xv, auto ov, const index_t* pp, const index_t* op) {
@@ -218,6 +226,7 @@ void factored_call(int threads, bool transpose, const Axes& axes, bool normalize
                    const Array& base, const Array& pairs, const Array& x, const Array& out,
                    const OptArray& perm, const OptArray& offsets, bool sorted = false) {
   const auto wf = weight_function(axes, normalize);
+  if (transpose) require_plan(Cpu{threads}, perm, offsets, base, wf.grid_size(), wf.span());
   rows_call(bindings::require_host, transpose, "base", base, "pairs", pairs, x, out, perm, offsets,
             [&](auto t, auto bv, auto fv, auto xv, auto ov, const index_t* pp, const index_t* op) {
               using T = decltype(t);
@@ -428,9 +437,6 @@ void register_blend(py::module_& m) {
       [](const Axes& axes, bool normalize, const Array& points, const Array& values,
          const Array& out, int threads, const OptArray& perm, const OptArray& slab_ptr,
          bool sorted) {
-        const auto wf = weight_function(axes, normalize);
-        require_plan(perm, slab_ptr, points.ndim() >= 1 ? points.shape[0] : 0, wf.grid_size(),
-                     wf.span());
         fly_call(Cpu{threads}, true, axes, normalize, points, values, out, perm, slab_ptr, sorted);
       },
       py::arg("axes"), py::arg("normalize"), py::arg("points"), py::arg("values"),
@@ -467,9 +473,6 @@ void register_blend(py::module_& m) {
       [](const Axes& axes, bool normalize, const Array& base, const Array& pairs,
          const Array& values, const Array& out, int threads, const OptArray& perm,
          const OptArray& slab_ptr, bool sorted) {
-        const auto wf = weight_function(axes, normalize);
-        require_plan(perm, slab_ptr, base.ndim() >= 1 ? base.shape[0] : 0, wf.grid_size(),
-                     wf.span());
         factored_call(threads, true, axes, normalize, base, pairs, values, out, perm, slab_ptr,
                       sorted);
       },
@@ -504,8 +507,6 @@ void register_blend(py::module_& m) {
       [](const Array& indices, const Array& weights, const Array& values, const Array& out,
          index_t span, int threads, const OptArray& perm, const OptArray& slab_ptr,
          bool sorted) {
-        require_plan(perm, slab_ptr, indices.ndim() >= 1 ? indices.shape[0] : 0,
-                     out.ndim() >= 1 ? out.shape[0] : 0, span);
         stored_call(Cpu{threads}, true, indices, weights, values, out, span, perm, slab_ptr,
                     sorted);
       },
