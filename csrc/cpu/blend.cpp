@@ -388,8 +388,12 @@ struct StoredRows {
 struct FactorRows {
   const index_t* base;
   const double* pairs;
-  const index_t* off;
+  index_t off[8];  // the corners' offsets, by value: the kernels keep them in registers
   index_t span;
+  FactorRows(const index_t* b, const double* p, const index_t* offsets, int corners, index_t s)
+      : base(b), pairs(p), off{}, span(s) {
+    for (int c = 0; c < corners && c < 8; ++c) off[c] = offsets[c];
+  }
   template <int NC>
   struct Row {
     index_t ib[NC];
@@ -1190,7 +1194,7 @@ void blend_factored(const WeightFunction& wf, MatrixView<const index_t> base,
     const index_t D2 = 2 * index_t(wf.dims()), span = wf.span();
     const index_t* off = wf.corner_offsets().data();
     const auto at = [&](index_t p0) {
-      return FactorRows{base.data + p0, pairs.data + p0 * D2, off, span};
+      return FactorRows(base.data + p0, pairs.data + p0 * D2, off, int(nc), span);
     };
     require(gather_rows_parallel<T, FactorRows>(fused, at, P, threads, grid.data, C,
                                                 wf.grid_size(), out.data, rows),
@@ -1254,7 +1258,7 @@ void blend_transpose_factored(const WeightFunction& wf, MatrixView<const index_t
     int bad = 0;
     for_slabs(lay, ptr, threads, out, [&](index_t s, index_t e, index_t n) {
       const index_t lo = s * lay.slab, hi = std::min(G, (s + 2) * lay.slab);
-      if (!fused(out.data, C, FactorRows{base.data + e, pairs.data + e * D2, off, span}, n,
+      if (!fused(out.data, C, FactorRows(base.data + e, pairs.data + e * D2, off, int(nc), span), n,
                  values.data, perm + e, P - e - n, lo, hi)) {
 #pragma omp atomic write
         bad = 1;
