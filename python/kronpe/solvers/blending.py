@@ -523,10 +523,10 @@ class BlendingMatrix:
             self.cache_weights = nbytes <= min(1 << 30, _validate.memory_budget() // 4)
         return self.cache_weights
 
-    def _ordered_operands(self) -> tuple:
-        """The kernels' operands in the plan's order: (points,), (base, pairs) (factors, when
-        kept: ``cache_weights``) or (indices, weights); the matrix's own arrays when the points
-        are in that order already."""
+    def _ordered_operands(self) -> Tuple[str, tuple]:
+        """The kernels' operands in the plan's order with their kind: ("fly", (points,)),
+        ("factors", (base, pairs)) (when kept: ``cache_weights``) or ("stored", (indices,
+        weights)); the matrix's own arrays when the points are in that order already."""
         perm, _, _, identity = self._order()
         if self.on_the_fly and self._caches_weights():
             if "factors" not in self._ordered:
@@ -537,12 +537,12 @@ class BlendingMatrix:
                 _core.blend_factors(self._axes, self.normalize, self._points_array(), _arrays.describe(base),
                                     _arrays.describe(pairs), self.threads, None if identity else _arrays.describe(perm))
                 self._ordered["factors"] = (base, pairs)
-            return self._ordered["factors"]
+            return "factors", self._ordered["factors"]
         key = "fly" if self.on_the_fly else "stored"
         if key not in self._ordered:
             own = (self.points,) if self.on_the_fly else (self.indices, self.weights)
             self._ordered[key] = own if identity else tuple(np.ascontiguousarray(a[perm]) for a in own)
-        return tuple(_arrays.describe(a) for a in self._ordered[key])
+        return key, tuple(_arrays.describe(a) for a in self._ordered[key])
 
     def matvec(self, v, out: Optional[np.ndarray] = None) -> np.ndarray:
         """B v: values on the grid -> values at the points.
@@ -579,14 +579,15 @@ class BlendingMatrix:
             self._matvecs += 1
             if planned:
                 perm, _, _, identity = self._order()
-                ops, rows = self._ordered_operands(), None if identity else _arrays.describe(perm)
+                (kind, ops), rows = self._ordered_operands(), None if identity else _arrays.describe(perm)
             else:
+                kind = "fly" if self.on_the_fly else "stored"
                 own = (self.points,) if self.on_the_fly else (self.indices, self.weights)
                 ops, rows = tuple(_arrays.describe(a) for a in own), None
-            if self.on_the_fly and len(ops) == 2:  # kept per-axis weights
+            if kind == "factors":
                 _core.blend_factored(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"),
                                      self.threads, rows)
-            elif self.on_the_fly:
+            elif kind == "fly":
                 _core.blend_fly(self._axes, self.normalize, *ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
             else:
                 _core.blend_stored(*ops, _arrays.describe(v2, "v"), _arrays.describe(r2, "out"), self.threads, rows)
@@ -618,11 +619,11 @@ class BlendingMatrix:
             g2[...] = 0
             return
         perm, ptr, span, _ = self._order()
-        ops, plan = self._ordered_operands(), (_arrays.describe(perm), _arrays.describe(ptr), True)
-        if self.on_the_fly and len(ops) == 2:  # kept per-axis weights
+        (kind, ops), plan = self._ordered_operands(), (_arrays.describe(perm), _arrays.describe(ptr), True)
+        if kind == "factors":
             _core.blend_transpose_factored(self._axes, self.normalize, *ops, _arrays.describe(r2, "r"),
                                            _arrays.describe(g2, "out"), self.threads, *plan)
-        elif self.on_the_fly:
+        elif kind == "fly":
             _core.blend_transpose_fly(self._axes, self.normalize, *ops, _arrays.describe(r2, "r"), _arrays.describe(g2, "out"),
                                       self.threads, *plan)
         else:
