@@ -52,13 +52,6 @@ PYBIND11_MODULE(_core, m) {
       "(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's "
       "back-off (the default teams halved by every late team) while another library's threads hold the cores "
       "(internal).");
-  m.def("set_cold_wake_steering", &kronpe::set_cold_wake_steering, py::arg("on"),
-        "Whether a cold team moves its workers off the launching thread's CPU (kronpe/threads.h; "
-        "internal: measurements and tests).");
-  m.def(
-      "cold_wake_steering",
-      [] { return py::make_tuple(kronpe::cold_wake_steering(), kronpe::cold_wake_steered()); },
-      "(whether cold teams move their workers, how many workers they moved so far) (internal).");
   register_blas(m);
   register_embed(m);
   register_mode_product(m);

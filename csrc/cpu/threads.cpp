@@ -6,13 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 
-#include <cstdio>
-#include <memory>
 
 #if defined(__linux__)
 #include <fcntl.h>
-#include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
@@ -111,86 +107,7 @@ void late_team(long long t) {
 
 namespace {
 std::atomic<long long> g_last_team_end{-(1LL << 60)};  // steady-clock microseconds
-std::atomic<bool> g_steering{true};
-std::atomic<long long> g_steered{0};
-
-// Team slots whose workers are remembered (a launching thread's table: thread ids by team number,
-// as its last top-level team saw them; 0: not seen).
-constexpr int kSlots = 256;
-struct WorkerTable {
-  std::atomic<int> tid[kSlots];
-};
-thread_local WorkerTable t_workers{};
-
-#if defined(__linux__)
-int own_tid() {
-  thread_local const int tid = int(::syscall(SYS_gettid));
-  return tid;
-}
-#endif
 }  // namespace
-
-void set_cold_wake_steering(bool on) { g_steering.store(on); }
-bool cold_wake_steering() { return g_steering.load(); }
-long long cold_wake_steered() { return g_steered.load(std::memory_order_relaxed); }
-
-#if defined(__linux__) && defined(KRONPE_OPENMP)
-// The workers a cold team moved off the launching thread's CPU, and the CPU sets to put back.
-struct TeamClock::Steer {
-  explicit Steer(int n)
-      : n(n), tid(new int[std::size_t(n)]()), saved(new cpu_set_t[std::size_t(n)]),
-        pending(new std::atomic<bool>[std::size_t(n)]) {
-    for (int i = 0; i < n; ++i) pending[i].store(false, std::memory_order_relaxed);
-  }
-  int n;
-  std::unique_ptr<int[]> tid;
-  std::unique_ptr<cpu_set_t[]> saved;
-  std::unique_ptr<std::atomic<bool>[]> pending;
-
-  // Moves the remembered workers of slots 1..threads-1 off `cpu`; null when none was moved.
-  static Steer* make(int threads, const std::atomic<int>* table, int cpu) {
-    Steer* s = nullptr;
-    const int n = std::min(threads, kSlots);
-    for (int i = 1; i < n; ++i) {
-      const int tid = table[i].load(std::memory_order_relaxed);
-      if (tid <= 0) continue;
-      char path[48];
-      std::snprintf(path, sizeof(path), "/proc/self/task/%d", tid);
-      if (::access(path, F_OK) != 0) continue;  // not a thread of this process (any more)
-      cpu_set_t now;
-      CPU_ZERO(&now);
-      if (::sched_getaffinity(tid, sizeof(now), &now) != 0) continue;
-      if (!CPU_ISSET(cpu, &now) || CPU_COUNT(&now) < 2) continue;  // kept off it, or pinned
-      cpu_set_t moved = now;
-      CPU_CLR(cpu, &moved);
-      if (::sched_setaffinity(tid, sizeof(moved), &moved) != 0) continue;
-      if (!s) s = new Steer(n);
-      s->tid[i] = tid;
-      s->saved[i] = now;
-      s->pending[i].store(true, std::memory_order_release);
-      g_steered.fetch_add(1, std::memory_order_relaxed);
-    }
-    return s;
-  }
-  // The worker of slot t puts its own CPU set back (if it is the thread that was moved).
-  void arrived(int t, int tid_now) {
-    if (t <= 0 || t >= n || tid[t] != tid_now) return;
-    if (pending[t].exchange(false, std::memory_order_acq_rel))
-      ::sched_setaffinity(0, sizeof(cpu_set_t), &saved[t]);
-  }
-  // Every moved worker that did not come to the region: its set put back by the launcher.
-  void restore() {
-    for (int i = 1; i < n; ++i)
-      if (pending[i].exchange(false, std::memory_order_acq_rel))
-        ::sched_setaffinity(tid[i], sizeof(cpu_set_t), &saved[i]);
-  }
-};
-#else
-struct TeamClock::Steer {
-  void arrived(int, int) {}
-  void restore() {}
-};
-#endif
 
 TeamClock::TeamClock(int threads, bool judged)
     : t0_(now_us()),
@@ -198,30 +115,11 @@ TeamClock::TeamClock(int threads, bool judged)
       judged_(judged),
       first_done_(-1),
       last_done_(-1) {
-#if defined(__linux__) && defined(KRONPE_OPENMP)
-  if (omp_in_parallel()) return;  // a nested team: not this thread's pool of workers
-  tids_ = t_workers.tid;
-  if (cold_ && threads > 1 && g_steering.load(std::memory_order_relaxed)) {
-    const int cpu = ::sched_getcpu();
-    if (cpu >= 0 && cpu < CPU_SETSIZE) steer_ = Steer::make(threads, tids_, cpu);
-  }
-#else
   (void)threads;
-#endif
 }
 
 void TeamClock::started() const {
   const long long t = now_us();
-#if defined(__linux__) && defined(KRONPE_OPENMP)
-  if (tids_) {
-    const int slot = omp_get_thread_num();
-    if (slot < kSlots) {
-      const int tid = own_tid();
-      tids_[slot].store(tid, std::memory_order_relaxed);
-      if (steer_) steer_->arrived(slot, tid);
-    }
-  }
-#endif
   if (judged_ && !cold_ && t - t0_ > kLateMicroseconds) late_team(t);
 }
 
@@ -236,10 +134,6 @@ void TeamClock::finished() const {
 }
 
 TeamClock::~TeamClock() {
-  if (steer_) {
-    steer_->restore();
-    delete steer_;
-  }
   const long long first = first_done_.load(std::memory_order_relaxed), last = last_done_.load(std::memory_order_relaxed);
   g_last_team_end.store(std::max(last, t0_), std::memory_order_relaxed);
   if (!judged_ || cold_ || first < 0 || last <= first) return;

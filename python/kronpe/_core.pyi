@@ -117,13 +117,6 @@ def set_nodes_per_extra_thread(nodes: int) -> int:
     """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
     2^13); returns the previous value (internal: tools/gpu_host_diag.py)."""
 
-def set_cold_wake_steering(on: bool) -> None:
-    """Whether a cold team moves its workers off the launching thread's CPU (kronpe/threads.h; internal:
-    measurements and tests)."""
-
-def cold_wake_steering() -> Tuple[bool, int]:
-    """(whether cold teams move their workers, how many workers they moved so far) (internal)."""
-
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 

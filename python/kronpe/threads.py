@@ -21,14 +21,8 @@ process holds one of the CPUs kronpe's team runs on, its teams wait for the slow
 barrier: on two CPUs with a busy loop pinned to one, that fill took 20.6-22.7 ms on two threads and
 19.7-20.2 on one, so ``set_num_threads(1)`` is then the faster choice.
 
-Waking after a pause (Linux): on virtual machines the kernel may wake a sleeping OpenMP worker on
-the CPU of the thread that launches the team, where it waits while that thread spins: the first
-call of a two-thread kernel after a pause then took 5-10 ms longer (a 64^3 chain 10.2 ms instead of
-0.5). A team launched more than 2 ms after kronpe's last one first moves each of its workers off the
-launching thread's CPU (the worker's allowed CPUs less that one), and each worker puts its own CPU
-set back as it starts: the 64^3 chain's first call after a pause 1.0 ms (``tools/cold_wake.py``).
-Only the sets of the OpenMP workers kronpe's teams use change, for the moment of their wake;
-workers pinned to one CPU (``OMP_PROC_BIND``, ``taskset`` to one core) are left alone.
+kronpe never changes the CPU affinity of threads: OpenMP's workers are shared with NumPy, torch
+and the user's own pinning (``OMP_PROC_BIND``, ``taskset``), which stay theirs to set.
 """
 from __future__ import annotations
 

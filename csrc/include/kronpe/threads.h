@@ -60,25 +60,6 @@ constexpr long long kLateWindowMilliseconds = 20;
 // for the timed call behind it on a quiet machine, which then ran on one thread.)
 constexpr long long kColdMicroseconds = 2000;
 
-// Cold wakes on virtual CPUs (Linux). After a pause, the kernel may wake a team's sleeping worker
-// on the launching thread's own CPU (seemingly because the idle virtual CPU it last ran on looks
-// preempted to the guest), where it waits while the launching thread spins in the runtime's
-// barrier: on this machine (2 virtual
-// CPUs) the first two bare 2-thread regions (100 us of work) after a 0.3 s pause took 7.4 and 3.9
-// ms by median, the worker on the launcher's CPU in 11-13 of 15 pauses (benches/README.md,
-// "Cold wakes"), and a kronpe call's first run after a pause 10.2 ms instead of 0.5 (a 64^3
-// chain) or 6.6 instead of 1.4 (the masked 128^2 fill). So a cold team (above) first moves each
-// worker it has seen before off the launching thread's CPU (its allowed CPUs less that one, where
-// that leaves any), and the worker puts its own set back first thing in the region (the launcher
-// does it for a worker that did not come): then the bare region took 0.22 ms, the chain 1.0 ms
-// and the fill 2.1 (tools/cold_wake.py). Only top-level
-// regions of this thread's teams; workers pinned to one CPU, or not allowed on the launcher's,
-// are left alone. set_cold_wake_steering(false) turns it off (measurements and tests).
-void set_cold_wake_steering(bool on);
-bool cold_wake_steering();
-// How many workers cold teams have moved since the process started (tests).
-long long cold_wake_steered();
-
 // Constructed by the launching thread just before a parallel region of `threads` threads and
 // destroyed after it (its destructor judges the finish times); started() and finished() are
 // called by every thread of the team, first and last thing in the region.
@@ -97,9 +78,6 @@ class TeamClock {
   bool cold_;  // launched more than kColdMicroseconds after the last team ended: not judged
   bool judged_;
   mutable std::atomic<long long> first_done_, last_done_;
-  std::atomic<int>* tids_ = nullptr;  // the launching thread's table of its workers (top level)
-  struct Steer;
-  Steer* steer_ = nullptr;  // the workers moved for a cold wake (null: none)
 };
 
 // body(t, count) on a team of nt threads (an OpenMP parallel region timed by a TeamClock; t the
