@@ -170,4 +170,5 @@ void register_embed(pybind11::module_& m);
 void register_mode_product(pybind11::module_& m);
 void register_blend(pybind11::module_& m);
 void register_smooth(pybind11::module_& m);
+void register_spline(pybind11::module_& m);
 void register_cuda(pybind11::module_& m);

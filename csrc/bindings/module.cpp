@@ -57,5 +57,6 @@ PYBIND11_MODULE(_core, m) {
   register_mode_product(m);
   register_blend(m);
   register_smooth(m);
+  register_spline(m);
   register_cuda(m);
 }

@@ -17,6 +17,7 @@ from .solvers.points import ConvergenceWarning, PointModel, fit_points  # noqa: 
 from .solvers.fit import GridModel, GridPlan, fit_grid  # noqa: E402
 from .solvers.penalty import DifferencePenalty  # noqa: E402
 from .resampling import resample, upsample  # noqa: E402
+from .gridding import SplineModel, fit_spline, grid  # noqa: E402
 from .solvers.saving import ModelFileError, ModelVersionError, load  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 from .threads import get_num_threads, set_num_threads  # noqa: E402

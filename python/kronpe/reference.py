@@ -720,3 +720,116 @@ def resample_area_1d(y: np.ndarray,  # (n, *rest) pixel means
 def dot(a, b) -> float:
     """sum(a * b) in float64."""
     return float(np.dot(np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()))
+
+
+# ---- cubic B-spline fits of scattered samples (kronpe.solvers.spline) ---------------------------
+
+
+def spline_design(points: np.ndarray, nint, lo, h) -> np.ndarray:
+    """The dense (P, prod(nint + 3)) matrix of tensor-product cubic B-splines at the points: each
+    basis function is the centred cubic B-spline N(u - (j - 1)), u = (x - lo) / h, evaluated by its
+    closed form (no interval search), with N(s) = (2 - |s|)^3 / 6 - 4 (1 - |s|)_+^3 / 6 on |s| < 2.
+    Points beyond the grid's last interval are clamped to it, as the kernels do."""
+    P, D = points.shape
+    mats = []
+    for a in range(D):
+        u = (points[:, a].astype(np.float64) - lo[a]) / h
+        u = np.clip(u, -np.inf, np.inf)
+        j = np.arange(nint[a] + 3)
+        cell = np.clip(np.floor(u), 0, nint[a] - 1)
+        s = np.abs(u[:, None] - (j[None, :] - 1))
+        val = np.where(s < 2, (2 - s) ** 3 / 6, 0.0) - np.where(s < 1, 4 * (1 - s) ** 3 / 6, 0.0)
+        # clamping: a point beyond the ends uses its clamped interval's cubic pieces (extrapolated)
+        t = u - cell
+        inside = (j[None, :] >= cell[:, None]) & (j[None, :] <= cell[:, None] + 3)
+        pieces = np.stack([(1 - t) ** 3 / 6, (3 * t**3 - 6 * t**2 + 4) / 6,
+                           (-3 * t**3 + 3 * t**2 + 3 * t + 1) / 6, t**3 / 6], -1)
+        ext = np.zeros_like(val)
+        rows = np.arange(P)
+        for k in range(4):
+            ext[rows, (cell + k).astype(np.int64)] = pieces[:, k]
+        out_of_range = (u < 0) | (u > nint[a])
+        mats.append(np.where(out_of_range[:, None], ext, np.where(inside, val, 0.0)))
+    B = mats[0]
+    for m in mats[1:]:
+        B = (B[:, :, None] * m[:, None, :]).reshape(P, -1)
+    return B
+
+
+def stencil_from_dense(A: np.ndarray, shape) -> np.ndarray:
+    """The offset-major (7^D, N) stencil of a dense (N, N) operator on a grid of ``shape``
+    coefficients (kronpe/spline.h): row o, column j = A[j, j + offset o] (0 where outside)."""
+    D = len(shape)
+    N = int(np.prod(shape))
+    idx = np.array(np.unravel_index(np.arange(N), shape)).T  # (N, D)
+    out = np.zeros((7**D, N))
+    for o in range(7**D):
+        off = np.array(np.unravel_index(o, (7,) * D)) - 3
+        nb = idx + off
+        ok = np.all((nb >= 0) & (nb < np.array(shape)), axis=1)
+        flat = np.ravel_multi_index(tuple(nb[ok].T), shape)
+        out[o, ok] = A[np.arange(N)[ok], flat]
+    return out
+
+
+def spline_normal(points, values, nint, lo, h, weights=None):
+    """(B^T W B as an offset-major stencil, B^T W values) from the dense design matrix."""
+    B = spline_design(np.asarray(points, np.float64), nint, lo, h)
+    w = np.ones(B.shape[0]) if weights is None else np.asarray(weights, np.float64)
+    shape = tuple(n + 3 for n in nint)
+    return stencil_from_dense(B.T @ (w[:, None] * B), shape), B.T @ (w[:, None] * np.asarray(values, np.float64))
+
+
+def spline_values(points, coef, nint, lo, h) -> np.ndarray:
+    """The spline with coefficients coef (N, C) at the points."""
+    return spline_design(np.asarray(points, np.float64), nint, lo, h) @ np.asarray(coef, np.float64)
+
+
+def stencil_apply(stencil, x, shape) -> np.ndarray:
+    """y = A x for an offset-major (7^D, N) stencil on a grid of ``shape`` coefficients."""
+    D = len(shape)
+    N = int(np.prod(shape))
+    x = np.asarray(x, np.float64).reshape(N, -1)
+    idx = np.array(np.unravel_index(np.arange(N), shape)).T
+    y = np.zeros_like(x)
+    for o in range(7**D):
+        off = np.array(np.unravel_index(o, (7,) * D)) - 3
+        nb = idx + off
+        ok = np.all((nb >= 0) & (nb < np.array(shape)), axis=1)
+        flat = np.ravel_multi_index(tuple(nb[ok].T), shape)
+        y[ok] += stencil[o, ok][:, None] * x[flat]
+    return y
+
+
+def thin_plate_spline_energy(nint, h, samples: int = 64) -> np.ndarray:
+    """The dense thin-plate energy matrix of the tensor-product cubic B-splines over the grid's
+    box, by a midpoint rule with ``samples`` points per interval of the pieces' derivatives from
+    finite differences of the closed form (an independent check of the exact Gram matrices)."""
+    D = len(nint)
+    per_axis = []
+    for a in range(D):
+        n_pts = nint[a] * samples
+        x = (np.arange(n_pts) + 0.5) * h / samples
+        e = h * 1e-3
+
+        def basis(z):
+            return spline_design(z[:, None], [nint[a]], [0.0], h)
+
+        f0, fp, fm = basis(x), basis(x + e), basis(x - e)
+        d1 = (fp - fm) / (2 * e)
+        d2 = (fp - 2 * f0 + fm) / e**2
+        q = h / samples
+        per_axis.append([q * f0.T @ f0, q * d1.T @ d1, q * d2.T @ d2])
+    total = 0.0
+    for a in range(D):
+        m = per_axis[0][2 if a == 0 else 0]
+        for i in range(1, D):
+            m = np.kron(m, per_axis[i][2 if i == a else 0])
+        total = total + m
+    for a in range(D):
+        for b in range(a + 1, D):
+            m = per_axis[0][1 if 0 in (a, b) else 0]
+            for i in range(1, D):
+                m = np.kron(m, per_axis[i][1 if i in (a, b) else 0])
+            total = total + 2 * m
+    return total

@@ -186,8 +186,8 @@ def finite(name: str, arr: np.ndarray) -> None:
         raise ValueError(f"{name} must be finite, found {bad}")
 
 
-def coords_1d(name: str, x, dtype=None) -> np.ndarray:
-    """A 1-D array of finite coordinates in [0, 1], as float32 or float64."""
+def coords_1d(name: str, x, dtype=None, unit: bool = True) -> np.ndarray:
+    """A 1-D array of finite coordinates (in [0, 1] when ``unit``), as float32 or float64."""
     arr = real_array(name, x)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of coordinates, got shape {arr.shape}")
@@ -195,6 +195,8 @@ def coords_1d(name: str, x, dtype=None) -> np.ndarray:
     check_budget(name, arr.size * dt.itemsize, f"pass fewer {name}")
     arr = arr.astype(dt, copy=False)
     finite(name, arr)
+    if not unit:
+        return arr
     small = compact(arr)
     if arr.size and (small.min() < 0 or small.max() > 1):
         raise ValueError(

@@ -1,0 +1,48 @@
+// kronpe C++ core: tensor-product cubic B-splines on a uniform node grid (the scattered-data fit
+// of kronpe.solvers.spline). No Python here.
+//
+// A grid of `ndim` (1-3) axes; axis a has nint[a] intervals of width h[a] starting at lo[a], and
+// nint[a] + 3 coefficients: coefficient j's basis function is the cubic B-spline centred at
+// lo + (j - 1) h, so a point in interval i (clamped to [0, nint - 1]) has the weights
+//   (1-t)^3/6, (3t^3 - 6t^2 + 4)/6, (-3t^3 + 3t^2 + 3t + 1)/6, t^3/6   (t = u - i, u = (x - lo)/h)
+// on coefficients i .. i+3. Coefficients are stored C-order (the last axis fastest) with C
+// channels innermost: coef[(j_0, ..., j_{D-1}), c].
+//
+// A symmetric operator on the coefficients that couples only coefficients within 3 of each other
+// along every axis (B^T B of the points, the smoothness penalty) is kept as a stencil, offset-major:
+// a (7^D, N) array whose row o holds every coefficient's coupling to its neighbour at offset o,
+// o = sum_a (o_a + 3) 7^(D-1-a) for o_a in -3..3; couplings to coefficients outside the grid are
+// zero. Row by row, a product is D-free and vectorises along the coefficients.
+#pragma once
+#include "kronpe/common.h"
+
+namespace kronpe {
+
+struct SplineGrid {
+  int ndim = 0;
+  index_t nint[3] = {0, 0, 0};
+  double lo[3] = {0, 0, 0};
+  double h[3] = {1, 1, 1};
+  index_t coefficients(int a) const { return nint[a] + 3; }
+  index_t size() const;  // product of the coefficients per axis
+};
+
+// 7^ndim: the stencil's entries per coefficient.
+index_t stencil_width(int ndim);
+
+// stencil += B^T B and rhs += B^T y over the P points (row-major P x ndim) with values y (row-major
+// P x C), each point weighted by weights[p] when weights is not null. stencil: 7^ndim x size();
+// rhs: size() x C. Deterministic: the same bits for any thread count.
+void spline_normal(const SplineGrid& g, index_t P, const double* points, const double* values, index_t C,
+                   const double* weights, double* stencil, double* rhs, int threads = 0);
+
+// out (P x C) = the spline with coefficients coef (size() x C) at the points.
+void spline_values(const SplineGrid& g, index_t P, const double* points, const double* coef, index_t C,
+                   double* out, int threads = 0);
+
+// y = A x for the (7^ndim, prod n) stencil A on the grid of `ndim` axes with n[a] coefficients per axis; x and y
+// (prod n) x C.
+void stencil_apply(int ndim, const index_t* n, const double* stencil, const double* x, index_t C, double* y,
+                   int threads = 0);
+
+}  // namespace kronpe
