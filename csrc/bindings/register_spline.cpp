@@ -33,13 +33,15 @@ SplineGrid grid_of(const GridArgs& args) {
 const double* contiguous(const Array& a, const char* name, const std::vector<index_t>& shape) {
   bindings::require_host(a, name);
   const double* p = bindings::data<const double>(a, name, int(shape.size()));
+  bool empty = false;
+  for (index_t n : a.shape) empty = empty || n == 0;
   index_t stride = 1;
   for (int i = int(shape.size()) - 1; i >= 0; --i) {
     const index_t n = a.shape[std::size_t(i)];
     require(shape[std::size_t(i)] < 0 || n == shape[std::size_t(i)],
             std::string(name) + ": axis " + std::to_string(i) + " must have " +
                 std::to_string(shape[std::size_t(i)]) + " entries, got " + std::to_string(n));
-    require(n <= 1 || a.strides[std::size_t(i)] == stride, std::string(name) + " must be C-contiguous");
+    require(empty || n <= 1 || a.strides[std::size_t(i)] == stride, std::string(name) + " must be C-contiguous");
     stride *= n;
   }
   return p;

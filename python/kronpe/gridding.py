@@ -40,14 +40,15 @@ def _points_values(points, values) -> Tuple[np.ndarray, np.ndarray, Tuple[int, .
     return pts, flat, channels
 
 
-def fit_spline(points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional[float] = None) -> SplineModel:
+def fit_spline(points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional[float] = None,
+               _box=None) -> SplineModel:
     """Fit scattered samples of a field with a cubic B-spline and a thin-plate penalty.
 
     Parameters
     ----------
     points : array (P, D) or (P,)
-        Sample positions, D = 1, 2 or 3 axes, in any units (one metric for all axes: rescale axes
-        measured in different units first). Duplicates are allowed (their values are averaged).
+        Sample positions, D = 1, 2 or 3 axes, each in any units (the fit works in the unit box of
+        the points' bounding box). Duplicates are allowed (their values are averaged).
     values : array (P,) or (P, *channels)
         Finite values at the points.
     tol : float
@@ -82,12 +83,11 @@ def fit_spline(points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional
         raise ValueError("points: every point has the same position; at least two distinct positions are needed")
     # the finest level's coefficients (x 7^D stencil x a few levels) must fit the memory budget
     P, D = pts.shape
-    ext = np.maximum(hi - lo, float((hi - lo).max()) * 1e-9)
-    finest = _spline.FINEST_SPACING * (float(np.prod(ext)) / P) ** (1.0 / D)
-    coefs = float(np.prod(ext / finest + 4.0))
+    finest = _spline.FINEST_SPACING * (1.0 / P) ** (1.0 / D)  # in the unit box
+    coefs = (1.0 / finest + 4.0) ** D
     _validate.check_array_budget("points", [int(min(coefs, 2**62)), 7**D, 3], 8,
                                  "too many coefficients for the points' density: pass fewer points")
-    model = _spline.fit(pts, vals, tol=tol, ridge=ridge)
+    model = _spline.fit(pts, vals, tol=tol, ridge=ridge, box=_box)
     model.coef = model.coef.reshape(model.coef.shape[:D] + channels)
     return model
 
@@ -108,8 +108,9 @@ def grid(points, values, shape: Union[int, Sequence[int], None] = None,
         Node spacing per axis (from the region's lower edge; the last node at or below the upper
         one). Exactly one of ``shape`` and ``spacing``.
     region : 2 D floats, optional
-        ``(lo_1, hi_1, ..., lo_D, hi_D)``; default: the points' bounding box. Nodes outside the
-        fitted box (the bounding box extended to whole intervals) are NaN.
+        ``(lo_1, hi_1, ..., lo_D, hi_D)``; default: the points' bounding box. The fit covers the
+        region and the points; beyond the points' convex hull it continues with the least bending
+        (the thin-plate energy's natural boundary), so mask far nodes with ``maxdist``.
     maxdist : float, optional
         Nodes farther than this from every point are NaN (a distance mask, in the points' units).
     xarray : bool
@@ -153,7 +154,7 @@ def grid(points, values, shape: Union[int, Sequence[int], None] = None,
                                  "a grid this large: use a coarser spacing or a smaller shape")
     if maxdist is not None:
         maxdist = _validate.positive_float("maxdist", maxdist)
-    model = fit_spline(pts, vals.reshape((pts.shape[0],) + channels), tol=tol)
+    model = fit_spline(pts, vals.reshape((pts.shape[0],) + channels), tol=tol, _box=(lo, hi))
     mlo, mhi = np.asarray(model.lo), np.asarray(model.hi)
     inside = [(c >= mlo[a]) & (c <= mhi[a]) for a, c in enumerate(coords)]
     out = np.full(tuple(counts) + channels, np.nan)

@@ -752,7 +752,7 @@ def spline_design(points: np.ndarray, nint, lo, h) -> np.ndarray:
         mats.append(np.where(out_of_range[:, None], ext, np.where(inside, val, 0.0)))
     B = mats[0]
     for m in mats[1:]:
-        B = (B[:, :, None] * m[:, None, :]).reshape(P, -1)
+        B = (B[:, :, None] * m[:, None, :]).reshape(P, B.shape[1] * m.shape[1])
     return B
 
 

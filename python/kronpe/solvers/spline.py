@@ -13,9 +13,9 @@ the natural boundary: outside the points' convex hull the fit continues with the
 
 Decisions (each measured on Franke's function and off-lattice samples of photographs):
 
-- **Coordinates as given.** Every axis keeps its units and one node spacing serves all axes (the
-  thin-plate energy is isotropic in the coordinates given); rescale axes measured in different
-  units first.
+- **Coordinates in any units.** The fit lives in the unit box of the points' bounding box, so
+  every axis keeps its own units (metres, degrees, seconds) and gets the same number of nodes;
+  the thin-plate energy is isotropic in those unit coordinates.
 - **Nested grids.** Level l has nint_0 * 2^l intervals per axis; a coarse B-spline is exactly a
   combination of the fine ones (weights 1 4 6 4 1 / 8), so the levels nest. They serve twice: as
   candidate resolutions and as the multigrid hierarchy of each level's solve.
@@ -332,9 +332,11 @@ class SplineModel:
     Attributes
     ----------
     coef : array (*shape, *channels), the B-spline coefficients (nint + 3 per axis)
-    lo, hi : tuples of D floats, the box the spline covers (the points' bounding box, extended to
-        whole intervals)
-    h : float, the node spacing
+    lo, scale : tuples of D floats: the spline lives in the unit coordinates (x - lo) / scale of
+        the points' bounding box (scale: its extents), so every axis keeps its own units
+    hi : the upper corner of the box the spline covers (the bounding box, extended to whole
+        intervals)
+    h : float, the node spacing in unit coordinates
     ridge : float, the lambda of the thin-plate penalty
     info : dict
         ``levels`` (intervals per axis of every level tried), ``holdout_errors`` (RMS, per level),
@@ -345,6 +347,7 @@ class SplineModel:
 
     coef: np.ndarray
     lo: Tuple[float, ...]
+    scale: Tuple[float, ...]
     h: float
     ridge: float
     info: Dict[str, Any] = field(default_factory=dict)
@@ -359,19 +362,25 @@ class SplineModel:
 
     @property
     def grid(self) -> Grid:
-        return Grid(tuple(n - 3 for n in self.coef.shape[:self.ndim]), tuple(self.lo), self.h)
+        """The B-spline grid in the box's unit coordinates (x - lo) / scale."""
+        return Grid(tuple(n - 3 for n in self.coef.shape[:self.ndim]), (0.0,) * self.ndim, self.h)
 
     @property
     def hi(self) -> Tuple[float, ...]:
-        return self.grid.hi
+        return tuple(lo + s * n * self.h for lo, s, n in zip(self.lo, self.scale, self.grid.nint))
+
+    def _unit(self, x: np.ndarray, axis: int) -> np.ndarray:
+        return (x - self.lo[axis]) / self.scale[axis]
 
     def _check_inside(self, name: str, x: np.ndarray, axis: Optional[int] = None) -> None:
         axes = range(self.ndim) if axis is None else [axis]
+        hi = self.hi
         for a in axes:
             col = x[:, a] if axis is None else x
-            if col.size and (col.min() < self.lo[a] - 1e-9 * self.h or col.max() > self.hi[a] + 1e-9 * self.h):
+            slack = 1e-9 * self.h * self.scale[a]
+            if col.size and (col.min() < self.lo[a] - slack or col.max() > hi[a] + slack):
                 raise ValueError(
-                    f"{name}: axis {a} must lie in the fitted box [{self.lo[a]:.6g}, {self.hi[a]:.6g}], "
+                    f"{name}: axis {a} must lie in the fitted box [{self.lo[a]:.6g}, {hi[a]:.6g}], "
                     f"got [{col.min():.6g}, {col.max():.6g}]")
 
     def predict(self, points) -> np.ndarray:
@@ -384,6 +393,7 @@ class SplineModel:
         pts = np.ascontiguousarray(pts, dtype=np.float64)
         _validate.finite("points", pts)
         self._check_inside("points", pts)
+        pts = np.ascontiguousarray(np.stack([self._unit(pts[:, a], a) for a in range(self.ndim)], -1))
         coef = self.coef.reshape(math.prod(self.coef.shape[:self.ndim]), -1).astype(np.float64)
         out = values_at(self.grid, coef, pts)
         return out.reshape((pts.shape[0],) + self.channels).astype(self.coef.dtype, copy=False)
@@ -399,7 +409,7 @@ class SplineModel:
         for a, c in enumerate(coords):
             c = _validate.coords_1d(f"coords[{a}]", c, dtype=np.float64, unit=False)
             self._check_inside(f"coords[{a}]", c, axis=a)
-            E = axis_matrix(grid.nint[a], grid.lo[a], grid.h, c)
+            E = axis_matrix(grid.nint[a], 0.0, grid.h, self._unit(c, a))
             out = np.moveaxis(np.tensordot(E, np.moveaxis(out, a, 0), axes=(1, 0)), 0, a)
         return np.ascontiguousarray(out).astype(self.coef.dtype, copy=False)
 
@@ -437,26 +447,29 @@ def _holdout(P: int) -> np.ndarray:
 
 
 def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge: Optional[float] = None,
-        max_level: Optional[int] = None) -> SplineModel:
+        max_level: Optional[int] = None, box: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> SplineModel:
     """Fit a cubic B-spline to points (P, D) float64 and values (P, C) float64 (checked by the
     caller: finite, D = 1..3, P >= 1). ``ridge``: a fixed lambda / (rho s^4) (no held-out choice of
-    lambda; the resolution is still held out). Returns a SplineModel with (P-independent) float64
-    coefficients of shape (*grid, C)."""
+    lambda; the resolution is still held out). ``box``: (lo, hi) the fit must cover besides the
+    points. Returns a SplineModel with float64 coefficients of shape (*grid, C)."""
     t0 = time.perf_counter()
     P, D = points.shape
     C = values.shape[1]
     lo = points.min(axis=0)
     hi = points.max(axis=0)
+    if box is not None:
+        lo, hi = np.minimum(lo, box[0]), np.maximum(hi, box[1])
     ext = hi - lo
     span = float(ext.max())
     if not span > 0:
         raise ValueError("points: all points coincide; at least two distinct positions are needed")
     ext = np.maximum(ext, span * 1e-9)
-    coarsest, L = _hierarchy(lo, ext, P)
+    points = np.ascontiguousarray((points - lo) / ext)  # the unit box: every axis in its own units
+    coarsest, L = _hierarchy(np.zeros(D), np.ones(D), P)
     if max_level is not None:
         L = min(L, max_level)
-    spacing = (float(np.prod(ext)) / P) ** (1.0 / D)
-    rho = P / float(np.prod(ext))
+    spacing = (1.0 / P) ** (1.0 / D)
+    rho = float(P)
     scale = rho * spacing**4  # lambda's unit: smoothing at the scale of the point spacing
     vrange = float(np.ptp(values)) if values.size else 0.0
     info: Dict[str, Any] = {"preconditioner": "V-cycle over the nested B-spline grids (Chebyshev smoothing)"}
@@ -563,5 +576,6 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
     info.update(iterations=int(it), residual=rel, converged=bool(rel <= CG_TOL) or it == 0, tol=tol,
                 ridge_relative=float(lam / scale), grid=list(g.nint), h=g.h,
                 seconds=time.perf_counter() - t0)
-    return SplineModel(coef=x.reshape(g.shape + (C,)), lo=tuple(float(v) for v in lo), h=g.h, ridge=float(lam),
+    return SplineModel(coef=x.reshape(g.shape + (C,)), lo=tuple(float(v) for v in lo),
+                       scale=tuple(float(v) for v in ext), h=g.h, ridge=float(lam),
                        info=info)

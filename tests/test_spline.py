@@ -1,0 +1,291 @@
+"""The cubic B-spline fit of scattered samples (kronpe.solvers.spline, kronpe.fit_spline, kronpe.grid):
+its kernels against kronpe.reference, its fits against dense solves, coordinates as users have
+them, and bad input."""
+import math
+
+import numpy as np
+import pytest
+
+import kronpe
+from kronpe import _core, reference as R
+from kronpe.solvers import spline as S
+
+
+def franke(x, y):
+    return (0.75 * np.exp(-((9 * x - 2) ** 2 + (9 * y - 2) ** 2) / 4) + 0.75 * np.exp(-(9 * x + 1) ** 2 / 49 - (9 * y + 1) / 10)
+            + 0.5 * np.exp(-((9 * x - 7) ** 2 + (9 * y - 3) ** 2) / 4) - 0.2 * np.exp(-(9 * x - 4) ** 2 - (9 * y - 7) ** 2))
+
+
+GRIDS = [((5,), (0.25,), 0.3), ((3, 4), (0.1, -1.0), 0.3), ((2, 3, 2), (0.0, 2.0, -1.0), 0.5), ((1, 6), (0.0, 0.0), 1.0)]
+
+
+def _points(rng, nint, lo, h, P):
+    return np.asarray(lo) + rng.random((P, len(nint))) * np.asarray(nint) * h
+
+
+@pytest.mark.parametrize("nint,lo,h", GRIDS)
+@pytest.mark.parametrize("P,C", [(0, 1), (1, 1), (37, 1), (200, 3)])
+def test_normal_equations_match_the_dense_reference(rng, nint, lo, h, P, C):
+    g = S.Grid(nint, lo, h)
+    pts = _points(rng, nint, lo, h, P)
+    vals = rng.standard_normal((P, C))
+    st, rhs = S.normal_equations(g, pts, vals)
+    st_ref, rhs_ref = R.spline_normal(pts, vals, nint, lo, h)
+    np.testing.assert_allclose(st, st_ref, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(rhs, rhs_ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("nint,lo,h", GRIDS)
+def test_weighted_normal_equations(rng, nint, lo, h):
+    g = S.Grid(nint, lo, h)
+    pts = _points(rng, nint, lo, h, 50)
+    vals, w = rng.standard_normal((50, 2)), rng.random(50)
+    st = np.zeros((7 ** len(nint), math.prod(g.shape)))
+    rhs = np.zeros((st.shape[1], 2))
+    _core.spline_normal(g.args(), pts, vals, w, st, rhs)
+    st_ref, rhs_ref = R.spline_normal(pts, vals, nint, lo, h, weights=w)
+    np.testing.assert_allclose(st, st_ref, atol=1e-13)
+    np.testing.assert_allclose(rhs, rhs_ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("nint,lo,h", GRIDS)
+@pytest.mark.parametrize("C", [1, 2])
+def test_values_and_stencil_products_match_the_reference(rng, nint, lo, h, C):
+    g = S.Grid(nint, lo, h)
+    pts = _points(rng, nint, lo, h, 60)
+    coef = rng.standard_normal((math.prod(g.shape), C))
+    np.testing.assert_allclose(S.values_at(g, coef, pts), R.spline_values(pts, coef, nint, lo, h), atol=1e-13)
+    st = rng.standard_normal((7 ** len(nint), coef.shape[0]))
+    st = R.stencil_from_dense(_dense_of(st, g.shape), g.shape)  # entries beyond the grid zeroed
+    y = np.empty_like(coef)
+    _core.stencil_apply(list(g.shape), st, coef, y)
+    np.testing.assert_allclose(y, R.stencil_apply(st, coef, g.shape), atol=1e-12)
+
+
+def _dense_of(st, shape):
+    """The dense operator whose stencil rows are st (entries that point outside the grid dropped)."""
+    D = len(shape)
+    N = math.prod(shape)
+    A = np.zeros((N, N))
+    idx = np.array(np.unravel_index(np.arange(N), shape)).T
+    for o in range(7 ** D):
+        off = np.array(np.unravel_index(o, (7,) * D)) - 3
+        nb = idx + off
+        ok = np.all((nb >= 0) & (nb < np.array(shape)), axis=1)
+        A[np.arange(N)[ok], np.ravel_multi_index(tuple(nb[ok].T), shape)] = st[o, ok]
+    return A
+
+
+@pytest.mark.parametrize("nint,lo,h", GRIDS)
+def test_penalty_is_the_thin_plate_energy(nint, lo, h):
+    g = S.Grid(nint, lo, h)
+    ref = R.stencil_from_dense(R.thin_plate_spline_energy(list(nint), h), g.shape)
+    np.testing.assert_allclose(S.penalty_stencil(g), ref, rtol=0, atol=2e-3 * np.abs(ref).max())
+
+
+def test_penalty_vanishes_on_linear_functions():
+    g = S.Grid((4, 5), (0.0, 0.0), 0.25)
+    pen = S.penalty_stencil(g)
+    xs = [(np.arange(n) - 1) * g.h for n in g.shape]  # a linear function's coefficients are its node values
+    X, Y = np.meshgrid(*xs, indexing="ij")
+    for f in (np.ones_like(X), X, Y, 2 * X - 3 * Y + 1):
+        out = np.empty((pen.shape[1], 1))
+        _core.stencil_apply(list(g.shape), pen, np.ascontiguousarray(f.reshape(-1, 1)), out)
+        assert np.abs(out).max() < 1e-10
+    out = np.empty((pen.shape[1], 1))
+    _core.stencil_apply(list(g.shape), pen, np.ascontiguousarray((X * Y).reshape(-1, 1)), out)
+    assert np.abs(out).max() > 1e-3  # a bending function is penalised
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_subdivision_keeps_the_spline_and_restriction_is_its_transpose(rng, axis):
+    coarse = S.Grid((3, 4), (0.5, -1.0), 0.4)
+    fine = coarse.finer()
+    c = rng.standard_normal(coarse.shape)
+    f = S.subdivide(c, axis)
+    f = S.subdivide(f, 1 - axis)
+    pts = _points(rng, coarse.nint, coarse.lo, coarse.h, 80)
+    np.testing.assert_allclose(S.values_at(fine, f.reshape(-1, 1), pts),
+                               S.values_at(coarse, c.reshape(-1, 1), pts), atol=1e-12)
+    a = S.subdivide(c, axis)
+    b = rng.standard_normal(a.shape)
+    assert abs(float(np.sum(a * b)) - float(np.sum(c * S.restrict(b, axis)))) < 1e-10
+
+
+@pytest.mark.parametrize("D", [1, 2])
+def test_fit_matches_a_dense_penalised_solve(rng, D):
+    """With a fixed lambda and one level, the fit is the dense solve of (B^T B + lambda R) c = B^T y."""
+    P = 30 if D == 1 else 60
+    pts = rng.random((P, D))
+    vals = rng.standard_normal((P, 1))
+    m = S.fit(pts, vals, ridge=1e-3, max_level=1)
+    g = m.grid  # in the unit box of the points
+    unit = (pts - np.asarray(m.lo)) / np.asarray(m.scale)
+    B = R.spline_design(unit, list(g.nint), list(g.lo), g.h)
+    Rm = R.thin_plate_spline_energy(list(g.nint), g.h, samples=256)
+    want = np.linalg.solve(B.T @ B + m.ridge * Rm, B.T @ vals)
+    got = m.coef.reshape(-1, 1)
+    assert np.linalg.norm(got - want) <= 1e-3 * np.linalg.norm(want)
+
+
+def test_franke_reaches_interpolation_accuracy():
+    rng = np.random.default_rng(3)
+    pts = rng.random((2000, 2))
+    y = franke(pts[:, 0], pts[:, 1])
+    m = kronpe.fit_spline(pts, y)
+    test = 0.1 + 0.8 * rng.random((500, 2))
+    err = m.predict(test) - franke(test[:, 0], test[:, 1])
+    psnr = 20 * np.log10(np.ptp(y) / np.sqrt(np.mean(err**2)))
+    assert psnr > 80, psnr
+    assert m.info["limited_by"] in ("representation", "tolerance")
+
+
+def test_noisy_samples_are_smoothed():
+    rng = np.random.default_rng(4)
+    pts = rng.random((4000, 2))
+    clean = franke(pts[:, 0], pts[:, 1])
+    m = kronpe.fit_spline(pts, clean + 0.05 * rng.standard_normal(clean.shape))
+    test = 0.1 + 0.8 * rng.random((500, 2))
+    rmse = np.sqrt(np.mean((m.predict(test) - franke(test[:, 0], test[:, 1])) ** 2))
+    assert rmse < 0.02  # well below the noise
+    assert m.info["limited_by"] in ("noise", "representation")
+
+
+@pytest.mark.parametrize("scale,shift", [((1.0,), (0.0,)), ((1e3, 1e-2), (5e5, -3.0)), ((2.0, 1.0, 0.5), (0.0, 1.0, 2.0))])
+def test_coordinates_in_any_units(scale, shift):
+    """A field sampled in other units and boxes fits the same (relative to its scale)."""
+    rng = np.random.default_rng(5)
+    D = len(scale)
+    u = rng.random((3000 if D < 3 else 6000, D))
+    f = np.cos(2 * u).prod(axis=1) + u.sum(axis=1)
+    x = u * np.asarray(scale) + np.asarray(shift)
+    m = kronpe.fit_spline(x, f)
+    t = 0.2 + 0.6 * rng.random((200, D))
+    err = m.predict(t * np.asarray(scale) + np.asarray(shift)) - (np.cos(2 * t).prod(axis=1) + t.sum(axis=1))
+    assert np.sqrt(np.mean(err**2)) < 1e-3 * np.ptp(f)
+
+
+def test_clustered_tracks_and_outside_the_hull_stay_bounded():
+    rng = np.random.default_rng(6)
+    t = rng.random(3000)
+    k = rng.integers(0, 6, 3000)
+    start, direction = rng.random((6, 2)), rng.standard_normal((6, 2))
+    pts = np.clip(start[k] + (t[:, None] - 0.5) * direction[k], 0, 1)
+    y = franke(pts[:, 0], pts[:, 1])
+    g, coords = kronpe.grid(pts, y, shape=(64, 64))
+    assert np.all(np.isfinite(g))
+    assert np.abs(g).max() < 10 * np.abs(y).max()
+
+
+def test_grid_shape_spacing_region_and_distance_mask():
+    rng = np.random.default_rng(7)
+    pts = rng.random((800, 2)) * [10.0, 4.0]
+    y = pts[:, 0] - 2 * pts[:, 1]
+    g, (x0, x1) = kronpe.grid(pts, y, spacing=0.5)
+    assert g.shape == (x0.size, x1.size)
+    np.testing.assert_allclose(x0[1] - x0[0], 0.5)
+    g, (x0, x1) = kronpe.grid(pts, y, shape=(5, 3), region=(-1, 11, 0, 4))  # beyond the points: linear
+    np.testing.assert_allclose(g, x0[:, None] - 2 * x1[None, :], atol=1e-4)
+    g, _ = kronpe.grid(pts[pts[:, 0] < 5], y[pts[:, 0] < 5], shape=(20, 8), region=(0, 10, 0, 4), maxdist=0.5)
+    assert np.isnan(g[-5:]).all() and np.isfinite(g[:5]).all()
+    g, _ = kronpe.grid(pts, np.stack([y, 2 * y], -1), shape=(6, 6))
+    np.testing.assert_allclose(g[..., 1], 2 * g[..., 0], rtol=1e-9, atol=1e-9)
+
+
+def test_grid_as_xarray():
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(8)
+    pts = rng.random((300, 2))
+    da = kronpe.grid(pts, pts[:, 0], shape=(4, 5), xarray=True, dims=("lon", "lat"))
+    assert isinstance(da, xr.DataArray) and da.dims == ("lon", "lat") and da.shape == (4, 5)
+    np.testing.assert_allclose(da["lon"].values, np.linspace(pts[:, 0].min(), pts[:, 0].max(), 4))
+
+
+def test_duplicates_collinear_and_tiny_sets():
+    rng = np.random.default_rng(9)
+    pts = rng.random((200, 2))
+    pts = np.concatenate([pts, pts[:20]])
+    y = np.concatenate([pts[:200, 0], pts[:20, 0] + 0.1])  # duplicates with other values: averaged
+    m = kronpe.fit_spline(pts, y)
+    assert np.all(np.isfinite(m.coef))
+    line = np.stack([np.linspace(0, 1, 100), np.linspace(0, 1, 100) * 0.5], -1)  # all on a line
+    m = kronpe.fit_spline(line, line[:, 0])
+    assert np.all(np.isfinite(m.coef))
+    np.testing.assert_allclose(m.predict(line[10:90]), line[10:90, 0], atol=1e-4)
+    m = kronpe.fit_spline([[0.0, 0.0], [1.0, 1.0]], [1.0, 2.0])
+    assert np.all(np.isfinite(m.predict([[0.5, 0.5]])))
+
+
+@pytest.mark.parametrize("points,values,match", [
+    (np.zeros((0, 2)), np.zeros(0), "at least one point"),
+    (np.zeros((5, 4)), np.zeros(5), "D = 1, 2 or 3"),
+    (np.array([[0.0, np.nan], [1.0, 1.0]]), np.zeros(2), "points"),
+    (np.array([[0.0, np.inf], [1.0, 1.0]]), np.zeros(2), "points"),
+    (np.random.default_rng(0).random((5, 2)), np.zeros(4), "one row per point"),
+    (np.random.default_rng(0).random((5, 2)), np.array([0, 1, np.nan, 0, 0.0]), "values"),
+    (np.random.default_rng(0).random((300, 2)), np.zeros((300, 0)), "at least one value"),
+    (np.ones((5, 2)), np.zeros(5), "same position"),
+])
+def test_bad_input_is_named(points, values, match):
+    with pytest.raises(ValueError, match=match):
+        kronpe.fit_spline(points, values)
+
+
+def test_bad_grid_arguments_and_predictions_are_named():
+    rng = np.random.default_rng(10)
+    pts = rng.random((100, 2))
+    with pytest.raises(ValueError, match="exactly one of shape"):
+        kronpe.grid(pts, pts[:, 0])
+    with pytest.raises(ValueError, match="exactly one of shape"):
+        kronpe.grid(pts, pts[:, 0], shape=4, spacing=0.1)
+    with pytest.raises(ValueError, match="spacing"):
+        kronpe.grid(pts, pts[:, 0], spacing=-1.0)
+    with pytest.raises(ValueError, match="region"):
+        kronpe.grid(pts, pts[:, 0], shape=4, region=(0, 1))
+    with pytest.raises(ValueError, match="shape"):
+        kronpe.grid(pts, pts[:, 0], shape=(4, 0))
+    with pytest.raises(MemoryError):
+        kronpe.grid(pts, pts[:, 0], spacing=1e-7)
+    m = kronpe.fit_spline(pts, pts[:, 0])
+    with pytest.raises(ValueError, match=r"points must have shape \(P, 2\)"):
+        m.predict(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="fitted box"):
+        m.predict([[5.0, 0.5]])
+    with pytest.raises(ValueError, match="coords"):
+        m.predict_grid([np.linspace(0.2, 0.8, 3)])
+
+
+def test_kernel_bindings_refuse_bad_arrays():
+    g = S.Grid((2, 2), (0.0, 0.0), 1.0)
+    N = math.prod(g.shape)
+    pts = np.zeros((3, 2))
+    vals = np.zeros((3, 1))
+    with pytest.raises(ValueError, match="stencil"):
+        _core.spline_normal(g.args(), pts, vals, None, np.zeros((49, N - 1)), np.zeros((N, 1)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.spline_normal(g.args(), np.zeros((2, 3))[:, :2], np.zeros((2, 1)), None, np.zeros((49, N)),
+                            np.zeros((N, 1)))
+    with pytest.raises(ValueError, match="float64"):
+        _core.spline_values(g.args(), pts.astype(np.float32), np.zeros((N, 1)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="grid"):
+        _core.spline_values(([2, 0], [0.0, 0.0], [1.0, 1.0]), pts, np.zeros((N, 1)), np.zeros((3, 1)))
+    x = np.zeros((N, 1))
+    with pytest.raises(ValueError, match="y must not be x"):
+        _core.stencil_apply(list(g.shape), np.zeros((49, N)), x, x)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    rng = np.random.default_rng(11)
+    pts = rng.random((20000, 2))
+    vals = rng.standard_normal((20000, 1))
+    g = S.Grid((64, 64), (0.0, 0.0), 1 / 64)
+    before = kronpe.get_num_threads()
+    try:
+        kronpe.set_num_threads(1)
+        one = S.normal_equations(g, pts, vals)
+        kronpe.set_num_threads(2)
+        two = S.normal_equations(g, pts, vals)
+    finally:
+        kronpe.set_num_threads(before)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1], two[1])
