@@ -85,6 +85,10 @@ __all__ = [
     "fit_points",
     "PointModel",
     "ConvergenceWarning",
+    # scattered field data anywhere
+    "fit_spline",
+    "grid",
+    "SplineModel",
     # everyday jobs
     "upsample",
     "resample",

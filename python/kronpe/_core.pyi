@@ -117,6 +117,18 @@ def set_nodes_per_extra_thread(nodes: int) -> int:
     """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
     2^13); returns the previous value (internal: tools/gpu_host_diag.py)."""
 
+def spline_normal(grid: Tuple[List[int], List[float], List[float]], points: Descriptor, values: Descriptor,
+                  weights: Optional[Descriptor], stencil: Descriptor, rhs: Descriptor) -> None:
+    """stencil (7^D, coefs) += B^T W B and rhs (coefs, C) += B^T W values of the points on the cubic B-spline grid
+    (nint, lo, h) (internal; kronpe/spline.h)."""
+
+def spline_values(grid: Tuple[List[int], List[float], List[float]], points: Descriptor, coef: Descriptor,
+                  out: Descriptor) -> None:
+    """out (P, C) = the spline with coefficients coef (coefs, C) at the points (internal)."""
+
+def stencil_apply(shape: List[int], stencil: Descriptor, x: Descriptor, y: Descriptor) -> None:
+    """y (N, C) = A x for the 7^D-point stencil A (7^D, N) on a grid of `shape` (internal)."""
+
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 

@@ -84,8 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grid", help="fit scattered samples (.npy or .csv rows: coordinates, values) onto a grid")
     p.add_argument("path", help="a .npy array or a .csv file, one sample per row: D coordinates, then the values")
-    p.add_argument("--shape", type=int, nargs="+", required=True, metavar="N",
+    p.add_argument("--shape", type=int, nargs="+", default=None, metavar="N",
                    help="the grid to predict: samples per axis (D numbers)")
+    p.add_argument("--spacing", type=float, nargs="+", default=None, metavar="H",
+                   help="grid field data in the points' own units (kronpe.grid): node spacing, one or D numbers")
+    p.add_argument("--region", type=float, nargs="+", default=None, metavar="V",
+                   help="with --spacing: lo_1 hi_1 ... lo_D hi_D (default: the points' bounding box)")
+    p.add_argument("--maxdist", type=float, default=None, metavar="DIST",
+                   help="with --spacing: NaN at nodes farther than DIST from every point")
     p.add_argument("--save", default=None, metavar="MODEL.npz", help="save the fitted model (kronpe predict reads it)")
     _add_common(p)
 

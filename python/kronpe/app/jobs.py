@@ -132,6 +132,13 @@ def run_grid(args) -> int:
     import kronpe
 
     report = Output(args, "grid")
+    if (args.shape is None) == (getattr(args, "spacing", None) is None):
+        raise ValueError("grid needs exactly one of --shape (nodes per axis, coordinates in [0, 1]) and "
+                         "--spacing (node spacing in the points' own units)")
+    if args.spacing is not None:
+        return _run_field_grid(args, report)
+    if args.region is not None or args.maxdist is not None:
+        raise ValueError("--region and --maxdist go with --spacing")
     shape = _shape_arg(args.shape)
     table = _load_points(args.path)
     D = len(shape)
@@ -164,6 +171,33 @@ def run_grid(args) -> int:
             files += _write_pictures(out, stem, "grid", grid, 2, float(vals.min()), float(vals.max()))
         files += _save_model(args, model)
         steps.next()
+    report.wrote(files)
+    return report.done()
+
+
+def _run_field_grid(args, report: Output) -> int:
+    """``kronpe grid POINTS --spacing H [--region ...] [--maxdist D]``: kronpe.grid in the points' units."""
+    import kronpe
+
+    table = _load_points(args.path)
+    D = len(args.spacing) if len(args.spacing) > 1 else (len(args.region) // 2 if args.region else 2)
+    if table.shape[1] <= D:
+        raise ValueError(f"each row needs {D} coordinates and at least one value, got {table.shape[1]} columns")
+    pts, vals = table[:, :D], table[:, D:]
+    spacing = args.spacing[0] if len(args.spacing) == 1 else args.spacing
+    report.say(f"points: {pts.shape[0]} in {D}-D, {vals.shape[1]} value column(s); spacing {args.spacing}")
+    report.put(points=pts.shape[0], value_columns=vals.shape[1], spacing=list(args.spacing))
+    t0 = time.perf_counter()
+    grid, coords = kronpe.grid(pts, vals[:, 0] if vals.shape[1] == 1 else vals, spacing=spacing,
+                               region=args.region, maxdist=args.maxdist)
+    seconds = time.perf_counter() - t0
+    report.say(f"grid: {list(grid.shape)}, time {seconds:.3f} s (fit + grid)")
+    report.put(seconds=seconds, shape=list(grid.shape), coords_lo=[float(c[0]) for c in coords],
+               coords_hi=[float(c[-1]) for c in coords])
+    out = _out_dir(args)
+    stem = Path(args.path).stem or "points"
+    files = [out / f"{stem}_grid.npy"]
+    np.save(files[0], grid)
     report.wrote(files)
     return report.done()
 
