@@ -51,16 +51,21 @@ __all__ = ["SplineModel", "fit", "penalty_stencil", "axis_grams", "subdivide", "
 
 FINEST_SPACING = 1.0  # finest node spacing / mean point spacing
 COARSEST_INTERVALS = 4  # intervals of the coarsest level along the longest axis (at most)
-LAMBDA_EXACT = 1e-6  # lambda / (rho s^4) at the interpolation limit (rho: points per unit volume)
-LAMBDA_STEP = 10.0
+LAMBDA_START = 1e-3  # each level's first lambda / (rho s^4) (rho: points per unit volume, s: their spacing)
+LAMBDA_DOWN = 10**1.5  # then lower by this factor while the held-out error falls ...
+LAMBDA_EXACT = 1e-6  # ... down to the interpolation limit
+LAMBDA_STEP = 10.0  # and at the best levels higher by this factor while it falls (noise)
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
+STOP_LEVELS = 2  # levels without a gain after which refinement stops
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
 DEFAULT_TOL = 1e-5  # held-out RMS error / value range at which refinement stops
-CG_TOL = 1e-7
+CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out error / the values' RMS,
+CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
+CG_TOL_FACTOR = 0.01
 DIRECT_WORK = 3e7  # N bw^2 of the largest system factorised directly (a 35 x 35 grid: 1.4e7)
 CG_MAXITER = 300
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
@@ -435,7 +440,7 @@ def _hierarchy(lo: np.ndarray, ext: np.ndarray, P: int) -> Tuple[Grid, int]:
     spacing = (float(np.prod(np.maximum(ext, ext.max() * 1e-12))) / P) ** (1.0 / D)
     h0 = float(ext.max()) / COARSEST_INTERVALS
     finest = FINEST_SPACING * spacing
-    L = max(0, int(math.ceil(math.log2(h0 / finest)))) if finest < h0 else 0
+    L = max(0, int(math.ceil(math.log2(h0 / finest) - 0.1))) if finest < h0 else 0
     nint = tuple(max(1, int(math.ceil(e / h0 * (1 - 1e-12)))) for e in ext)
     return Grid(nint, tuple(float(v) for v in lo), h0), L
 
@@ -506,61 +511,88 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
             out.append(made[key])
         return out
 
+    rms = float(np.sqrt(np.mean(values * values))) if values.size else 0.0
+    cg_tol = [CG_TOL_MAX]
+
     def solve(l: int, lam: float, x0: Optional[np.ndarray], data, rhs) -> Tuple[np.ndarray, int, float]:
-        return _pcg(levels_for(l, lam, data), rhs[l], x0, CG_TOL, CG_MAXITER)
+        return _pcg(levels_for(l, lam, data), rhs[l], x0, cg_tol[0], CG_MAXITER)
 
     def ho_error(l: int, x: np.ndarray) -> float:
         if hold.size == 0:
             return float("nan")
         e = values_at(grids[l], x, p_ho) - v_ho
-        return float(np.sqrt(np.mean(e * e)))
+        err = float(np.sqrt(np.mean(e * e)))
+        if rms > 0:  # the solves need be no more accurate than the fit they can reach
+            cg_tol[0] = min(cg_tol[0], max(CG_TOL, CG_TOL_FACTOR * err / rms))
+        return err
 
-    lam_exact = LAMBDA_EXACT * scale
     fixed = ridge is not None
-    lam = (ridge * scale) if fixed else lam_exact
     errors: List[float] = []
     sols: List[np.ndarray] = []
+    lams: List[float] = []
+    lam_errors: List[Tuple[float, int, float]] = []
     limited = "representation"
     best = 0
     x = None
-    if hold.size == 0:  # too few points to hold any out: the finest level at the given lambda
+
+    lowering = [True]  # whether a lower lambda did not lose on the last level (then this one tries it too)
+
+    def level_fit(l: int, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, float, float]:
+        """Level l's held-out fit: lambda from LAMBDA_START down to LAMBDA_EXACT while it gains
+        (on a level whose predecessor lost from it, the start is kept)."""
+        mu = ridge * scale if fixed else LAMBDA_START * scale
+        y, _, _ = solve(l, mu, x0, data_tr, rhs_tr)
+        e = ho_error(l, y)
+        tried = lowering[0]
+        lowering[0] = False
+        while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
+            mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
+            y2, _, _ = solve(l, mu2, y, data_tr, rhs_tr)
+            e2 = ho_error(l, y2)
+            lam_errors.append((mu2 / scale, l, e2))
+            if not e2 < e * LEVEL_GAIN:
+                lowering[0] = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
+                break
+            y, e, mu = y2, e2, mu2
+            lowering[0] = True
+        return y, e, mu
+
+    if hold.size == 0:  # too few points to hold any out: the finest level at the starting lambda
         best = L
+        lams = [ridge * scale if fixed else LAMBDA_START * scale] * (L + 1)
     else:
         for l in range(L + 1):
             assemble(l)
             x0 = None if x is None else _prolong(x.reshape(grids[l - 1].shape + (C,)), D).reshape(-1, C)
-            x, _, _ = solve(l, lam, x0, data_tr, rhs_tr)
+            x, e, mu = level_fit(l, x0)
             sols.append(x)
-            errors.append(ho_error(l, x))
+            errors.append(e)
+            lams.append(mu)
             if errors[-1] < errors[best]:
                 best = l
             if vrange > 0 and errors[best] <= tol * vrange:
                 limited = "tolerance"
                 break
-            if l > best:  # a finer level that does not gain: the samples support no finer one
+            if l - best >= STOP_LEVELS:  # finer levels that do not gain: the samples support no finer one
                 break
-        lam_errors: List[Tuple[float, int, float]] = []
         if not fixed and limited != "tolerance":
             # raise lambda at the best level and the one above it while the held-out error falls
             for l in sorted({best, min(best + 1, len(sols) - 1)}):
-                assemble(l)
-                prev = errors[l]
-                y = sols[l]
-                mu = lam
+                prev, y, mu = errors[l], sols[l], lams[l]
                 while True:
                     mu *= LAMBDA_STEP
                     y, _, _ = solve(l, mu, y, data_tr, rhs_tr)
                     e = ho_error(l, y)
                     lam_errors.append((mu / scale, l, e))
-                    if e >= prev * LEVEL_GAIN:
+                    if not e < prev * LEVEL_GAIN:
                         break
                     prev = e
                     if e < errors[best] * LEVEL_GAIN:
                         best = l
-                        errors[best] = e
-                        lam = mu
+                        errors[best], sols[best], lams[best] = e, y, mu
                         limited = "noise"
         info["lambda_holdout_errors"] = [(float(m), int(l), float(e)) for m, l, e in lam_errors]
+    lam = lams[best]
     info["levels"] = [list(g.nint) for g in grids[:max(len(sols), best + 1)]]
     info["holdout_errors"] = errors
     info["limited_by"] = limited
@@ -573,7 +605,8 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
         st, rhs = normal_equations(g, np.ascontiguousarray(points), np.ascontiguousarray(values))
         x, it, rel = solve(best, lam, sols[best] if best < len(sols) else None,
                            data_tr[:best] + [st], rhs_tr[:best] + [rhs])
-    info.update(iterations=int(it), residual=rel, converged=bool(rel <= CG_TOL) or it == 0, tol=tol,
+    info.update(iterations=int(it), residual=rel, converged=bool(rel <= cg_tol[0]) or it == 0, tol=tol,
+                cg_tol=cg_tol[0],
                 ridge_relative=float(lam / scale), grid=list(g.nint), h=g.h,
                 seconds=time.perf_counter() - t0)
     return SplineModel(coef=x.reshape(g.shape + (C,)), lo=tuple(float(v) for v in lo),
