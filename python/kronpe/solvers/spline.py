@@ -60,13 +60,15 @@ HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
-STOP_LEVELS = 2  # levels without a gain after which refinement stops
+STOP_LEVELS = 1  # levels without a gain after which refinement stops
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
 DEFAULT_TOL = 1e-5  # held-out RMS error / value range at which refinement stops
 CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out error / the values' RMS,
 CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
 CG_TOL_FACTOR = 0.01
-DIRECT_WORK = 3e7  # N bw^2 of the largest system factorised directly (a 35 x 35 grid: 1.4e7)
+WARM_REDUCTION = 0.01  # a warm-started solve reduces its initial residual at least this much
+DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35 x 35 grid: 1.4e7)
+VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
 CG_MAXITER = 300
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
 
@@ -127,17 +129,17 @@ def axis_grams(nint: int, h: float) -> List[np.ndarray]:
 
 
 def penalty_stencil(grid: Grid) -> np.ndarray:
-    """The thin-plate energy's stencil (7^D, prod(shape)), offset-major as kronpe/spline.h keeps it: sum over i, j of integral (d_i d_j s)^2."""
+    """The thin-plate energy's stencil (7^D, prod(shape)), offset-major as kronpe/spline.h keeps it:
+    sum over i, j of the integral of (d_i d_j s)^2."""
     D = len(grid.nint)
     grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: (M, K1, K2)
 
+    letters = "abc"[:D]
+    spec = ",".join(f"{ch}{ch.upper()}" for ch in letters) + "->" + "".join(ch.upper() for ch in letters) \
+        + "".join(letters)  # bands (n, 7) per axis -> (7, ..., 7, n, ..., n): offset-major at once
+
     def outer(bands: Sequence[np.ndarray]) -> np.ndarray:
-        out = bands[0]
-        for b in bands[1:]:  # (n..., 7...) x (m, 7) -> (n..., m, 7..., 7)
-            k = out.ndim // 2
-            out = out.reshape(out.shape[:k] + (1,) + out.shape[k:] + (1,)) * \
-                b.reshape((1,) * k + (b.shape[0],) + (1,) * k + (7,))
-        return out
+        return np.einsum(spec, *bands)
 
     total = 0.0
     for a in range(D):  # the pure second derivatives
@@ -145,8 +147,7 @@ def penalty_stencil(grid: Grid) -> np.ndarray:
     for a in range(D):  # the mixed ones, twice
         for b in range(a + 1, D):
             total = total + 2 * outer([grams[i][1 if i in (a, b) else 0] for i in range(D)])
-    flat = np.asarray(total).reshape(math.prod(grid.shape), 7**D)
-    return np.ascontiguousarray(flat.T)
+    return np.ascontiguousarray(np.asarray(total).reshape(7**D, math.prod(grid.shape)))
 
 
 _TAPS = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 8.0  # coarse coefficient J -> fine 2J - 3 .. 2J + 1
@@ -248,9 +249,9 @@ class _Level:
         n = self.shape
         return 3 * sum(math.prod(n[a + 1:]) for a in range(len(n)))
 
-    def direct(self) -> bool:
-        """Whether a banded Cholesky factorisation is cheap enough (N bw^2 <= DIRECT_WORK)."""
-        return self.A.shape[1] * self.bandwidth() ** 2 <= DIRECT_WORK
+    def direct(self, work: float = 0.0) -> bool:
+        """Whether a banded Cholesky factorisation is cheap enough (N bw^2 <= work, DIRECT_WORK)."""
+        return self.A.shape[1] * self.bandwidth() ** 2 <= (work or DIRECT_WORK)
 
     def solve_exact(self, b: np.ndarray) -> np.ndarray:
         """A x = b by a banded Cholesky factorisation (LAPACK pbtrf), kept for the next call."""
@@ -320,8 +321,16 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
     lev = levels[-1]
     if lev.direct():
         return lev.solve_exact(b), 0, 0.0
-    first = max([k for k, v in enumerate(levels) if v.direct()], default=0)
+    first = max([k for k, v in enumerate(levels) if v.direct(VCYCLE_DIRECT_WORK)], default=0)
     levels = levels[first:]
+    if x0 is not None:  # a warm start (a neighbouring lambda or level) still takes a real step
+        bn = np.sqrt(np.sum(b * b, axis=0))
+        r0 = b - lev.apply(x0)
+        rn = np.sqrt(np.sum(r0 * r0, axis=0))
+        ok = bn > 0
+        if np.any(ok):
+            tol = min(tol, WARM_REDUCTION * float(np.min(rn[ok] / bn[ok])))
+        tol = max(tol, 1e-13)
     x, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), b, x0, tol, maxiter)
     return x, it, float(rel.max()) if rel.size else 0.0
 
@@ -537,13 +546,15 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
 
     lowering = [True]  # whether a lower lambda did not lose on the last level (then this one tries it too)
 
-    def level_fit(l: int, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, float, float]:
+    def level_fit(l: int, x0: Optional[np.ndarray], best_error: float) -> Tuple[np.ndarray, float, float]:
         """Level l's held-out fit: lambda from LAMBDA_START down to LAMBDA_EXACT while it gains
-        (on a level whose predecessor lost from it, the start is kept)."""
+        (kept at the start on a level whose predecessor lost from a lower one, and on an iterative
+        level that does not beat the best level at the start)."""
         mu = ridge * scale if fixed else LAMBDA_START * scale
         y, _, _ = solve(l, mu, x0, data_tr, rhs_tr)
         e = ho_error(l, y)
-        tried = lowering[0]
+        # (an iterative level that does not gain at the start is not worth the slower solves)
+        tried = lowering[0] and (levels_for(l, mu, data_tr)[-1].direct() or e < best_error * LEVEL_GAIN)
         lowering[0] = False
         while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
             mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
@@ -564,7 +575,7 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
         for l in range(L + 1):
             assemble(l)
             x0 = None if x is None else _prolong(x.reshape(grids[l - 1].shape + (C,)), D).reshape(-1, C)
-            x, e, mu = level_fit(l, x0)
+            x, e, mu = level_fit(l, x0, errors[best] if errors else float("inf"))
             sols.append(x)
             errors.append(e)
             lams.append(mu)
