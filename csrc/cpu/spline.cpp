@@ -94,6 +94,10 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
     std::vector<index_t> fill(start.begin(), start.end() - 1);
     for (index_t p = 0; p < P; ++p) order[std::size_t(fill[std::size_t(stripe_of[std::size_t(p)])]++)] = p;
   }
+  // the couplings are summed node-major (a point's 4^D x 4^D products land in 4^D runs of W), then
+  // added to the offset-major stencil
+  std::vector<double> scratch(static_cast<std::size_t>(checked_mul(N, W, "spline stencil")), 0.0);
+  double* rows = scratch.data();
   auto stripe = [&](index_t s) {
     Corners<D> c;
     for (index_t q = start[std::size_t(s)]; q < start[std::size_t(s + 1)]; ++q) {
@@ -102,8 +106,16 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
       const double pw = weights ? weights[p] : 1.0;
       for (int k = 0; k < Corners<D>::K; ++k) {
         const double wk = pw * c.w[k];
-        double* col = st + index_t(centre - c.off[k]) * N + c.idx[k];
-        for (int l = 0; l < Corners<D>::K; ++l) col[index_t(c.off[l]) * N] += wk * c.w[l];
+        double* row = rows + c.idx[k] * W + centre - c.off[k];  // node-major: one node's couplings together
+        // the corners' offsets are runs of 4 along the last axis (off = ... + 7 i + j): 4-wide updates
+        for (int l = 0; l < Corners<D>::K; l += 4) {
+          double* run = row + c.off[l];
+          const double* wl = c.w + l;
+          run[0] += wk * wl[0];
+          run[1] += wk * wl[1];
+          run[2] += wk * wl[2];
+          run[3] += wk * wl[3];
+        }
         double* r = rhs + c.idx[k] * C;
         const double* v = vals + p * C;
         for (index_t ch = 0; ch < C; ++ch) r[ch] += wk * v[ch];
@@ -121,6 +133,20 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
       for (index_t i = 0; i < count; ++i) stripe(2 * i + parity);
     });
   }
+  constexpr index_t kTile = 256;
+  const index_t tiles = (N + kTile - 1) / kTile;
+  run_team(N * W > (1 << 18) ? int(std::min<index_t>(nt, tiles)) : 1, [&](int, int) {
+#ifdef KRONPE_OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (index_t t = 0; t < tiles; ++t) {
+      const index_t j0 = t * kTile, j1 = std::min(N, j0 + kTile);
+      for (index_t o = 0; o < W; ++o) {
+        double* out = st + o * N;
+        for (index_t j = j0; j < j1; ++j) out[j] += rows[j * W + o];
+      }
+    }
+  });
 }
 
 template <int D>

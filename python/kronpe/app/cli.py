@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the small cases only (under a minute)")
     p.add_argument("--suite", action="append", metavar="NAME",
                    help="run only these suites (repeat or comma-separate): chains, fits, blend, scattered, "
-                        "torch, cuda (default: all)")
+                        "field, torch, cuda (default: all)")
     p.add_argument("-k", "--match", default=None, metavar="REGEX",
                    help="run only the groups whose name matches REGEX (e.g. 'D=3')")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: per case)")

@@ -3,7 +3,8 @@
 Suites (each a module with ``cases()``): ``chains`` (mode-n products), ``fits`` (closed-form grid
 fits, fit + predict against splines), ``blend`` (blending-matrix products against the copy
 bandwidth), ``scattered`` (fit_points and fit_grid(mask=) against griddata, RBF and
-inpaint_biharmonic), ``torch`` (Adam steps of kronpe.torch against the official formulation; needs
+inpaint_biharmonic), ``field`` (kronpe.grid of scattered samples of smooth fields against griddata,
+RBFInterpolator and verde), ``torch`` (Adam steps of kronpe.torch against the official formulation; needs
 torch), ``cuda`` (mode-n chains on the GPU; only where torch sees one).
 
 >>> from kronpe import bench
@@ -49,6 +50,7 @@ SUITES: Dict[str, Callable[[], List[Case]]] = {
     "fits": _suite("fits"),
     "blend": _suite("blend"),
     "scattered": _suite("scattered"),
+    "field": _suite("field"),
     "torch": _torch_cases,
     "cuda": _cuda_cases,
 }

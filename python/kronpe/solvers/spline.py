@@ -55,6 +55,7 @@ LAMBDA_START = 1e-3  # each level's first lambda / (rho s^4) (rho: points per un
 LAMBDA_DOWN = 10**1.5  # then lower by this factor while the held-out error falls ...
 LAMBDA_EXACT = 1e-6  # ... down to the interpolation limit
 LAMBDA_STEP = 10.0  # and at the best levels higher by this factor while it falls (noise)
+NOISE_ABOVE = True  # the higher lambdas are tried on the level above the best too
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
@@ -588,7 +589,7 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
                 break
         if not fixed and limited != "tolerance":
             # raise lambda at the best level and the one above it while the held-out error falls
-            for l in sorted({best, min(best + 1, len(sols) - 1)}):
+            for l in sorted({best, min(best + 1, len(sols) - 1)} if NOISE_ABOVE else {best}):
                 prev, y, mu = errors[l], sols[l], lams[l]
                 while True:
                     mu *= LAMBDA_STEP
@@ -613,7 +614,9 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
     if hold.size == 0:
         x, it, rel = solve(best, lam, None, data_tr, rhs_tr)
     else:  # the coarser levels (the preconditioner) keep the training points' operators
-        st, rhs = normal_equations(g, np.ascontiguousarray(points), np.ascontiguousarray(values))
+        st, rhs = normal_equations(g, p_ho, np.ascontiguousarray(v_ho))  # + the training points' own
+        st += data_tr[best]
+        rhs += rhs_tr[best]
         x, it, rel = solve(best, lam, sols[best] if best < len(sols) else None,
                            data_tr[:best] + [st], rhs_tr[:best] + [rhs])
     info.update(iterations=int(it), residual=rel, converged=bool(rel <= cg_tol[0]) or it == 0, tol=tol,
