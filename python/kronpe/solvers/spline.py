@@ -247,8 +247,7 @@ class _Level:
 
     def bandwidth(self) -> int:
         """Half-bandwidth of A in the flat coefficient order."""
-        n = self.shape
-        return 3 * sum(math.prod(n[a + 1:]) for a in range(len(n)))
+        return _bandwidth(self.shape)
 
     def direct(self, work: float = 0.0) -> bool:
         """Whether a banded Cholesky factorisation is cheap enough (N bw^2 <= work, DIRECT_WORK)."""
@@ -461,6 +460,172 @@ def _holdout(P: int) -> np.ndarray:
     return np.sort(rng.choice(P, size=k, replace=False))
 
 
+class _HostLevels:
+    """The candidate levels of one fit on the host: training and held-out operators, solves."""
+
+    def __init__(self, grids: List[Grid], points: np.ndarray, values: np.ndarray, hold: np.ndarray):
+        self.grids = grids
+        self.count = len(grids)
+        train = np.ones(points.shape[0], bool)
+        train[hold] = False
+        self.p_tr, self.v_tr = np.ascontiguousarray(points[train]), np.ascontiguousarray(values[train])
+        self.p_ho, self.v_ho = np.ascontiguousarray(points[hold]), np.ascontiguousarray(values[hold])
+        self.data: List[np.ndarray] = []
+        self.rhs: List[np.ndarray] = []
+        self.pens: List[np.ndarray] = []
+        self.made: Dict[Tuple[int, float, int], _Level] = {}
+        self.cg_tol = CG_TOL_MAX
+        self.D = len(grids[0].nint)
+
+    def _assemble(self, l: int) -> None:
+        while len(self.data) <= l:
+            g = self.grids[len(self.data)]
+            st, rhs = normal_equations(g, self.p_tr, self.v_tr)
+            self.data.append(st)
+            self.rhs.append(rhs)
+            self.pens.append(penalty_stencil(g))
+
+    def _levels(self, l: int, lam: float, data: List[np.ndarray]) -> List[_Level]:
+        self._assemble(l)
+        out = []
+        for k in range(l + 1):
+            key = (k, lam, id(data[k]))
+            if key not in self.made:
+                self.made[key] = _Level(self.grids[k], data[k], self.pens[k], lam)
+            out.append(self.made[key])
+        return out
+
+    def direct(self, l: int) -> bool:
+        """Whether level l is solved by a factorisation (cheap) rather than iteratively."""
+        return math.prod(self.grids[l].shape) * _bandwidth(self.grids[l].shape) ** 2 <= DIRECT_WORK
+
+    def start(self, l: int, x: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Level l's starting point from level l - 1's fit (the same spline, subdivided)."""
+        if x is None:
+            return None
+        C = x.shape[1]
+        return _prolong(x.reshape(self.grids[l - 1].shape + (C,)), self.D).reshape(-1, C)
+
+    def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> np.ndarray:
+        self._assemble(l)
+        return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)[0]
+
+    def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
+        e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
+        err = float(np.sqrt(np.mean(e * e)))
+        if rms > 0:  # the solves need be no more accurate than the fit they can reach
+            self.cg_tol = min(self.cg_tol, max(CG_TOL, CG_TOL_FACTOR * err / rms))
+        return err
+
+    def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
+        """Every point at level l (the coarser levels, the preconditioner, keep the training points')."""
+        self._assemble(l)
+        if self.p_ho.shape[0] == 0:
+            return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
+        st, rhs = normal_equations(self.grids[l], self.p_ho, self.v_ho)
+        st += self.data[l]
+        rhs += self.rhs[l]
+        return _pcg(self._levels(l, lam, self.data[:l] + [st]), rhs, x0, self.cg_tol, CG_MAXITER)
+
+
+def _bandwidth(shape: Sequence[int]) -> int:
+    return 3 * sum(math.prod(shape[a + 1:]) for a in range(len(shape)))
+
+
+def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: Optional[float],
+           has_holdout: bool, info: Dict[str, Any]) -> Tuple[int, float, List[Any]]:
+    """The held-out choice of level and lambda (module docstring) over ``levels`` (a _HostLevels or
+    a device twin): returns (best level, lambda, the held-out fits per level)."""
+    fixed = ridge is not None
+    L = levels.count - 1
+    errors: List[float] = []
+    sols: List[Any] = []
+    lams: List[float] = []
+    lam_errors: List[Tuple[float, int, float]] = []
+    limited = "representation"
+    best = 0
+    x = None
+    lowering = True  # whether a lower lambda did not lose on the last level (then this one tries it too)
+    start = ridge * scale if fixed else LAMBDA_START * scale
+    if not has_holdout:  # too few points to hold any out: the finest level at the starting lambda
+        info.update(levels=[list(g.nint) for g in levels.grids], holdout_errors=[], limited_by="representation")
+        return L, start, []
+    for l in range(L + 1):
+        # lambda from LAMBDA_START down to LAMBDA_EXACT while it gains (kept at the start on a level
+        # whose predecessor lost from a lower one, and on an iterative level that does not beat the
+        # best level at the start: not worth its slower solves)
+        mu = start
+        y = levels.solve(l, mu, levels.start(l, x))
+        e = levels.holdout_error(l, y, rms)
+        tried = lowering and (levels.direct(l) or not errors or e < errors[best] * LEVEL_GAIN)
+        lowering = False
+        while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
+            mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
+            y2 = levels.solve(l, mu2, y)
+            e2 = levels.holdout_error(l, y2, rms)
+            lam_errors.append((mu2 / scale, l, e2))
+            if not e2 < e * LEVEL_GAIN:
+                lowering = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
+                break
+            y, e, mu = y2, e2, mu2
+            lowering = True
+        x = y
+        sols.append(y)
+        errors.append(e)
+        lams.append(mu)
+        if errors[-1] < errors[best]:
+            best = l
+        if vrange > 0 and errors[best] <= tol * vrange:
+            limited = "tolerance"
+            break
+        if l - best >= STOP_LEVELS:  # finer levels that do not gain: the samples support no finer one
+            break
+    if not fixed and limited != "tolerance":
+        # raise lambda at the best level (and the one above it) while the held-out error falls
+        for l in sorted({best, min(best + 1, len(sols) - 1)} if NOISE_ABOVE else {best}):
+            prev, y, mu = errors[l], sols[l], lams[l]
+            while True:
+                mu *= LAMBDA_STEP
+                y = levels.solve(l, mu, y)
+                e = levels.holdout_error(l, y, rms)
+                lam_errors.append((mu / scale, l, e))
+                if not e < prev * LEVEL_GAIN:
+                    break
+                prev = e
+                if e < errors[best] * LEVEL_GAIN:
+                    best = l
+                    errors[best], sols[best], lams[best] = e, y, mu
+                    limited = "noise"
+    info.update(levels=[list(g.nint) for g in levels.grids[:len(sols)]], holdout_errors=errors,
+                limited_by=limited, lambda_holdout_errors=[(float(m), int(l), float(e)) for m, l, e in lam_errors])
+    return best, lams[best], sols
+
+
+def prepare(points, P: int, D: int, box, max_level: Optional[int]):
+    """The unit box and the candidate grids of a fit: (lo, ext, grids, scale)."""
+    lo, hi = points
+    if box is not None:
+        lo, hi = np.minimum(lo, box[0]), np.maximum(hi, box[1])
+    ext = hi - lo
+    span = float(ext.max())
+    if not span > 0:
+        raise ValueError("points: all points coincide; at least two distinct positions are needed")
+    ext = np.maximum(ext, span * 1e-9)
+    coarsest, L = _hierarchy(np.zeros(D), np.ones(D), P)
+    if max_level is not None:
+        L = min(L, max_level)
+    grids = [coarsest]
+    for _ in range(L):
+        grids.append(grids[-1].finer())
+    spacing = (1.0 / P) ** (1.0 / D)
+    scale = float(P) * spacing**4  # lambda's unit: smoothing at the scale of the point spacing
+    return lo, ext, grids, scale
+
+
+def holdout_of(P: int) -> np.ndarray:
+    return _holdout(P) if P >= MIN_HOLDOUT_POINTS * 10 else np.zeros(0, np.int64)
+
+
 def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge: Optional[float] = None,
         max_level: Optional[int] = None, box: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> SplineModel:
     """Fit a cubic B-spline to points (P, D) float64 and values (P, C) float64 (checked by the
@@ -470,159 +635,18 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
     t0 = time.perf_counter()
     P, D = points.shape
     C = values.shape[1]
-    lo = points.min(axis=0)
-    hi = points.max(axis=0)
-    if box is not None:
-        lo, hi = np.minimum(lo, box[0]), np.maximum(hi, box[1])
-    ext = hi - lo
-    span = float(ext.max())
-    if not span > 0:
-        raise ValueError("points: all points coincide; at least two distinct positions are needed")
-    ext = np.maximum(ext, span * 1e-9)
-    points = np.ascontiguousarray((points - lo) / ext)  # the unit box: every axis in its own units
-    coarsest, L = _hierarchy(np.zeros(D), np.ones(D), P)
-    if max_level is not None:
-        L = min(L, max_level)
-    spacing = (1.0 / P) ** (1.0 / D)
-    rho = float(P)
-    scale = rho * spacing**4  # lambda's unit: smoothing at the scale of the point spacing
+    lo, ext, grids, scale = prepare((points.min(axis=0), points.max(axis=0)), P, D, box, max_level)
+    unit = np.ascontiguousarray((points - lo) / ext)  # the unit box: every axis in its own units
     vrange = float(np.ptp(values)) if values.size else 0.0
-    info: Dict[str, Any] = {"preconditioner": "V-cycle over the nested B-spline grids (Chebyshev smoothing)"}
-
-    grids = [coarsest]
-    for _ in range(L):
-        grids.append(grids[-1].finer())
-    hold = _holdout(P) if P >= MIN_HOLDOUT_POINTS * 10 else np.zeros(0, np.int64)
-    train = np.ones(P, bool)
-    train[hold] = False
-    p_tr, v_tr = np.ascontiguousarray(points[train]), np.ascontiguousarray(values[train])
-    p_ho, v_ho = np.ascontiguousarray(points[hold]), values[hold]
-
-    data_tr: List[np.ndarray] = []
-    rhs_tr: List[np.ndarray] = []
-    pens: List[np.ndarray] = []
-
-    def assemble(l: int) -> None:
-        while len(data_tr) <= l:
-            g = grids[len(data_tr)]
-            st, rhs = normal_equations(g, p_tr, v_tr)
-            data_tr.append(st)
-            rhs_tr.append(rhs)
-            pens.append(penalty_stencil(g))
-
-    made: Dict[Tuple[int, float, int], _Level] = {}
-
-    def levels_for(l: int, lam: float, data: List[np.ndarray]) -> List[_Level]:
-        out = []
-        for k in range(l + 1):
-            key = (k, lam, id(data[k]))
-            if key not in made:
-                made[key] = _Level(grids[k], data[k], pens[k], lam)
-            out.append(made[key])
-        return out
-
     rms = float(np.sqrt(np.mean(values * values))) if values.size else 0.0
-    cg_tol = [CG_TOL_MAX]
-
-    def solve(l: int, lam: float, x0: Optional[np.ndarray], data, rhs) -> Tuple[np.ndarray, int, float]:
-        return _pcg(levels_for(l, lam, data), rhs[l], x0, cg_tol[0], CG_MAXITER)
-
-    def ho_error(l: int, x: np.ndarray) -> float:
-        if hold.size == 0:
-            return float("nan")
-        e = values_at(grids[l], x, p_ho) - v_ho
-        err = float(np.sqrt(np.mean(e * e)))
-        if rms > 0:  # the solves need be no more accurate than the fit they can reach
-            cg_tol[0] = min(cg_tol[0], max(CG_TOL, CG_TOL_FACTOR * err / rms))
-        return err
-
-    fixed = ridge is not None
-    errors: List[float] = []
-    sols: List[np.ndarray] = []
-    lams: List[float] = []
-    lam_errors: List[Tuple[float, int, float]] = []
-    limited = "representation"
-    best = 0
-    x = None
-
-    lowering = [True]  # whether a lower lambda did not lose on the last level (then this one tries it too)
-
-    def level_fit(l: int, x0: Optional[np.ndarray], best_error: float) -> Tuple[np.ndarray, float, float]:
-        """Level l's held-out fit: lambda from LAMBDA_START down to LAMBDA_EXACT while it gains
-        (kept at the start on a level whose predecessor lost from a lower one, and on an iterative
-        level that does not beat the best level at the start)."""
-        mu = ridge * scale if fixed else LAMBDA_START * scale
-        y, _, _ = solve(l, mu, x0, data_tr, rhs_tr)
-        e = ho_error(l, y)
-        # (an iterative level that does not gain at the start is not worth the slower solves)
-        tried = lowering[0] and (levels_for(l, mu, data_tr)[-1].direct() or e < best_error * LEVEL_GAIN)
-        lowering[0] = False
-        while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
-            mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
-            y2, _, _ = solve(l, mu2, y, data_tr, rhs_tr)
-            e2 = ho_error(l, y2)
-            lam_errors.append((mu2 / scale, l, e2))
-            if not e2 < e * LEVEL_GAIN:
-                lowering[0] = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
-                break
-            y, e, mu = y2, e2, mu2
-            lowering[0] = True
-        return y, e, mu
-
-    if hold.size == 0:  # too few points to hold any out: the finest level at the starting lambda
-        best = L
-        lams = [ridge * scale if fixed else LAMBDA_START * scale] * (L + 1)
-    else:
-        for l in range(L + 1):
-            assemble(l)
-            x0 = None if x is None else _prolong(x.reshape(grids[l - 1].shape + (C,)), D).reshape(-1, C)
-            x, e, mu = level_fit(l, x0, errors[best] if errors else float("inf"))
-            sols.append(x)
-            errors.append(e)
-            lams.append(mu)
-            if errors[-1] < errors[best]:
-                best = l
-            if vrange > 0 and errors[best] <= tol * vrange:
-                limited = "tolerance"
-                break
-            if l - best >= STOP_LEVELS:  # finer levels that do not gain: the samples support no finer one
-                break
-        if not fixed and limited != "tolerance":
-            # raise lambda at the best level and the one above it while the held-out error falls
-            for l in sorted({best, min(best + 1, len(sols) - 1)} if NOISE_ABOVE else {best}):
-                prev, y, mu = errors[l], sols[l], lams[l]
-                while True:
-                    mu *= LAMBDA_STEP
-                    y, _, _ = solve(l, mu, y, data_tr, rhs_tr)
-                    e = ho_error(l, y)
-                    lam_errors.append((mu / scale, l, e))
-                    if not e < prev * LEVEL_GAIN:
-                        break
-                    prev = e
-                    if e < errors[best] * LEVEL_GAIN:
-                        best = l
-                        errors[best], sols[best], lams[best] = e, y, mu
-                        limited = "noise"
-        info["lambda_holdout_errors"] = [(float(m), int(l), float(e)) for m, l, e in lam_errors]
-    lam = lams[best]
-    info["levels"] = [list(g.nint) for g in grids[:max(len(sols), best + 1)]]
-    info["holdout_errors"] = errors
-    info["limited_by"] = limited
-    # the final fit: every point, at the chosen level and lambda, from the held-out fit
+    info: Dict[str, Any] = {"preconditioner": "V-cycle over the nested B-spline grids (Chebyshev smoothing)"}
+    hold = holdout_of(P)
+    levels = _HostLevels(grids, unit, values, hold)
+    best, lam, sols = choose(levels, scale, vrange, rms, tol, ridge, hold.size > 0, info)
+    x, it, rel = levels.final(best, lam, sols[best] if best < len(sols) else None)
     g = grids[best]
-    assemble(best)
-    if hold.size == 0:
-        x, it, rel = solve(best, lam, None, data_tr, rhs_tr)
-    else:  # the coarser levels (the preconditioner) keep the training points' operators
-        st, rhs = normal_equations(g, p_ho, np.ascontiguousarray(v_ho))  # + the training points' own
-        st += data_tr[best]
-        rhs += rhs_tr[best]
-        x, it, rel = solve(best, lam, sols[best] if best < len(sols) else None,
-                           data_tr[:best] + [st], rhs_tr[:best] + [rhs])
-    info.update(iterations=int(it), residual=rel, converged=bool(rel <= cg_tol[0]) or it == 0, tol=tol,
-                cg_tol=cg_tol[0],
-                ridge_relative=float(lam / scale), grid=list(g.nint), h=g.h,
+    info.update(iterations=int(it), residual=rel, converged=bool(rel <= levels.cg_tol) or it == 0, tol=tol,
+                cg_tol=levels.cg_tol, ridge_relative=float(lam / scale), grid=list(g.nint), h=g.h,
                 seconds=time.perf_counter() - t0)
     return SplineModel(coef=x.reshape(g.shape + (C,)), lo=tuple(float(v) for v in lo),
-                       scale=tuple(float(v) for v in ext), h=g.h, ridge=float(lam),
-                       info=info)
+                       scale=tuple(float(v) for v in ext), h=g.h, ridge=float(lam), info=info)
