@@ -289,3 +289,61 @@ def test_results_do_not_depend_on_the_thread_count():
         kronpe.set_num_threads(before)
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1], two[1])
+
+
+# ---- the device twin (kronpe.solvers.spline_torch): on CPU torch here, on the GPU where there is one --
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def torch_device(request):
+    torch = pytest.importorskip("torch")
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    return request.param
+
+
+@pytest.mark.parametrize("P,noise,D", [(900, 0.0, 2), (3000, 0.02, 2), (600, 0.0, 1), (3000, 0.0, 3)])
+def test_device_fit_chooses_and_fits_as_the_host(torch_device, P, noise, D):
+    import torch
+
+    from kronpe.solvers import spline_torch
+
+    rng = np.random.default_rng(12)
+    pts = rng.random((P, D))
+    vals = (np.cos(3 * pts).prod(axis=1) + pts.sum(axis=1))[:, None] + noise * rng.standard_normal((P, 1))
+    host = S.fit(pts, vals)
+    dev = spline_torch.fit(torch, torch.tensor(pts, device=torch_device), torch.tensor(vals, device=torch_device))
+    if dev is None:  # the data want finer levels than the device solves densely: the host's call
+        assert math.prod(S.Grid(tuple(host.info["grid"]), (0.0,) * D, host.h).shape) > spline_torch.MAX_COEFFICIENTS \
+            or host.info["limited_by"] == "representation"
+        return
+    assert dev.info["grid"] == host.info["grid"] and dev.ridge == pytest.approx(host.ridge)
+    q = 0.05 + 0.9 * rng.random((300, D))
+    np.testing.assert_allclose(dev.predict(q), host.predict(q), atol=1e-6 * np.ptp(vals))
+
+
+def test_device_fit_wants_the_host_for_detailed_signals(torch_device):
+    """A signal with detail at the points' spacing wants levels finer than the device solves."""
+    import torch
+
+    from kronpe.solvers import spline_torch
+
+    rng = np.random.default_rng(13)
+    pts = rng.random((20000, 2))
+    vals = (np.sin(90 * pts[:, 0]) * np.cos(70 * pts[:, 1]))[:, None]
+    assert spline_torch.fit(torch, torch.tensor(pts, device=torch_device), torch.tensor(vals, device=torch_device)) is None
+
+
+def test_fit_spline_of_cuda_tensors():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    rng = np.random.default_rng(14)
+    pts = rng.random((5000, 2))
+    y = franke(pts[:, 0], pts[:, 1])
+    m = kronpe.fit_spline(torch.tensor(pts, device="cuda"), torch.tensor(y, device="cuda"))
+    assert m.info["device"].startswith("cuda")
+    host = kronpe.fit_spline(pts, y)
+    np.testing.assert_allclose(m.predict(pts[:100]), host.predict(pts[:100]), atol=1e-7)
+    with pytest.raises(ValueError, match="finite"):
+        kronpe.fit_spline(torch.tensor(pts, device="cuda"), torch.full((5000,), float("nan"), device="cuda"))

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._adapters import validate as _validate
+from ._adapters import arrays as _arrays, validate as _validate
 from .solvers import spline as _spline
 from .solvers.spline import SplineModel
 
@@ -74,10 +74,15 @@ def fit_spline(points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional
     >>> float(abs(model.predict([[500.0, 250.0]])[0] - (np.sin(5 / 3) + np.cos(1.25)))) < 1e-3
     True
     """
-    pts, vals, channels = _points_values(points, values)
     tol = _validate.positive_float("tol", tol)
     if ridge is not None:
         ridge = _validate.positive_float("ridge", ridge)
+    if _arrays.is_device(points) or _arrays.is_device(values):
+        model = _fit_on_device(points, values, tol, ridge, _box)
+        if model is not None:
+            return model
+        points, values = _arrays.to_host(points, "points"), _arrays.to_host(values, "values")
+    pts, vals, channels = _points_values(points, values)
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     if not float((hi - lo).max()) > 0:
         raise ValueError("points: every point has the same position; at least two distinct positions are needed")
@@ -89,6 +94,46 @@ def fit_spline(points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional
                                  "too many coefficients for the points' density: pass fewer points")
     model = _spline.fit(pts, vals, tol=tol, ridge=ridge, box=_box)
     model.coef = model.coef.reshape(model.coef.shape[:D] + channels)
+    return model
+
+
+def _fit_on_device(points, values, tol: float, ridge: Optional[float], box) -> Optional[SplineModel]:
+    """The fit of CUDA torch tensors or CuPy arrays on their GPU (kronpe.solvers.spline_torch), or
+    None where it belongs on the host (finer levels than the device solves densely)."""
+    import torch
+
+    from .solvers import spline_torch
+
+    def tensor(x, name):
+        if not _arrays.is_device(x):
+            raise ValueError(f"{name} must be on the same device as the other array, got a host array")
+        t = torch.from_dlpack(x) if _arrays.kind(x) == "cupy" else x.detach()
+        if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+            raise ValueError(f"{name} must hold real numbers, got {t.dtype}")
+        return t.to(torch.float64)
+
+    pts, vals = tensor(points, "points"), tensor(values, "values")
+    if pts.device != vals.device:
+        raise ValueError(f"points and values must be on one device, got {pts.device} and {vals.device}")
+    if pts.ndim == 1:
+        pts = pts[:, None]
+    if pts.ndim != 2 or not 1 <= pts.shape[1] <= 3 or pts.shape[0] == 0:
+        raise ValueError(f"points must have shape (P, D) with P >= 1 and D = 1, 2 or 3, got {tuple(pts.shape)}")
+    if vals.ndim == 0 or vals.shape[0] != pts.shape[0]:
+        raise ValueError(f"values must have one row per point ({pts.shape[0]}), got shape {tuple(vals.shape)}")
+    channels = tuple(vals.shape[1:])
+    vals = vals.reshape(vals.shape[0], -1)
+    if vals.shape[1] == 0:
+        raise ValueError(f"values must have at least one value per point, got shape {tuple(vals.shape)}")
+    if not bool(torch.isfinite(pts).all()):
+        raise ValueError("points must be finite (no NaN or Inf)")
+    if not bool(torch.isfinite(vals).all()):
+        raise ValueError("values must be finite (no NaN or Inf)")
+    if not bool((pts.amax(0) > pts.amin(0)).any()):
+        raise ValueError("points: every point has the same position; at least two distinct positions are needed")
+    model = spline_torch.fit(torch, pts.contiguous(), vals.contiguous(), tol=tol, ridge=ridge, box=box)
+    if model is not None:
+        model.coef = model.coef.reshape(model.coef.shape[:pts.shape[1]] + channels)
     return model
 
 

@@ -16,7 +16,8 @@ so no method is judged where it extrapolates. Fields:
 Peers, in the same run on the same inputs: ``scipy.interpolate.griddata`` (cubic in 2-D, linear in
 3-D; Qhull has no cubic there), ``RBFInterpolator`` (thin-plate spline, 30 neighbours) and
 ``verde.Spline`` (up to 2 000 points, a dense solve) where verde imports. Time is the
-whole job: fit + evaluation on the grid.
+whole job: fit + evaluation on the grid. Where torch sees a CUDA device, a second kronpe row fits
+the points as CUDA tensors on the GPU (``kronpe.solvers.spline_torch``).
 """
 from __future__ import annotations
 
@@ -113,6 +114,32 @@ def kronpe_grid(s):
     return kronpe.grid(s["pts"], s["vals"], shape=[a.size for a in s["axes"]], region=region)[0]
 
 
+def kronpe_grid_gpu(s):
+    """The fit of the points as CUDA tensors (on the GPU: kronpe.solvers.spline_torch), the grid
+    evaluated on the host."""
+    import torch
+
+    import kronpe
+
+    if "pts_cuda" not in s:
+        s["pts_cuda"] = torch.tensor(s["pts"], device="cuda")
+        s["vals_cuda"] = torch.tensor(s["vals"], device="cuda")
+    D = len(s["axes"])
+    m = kronpe.fit_spline(s["pts_cuda"], s["vals_cuda"], _box=(np.zeros(D), np.ones(D)))
+    return m.predict_grid(s["axes"])
+
+
+def _cuda_torch() -> bool:
+    """Whether torch imports and sees a CUDA device (the GPU row)."""
+    from .harness import missing_module
+
+    if missing_module(["torch"]):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def griddata_cubic(s):
     from scipy.interpolate import griddata
 
@@ -163,6 +190,7 @@ def cases() -> List[Case]:
         ("smooth3d", 20000, "uniform", 0.0, False),
     ]
     out = []
+    gpu = _cuda_torch()
     for field, P, layout, noise, quick in plan:
         three = field == "smooth3d"
         methods = [Method("kronpe grid", kronpe_grid, peer=False),
@@ -170,6 +198,8 @@ def cases() -> List[Case]:
                    Method("RBF thin-plate (30)", rbf_thin_plate)]
         if P <= 2000 and not three:
             methods.append(Method("verde Spline", verde_spline, needs=["verde"]))
+        if gpu:
+            methods.insert(1, Method("kronpe grid (GPU fit)", kronpe_grid_gpu, peer=False))
         label = f"{field} {layout} {P}" + (f" noise {noise:g}" if noise else "")
         out.append(Case("field", label, (lambda f=field, p=P, lay=layout, n=noise: inputs(f, p, lay, n)), methods,
                         _check, rounds=3, quick=quick, size=float(P),

@@ -62,6 +62,7 @@ MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
+EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
 DEFAULT_TOL = 1e-5  # held-out RMS error / value range at which refinement stops
 CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out error / the values' RMS,
@@ -578,7 +579,9 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
         if vrange > 0 and errors[best] <= tol * vrange:
             limited = "tolerance"
             break
-        if l - best >= STOP_LEVELS:  # finer levels that do not gain: the samples support no finer one
+        # finer levels that do not gain: the samples support no finer one (once a level explains
+        # some of the values: below that, coarse levels may just not resolve the signal yet)
+        if l - best >= STOP_LEVELS and errors[best] < EXPLAINED * rms:
             break
     if not fixed and limited != "tolerance":
         # raise lambda at the best level (and the one above it) while the held-out error falls
