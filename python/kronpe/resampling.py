@@ -49,6 +49,10 @@ ORDER = 2
 MARGIN = 2
 #: Entries of the per-axis operator below this fraction of its largest are dropped.
 CUTOFF = 1e-14
+#: How the input was sampled: "area" (each pixel the mean over its area: cameras, box
+#: downsampling) or "point" (values at the pixels' corners: every k-th node of a simulation or a
+#: terrain model, slices of a volume).
+SAMPLINGS = ("area", "point")
 
 _B_NEXT = BSpline(1, order=ORDER + 1, width=1.0)  # B_{p+1}(u), the compiled kernel
 
@@ -100,25 +104,68 @@ def _axis_matrix(n: int, N: int) -> "scipy.sparse.csr_matrix":  # noqa: F821
     return sparse.csr_matrix(M)
 
 
+def _reflect(k: np.ndarray, n: int) -> np.ndarray:
+    """Indices k mirrored about the first and the last sample (period 2 (n - 1), SciPy's "mirror")."""
+    if n == 1:
+        return np.zeros_like(k)
+    period = 2 * (n - 1)
+    k = np.mod(k, period)
+    return np.where(k > n - 1, period - k, k)
+
+
+def _point_matrix(n: int, N: int) -> "scipy.sparse.csr_matrix":  # noqa: F821
+    """The operator of one axis for point samples, n -> N (CSR, float64): the interpolating cubic
+    B-spline of the samples (mirrored about the first and last), sample i at i / n and output J at
+    J / N of [0, 1)."""
+    from scipy import sparse
+    from scipy.linalg import solve_banded
+
+    if n == 1:
+        return sparse.csr_matrix(np.ones((N, 1)))
+    # (c_{i-1} + 4 c_i + c_{i+1}) / 6 = y_i with the coefficients mirrored as the samples are
+    ab = np.zeros((3, n))
+    ab[0, 1:] = 1.0 / 6.0
+    ab[1, :] = 4.0 / 6.0
+    ab[2, :-1] = 1.0 / 6.0
+    ab[0, 1] = 2.0 / 6.0  # row 0: 4 c_0 + 2 c_1 (c_{-1} = c_1)
+    ab[2, n - 2] = 2.0 / 6.0  # row n - 1: 2 c_{n-2} + 4 c_{n-1}
+    X = solve_banded((1, 1), ab, np.eye(n), check_finite=False)  # (n, n)
+    u = np.arange(N, dtype=np.float64) * (n / N)
+    base = np.floor(u).astype(np.int64)
+    rows, cols, vals = [], [], []
+    for d in (-1, 0, 1, 2):
+        k = base + d
+        t = np.abs(u - k)
+        w = np.where(t < 1, 2.0 / 3.0 - t**2 + t**3 / 2, np.where(t < 2, (2 - t) ** 3 / 6, 0.0))
+        rows.append(np.arange(N))
+        cols.append(_reflect(k, n))
+        vals.append(w)
+    E = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(N, n))
+    M = np.asarray(E @ X)
+    M[np.abs(M) < CUTOFF * max(float(np.abs(M).max()), 1e-300)] = 0.0
+    return sparse.csr_matrix(M)
+
+
 _CACHE: dict = {}
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 16
 
 
-def resample_matrix(n: int, N: int, dtype=np.float64):
+def resample_matrix(n: int, N: int, dtype=np.float64, sampling: str = "area"):
     """The operator of one axis as a SciPy CSR matrix (N, n): ``resample`` applies it along each
-    axis. Cached (the 16 most recent (n, N, dtype))."""
+    axis. Cached (the 16 most recent (n, N, dtype, sampling))."""
     n = _validate.positive_int("n", n)
     N = _validate.positive_int("N", N)
+    sampling = _validate.choice("sampling", sampling, SAMPLINGS)
     dt = np.dtype(dtype)
-    key = (n, N, dt.char)
+    key = (n, N, dt.char, sampling)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
     _validate.check_array_budget("n and N", (N, n + 2 * MARGIN), 8 * 3,
                                  f"an {N} x {n} resampling operator: resample in smaller steps")
-    M = _axis_matrix(n, N).astype(dt)
+    M = (_axis_matrix(n, N) if sampling == "area" else _point_matrix(n, N)).astype(dt)
     with _CACHE_LOCK:
         while len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -172,7 +219,7 @@ def _sizes(name: str, value, what) -> Optional[list]:
 # ---- public ---------------------------------------------------------------------------------
 
 
-def resample(array, shape: Sequence[int], ndim: Optional[int] = None):
+def resample(array, shape: Sequence[int], ndim: Optional[int] = None, sampling: str = "area"):
     """Resample an image, a video, a volume or any N-D array to ``shape`` (area-consistent spline).
 
     Parameters
@@ -185,24 +232,32 @@ def resample(array, shape: Sequence[int], ndim: Optional[int] = None):
         fitted spline over the larger pixels, an anti-aliased shrink).
     ndim : int, optional
         D, if not ``len(shape)`` (must agree with it).
+    sampling : "area" or "point"
+        "area" (default): each input pixel is the mean over its area and so is each output pixel
+        (module docstring). "point": input sample i of n is the value at i / n and output J of N
+        the value at J / N (``img[::2, ::2]`` of an image, every k-th node of a field), through the
+        interpolating cubic B-spline of the samples mirrored about the first and last (the model
+        of ``scipy.ndimage.map_coordinates(order=3, mode="mirror")`` at those positions).
 
     Returns
     -------
     array, shape (*shape, *channels)
-        The means of the fitted spline over the output pixels (module docstring); the same kind
-        of array as the input (a torch tensor for a torch tensor). Values are not clipped.
+        The means of the fitted spline over the output pixels, or its values there for point
+        samples; the same kind of array as the input (a torch tensor for a torch tensor). Values
+        are not clipped.
     """
+    sampling = _validate.choice("sampling", sampling, SAMPLINGS)
     a = _array_arg(array)
     sizes = _validate.sequence("shape", shape, "the new size of each resampled axis")
     if not sizes:
         raise ValueError("shape must hold at least one size")
     D = _ndim_arg(a.shape, ndim, len(sizes))
     sizes = [_validate.positive_int(f"shape[{i}]", s) for i, s in enumerate(sizes)]
-    return _arrays.like(_apply(a, sizes, D), array)
+    return _arrays.like(_apply(a, sizes, D, sampling), array)
 
 
 def upsample(array, scale: Union[float, Sequence[float], None] = None, shape: Optional[Sequence[int]] = None,
-             ndim: Optional[int] = None):
+             ndim: Optional[int] = None, sampling: str = "area"):
     """Upsample an image (H, W[, C]) or any N-D array by ``scale`` or to ``shape``.
 
     Exactly one of ``scale`` and ``shape``. The input's pixels are taken as means over their
@@ -220,6 +275,9 @@ def upsample(array, scale: Union[float, Sequence[float], None] = None, shape: Op
         The output sizes instead.
     ndim : int, optional
         How many leading axes to resample (the rest are channels).
+    sampling : "area" or "point"
+        How the input was sampled (see ``resample``): ``upsample(img[::2, ::2], 2,
+        sampling="point")`` puts every input sample back where it was taken.
 
     Returns
     -------
@@ -227,8 +285,9 @@ def upsample(array, scale: Union[float, Sequence[float], None] = None, shape: Op
     """
     if (scale is None) == (shape is None):
         raise ValueError("give exactly one of scale or shape")
+    sampling = _validate.choice("sampling", sampling, SAMPLINGS)
     if shape is not None:
-        return resample(array, shape, ndim)
+        return resample(array, shape, ndim, sampling)
     a = _array_arg(array)
     scales = _sizes("scale", scale, "a positive number per resampled axis")
     D = _ndim_arg(a.shape, ndim, None if scales is None else len(scales))
@@ -242,10 +301,10 @@ def upsample(array, scale: Union[float, Sequence[float], None] = None, shape: Op
         if not math.isfinite(s):
             raise ValueError(f"scale must be finite, got {s}")
         new.append(max(1, int(round(a.shape[i] * s))))
-    return _arrays.like(_apply(a, new, D), array)
+    return _arrays.like(_apply(a, new, D, sampling), array)
 
 
-def _apply(a: np.ndarray, sizes: Sequence[int], D: int) -> np.ndarray:
+def _apply(a: np.ndarray, sizes: Sequence[int], D: int, sampling: str = "area") -> np.ndarray:
     """``a`` with its leading D axes resampled to ``sizes`` (C-contiguous, a's dtype)."""
     out_shape = tuple(sizes) + a.shape[D:]
     _validate.check_array_budget("shape", out_shape, 2 * a.dtype.itemsize,
@@ -255,7 +314,7 @@ def _apply(a: np.ndarray, sizes: Sequence[int], D: int) -> np.ndarray:
         n, N = x.shape[i], sizes[i]
         if n == N:
             continue
-        M = resample_matrix(n, N, a.dtype)
+        M = resample_matrix(n, N, a.dtype, sampling)
         moved = np.moveaxis(x, i, 0)
         flat = moved.reshape(n, -1)  # a copy when axis i is not leading
         y = np.asarray(M @ flat).reshape((N,) + moved.shape[1:])

@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import List, Optional
 
 
+def _add_sampling(p) -> None:
+    p.add_argument("--sampling", choices=("area", "point"), default="area",
+                   help="how the input was sampled: area (pixel means: cameras, box-downsampled images; the "
+                        "default) or point (values at the nodes: every k-th node of a field, img[::2, ::2])")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="turn the progress bars off")
     p.add_argument("--out", default="kronpe-out", help="folder for the files written (default: kronpe-out)")
@@ -59,12 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="an image (PNG/JPEG/TIFF), a .npy array or a NIfTI volume (.nii, .nii.gz; needs nibabel)")
     p.add_argument("--scale", type=float, default=None, help="scale factor of every spatial axis (e.g. 2)")
     p.add_argument("--size", type=int, nargs=2, default=None, metavar=("W", "H"), help="images: the output size")
+    _add_sampling(p)
     _add_common(p)
 
     p = sub.add_parser("resample", help="resample an N-D array (video, volume) to a new shape (.npy out)")
     p.add_argument("path", help="a .npy array, a NIfTI volume (.nii, .nii.gz; needs nibabel) or an image")
     p.add_argument("--shape", type=int, nargs="+", required=True, metavar="N",
                    help="new sizes of the leading axes (the remaining axes are carried along)")
+    _add_sampling(p)
     _add_common(p)
 
     p = sub.add_parser("predict", help="evaluate a saved model (kronpe fit/grid --save) on a grid (.npy out)")

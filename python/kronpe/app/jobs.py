@@ -229,10 +229,11 @@ def _resample_job(args, command: str, shape_of) -> int:
     if D > arr.ndim:
         raise ValueError(f"{len(shape)} sizes given but {args.path!r} has only {arr.ndim} axes (shape {arr.shape})")
     report.say(f"{kind}: {stem}, shape {arr.shape} -> {tuple(shape) + arr.shape[D:]}")
-    report.put(input=str(args.path), kind=kind, input_shape=arr.shape, shape=tuple(shape) + arr.shape[D:])
+    report.put(input=str(args.path), kind=kind, input_shape=arr.shape, shape=tuple(shape) + arr.shape[D:],
+               sampling=getattr(args, "sampling", "area"))
     with report.steps(["resample", "write"]) as steps:
         t0 = time.perf_counter()
-        result = kronpe.resample(arr, shape)
+        result = kronpe.resample(arr, shape, sampling=getattr(args, "sampling", "area"))
         seconds = time.perf_counter() - t0
         steps.next()
         report.say(f"time: {seconds:.3f} s")
