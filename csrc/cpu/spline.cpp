@@ -176,8 +176,8 @@ void values_impl(const SplineGrid& g, index_t P, const double* pts, const double
 // offset o is j + shift[o] in the flat (C-order) numbering; where that neighbour lies outside the
 // grid the entry is zero, so a flat index that wraps into the next row adds nothing, and only
 // the flat range [0, N) has to be respected.
-template <int D>
-void apply_impl(const index_t* n, const double* st, const double* x, index_t C, double* y, int threads) {
+template <int D, typename S>
+void apply_impl(const index_t* n, const S* st, const double* x, index_t C, double* y, int threads) {
   index_t N = 1, stride[3];
   for (int a = D - 1; a >= 0; --a) stride[a] = N, N *= n[a];
   const int W = int(stencil_width(D));
@@ -202,14 +202,14 @@ void apply_impl(const index_t* n, const double* st, const double* x, index_t C, 
       for (int o = 0; o < W; ++o) {
         const index_t sh = shift[o];
         const index_t lo = std::max(j0, -sh), hi = std::min(j1, N - sh);
-        const double* so = st + index_t(o) * N;
+        const S* so = st + index_t(o) * N;
         if (C == 1) {
           const double* xs = x + sh;
 #pragma omp simd
-          for (index_t j = lo; j < hi; ++j) y[j] += so[j] * xs[j];
+          for (index_t j = lo; j < hi; ++j) y[j] += double(so[j]) * xs[j];
         } else {
           for (index_t j = lo; j < hi; ++j) {
-            const double a = so[j];
+            const double a = double(so[j]);
             const double* v = x + (j + sh) * C;
             double* out = y + j * C;
             for (index_t ch = 0; ch < C; ++ch) out[ch] += a * v[ch];
@@ -251,8 +251,9 @@ void spline_values(const SplineGrid& g, index_t P, const double* points, const d
   }
 }
 
-void stencil_apply(int ndim, const index_t* n, const double* stencil, const double* x, index_t C, double* y,
-                   int threads) {
+template <typename S>
+void stencil_apply_any(int ndim, const index_t* n, const S* stencil, const double* x, index_t C, double* y,
+                       int threads) {
   require(ndim >= 1 && ndim <= 3, "stencil_apply: 1 to 3 axes");
   for (int a = 0; a < ndim; ++a)
     if (n[a] <= 0) return;
@@ -261,6 +262,16 @@ void stencil_apply(int ndim, const index_t* n, const double* stencil, const doub
     case 2: return apply_impl<2>(n, stencil, x, C, y, threads);
     default: return apply_impl<3>(n, stencil, x, C, y, threads);
   }
+}
+
+void stencil_apply(int ndim, const index_t* n, const double* stencil, const double* x, index_t C, double* y,
+                   int threads) {
+  stencil_apply_any(ndim, n, stencil, x, C, y, threads);
+}
+
+void stencil_apply(int ndim, const index_t* n, const float* stencil, const double* x, index_t C, double* y,
+                   int threads) {
+  stencil_apply_any(ndim, n, stencil, x, C, y, threads);
 }
 
 }  // namespace kronpe

@@ -44,5 +44,9 @@ void spline_values(const SplineGrid& g, index_t P, const double* points, const d
 // (prod n) x C.
 void stencil_apply(int ndim, const index_t* n, const double* stencil, const double* x, index_t C, double* y,
                    int threads = 0);
+// The same with a float32 stencil (half the memory traffic: the multigrid smoother's operators);
+// x and y stay float64.
+void stencil_apply(int ndim, const index_t* n, const float* stencil, const double* x, index_t C, double* y,
+                   int threads = 0);
 
 }  // namespace kronpe
