@@ -81,18 +81,22 @@ class TorchLevels:
             g = self.grids[l]
             self.normal[l] = self._assemble(g, self.p_tr, self.v_tr)
             st = torch.as_tensor(_spline.penalty_stencil(g), device=self.p_tr.device)
-            N = st.shape[1]
+            W, N = st.shape
             D = len(g.nint)
             strides = [math.prod(g.shape[a + 1:]) for a in range(D)]
-            R = torch.zeros(N * N, dtype=torch.float64, device=st.device)
-            j = torch.arange(N, device=st.device)
-            for o in range(st.shape[0]):
+            shifts = []
+            for o in range(W):
                 rest, shift = o, 0
                 for a in range(D - 1, -1, -1):
                     shift += (rest % 7 - 3) * strides[a]
                     rest //= 7
-                ok = (j + shift >= 0) & (j + shift < N)  # wrapped entries are zero: adding them is harmless
-                R.index_add_(0, (j[ok] * N + j[ok] + shift), st[o][ok])
+                shifts.append(shift)
+            # every offset at once (no boolean indexing: no host round trip); the entries whose
+            # neighbour lies outside the grid are zero, so clamping their column adds nothing
+            j = torch.arange(N, device=st.device)
+            cols = torch.clamp(j[None, :] + torch.as_tensor(shifts, device=st.device)[:, None], 0, N - 1)
+            R = torch.zeros(N * N, dtype=torch.float64, device=st.device)
+            R.index_add_(0, (j[None, :] * N + cols).reshape(-1), st.reshape(-1))
             self.pen[l] = R.view(N, N)
         return self.normal[l], self.pen[l]
 
@@ -104,8 +108,9 @@ class TorchLevels:
 
     def _solve(self, A, rhs):
         torch = self.torch
-        jitter = 1e-13 * float(torch.diagonal(A).abs().max())
-        L = torch.linalg.cholesky(A + jitter * torch.eye(A.shape[0], dtype=A.dtype, device=A.device))
+        diag = A.diagonal()
+        diag.add_(1e-13 * diag.abs().max())  # (A is a fresh sum: changing it in place is safe)
+        L, _ = torch.linalg.cholesky_ex(A)  # no error check: no host round trip (A is SPD)
         return torch.cholesky_solve(rhs, L)
 
     def solve(self, l: int, lam: float, x0):
@@ -145,8 +150,9 @@ def fit(torch, points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional
     if levels.count == 0:
         return None
     best, lam, sols = _spline.choose(levels, scale, vrange, rms, tol, ridge, hold.size > 0, info)
-    wants_finer = (info["limited_by"] == "representation" and best == len(sols) - 1
-                   and levels.count < len(grids)) or (hold.size == 0 and levels.count < len(grids))
+    # the data want finer levels than the device solves: the best is its last and the host has more
+    wants_finer = levels.count < len(grids) and info["limited_by"] != "tolerance" and (
+        best == levels.count - 1 or hold.size == 0)
     if wants_finer:
         return None
     x, it, rel = levels.final(best, lam, None)
