@@ -72,6 +72,7 @@ CG_TOL_FACTOR = 0.01
 WARM_REDUCTION = 0.01  # a warm-started solve reduces its initial residual at least this much
 DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35 x 35 grid: 1.4e7)
 VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
+DENSE_SPEEDUP = 30.0  # a dense factorisation's flop rate over a banded one's (3-D levels: 11^3 dense)
 CG_MAXITER = 300
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
 
@@ -256,32 +257,45 @@ class _Level:
         return _bandwidth(self.shape)
 
     def direct(self, work: float = 0.0) -> bool:
-        """Whether a banded Cholesky factorisation is cheap enough (N bw^2 <= work, DIRECT_WORK)."""
-        return self.A.shape[1] * self.bandwidth() ** 2 <= (work or DIRECT_WORK)
+        """Whether a factorisation is cheap enough (``_direct_work`` <= work, DIRECT_WORK)."""
+        return _direct_work(self.shape)[0] <= (work or DIRECT_WORK)
 
     def solve_exact(self, b: np.ndarray) -> np.ndarray:
-        """A x = b by a banded Cholesky factorisation (LAPACK pbtrf), kept for the next call."""
-        import scipy.linalg
+        """A x = b by a Cholesky factorisation, banded (LAPACK pbtrf) or dense (potrf) whichever
+        costs less, kept for the next call."""
+        import scipy.linalg as sl
 
         if self._chol is None:
             N = self.A.shape[1]
-            bw = self.bandwidth()
-            W = self.A.shape[0]
             D = len(self.shape)
             strides = [math.prod(self.shape[a + 1:]) for a in range(D)]
-            ab = np.zeros((bw + 1, N))
-            for o in range(W):
+            shifts = []
+            for o in range(self.A.shape[0]):
                 rest, shift = o, 0
                 for a in range(D - 1, -1, -1):
                     shift += (rest % 7 - 3) * strides[a]
                     rest //= 7
-                if 0 <= shift <= bw and shift < N:  # upper form: ab[bw + i - j, j] = A[i, j], j = i + shift
-                    ab[bw - shift, shift:] += self.A[o, :N - shift]  # (wrapped offsets add zeros)
-            ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
-            self._chol = scipy.linalg.cholesky_banded(ab, lower=False, check_finite=False)
-        import scipy.linalg as sl
-
-        return sl.cho_solve_banded((self._chol, False), b, check_finite=False)
+                shifts.append(shift)
+            if _direct_work(self.shape)[1] == "banded":
+                bw = self.bandwidth()
+                ab = np.zeros((bw + 1, N))
+                for o, shift in enumerate(shifts):
+                    if 0 <= shift <= bw and shift < N:  # upper form: ab[bw + i - j, j] = A[i, j], j = i + shift
+                        ab[bw - shift, shift:] += self.A[o, :N - shift]  # (wrapped offsets add zeros)
+                ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
+                self._chol = ("banded", sl.cholesky_banded(ab, lower=False, check_finite=False))
+            else:
+                M = np.zeros((N, N))
+                j = np.arange(N)
+                for o, shift in enumerate(shifts):
+                    ok = (j + shift >= 0) & (j + shift < N)
+                    M[j[ok], j[ok] + shift] += self.A[o, ok]
+                M[j, j] += 1e-13 * max(float(M[j, j].max()), 1e-300)
+                self._chol = ("dense", sl.cho_factor(M, lower=False, check_finite=False))
+        kind, factor = self._chol
+        if kind == "banded":
+            return sl.cho_solve_banded((factor, False), b, check_finite=False)
+        return sl.cho_solve(factor, b, check_finite=False)
 
     def smooth(self, b: np.ndarray, x: np.ndarray) -> np.ndarray:
         """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax]."""
@@ -503,7 +517,7 @@ class _HostLevels:
 
     def direct(self, l: int) -> bool:
         """Whether level l is solved by a factorisation (cheap) rather than iteratively."""
-        return math.prod(self.grids[l].shape) * _bandwidth(self.grids[l].shape) ** 2 <= DIRECT_WORK
+        return _direct_work(self.grids[l].shape)[0] <= DIRECT_WORK
 
     def start(self, l: int, x: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Level l's starting point from level l - 1's fit (the same spline, subdivided)."""
@@ -536,6 +550,15 @@ class _HostLevels:
 
 def _bandwidth(shape: Sequence[int]) -> int:
     return 3 * sum(math.prod(shape[a + 1:]) for a in range(len(shape)))
+
+
+def _direct_work(shape: Sequence[int]) -> Tuple[float, str]:
+    """The cost of factorising a level's operator, in banded-equivalent flops, and how: banded
+    (N bw^2) or dense (N^3 / 3, at DENSE_SPEEDUP times the banded rate: blocked LAPACK)."""
+    N = math.prod(shape)
+    banded = float(N) * _bandwidth(shape) ** 2
+    dense = float(N) ** 3 / 3 / DENSE_SPEEDUP
+    return (banded, "banded") if banded <= dense else (dense, "dense")
 
 
 def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: Optional[float],
