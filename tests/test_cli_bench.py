@@ -217,3 +217,23 @@ def test_running_threads_sees_a_busy_thread():
     seen = max(harness.running_threads() for _ in range(50))
     t.join()
     assert seen >= 1
+
+
+def test_a_failing_kronpe_row_makes_the_command_fail(monkeypatch, tmp_path, capsys):
+    """kronpe's own rows must run and be right; a peer that fails is only reported."""
+    def broken(state):
+        raise RuntimeError("kernel exploded")
+
+    def peer_broken(state):
+        raise RuntimeError("peer exploded")
+
+    cases = [Case("chains", "made-up", lambda: {}, [Method("kronpe", broken, peer=False),
+                                                    Method("peer", lambda s: 1.0)], rounds=1)]
+    monkeypatch.setitem(bench.SUITES, "chains", lambda: cases)
+    assert main(["bench", "--suite", "chains", "--no-progress", "--no-plots", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "made-up: kronpe: failed: RuntimeError: kernel exploded" in err
+    assert (tmp_path / "bench.json").is_file()  # everything is written first
+    cases[0] = Case("chains", "made-up", lambda: {}, [Method("kronpe", lambda s: 1.0, peer=False),
+                                                      Method("peer", peer_broken)], rounds=1)
+    assert main(["bench", "--suite", "chains", "--no-progress", "--no-plots", "--out", str(tmp_path)]) == 0

@@ -2,7 +2,8 @@
 
 Writes ``bench.md`` (the table), ``bench.json`` (every timing and the machine) and ``bench-<suite>.png``
 (time against size, per method; with matplotlib) into ``--out``; prints the table (``--json``: the
-JSON document instead) and, with ``--compare OLD.json``, what got faster or slower.
+JSON document instead) and, with ``--compare OLD.json``, what got faster or slower. Exits 1 when one
+of kronpe's own rows failed or gave a wrong result (after writing everything).
 """
 from __future__ import annotations
 
@@ -42,4 +43,20 @@ def run_bench(args) -> int:
     if old:
         print("", file=sys.stderr if args.json else sys.stdout)
         print(report.compare(old[0], doc, args.threshold), file=sys.stderr if args.json else sys.stdout)
+    failed = failed_kronpe_rows(doc)
+    if failed:  # kronpe's own rows must run and be right: a failure is the command's failure
+        for rec in failed:
+            print(f"kronpe: error: {rec['group']}: {rec['name']}: {rec['skipped']}", file=sys.stderr)
+        return 1
     return 0
+
+
+def failed_kronpe_rows(doc: dict) -> list:
+    """The records of kronpe's own rows that failed or gave a wrong result (a peer that fails, or
+    a module that does not import, is reported in the table and is not an error)."""
+    out = []
+    for rec in doc.get("benchmarks", []):
+        why = rec.get("skipped", "")
+        if not rec.get("extra_info", {}).get("peer", True) and why.startswith(("failed", "wrong result")):
+            out.append(rec)
+    return out
