@@ -347,3 +347,16 @@ def test_fit_spline_of_cuda_tensors():
     np.testing.assert_allclose(m.predict(pts[:100]), host.predict(pts[:100]), atol=1e-7)
     with pytest.raises(ValueError, match="finite"):
         kronpe.fit_spline(torch.tensor(pts, device="cuda"), torch.full((5000,), float("nan"), device="cuda"))
+
+
+def test_save_and_load_give_the_same_predictions(tmp_path):
+    rng = np.random.default_rng(15)
+    pts = rng.random((500, 2)) * [100.0, 3.0] + [-50.0, 7.0]
+    vals = np.stack([pts[:, 0] / 100 + np.sin(pts[:, 1]), pts[:, 1]], -1)
+    m = kronpe.fit_spline(pts, vals)
+    m.save(tmp_path / "m.npz")
+    back = kronpe.load(tmp_path / "m.npz")
+    assert isinstance(back, kronpe.SplineModel) and back.info["limited_by"] == m.info["limited_by"]
+    np.testing.assert_array_equal(back.predict(pts[:50]), m.predict(pts[:50]))
+    coords = [np.linspace(m.lo[0], m.hi[0], 7), np.linspace(m.lo[1], m.hi[1], 5)]
+    np.testing.assert_array_equal(back.predict_grid(coords), m.predict_grid(coords))

@@ -1,15 +1,16 @@
-"""Fitted models to and from ``.npz`` files: ``GridModel.save`` / ``PointModel.save`` and
-``kronpe.load``.
+"""Fitted models to and from ``.npz`` files: ``GridModel.save`` / ``PointModel.save`` /
+``SplineModel.save`` and ``kronpe.load``.
 
 The file is a NumPy ``.npz`` archive read with ``allow_pickle=False``: plain arrays and one JSON
 string, nothing executable. Entries:
 
 - ``format`` ("kronpe-model"), ``format_version`` (``FORMAT_VERSION``), ``kronpe_version``;
-- ``header``: JSON with ``kind`` ("grid" or "points"), ``embedders`` (one ``{"name", "params"}``
+- ``header``: JSON with ``kind`` ("grid", "points" or "spline"), ``embedders`` (one ``{"name", "params"}``
   per axis: the class name in ``kronpe.embedders`` and the keyword arguments that rebuild it, or
-  null for the default scattered model's multilinear blend), ``normalize`` (points), and the
-  scalars of ``info`` (numbers, strings, booleans);
-- ``weights``, ``ridge`` (a 0-d or a batch array), ``gcv`` (grid models fitted with GCV),
+  null for the default scattered model's multilinear blend and for a spline), ``normalize``
+  (points), ``lo``, ``scale``, ``h`` (a spline's box and node spacing), and the scalars of
+  ``info`` (numbers, strings, booleans);
+- ``weights`` (a spline's coefficients), ``ridge`` (a 0-d or a batch array), ``gcv`` (grid models fitted with GCV),
   ``grid_0`` .. ``grid_{D-1}`` (the virtual grid's nodes of a scattered model).
 
 ``load`` raises :class:`ModelFileError` (a ValueError) naming the file for anything it cannot
@@ -76,10 +77,20 @@ def save_model(model, path) -> None:
     from .. import __version__
     from .fit import GridModel
     from .points import PointModel
+    from .spline import SplineModel
 
-    if not isinstance(model, (GridModel, PointModel)):
-        raise TypeError(f"model must be a kronpe GridModel or PointModel, got {type(model).__name__}")
+    if not isinstance(model, (GridModel, PointModel, SplineModel)):
+        raise TypeError(f"model must be a kronpe GridModel, PointModel or SplineModel, got {type(model).__name__}")
     p = _path_arg(path)
+    if isinstance(model, SplineModel):
+        header = {"kind": "spline", "embedders": [None] * model.ndim, "lo": [float(v) for v in model.lo],
+                  "scale": [float(v) for v in model.scale], "h": float(model.h),
+                  "info": _scalars(getattr(model, "info", {}) or {})}
+        with open(p, "wb") as f:
+            np.savez(f, format=np.array(FORMAT), format_version=np.array(FORMAT_VERSION),
+                     kronpe_version=np.array(str(__version__)), header=np.array(json.dumps(header)),
+                     weights=np.asarray(model.coef), ridge=np.asarray(model.ridge, float))
+        return
     arrays: Dict[str, np.ndarray] = {"weights": np.asarray(model.weights), "ridge": np.asarray(model.ridge, float)}
     header: Dict[str, Any] = {"embedders": [_embedder_entry(e) for e in model.embedders],
                               "info": _scalars(getattr(model, "info", {}) or {})}
@@ -119,7 +130,7 @@ def load(path: Union[str, "os.PathLike[str]"]):
 
     Returns
     -------
-    GridModel or PointModel
+    GridModel, PointModel or SplineModel
         With its weights, embedders, ridge (and GCV score, grid nodes), ready to ``predict``.
 
     Raises
@@ -194,4 +205,21 @@ def load(path: Union[str, "os.PathLike[str]"]):
                                      f"match its {'grid' if e is None else 'embedder'} ({n})")
         return PointModel(weights=weights, embedders=tuple(embs), grid_coords=grid, ridge=float(np.asarray(ridge)),
                           info=info, normalize=bool(header.get("normalize", True)))
+    if kind == "spline":
+        from .spline import SplineModel
+
+        try:
+            lo = tuple(float(v) for v in header["lo"])
+            scale = tuple(float(v) for v in header["scale"])
+            h = float(header["h"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{where} is damaged: a spline needs lo, scale and h ({type(exc).__name__})") from None
+        if len(lo) != D or len(scale) != D or not all(np.isfinite(lo)) or not all(
+                np.isfinite(v) and v > 0 for v in scale) or not (np.isfinite(h) and h > 0):
+            raise ModelFileError(f"{where} is damaged: a spline's lo, scale and h must be {D} finite numbers each "
+                                 "(scale and h positive)")
+        if any(n < 4 for n in weights.shape[:D]):
+            raise ModelFileError(f"{where} is damaged: a spline has at least 4 coefficients per axis, got "
+                                 f"{weights.shape[:D]}")
+        return SplineModel(coef=weights, lo=lo, scale=scale, h=h, ridge=float(np.asarray(ridge)), info=info)
     raise ModelFileError(f"{where} is damaged: unknown model kind {kind!r}")

@@ -417,6 +417,12 @@ class SplineModel:
                     f"{name}: axis {a} must lie in the fitted box [{self.lo[a]:.6g}, {hi[a]:.6g}], "
                     f"got [{col.min():.6g}, {col.max():.6g}]")
 
+    def save(self, path) -> None:
+        """Write the model to ``path`` (``.npz``, no pickle; ``kronpe.load`` reads it back)."""
+        from .saving import save_model
+
+        save_model(self, path)
+
     def predict(self, points) -> np.ndarray:
         """Values at points (P, D) inside the fitted box: (P, *channels)."""
         pts = _validate.real_array("points", points)
