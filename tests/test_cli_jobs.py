@@ -197,3 +197,22 @@ def test_grid_of_volume_points_reports_the_order_3_model(tmp_path, capsys):
     assert rec["ridge"] > 0
     grid = np.load(tmp_path / "o" / "pts_grid.npy")
     assert grid.shape == n and np.sqrt(np.mean((grid - vol) ** 2)) < 0.05
+
+
+def test_grid_field_data_by_spacing_save_and_predict(tmp_path):
+    rng = np.random.default_rng(6)
+    xy = rng.random((600, 2)) * [5000.0, 2000.0]
+    z = np.sin(xy[:, 0] / 900) + xy[:, 1] / 1000
+    path = tmp_path / "field.csv"
+    np.savetxt(path, np.c_[xy, z], delimiter=",", header="x,y,z", comments="")
+    assert main(["grid", str(path), "--spacing", "250", "--maxdist", "400", "--out", str(tmp_path),
+                 "--save", str(tmp_path / "m.npz"), "--no-progress"]) == 0
+    grid = np.load(tmp_path / "field_grid.npy")
+    x0 = xy[:, 0].min() + 250 * np.arange(grid.shape[0])
+    x1 = xy[:, 1].min() + 250 * np.arange(grid.shape[1])
+    want = np.sin(x0[:, None] / 900) + x1[None, :] / 1000
+    inside = np.isfinite(grid)
+    assert inside.mean() > 0.8 and np.abs(grid[inside] - want[inside]).max() < 0.05
+    assert main(["predict", str(tmp_path / "m.npz"), "--shape", "9", "7", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert np.load(tmp_path / "m_predict.npy").shape == (9, 7)
+    assert main(["grid", str(path), "--shape", "8", "8", "--spacing", "250"]) == 2  # one line, exit 2

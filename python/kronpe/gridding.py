@@ -170,6 +170,26 @@ def grid(points, values, shape: Union[int, Sequence[int], None] = None,
     (grid, coords) or xarray.DataArray
         ``grid`` (N_1, ..., N_D, *channels) float64 and ``coords`` a tuple of D 1-D arrays.
     """
+    out, coords, model = gridded(points, values, shape, spacing, region, maxdist, tol)
+    if not xarray:
+        return out, coords
+    try:
+        import xarray as xr
+    except ImportError:
+        raise ImportError("grid(xarray=True) needs xarray: pip install \"kronpe[xarray]\"") from None
+    D = len(coords)
+    channels = out.shape[D:]
+    names = [f"x{a}" for a in range(D)] if dims is None else [str(d) for d in dims]
+    if len(names) != D:
+        raise ValueError(f"dims must name the {D} axes, got {list(dims)!r}")
+    extra = [f"channel{i}" if len(channels) > 1 else "channel" for i in range(len(channels))]
+    return xr.DataArray(out, dims=names + extra, coords={n: c for n, c in zip(names, coords)},
+                        attrs={"method": "kronpe cubic B-spline, thin-plate penalty",
+                               "limited_by": model.info.get("limited_by", "")})
+
+
+def gridded(points, values, shape=None, spacing=None, region=None, maxdist=None, tol: float = _spline.DEFAULT_TOL):
+    """``grid``'s work: (the grid, its coordinates, the fitted SplineModel)."""
     pts, vals, channels = _points_values(points, values)
     D = pts.shape[1]
     if (shape is None) == (spacing is None):
@@ -212,16 +232,4 @@ def grid(points, values, shape: Union[int, Sequence[int], None] = None,
         dist, _ = cKDTree(pts).query(mesh, k=1, distance_upper_bound=maxdist)
         far = ~np.isfinite(dist).reshape(counts)
         out[far] = np.nan
-    if not xarray:
-        return out, tuple(coords)
-    try:
-        import xarray as xr
-    except ImportError:
-        raise ImportError("grid(xarray=True) needs xarray: pip install \"kronpe[xarray]\"") from None
-    names = [f"x{a}" for a in range(D)] if dims is None else [str(d) for d in dims]
-    if len(names) != D:
-        raise ValueError(f"dims must name the {D} axes, got {list(dims)!r}")
-    extra = [f"channel{i}" if len(channels) > 1 else "channel" for i in range(len(channels))]
-    return xr.DataArray(out, dims=names + extra, coords={n: c for n, c in zip(names, coords)},
-                        attrs={"method": "kronpe cubic B-spline, thin-plate penalty",
-                               "limited_by": model.info.get("limited_by", "")})
+    return out, tuple(coords), model

@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", type=int, nargs="+", default=None, metavar="N",
                    help="the grid to predict: samples per axis (D numbers)")
     p.add_argument("--spacing", type=float, nargs="+", default=None, metavar="H",
-                   help="grid field data in the points' own units (kronpe.grid): node spacing, one or D numbers")
+                   help="grid field data in the points' own units (kronpe.grid): the node spacing, one number "
+                        "(2-D points, or the axes of --region) or one per axis")
     p.add_argument("--region", type=float, nargs="+", default=None, metavar="V",
                    help="with --spacing: lo_1 hi_1 ... lo_D hi_D (default: the points' bounding box)")
     p.add_argument("--maxdist", type=float, default=None, metavar="DIST",

@@ -176,9 +176,8 @@ def run_grid(args) -> int:
 
 
 def _run_field_grid(args, report: Output) -> int:
-    """``kronpe grid POINTS --spacing H [--region ...] [--maxdist D]``: kronpe.grid in the points' units."""
-    import kronpe
-
+    """``kronpe grid POINTS --spacing H [--region ...] [--maxdist D]``: kronpe.grid in the points' units
+    (one spacing: 2-D points, unless --region names the axes)."""
     table = _load_points(args.path)
     D = len(args.spacing) if len(args.spacing) > 1 else (len(args.region) // 2 if args.region else 2)
     if table.shape[1] <= D:
@@ -188,8 +187,10 @@ def _run_field_grid(args, report: Output) -> int:
     report.say(f"points: {pts.shape[0]} in {D}-D, {vals.shape[1]} value column(s); spacing {args.spacing}")
     report.put(points=pts.shape[0], value_columns=vals.shape[1], spacing=list(args.spacing))
     t0 = time.perf_counter()
-    grid, coords = kronpe.grid(pts, vals[:, 0] if vals.shape[1] == 1 else vals, spacing=spacing,
-                               region=args.region, maxdist=args.maxdist)
+    from ..gridding import gridded
+
+    grid, coords, model = gridded(pts, vals[:, 0] if vals.shape[1] == 1 else vals, spacing=spacing,
+                                  region=args.region, maxdist=args.maxdist)
     seconds = time.perf_counter() - t0
     report.say(f"grid: {list(grid.shape)}, time {seconds:.3f} s (fit + grid)")
     report.put(seconds=seconds, shape=list(grid.shape), coords_lo=[float(c[0]) for c in coords],
@@ -198,6 +199,7 @@ def _run_field_grid(args, report: Output) -> int:
     stem = Path(args.path).stem or "points"
     files = [out / f"{stem}_grid.npy"]
     np.save(files[0], grid)
+    files += _save_model(args, model)
     report.wrote(files)
     return report.done()
 
@@ -283,7 +285,11 @@ def run_predict(args) -> int:
     report.put(model=str(args.model), model_kind=kind, shape=shape)
     with report.steps(["predict", "write"]) as steps:
         t0 = time.perf_counter()
-        grid = np.asarray(model.predict_grid(data.grid_coords(shape)))
+        if isinstance(model, kronpe.SplineModel):  # its own box, in the units it was fitted in
+            coords = [np.linspace(lo, hi, n) for lo, hi, n in zip(model.lo, model.hi, shape)]
+        else:
+            coords = data.grid_coords(shape)
+        grid = np.asarray(model.predict_grid(coords))
         seconds = time.perf_counter() - t0
         steps.next()
         report.say(f"time: {seconds:.3f} s")
