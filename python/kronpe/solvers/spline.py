@@ -56,7 +56,8 @@ LAMBDA_START = 1e-3  # each level's first lambda / (rho s^4) (rho: points per un
 LAMBDA_DOWN = 10**1.5  # then lower by this factor while the held-out error falls ...
 LAMBDA_EXACT = 1e-6  # ... down to the interpolation limit
 LAMBDA_STEP = 10.0  # and at the best levels higher by this factor while it falls (noise)
-NOISE_ABOVE = True  # the higher lambdas are tried on the level above the best too
+NOISE_ABOVE = True  # the higher lambdas are tried on the level above the best too (when it is
+NOISE_NEAR = 1.25  # direct, or iterative and its held-out error within this factor of the best's)
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
@@ -619,7 +620,11 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
             break
     if not fixed and limited != "tolerance":
         # raise lambda at the best level (and the one above it) while the held-out error falls
-        for l in sorted({best, min(best + 1, len(sols) - 1)} if NOISE_ABOVE else {best}):
+        above = min(best + 1, len(sols) - 1)
+        # the level above, where its start came close (a noisy fit gains there from a larger lambda;
+        # far behind, as when exact samples are fitted, it does not)
+        near = NOISE_ABOVE and (levels.direct(above) or errors[above] < errors[best] * NOISE_NEAR)
+        for l in sorted({best, above} if near else {best}):
             prev, y, mu = errors[l], sols[l], lams[l]
             while True:
                 mu *= LAMBDA_STEP
