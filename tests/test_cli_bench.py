@@ -237,3 +237,39 @@ def test_a_failing_kronpe_row_makes_the_command_fail(monkeypatch, tmp_path, caps
     cases[0] = Case("chains", "made-up", lambda: {}, [Method("kronpe", lambda s: 1.0, peer=False),
                                                       Method("peer", peer_broken)], rounds=1)
     assert main(["bench", "--suite", "chains", "--no-progress", "--no-plots", "--out", str(tmp_path)]) == 0
+
+
+def test_cold_fit_rows_factorise_every_time(monkeypatch):
+    """The "cold" grid fit clears kronpe's caches first: its per-axis SVDs are computed on every
+    call (a second call of a warm fit_grid reuses them)."""
+    import scipy.linalg
+
+    from kronpe.bench import fits
+
+    calls = []
+    real_svd = scipy.linalg.svd
+
+    def counting_svd(*a, **k):
+        calls.append(1)
+        return real_svd(*a, **k)
+
+    monkeypatch.setattr(scipy.linalg, "svd", counting_svd)
+    rng = np.random.default_rng(0)
+    emb = kronpe.Gaussian(16, 0.05)
+    img = rng.random((32, 32))
+    kronpe.clear_caches()
+    kronpe.fit_grid(img, [emb, emb], ridge=0.0)
+    warm_first = len(calls)
+    kronpe.fit_grid(img, [emb, emb], ridge=0.0)
+    assert warm_first > 0 and len(calls) == warm_first  # warm: factorisations reused
+
+    class _Case:
+        train = img
+        train_coords = kronpe.data.grid_coords(img.shape)
+
+    cold = next(m for m in fits._fit_methods() if "cold" in m.name)
+    state = {"case": _Case(), "embs": [emb, emb], "rcond": 1e-10}
+    before = len(calls)
+    cold.fn(state)
+    cold.fn(state)
+    assert len(calls) - before == 2 * warm_first  # each cold call factorises anew

@@ -123,3 +123,25 @@ def test_torch_kernels_follow_torch_threads():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+
+
+def test_clear_caches_forgets_what_kronpe_keeps():
+    """kronpe.clear_caches empties every registered cache and the core's kept work memory; results
+    are the same after it."""
+    from kronpe import _core
+    from kronpe.solvers import grid
+
+    rng = np.random.default_rng(0)
+    img = rng.random((24, 20))
+    emb = kronpe.Gaussian(12, 0.05)
+    first = kronpe.fit_grid(img, [emb, emb], ridge=1e-3).weights
+    kronpe.upsample(img, 2)
+    mask = rng.random((64, 64)) < 0.5
+    kronpe.fit_grid(rng.random((64, 64)), mask=mask)
+    assert grid._FACTORS
+    kronpe.clear_caches()
+    assert not grid._FACTORS and _core.work_cache() == 0
+    from kronpe import resampling
+
+    assert not resampling._CACHE
+    np.testing.assert_array_equal(kronpe.fit_grid(img, [emb, emb], ridge=1e-3).weights, first)

@@ -1,6 +1,8 @@
 // kronpe._core: one PYBIND11_MODULE, one register_<family>() per binding file.
 #include "common.h"
 #include "kronpe/cuda.h"
+#include "kronpe/mode_product_plan.h"
+#include "kronpe/multigrid.h"
 #include "kronpe/threads.h"
 
 #ifndef KRONPE_VERSION
@@ -39,6 +41,14 @@ PYBIND11_MODULE(_core, m) {
     return d;
   });
   m.def("cuda_device_count", &kronpe::cuda::device_count);
+  m.def(
+      "clear_caches",
+      [] {
+        kronpe::smooth::work_cache_clear();
+        kronpe::mode_chain_programs_clear();
+      },
+      "Frees the solvers' kept work memory and forgets the calling thread's planned mode-n chains "
+      "(internal: kronpe.clear_caches).");
   m.def("set_num_threads", &kronpe::set_default_threads, py::arg("n"),
         "Threads of kronpe's CPU kernels when a call gives none; 0: OpenMP's default (internal, "
         "see kronpe.set_num_threads).");

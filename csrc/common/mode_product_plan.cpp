@@ -664,6 +664,8 @@ thread_local ProgramCache t_programs;
 
 }  // namespace
 
+void mode_chain_programs_clear() { t_programs = ProgramCache{}; }
+
 ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* strides,
                                 int nmodes, const int* modes, const index_t* out_rows,
                                 int elem_size, bool any_layout, const ModeCostModel& model) {

@@ -38,6 +38,15 @@ from .analysis import (  # noqa: E402
 )
 
 
+def clear_caches() -> None:
+    """Forget everything kronpe keeps between calls: per-axis factorisations, resampling
+    operators, planned mode-n chains, the solvers' work memory and the CUDA device blocks (the
+    next call runs cold, as in a new process)."""
+    from . import _caches
+
+    _caches.clear()
+
+
 def build_info() -> dict:
     """What this kronpe was built with.
 
@@ -70,6 +79,7 @@ def build_info() -> dict:
 
 __all__ = [
     "build_info",
+    "clear_caches",
     "__version__",
     "set_num_threads",
     "get_num_threads",

@@ -129,6 +129,10 @@ def spline_values(grid: Tuple[List[int], List[float], List[float]], points: Desc
 def stencil_apply(shape: List[int], stencil: Descriptor, x: Descriptor, y: Descriptor) -> None:
     """y (N, C) = A x for the 7^D-point stencil A (7^D, N) on a grid of `shape` (internal)."""
 
+def clear_caches() -> None:
+    """Frees the solvers' kept work memory and forgets the calling thread's planned mode-n chains (internal:
+    kronpe.clear_caches)."""
+
 def cuda_embed_basis(x: Descriptor, out: Descriptor, kind: str, first_index: int, K_base: float, param: float, degree: int, seed: int) -> None:
     """The same on the device, on x's stream (internal)."""
 

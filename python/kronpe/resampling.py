@@ -38,6 +38,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import _caches
 from ._adapters import arrays as _arrays, validate as _validate
 from .embedders import BSpline
 
@@ -149,6 +150,12 @@ def _point_matrix(n: int, N: int) -> "scipy.sparse.csr_matrix":  # noqa: F821
 _CACHE: dict = {}
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 16
+
+
+@_caches.register
+def _forget_operators() -> None:
+    with _CACHE_LOCK:
+        _CACHE.clear()
 
 
 def resample_matrix(n: int, N: int, dtype=np.float64, sampling: str = "area"):

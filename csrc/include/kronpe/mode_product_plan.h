@@ -120,6 +120,9 @@ ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* s
                                 int nmodes, const int* modes, const index_t* out_rows,
                                 int elem_size, bool any_layout, const ModeCostModel& model);
 
+// Forgets the calling thread's cached programs (the next chains are planned anew).
+void mode_chain_programs_clear();
+
 // How a matrix operand (rows x cols, element strides) can be read by a row-major GEMM without a
 // copy: as stored (ld = row stride), as the transposed matrix (ld = column stride), or not.
 struct OperandLayout {

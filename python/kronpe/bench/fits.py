@@ -7,7 +7,8 @@ sigma = 0.015: the setting behind Table 3, see kronpe.app.protocol.PAPER_SETTING
 
 Group ``grid fit: <signal>`` (the weights; work = the flops of the fit's two chains):
 
-- kronpe fit_grid (cold): embeddings, per-axis SVDs and the products.
+- kronpe fit_grid (cold): embeddings, per-axis SVDs and the products, with every kronpe cache
+  cleared (``kronpe.clear_caches``) and new embedders before each call.
 - kronpe GridPlan.fit (cached plan): the plan built once beforehand.
 - papers' formulation (torch lstsq + products): per-axis pseudo-inverse by
   ``torch.linalg.lstsq(Phi, I)`` then the products with torch, as the official code does it.
@@ -141,8 +142,14 @@ def _fit_methods() -> List[Method]:
     import kronpe
 
     def cold(s):
+        """Nothing kept from before: every kronpe cache cleared and new embedders (as a new process
+        would have them), then the whole fit."""
+        import copy
+
+        kronpe.clear_caches()
         c = s["case"]
-        return kronpe.fit_grid(c.train, s["embs"], coords=c.train_coords, ridge=0.0, rcond=s["rcond"]).weights
+        embs = [copy.deepcopy(e) for e in s["embs"]]
+        return kronpe.fit_grid(c.train, embs, coords=c.train_coords, ridge=0.0, rcond=s["rcond"]).weights
 
     def plan(s):
         return s["plan"].fit(s["case"].train).weights

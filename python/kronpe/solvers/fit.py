@@ -57,6 +57,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _caches
 from .._adapters import arrays as _arrays, validate as _validate
 from ..embedders import BSpline, Embedder, Triangle
 from ..ops import host_chain
@@ -941,3 +942,7 @@ def fit_grid(
     if width == "gcv":
         plan = _search_widths(plan, S)
     return plan._fit(S, plan.ridge)
+
+
+for _cached in (_node_centres, _fill_embedder):  # kronpe.clear_caches forgets them too
+    _caches.register(_cached.cache_clear)

@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import _caches
 from .. import _core
 from .._adapters import validate as _validate
 from ..data import grid_coords
@@ -176,6 +177,12 @@ class _Axis:
 _FACTOR_CACHE = 16
 _FACTORS: dict = {}
 _FACTORS_LOCK = threading.Lock()
+
+
+@_caches.register
+def _forget_factors() -> None:
+    with _FACTORS_LOCK:
+        _FACTORS.clear()
 
 
 def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:

@@ -106,6 +106,7 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _caches
 from .. import _core
 
 Array = np.ndarray
@@ -326,3 +327,7 @@ def _dot(a: Array, b: Array) -> float:
     if a.dtype == b.dtype and a.flags.c_contiguous and b.flags.c_contiguous and a.shape == b.shape:
         return _core.dot(a, b)
     return float(np.sum(a * b, dtype=np.float64))
+
+
+for _cached in (_power_lmax,):  # kronpe.clear_caches forgets them too
+    _caches.register(_cached.cache_clear)

@@ -237,6 +237,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _caches
 from .._adapters import validate as _validate
 from .krylov import SeparablePreconditioner, pcg, sweep_ridges
 from .. import _core
@@ -1108,3 +1109,7 @@ def _device_fit(data: DataTerm, planes: List[Array], maxiter: int, moments: Opti
                 preconditioner="a multigrid V-cycle (Chebyshev smoothing)",
                 stopping="||M r|| / ||W|| (error estimate)", device=f"cuda:{device}")
     return out, float(o["lam"]), info
+
+
+for _cached in (_holdout_of,):  # kronpe.clear_caches forgets them too
+    _caches.register(_cached.cache_clear)
