@@ -1,4 +1,8 @@
 """The CPU BLAS wired into the core: the gemm kernel against NumPy."""
+import json
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -228,3 +232,21 @@ def test_kronpe_blas_variable(choice):
     which, bits, err = r.stdout.split()
     assert which == choice and int(bits) == (32 if choice == "scipy" else 64)
     assert float(err) < 1e-12
+
+
+@pytest.mark.parametrize("value,want", [("avx2", {"avx2", "generic"}), ("generic", {"generic"}),
+                                        ("bogus", {"avx512", "avx2", "generic"})])
+def test_kronpe_simd_caps_the_vector_paths(value, want):
+    """KRONPE_SIMD lowers the vector paths for the whole process (read once at load); a value it does
+    not know is named on stderr and ignored."""
+    import subprocess
+
+    code = "import kronpe, json; from kronpe import _core; print(json.dumps([kronpe.build_info()['simd'], " \
+           "_core.blend_set_simd(2)]))"
+    env = dict(os.environ, KRONPE_SIMD=value)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    simd, blend_level = json.loads(out.stdout.strip().splitlines()[-1])
+    assert simd in want
+    assert blend_level <= {"avx512": 2, "avx2": 1, "generic": 0}[simd]
+    if value == "bogus":
+        assert "KRONPE_SIMD=bogus is not one of avx512, avx2, generic" in out.stderr

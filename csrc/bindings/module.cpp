@@ -3,6 +3,7 @@
 #include "kronpe/cuda.h"
 #include "kronpe/mode_product_plan.h"
 #include "kronpe/multigrid.h"
+#include "kronpe/simd.h"
 #include "kronpe/threads.h"
 
 #ifndef KRONPE_VERSION
@@ -33,6 +34,7 @@ PYBIND11_MODULE(_core, m) {
     d["cuda"] = kronpe::cuda::built();
     d["cuda_compiler"] = KRONPE_CUDA_COMPILER;
     d["cuda_architectures"] = KRONPE_CUDA_ARCHITECTURES;
+    d["simd"] = kronpe::simd_level() == 2 ? "avx512" : kronpe::simd_level() == 1 ? "avx2" : "generic";
 #ifdef KRONPE_OPENMP
     d["openmp"] = true;
 #else

@@ -1,4 +1,5 @@
 // kronpe C++ core: blending-matrix kernels on the CPU (see kronpe/blend.h for the conventions).
+#include "kronpe/simd.h"
 #include "kronpe/blend.h"
 #include "kronpe/avx512.h"
 #include "kronpe/threads.h"
@@ -193,7 +194,7 @@ KRONPE_AVX512_END
 int cpu_simd() {
   if (cpu_has_avx512(true)) return 2;
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? 1 : 0;
+  return __builtin_cpu_supports("avx2") && simd_cap() >= 1 ? 1 : 0;
 }
 std::atomic<int> g_simd{cpu_simd()};
 #endif

@@ -1,5 +1,6 @@
 // The packed GEMM of the CPU chains (kronpe/packed_gemm.h): dispatch, packing, blocking and the
 // AVX-512 micro-kernels.
+#include "kronpe/simd.h"
 #include "kronpe/packed_gemm.h"
 
 #include <algorithm>
@@ -28,6 +29,7 @@ bool cpu_has_avx512(bool full) {
   }();
   static const bool all = f && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
+  if (simd_cap() < 2) return false;  // KRONPE_SIMD=avx2|generic (kronpe/simd.h)
   return full ? all : f;
 }
 #endif
