@@ -360,3 +360,34 @@ def test_save_and_load_give_the_same_predictions(tmp_path):
     np.testing.assert_array_equal(back.predict(pts[:50]), m.predict(pts[:50]))
     coords = [np.linspace(m.lo[0], m.hi[0], 7), np.linspace(m.lo[1], m.hi[1], 5)]
     np.testing.assert_array_equal(back.predict_grid(coords), m.predict_grid(coords))
+
+
+def test_fit_points_solver_table():
+    """fit_points goes through kronpe.solvers.protocol's table: the default choice is recorded in
+    info["solver"], solver= names a row, "spline" gives the SplineModel of fit_spline."""
+    rng = np.random.default_rng(16)
+    pts = rng.random((400, 2))
+    y = franke(pts[:, 0], pts[:, 1])
+    assert kronpe.fit_points(pts, y).info["solver"] == "blended"
+    lattice = np.argwhere(np.ones((20, 20))) / 20.0
+    assert kronpe.fit_points(lattice, lattice[:, 0]).info["solver"] == "lattice"
+    assert kronpe.fit_points(pts, y, embedders=kronpe.Gaussian(16, 0.05)).info["solver"] == "ridge"
+    m = kronpe.fit_points(pts * 1000.0, y, solver="spline")
+    assert isinstance(m, kronpe.SplineModel) and m.info["solver"] == "spline"
+    np.testing.assert_allclose(m.predict(pts[:20] * 1000.0), kronpe.fit_spline(pts * 1000.0, y).predict(pts[:20] * 1000.0))
+    with pytest.raises(ValueError, match="solver must be one of"):
+        kronpe.fit_points(pts, y, solver="magic")
+    with pytest.raises(ValueError, match="give no embedders"):
+        kronpe.fit_points(pts, y, solver="spline", embedders=kronpe.Gaussian(16, 0.05))
+    with pytest.raises(ValueError, match="give no ridge"):
+        kronpe.fit_points(pts, y, solver="spline", ridge=1e-3)
+
+
+def test_named_solvers_refuse_problems_they_cannot_take():
+    rng = np.random.default_rng(17)
+    pts = rng.random((300, 2))
+    with pytest.raises(ValueError, match="needs a penalty"):
+        kronpe.fit_points(pts, pts[:, 0], solver="penalised")
+    with pytest.raises(ValueError, match="needs points on a lattice"):
+        kronpe.fit_points(pts, pts[:, 0], solver="lattice")
+    assert kronpe.fit_points(pts, pts[:, 0], solver="blended").info["solver"] == "blended"

@@ -55,7 +55,7 @@ from .. import _core, cuda as _cuda
 from .._adapters import arrays as _arrays, validate as _validate
 from ..ops import host_chain
 from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
-from . import penalised, smooth
+from . import penalised, protocol, smooth
 from .krylov import cdot, pcg, sweep_ridges
 from .penalty import DifferencePenalty, penalty_arg
 
@@ -349,7 +349,7 @@ def _sorted_matrix(points, nodes, embs, normalize, threads) -> Tuple[BlendingMat
 def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, str, None] = "auto",
                tol: float = 1e-6, maxiter: Optional[int] = None, normalize: bool = True,
                outside: str = "error", threads: Optional[int] = None,
-               penalty: Optional[DifferencePenalty] = None) -> PointModel:
+               penalty: Optional[DifferencePenalty] = None, solver: Optional[str] = None):
     """Exact ridge fit of scattered samples with a complex encoding (MATH.md 3.3).
 
     Parameters
@@ -381,15 +381,36 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     penalty : DifferencePenalty, optional
         What lambda weighs: None is the identity (lambda ||W||^2, solved in the SVD basis above);
         a difference penalty is solved in K-space (:mod:`kronpe.solvers.penalised`).
+    solver : str, optional
+        A row of :mod:`kronpe.solvers.protocol`'s table: "lattice", "blended", "penalised",
+        "ridge" or "spline" (a cubic B-spline in the points' own units, as ``kronpe.fit_spline``:
+        it returns a SplineModel and takes no embedders, grid, penalty or ridge). None: the table
+        chooses from the arguments.
 
     Returns
     -------
-    PointModel
+    PointModel (SplineModel with solver="spline")
     """
     t0 = time.perf_counter()
     kd = _arrays.dask_api(points, values)
+    chosen = protocol.named(solver)
     if kd is not None:  # points partitioned along their first axis: CG as map-reduce (kronpe.dask)
+        if chosen is not None and chosen.name != "ridge":
+            raise ValueError(f"dask points are fitted by the 'ridge' solver, got solver={solver!r}")
         return kd.fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, penalty)
+    if chosen is not None and not chosen.needs_unit_points:  # the solver checks the points itself
+        if _ridge_arg(ridge) is not None:
+            raise ValueError(f"solver={solver!r} holds its lambda out itself: give no ridge")
+        return protocol.solve(protocol.PointProblem(points=None, values=None, channels=(), embedders=embedders,
+                                                    grid=grid, penalty=penalty, t0=t0, raw_points=points,
+                                                    raw_values=values), chosen)
+    return protocol.solve(_checked(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, threads,
+                                   penalty, t0), chosen)
+
+
+def _checked(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, threads, penalty,
+             t0: float) -> "protocol.PointProblem":
+    """fit_points' arguments, checked, as a PointProblem."""
     pts_in = _arrays.to_host(points, "points") if _arrays.is_device(points) else _validate.real_array("points", points)
     # (the default fill solves on the points' GPU: kronpe.solvers.smooth, "On a GPU")
     device = _arrays.device_index(points) if _arrays.is_device(points) and _cuda.is_available() else None
@@ -406,46 +427,60 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
     if pts.shape[0] == 0:
         raise ValueError("points must hold at least one point, got P = 0")
     vals, channels = _values(values, pts.shape[0])
-    D = pts.shape[1]
-    if embedders is None and grid is None and pen is None and lam_arg is None and D <= smooth.MG_MAX_AXES:
-        lattice = smooth.lattice_grid(pts.astype(np.float64))
-        return _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0, device)
-    if embedders is None:
+    return protocol.PointProblem(points=pts, values=vals, channels=channels, embedders=embedders, grid=grid,
+                                 ridge=lam_arg, penalty=pen, tol=tol, maxiter=maxiter, normalize=normalize,
+                                 outside=outside, threads=threads, device=device, t0=t0)
+
+
+def _prepared(p: "protocol.PointProblem"):
+    """The embedders, the virtual grid's nodes, the blending matrix (rows sorted) and the sorted
+    samples of an embedder fit (the ridge and penalised solvers)."""
+    pts, D = p.points, p.ndim
+    if p.embedders is None:
         embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
     else:
-        embs = _embedders(embedders, D)
+        embs = _embedders(p.embedders, D)
         if any(e is None for e in embs):
             raise ValueError("embedders must be embedders (or None as a whole), got None for an axis")
-    if grid is None:  # the default grid follows the embedders: check it before making its nodes
-        _check_fit_budget(_default_grid(embs), embs, channels)
-    nodes = _grid_nodes(_default_grid(embs) if grid is None else grid, D)
-    _check_fit_budget([n.size for n in nodes], embs, channels)
-    pts = validate_points(pts, outside, nodes)
-    s = vals.reshape(pts.shape[0], -1).astype(np.float64)
+    if p.grid is None:  # the default grid follows the embedders: check it before making its nodes
+        _check_fit_budget(_default_grid(embs), embs, p.channels)
+    nodes = _grid_nodes(_default_grid(embs) if p.grid is None else p.grid, D)
+    _check_fit_budget([n.size for n in nodes], embs, p.channels)
+    pts = validate_points(pts, p.outside, nodes)
+    s = p.values.reshape(pts.shape[0], -1).astype(np.float64)
+    B, order = _sorted_matrix(pts, nodes, embs, p.normalize, p.threads)
+    return embs, nodes, pts, B, np.ascontiguousarray(s[order])
 
-    B, order = _sorted_matrix(pts, nodes, embs, normalize, threads)
-    s_sorted = np.ascontiguousarray(s[order])
-    if pen is not None:
-        system = penalised.PointSystem(B, [np.asarray(e(g), np.float64) for e, g in zip(embs, nodes)])
-        z, lam, info = penalised.fit(system, s_sorted, pen, lam_arg, tol, maxiter)
-        return _finish(z, lam, info, embs, nodes, normalize, vals.dtype, channels, t0,
-                       "the separable sum-form preconditioner (kronpe.solvers.krylov)")
-    prob = _problem(B, embs, np.float32 if tol >= MIXED_PRECISION_TOL else np.float64)
+
+def fit_penalised(p: "protocol.PointProblem") -> PointModel:
+    """The "penalised" solver: lambda weighs a difference penalty, solved in K-space."""
+    embs, nodes, pts, B, s_sorted = _prepared(p)
+    system = penalised.PointSystem(B, [np.asarray(e(g), np.float64) for e, g in zip(embs, nodes)])
+    z, lam, info = penalised.fit(system, s_sorted, p.penalty, p.ridge, p.tol, p.maxiter)
+    return _finish(z, lam, info, embs, nodes, p.normalize, p.values.dtype, p.channels, p.t0,
+                   "the separable sum-form preconditioner (kronpe.solvers.krylov)")
+
+
+def fit_ridge(p: "protocol.PointProblem") -> PointModel:
+    """The "ridge" solver: the exact ridge fit in the per-axis SVD basis (module docstring)."""
+    embs, nodes, pts, B, s_sorted = _prepared(p)
+    prob = _problem(B, embs, np.float32 if p.tol >= MIXED_PRECISION_TOL else np.float64)
+    maxiter = p.maxiter
     if maxiter is None:
         maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
     scale = prob.rho * float(prob.s2.max())
     info: Dict[str, Any] = {}
-    if lam_arg is None:
+    if p.ridge is None:
         if pts.shape[0] < AUTO_MIN_POINTS:
             lam = scale * 10.0 ** (-AUTO_DEFAULT_EXPONENT)
         else:
-            lam, extra = _choose_ridge(B, s_sorted, embs, tol, maxiter, scale)
+            lam, extra = _choose_ridge(B, s_sorted, embs, p.tol, maxiter, scale)
             info.update(extra)
     else:
-        lam = lam_arg
-    z = _solve(prob, s_sorted, lam, tol, maxiter, info)
-    return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize, vals.dtype, channels,
-                   t0, info["preconditioner"])
+        lam = p.ridge
+    z = _solve(prob, s_sorted, lam, p.tol, maxiter, info)
+    return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, p.normalize, p.values.dtype,
+                   p.channels, p.t0, info["preconditioner"])
 
 
 def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info: Dict[str, Any]) -> np.ndarray:
@@ -478,11 +513,13 @@ def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info:
     return z
 
 
-def _fit_smooth(pts, vals, channels, lattice, normalize, threads, t0, device: Optional[int] = None) -> PointModel:
-    """The default fit (kronpe.solvers.smooth): on the points' lattice when they lie on one
-    (every point on a node: a diagonal data term), else on a grid of a few nodes per mean sample
-    spacing, blended multilinearly (a sparse data term). ``device``: the CUDA device of the
-    points, whose multigrid solves a lattice fit where it can."""
+def fit_smooth(p: "protocol.PointProblem", lattice) -> PointModel:
+    """The "lattice" and "blended" solvers (kronpe.solvers.smooth): on the points' lattice when
+    they lie on one (every point on a node: a diagonal data term), else (``lattice`` None) on a grid
+    of a few nodes per mean sample spacing, blended multilinearly (a sparse data term). The CUDA
+    device of the points, if any, solves a lattice fit where it can."""
+    pts, vals, channels, normalize, threads, t0, device = (p.points, p.values, p.channels, p.normalize, p.threads,
+                                                          p.t0, p.device)
     nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in smooth.density_grid(pts)]
     # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
     _validate.check_array_budget("points", [n.size for n in nodes] + [12 + 2 * max(1, math.prod(channels))], 4,
