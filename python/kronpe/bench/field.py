@@ -18,6 +18,12 @@ Peers, in the same run on the same inputs: ``scipy.interpolate.griddata`` (cubic
 ``verde.Spline`` (up to 2 000 points, a dense solve) where verde imports. Time is the
 whole job: fit + evaluation on the grid. Where torch sees a CUDA device, a second kronpe row fits
 the points as CUDA tensors on the GPU (``kronpe.solvers.spline_torch``).
+
+Groups ``point-sampled kx: <image>``: lattice fields given as point samples (``img[::k, ::k]``
+of the 512^2 photographs, float64, and of the 512^2 synthetic terrain) brought back to full size:
+``kronpe.upsample(low, k, sampling="point")`` against ``scipy.ndimage.map_coordinates(order=3,
+mode="mirror")`` per channel at the samples' positions (output pixel j at j / k input pixels);
+PSNR (peak = the image's range) over every pixel.
 """
 from __future__ import annotations
 
@@ -167,6 +173,41 @@ def verde_spline(s):
     return sp.predict(tuple(s["query"].T)).reshape(s["truth"].shape)
 
 
+def point_inputs(name: str, k: int) -> Dict[str, Any]:
+    if name == "terrain":
+        img = terrain(512)
+    else:
+        from kronpe import data
+
+        img = data.load_sample(name, size=512).astype(np.float64)
+    low = np.ascontiguousarray(img[::k, ::k])
+    return dict(img=img, low=low, k=k)
+
+
+def kronpe_point_upsample(s):
+    import kronpe
+
+    return kronpe.upsample(s["low"], s["k"], sampling="point")
+
+
+def scipy_point_spline(s):
+    from scipy.ndimage import map_coordinates
+
+    low, k = s["low"], s["k"]
+    g = [np.arange(n * k) / k for n in low.shape[:2]]
+    X, Y = np.meshgrid(*g, indexing="ij")
+    if low.ndim == 2:
+        return map_coordinates(low, [X, Y], order=3, mode="mirror")
+    return np.stack([map_coordinates(low[..., c], [X, Y], order=3, mode="mirror") for c in range(low.shape[2])], -1)
+
+
+def _check_point(state, method, pred):
+    img = state["img"]
+    err = np.asarray(pred, np.float64) - img
+    assert np.isfinite(err).all(), "NaN in the upsampled image"
+    return {"psnr": float(20 * np.log10(np.ptp(img) / np.sqrt(np.mean(err**2))))}
+
+
 def _check(state, method, pred):
     truth, inside = state["truth"], state["inside"]
     err = np.asarray(pred, np.float64)[inside] - truth[inside]
@@ -204,4 +245,11 @@ def cases() -> List[Case]:
         out.append(Case("field", label, (lambda f=field, p=P, lay=layout, n=noise: inputs(f, p, lay, n)), methods,
                         _check, rounds=3, quick=quick, size=float(P),
                         params=dict(field=field, points=P, layout=layout, noise=noise)))
+    for k in (2, 4):
+        for name in ("astronaut", "camera", "coffee", "terrain"):
+            methods = [Method("kronpe upsample(sampling='point')", kronpe_point_upsample, peer=False),
+                       Method("scipy map_coordinates(order=3)", scipy_point_spline)]
+            out.append(Case("field", f"point-sampled {k}x: {name}", (lambda n=name, kk=k: point_inputs(n, kk)),
+                            methods, _check_point, rounds=5, quick=False, size=float(512 * 512),
+                            params=dict(field=name, points=(512 // k) ** 2, layout="lattice", noise=0.0)))
     return out
