@@ -391,3 +391,23 @@ def test_named_solvers_refuse_problems_they_cannot_take():
     with pytest.raises(ValueError, match="needs points on a lattice"):
         kronpe.fit_points(pts, pts[:, 0], solver="lattice")
     assert kronpe.fit_points(pts, pts[:, 0], solver="blended").info["solver"] == "blended"
+
+
+@pytest.mark.parametrize("layout", ["float32", "fortran", "strided"])
+def test_fit_spline_takes_any_real_layout(layout):
+    """float32 inputs are fitted in float64; Fortran-ordered and strided arrays give the bits of
+    C-contiguous ones."""
+    rng = np.random.default_rng(18)
+    base = rng.random((1200, 4))
+    pts = np.ascontiguousarray(base[:, :2])
+    y = franke(pts[:, 0], pts[:, 1])
+    want = kronpe.fit_spline(pts, y)
+    if layout == "float32":
+        got = kronpe.fit_spline(pts.astype(np.float32), y.astype(np.float32))
+        q = pts[:50].astype(np.float32).astype(np.float64)
+        np.testing.assert_allclose(got.predict(q), want.predict(q), atol=1e-5)
+        return
+    given = np.asfortranarray(pts) if layout == "fortran" else np.repeat(pts, 2, axis=0)[::2]  # a strided view
+    assert not given.flags.c_contiguous
+    got = kronpe.fit_spline(given, np.repeat(y, 2)[::2])
+    np.testing.assert_array_equal(got.coef, want.coef)
