@@ -411,3 +411,33 @@ def test_fit_spline_takes_any_real_layout(layout):
     assert not given.flags.c_contiguous
     got = kronpe.fit_spline(given, np.repeat(y, 2)[::2])
     np.testing.assert_array_equal(got.coef, want.coef)
+
+
+def test_offset_values_and_larger_regions_fit_as_well():
+    """Level choice follows the values' spread about their mean (a constant offset changes
+    nothing), and a region larger than the points keeps the points' own spacing."""
+    rng = np.random.default_rng(19)
+    x = rng.random((2000, 1))
+    y = np.sin(2 * np.pi * 12 * x[:, 0])
+    a = kronpe.fit_spline(x, y)
+    b = kronpe.fit_spline(x, y + 1000.0)
+    assert b.info["grid"] == a.info["grid"]
+    q = np.linspace(0.05, 0.95, 200)[:, None]
+    assert np.abs(b.predict(q) - 1000.0 - np.sin(2 * np.pi * 12 * q[:, 0])).max() < 1e-3
+    pts = rng.random((3000, 2))
+    f = franke(pts[:, 0], pts[:, 1])
+    g_small, (c0, c1) = kronpe.grid(pts, f, shape=(41, 41), region=(0, 1, 0, 1))
+    g_large, (d0, d1) = kronpe.grid(pts, f, shape=(401, 401), region=(0, 10, 0, 10))
+    inner = slice(2, 39)  # (near the corners both extrapolate, each over its own box)
+    np.testing.assert_allclose(g_large[:41, :41][inner, inner], g_small[inner, inner], atol=2e-4)
+
+
+def test_overflowing_extents_and_named_solver_options_are_named():
+    with pytest.raises(ValueError, match="overflows"):
+        kronpe.fit_spline([[-1e308], [1e308], [0.0]], [0.0, 1.0, 2.0])
+    rng = np.random.default_rng(20)
+    pts = rng.random((300, 2))
+    with pytest.raises(ValueError, match="give no embedders"):
+        kronpe.fit_points(pts, pts[:, 0], solver="blended", ridge=1e-3)
+    with pytest.raises(ValueError, match="1 to 3 axes"):
+        kronpe.fit_points(rng.random((300, 4)), pts[:, 0], solver="blended")

@@ -23,7 +23,7 @@ namespace {
 inline index_t cell_weights(const SplineGrid& g, int a, double x, double w[4]) {
   const double u = (x - g.lo[a]) / g.h[a];
   double f = std::floor(u);
-  if (f < 0) f = 0;
+  if (!(f >= 0)) f = 0;  // (NaN too: callers check the points, this keeps an index in range regardless)
   if (f > double(g.nint[a] - 1)) f = double(g.nint[a] - 1);
   const double t = u - f, s = 1.0 - t, t2 = t * t, t3 = t2 * t;
   w[0] = s * s * s / 6.0;
@@ -204,9 +204,8 @@ void apply_impl(const index_t* n, const S* st, const double* x, index_t C, doubl
         const index_t lo = std::max(j0, -sh), hi = std::min(j1, N - sh);
         const S* so = st + index_t(o) * N;
         if (C == 1) {
-          const double* xs = x + sh;
 #pragma omp simd
-          for (index_t j = lo; j < hi; ++j) y[j] += double(so[j]) * xs[j];
+          for (index_t j = lo; j < hi; ++j) y[j] += double(so[j]) * x[j + sh];
         } else {
           for (index_t j = lo; j < hi; ++j) {
             const double a = double(so[j]);

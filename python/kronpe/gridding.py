@@ -18,6 +18,8 @@ from .solvers.spline import SplineModel
 
 __all__ = ["fit_spline", "grid", "SplineModel"]
 
+SPLINE_ARRAYS = 6  # stencil-sized float64 arrays alive at once on the finest level
+
 
 def _points_values(points, values) -> Tuple[np.ndarray, np.ndarray, Tuple[int, ...]]:
     pts = _validate.real_array("points", points)
@@ -84,14 +86,18 @@ def fit_spline(points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional
         points, values = _arrays.to_host(points, "points"), _arrays.to_host(values, "values")
     pts, vals, channels = _points_values(points, values)
     lo, hi = pts.min(axis=0), pts.max(axis=0)
-    if not float((hi - lo).max()) > 0:
-        raise ValueError("points: every point has the same position; at least two distinct positions are needed")
-    # the finest level's coefficients (x 7^D stencil x a few levels) must fit the memory budget
+    with np.errstate(over="ignore"):
+        if not float((hi - lo).max()) > 0:
+            raise ValueError("points: every point has the same position; at least two distinct positions are "
+                             "needed")
+    # the finest candidate level's operators (stencils of 7^D per coefficient: the data term, the
+    # penalty, the sum and its float32 copy, the assembly's scratch, the smoother's) must fit
     P, D = pts.shape
-    finest = _spline.FINEST_SPACING * (1.0 / P) ** (1.0 / D)  # in the unit box
-    coefs = (1.0 / finest + 4.0) ** D
-    _validate.check_array_budget("points", [int(min(coefs, 2**62)), 7**D, 3], 8,
-                                 "too many coefficients for the points' density: pass fewer points")
+    grids = _spline.prepare((lo, hi), P, D, _box, None)[2]
+    coefs = math.prod(grids[-1].shape)
+    _validate.check_array_budget("points", [coefs, 7**D, SPLINE_ARRAYS], 8,
+                                 f"a finest grid of {list(grids[-1].shape)} coefficients for the points' "
+                                 "density: pass fewer points")
     model = _spline.fit(pts, vals, tol=tol, ridge=ridge, box=_box)
     model.coef = model.coef.reshape(model.coef.shape[:D] + channels)
     return model

@@ -89,6 +89,17 @@ def _smooth_axes(p: PointProblem) -> bool:
     return p.defaults and p.ndim <= smooth.MG_MAX_AXES
 
 
+def _smooth_only(p: PointProblem, name: str) -> None:
+    """A named smooth-fill row takes the default options only (it chooses its own model)."""
+    from . import smooth
+
+    if not p.defaults:
+        raise ValueError(f"solver={name!r} chooses its own grid, penalty and lambda: give no embedders, grid, "
+                         "penalty or ridge")
+    if p.ndim > smooth.MG_MAX_AXES:
+        raise ValueError(f"solver={name!r} takes 1 to {smooth.MG_MAX_AXES} axes, got {p.ndim}")
+
+
 def _lattice(p: PointProblem):
     from .points import fit_smooth
 
@@ -98,6 +109,7 @@ def _lattice(p: PointProblem):
 def _blended(p: PointProblem):
     from .points import fit_smooth
 
+    _smooth_only(p, "blended")
     return fit_smooth(p, None)
 
 
@@ -110,6 +122,7 @@ def _penalised(p: PointProblem):
 
 
 def _lattice_only(p: PointProblem):
+    _smooth_only(p, "lattice")
     if p.lattice is None:
         raise ValueError("solver='lattice' needs points on a lattice (every point on a node of a regular grid)")
     return _lattice(p)

@@ -21,7 +21,7 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   candidate resolutions and as the multigrid hierarchy of each level's solve.
 - **Resolution and lambda held out.** 10% of the points (a fixed seed) are held out; levels are
   solved from the coarsest up, each started from the one below, until the held-out error stops
-  falling (two levels without a gain), reaches ``tol`` times the values' range, or the finest
+  falling (a level without a gain, once one explains half the values' spread), reaches ``tol`` times the values' range, or the finest
   level (node spacing FINEST_SPACING times the mean point spacing) is done. With lambda at the
   interpolation limit (LAMBDA_EXACT) a spline coarser than the points is a least-squares fit: on
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
@@ -450,6 +450,8 @@ class SplineModel:
         for a, c in enumerate(coords):
             c = _validate.coords_1d(f"coords[{a}]", c, dtype=np.float64, unit=False)
             self._check_inside(f"coords[{a}]", c, axis=a)
+            _validate.check_array_budget(f"coords[{a}]", (c.size, grid.nint[a] + 3), 8,
+                                         "the evaluation matrix of this axis: ask for fewer coordinates")
             E = axis_matrix(grid.nint[a], 0.0, grid.h, self._unit(c, a))
             out = np.moveaxis(np.tensordot(E, np.moveaxis(out, a, 0), axes=(1, 0)), 0, a)
         return np.ascontiguousarray(out).astype(self.coef.dtype, copy=False)
@@ -470,10 +472,8 @@ def axis_matrix(nint: int, lo: float, h: float, x: np.ndarray) -> np.ndarray:
 # ---- the fit ------------------------------------------------------------------------------------
 
 
-def _hierarchy(lo: np.ndarray, ext: np.ndarray, P: int) -> Tuple[Grid, int]:
-    """The coarsest grid and the number of finer levels, from the box and the point count."""
-    D = lo.size
-    spacing = (float(np.prod(np.maximum(ext, ext.max() * 1e-12))) / P) ** (1.0 / D)
+def _hierarchy(lo: np.ndarray, ext: np.ndarray, spacing: float) -> Tuple[Grid, int]:
+    """The coarsest grid and the number of finer levels, from the box and the points' spacing."""
     h0 = float(ext.max()) / COARSEST_INTERVALS
     finest = FINEST_SPACING * spacing
     L = max(0, int(math.ceil(math.log2(h0 / finest) - 0.1))) if finest < h0 else 0
@@ -514,6 +514,8 @@ class _HostLevels:
 
     def _levels(self, l: int, lam: float, data: List[np.ndarray]) -> List[_Level]:
         self._assemble(l)
+        for key in [k for k in self.made if k[1] != lam]:  # one lambda's operators kept at a time
+            del self.made[key]
         out = []
         for k in range(l + 1):
             key = (k, lam, id(data[k]))
@@ -644,24 +646,40 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
 
 
 def prepare(points, P: int, D: int, box, max_level: Optional[int]):
-    """The unit box and the candidate grids of a fit: (lo, ext, grids, scale)."""
-    lo, hi = points
+    """The unit box and the candidate grids of a fit: (lo, ext, grids, scale). The points' spacing
+    (and so the finest level and lambda's unit) comes from their own bounding box, also when the
+    fit covers a larger one."""
+    p_lo, p_hi = (np.asarray(v, np.float64) for v in points)
+    lo, hi = p_lo, p_hi
     if box is not None:
         lo, hi = np.minimum(lo, box[0]), np.maximum(hi, box[1])
-    ext = hi - lo
+    with np.errstate(over="ignore", invalid="ignore"):
+        ext = hi - lo
+    if not np.all(np.isfinite(ext)):
+        raise ValueError("points: the coordinates' extent overflows float64; rescale them first")
     span = float(ext.max())
     if not span > 0:
         raise ValueError("points: all points coincide; at least two distinct positions are needed")
     ext = np.maximum(ext, span * 1e-9)
-    coarsest, L = _hierarchy(np.zeros(D), np.ones(D), P)
+    p_ext = np.maximum(p_hi - p_lo, span * 1e-9)
+    occupied = float(np.prod(p_ext / ext))  # the points' box, in the unit box
+    spacing = (occupied / P) ** (1.0 / D)
+    coarsest, L = _hierarchy(np.zeros(D), np.ones(D), spacing)
     if max_level is not None:
         L = min(L, max_level)
     grids = [coarsest]
     for _ in range(L):
         grids.append(grids[-1].finer())
-    spacing = (1.0 / P) ** (1.0 / D)
-    scale = float(P) * spacing**4  # lambda's unit: smoothing at the scale of the point spacing
+    scale = (P / occupied) * spacing**4  # lambda's unit: smoothing at the scale of the point spacing
     return lo, ext, grids, scale
+
+
+def spread(values: np.ndarray) -> float:
+    """The values' RMS about their per-channel means (what a fit has to explain)."""
+    if values.size == 0:
+        return 0.0
+    centred = values - values.mean(axis=0)
+    return float(np.sqrt(np.mean(centred * centred)))
 
 
 def holdout_of(P: int) -> np.ndarray:
@@ -680,7 +698,7 @@ def fit(points: np.ndarray, values: np.ndarray, tol: float = DEFAULT_TOL, ridge:
     lo, ext, grids, scale = prepare((points.min(axis=0), points.max(axis=0)), P, D, box, max_level)
     unit = np.ascontiguousarray((points - lo) / ext)  # the unit box: every axis in its own units
     vrange = float(np.ptp(values)) if values.size else 0.0
-    rms = float(np.sqrt(np.mean(values * values))) if values.size else 0.0
+    rms = spread(values)
     info: Dict[str, Any] = {"preconditioner": "V-cycle over the nested B-spline grids (Chebyshev smoothing)"}
     hold = holdout_of(P)
     levels = _HostLevels(grids, unit, values, hold)

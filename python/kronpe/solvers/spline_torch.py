@@ -7,8 +7,10 @@ Cholesky factorisation there. Dense levels cost N^2 memory and N^3 / 3 flops (N 
 the device takes levels up to MAX_COEFFICIENTS coefficients; when the held-out error still falls at
 the last of them (a signal that wants finer levels, such as a photograph), ``fit`` returns None and
 the caller fits on the host. Smooth fields stop well below it (Franke's function from 100 000
-points: 35 x 35 coefficients). Scatter-adds on a GPU sum in no fixed order: device fits agree with
-the host's to rounding, not bit for bit.
+points: 35 x 35 coefficients); a system that is not positive definite in the device's arithmetic
+also sends the fit to the host. The choices of lambda follow the host's rules (which levels count
+as direct), so the two choose alike; scatter-adds on a GPU sum in no fixed order, so device fits
+agree with the host's to rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ import numpy as np
 from . import spline as _spline
 
 MAX_COEFFICIENTS = 4500  # the finest level the device solves densely (67 x 67: 0.16 GB, 30 GFLOP)
+CHUNK_PRODUCTS = 1 << 24  # weight products formed at once by the assembly (0.27 GB of indices and values)
+
+
+class NotDefinite(ArithmeticError):
+    """A level's system was not positive definite in the device's precision: the host fits."""
 
 
 def _corners(torch, g: "_spline.Grid", pts):
@@ -66,13 +73,15 @@ class TorchLevels:
     def _assemble(self, g, pts, vals):
         torch = self.torch
         N = math.prod(g.shape)
-        idx, w = _corners(torch, g, pts)
-        K = idx.shape[1]
         BtB = torch.zeros(N * N, dtype=torch.float64, device=pts.device)
-        BtB.index_add_(0, (idx[:, :, None] * N + idx[:, None, :]).reshape(-1), (w[:, :, None] * w[:, None, :]).reshape(-1))
         rhs = torch.zeros((N, vals.shape[1]), dtype=torch.float64, device=pts.device)
-        rhs.index_add_(0, idx.reshape(-1), (w[:, :, None] * vals[:, None, :]).reshape(-1, vals.shape[1]))
-        del K
+        K = 4 ** len(g.nint)
+        step = max(1, CHUNK_PRODUCTS // (K * K))  # points per chunk: the K x K products stay bounded
+        for a in range(0, pts.shape[0], step):
+            idx, w = _corners(torch, g, pts[a:a + step])
+            BtB.index_add_(0, (idx[:, :, None] * N + idx[:, None, :]).reshape(-1),
+                           (w[:, :, None] * w[:, None, :]).reshape(-1))
+            rhs.index_add_(0, idx.reshape(-1), (w[:, :, None] * vals[a:a + step, None, :]).reshape(-1, vals.shape[1]))
         return BtB.view(N, N), rhs
 
     def _level(self, l: int):
@@ -101,7 +110,8 @@ class TorchLevels:
         return self.normal[l], self.pen[l]
 
     def direct(self, l: int) -> bool:
-        return True
+        """As the host decides (the same choices of lambda follow), though every level here is dense."""
+        return _spline._direct_work(self.grids[l].shape)[0] <= _spline.DIRECT_WORK
 
     def start(self, l: int, x):
         return None
@@ -110,7 +120,9 @@ class TorchLevels:
         torch = self.torch
         diag = A.diagonal()
         diag.add_(1e-13 * diag.abs().max())  # (A is a fresh sum: changing it in place is safe)
-        L, _ = torch.linalg.cholesky_ex(A)  # no error check: no host round trip (A is SPD)
+        L, info = torch.linalg.cholesky_ex(A)
+        if int(info) != 0:  # (one host round trip per solve; the held-out error needs one anyway)
+            raise NotDefinite(f"Cholesky factorisation failed at column {int(info)}")
         return torch.cholesky_solve(rhs, L)
 
     def solve(self, l: int, lam: float, x0):
@@ -143,19 +155,26 @@ def fit(torch, points, values, tol: float = _spline.DEFAULT_TOL, ridge: Optional
     lo, ext, grids, scale = _spline.prepare(lo_hi, P, D, box, None)
     unit = (points - torch.as_tensor(lo, device=points.device)) / torch.as_tensor(ext, device=points.device)
     vrange = float(values.max() - values.min()) if values.numel() else 0.0
-    rms = float(torch.sqrt(torch.mean(values * values))) if values.numel() else 0.0
+    centred = values - values.mean(0) if values.numel() else values
+    rms = float(torch.sqrt(torch.mean(centred * centred))) if values.numel() else 0.0
     info: Dict[str, Any] = {"preconditioner": "none (dense Cholesky on the device)", "device": str(points.device)}
     hold = _spline.holdout_of(P)
     levels = TorchLevels(torch, grids, unit, values, hold)
     if levels.count == 0:
         return None
-    best, lam, sols = _spline.choose(levels, scale, vrange, rms, tol, ridge, hold.size > 0, info)
+    try:
+        best, lam, sols = _spline.choose(levels, scale, vrange, rms, tol, ridge, hold.size > 0, info)
+    except NotDefinite:
+        return None
     # the data want finer levels than the device solves: the best is its last and the host has more
     wants_finer = levels.count < len(grids) and info["limited_by"] != "tolerance" and (
         best == levels.count - 1 or hold.size == 0)
     if wants_finer:
         return None
-    x, it, rel = levels.final(best, lam, None)
+    try:
+        x, it, rel = levels.final(best, lam, None)
+    except NotDefinite:
+        return None
     g = grids[best]
     coef = x.reshape(g.shape + (C,)).cpu().numpy()
     info.update(iterations=0, residual=0.0, converged=True, tol=tol, ridge_relative=float(lam / scale),
