@@ -1289,3 +1289,23 @@ def test_cli_debug_shows_the_traceback(files, tmp_path):
     assert "Traceback" in err and rc != 0
     rc, out, err = run_cli(["fit", str(files / "ok.npy"), "--out", str(tmp_path), "--no-progress"])
     assert rc == 0 and "held-out PSNR" in out
+
+
+def test_more_named_errors():
+    """Bad calls that used to end in another library's message now name the argument."""
+    rng = np.random.default_rng(0)
+    P = rng.random((300, 2))
+    with pytest.raises(ValueError, match="at least one value per point"):
+        kronpe.fit_points(P, np.zeros((300, 0)))
+    m = kronpe.fit_points(P, P[:, 0])
+    with pytest.raises(ValueError, match=r"points must have shape \(P, 2\)"):
+        m.predict(np.zeros((3, 3)))
+    B = kronpe.BlendingMatrix(P, [16, 16])
+    with pytest.raises(ValueError, match=r"rows must lie in \[-300, 300\)"):
+        B.take([100000])
+    with pytest.raises(TypeError, match="integer row indices"):
+        B.take([0.5])
+    assert B.take(np.arange(300) < 10).shape[0] == 10
+    for cls in (kronpe.LinearFourier, kronpe.LogFourier):
+        with pytest.raises(ValueError, match="sigma must be below 1000"):
+            cls(16, 1e4)

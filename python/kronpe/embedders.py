@@ -700,6 +700,14 @@ def _fourier(cls):
     return dataclass(frozen=True, init=False, repr=False)(cls)
 
 
+def _fourier_sigma(sigma) -> float:
+    """sigma of LinearFourier / LogFourier: positive, and 2^sigma (the highest frequency) finite."""
+    value = _validate.positive_float("sigma", sigma)
+    if not value < 1000.0:
+        raise ValueError(f"sigma must be below 1000 (the highest frequency is 2^sigma), got {value:g}")
+    return value
+
+
 @_fourier
 class LinearFourier(FourierFeatures):
     """``LinF``: K/2 frequencies b = linspace(2^0, 2^sigma, K/2); Psi = [cos(2 pi b x), sin(2 pi b x)].
@@ -712,7 +720,7 @@ class LinearFourier(FourierFeatures):
     width_param: ClassVar[str] = "sigma"
 
     def __init__(self, K: int, sigma: float, amplitude_mod: float = 1.0, frequency_mod: float = 1.0):
-        _set(self, K=_even_positive_int("K", K), sigma=_validate.positive_float("sigma", sigma))
+        _set(self, K=_even_positive_int("K", K), sigma=_fourier_sigma(sigma))
         self._init_modulation(amplitude_mod, frequency_mod)
         self._set_frequencies(np.linspace(1.0, 2.0**self.sigma, self.K // 2))
 
@@ -732,7 +740,7 @@ class LogFourier(FourierFeatures):
     width_param: ClassVar[str] = "sigma"
 
     def __init__(self, K: int, sigma: float, amplitude_mod: float = 1.0, frequency_mod: float = 1.0):
-        _set(self, K=_even_positive_int("K", K), sigma=_validate.positive_float("sigma", sigma))
+        _set(self, K=_even_positive_int("K", K), sigma=_fourier_sigma(sigma))
         self._init_modulation(amplitude_mod, frequency_mod)
         self._set_frequencies(2.0 ** np.linspace(0.0, self.sigma, self.K // 2))
 

@@ -482,6 +482,16 @@ class BlendingMatrix:
         """The stored matrix of the points ``points[rows]`` (a subset or a reordering), sharing
         the grid and reusing the computed weights."""
         rows = np.asarray(rows)
+        if rows.dtype.kind not in "iub" or rows.ndim != 1:
+            raise TypeError(f"rows must be a 1-D array of integer row indices (or a boolean mask), got "
+                            f"{rows.dtype} of shape {rows.shape}")
+        P = self.points.shape[0]
+        if rows.dtype.kind == "b":
+            if rows.size != P:
+                raise ValueError(f"rows: a boolean mask needs one entry per point ({P}), got {rows.size}")
+        elif rows.size and (rows.min() < -P or rows.max() >= P):
+            raise ValueError(f"rows must lie in [-{P}, {P}) (the matrix has {P} rows), got [{rows.min()}, "
+                             f"{rows.max()}]")
         new = copy.copy(self)
         new.points = self.points[rows]
         new._indices = np.ascontiguousarray(self.indices[rows])

@@ -148,6 +148,10 @@ class PointModel:
         ``outside`` as in BlendingMatrix: "error" or "clamp" for points outside the grid.
         """
         _validate.choice("outside", outside, ("error", "clamp"))
+        shape = getattr(points, "shape", None)
+        if shape is not None and (len(shape) != 2 or shape[1] != self.ndim):
+            raise ValueError(f"points must have shape (P, {self.ndim}) (one column per axis of the model), "
+                             f"got {tuple(shape)}")
         if all(e is None for e in self.embedders):  # multilinear hats: a point on a node is its value
             flat = _node_indices(points, self.grid_coords)
             if flat is not None:
@@ -205,6 +209,8 @@ def _values(values, P: int) -> Tuple[np.ndarray, Tuple[int, ...]]:
     arr = _arrays.to_host(values, "values") if _arrays.is_device(values) else _validate.real_array("values", values)
     if arr.ndim == 0 or arr.shape[0] != P:
         raise ValueError(f"values must have one row per point ({P}), got shape {arr.shape}")
+    if math.prod(arr.shape[1:]) == 0:
+        raise ValueError(f"values must have at least one value per point, got shape {arr.shape}")
     dt = _validate.float_dtype("values", arr)
     arr = arr.astype(dt, copy=False)
     _validate.finite("values", arr)
