@@ -1309,3 +1309,12 @@ def test_more_named_errors():
     for cls in (kronpe.LinearFourier, kronpe.LogFourier):
         with pytest.raises(ValueError, match="sigma must be below 1000"):
             cls(16, 1e4)
+
+
+def test_a_grid_too_large_for_memory_is_refused_before_it_is_made(monkeypatch):
+    from kronpe._adapters import validate
+
+    monkeypatch.setattr(validate, "MEMORY_BUDGET", 1 << 30)
+    P = np.random.default_rng(0).random((10, 1))
+    with pytest.raises(MemoryError, match="grid"):
+        kronpe.BlendingMatrix(P, [2**27])  # 1 GiB of nodes, and as much again for their spacing

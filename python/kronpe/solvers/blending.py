@@ -230,8 +230,9 @@ def _grid_nodes(grid: GridSpec, D: Optional[int]) -> List[np.ndarray]:
         return isinstance(g, numbers.Number) or g is None or isinstance(g, (str, bytes))
 
     counts = {i: _validate.integer(f"grid[{i}]", g, low=2) for i, g in enumerate(grid) if is_count(g)}
-    # every axis's node array, all of them, before the first is made
-    _validate.check_array_budget("grid", (sum(counts.values()),), 8, "use fewer grid nodes (by default a "
+    # every axis's node array, all of them, before the first is made, with room for one temporary
+    # of each (their spacing, np.diff, when a blending matrix reads its axis rules)
+    _validate.check_array_budget("grid", (sum(counts.values()), 2), 8, "use fewer grid nodes (by default a "
                                  "fit's grid has K + 1 nodes per axis: a smaller embedder K gives fewer)")
     nodes = []
     for i, g in enumerate(grid):
