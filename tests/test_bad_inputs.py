@@ -1318,3 +1318,10 @@ def test_a_grid_too_large_for_memory_is_refused_before_it_is_made(monkeypatch):
     P = np.random.default_rng(0).random((10, 1))
     with pytest.raises(MemoryError, match="grid"):
         kronpe.BlendingMatrix(P, [2**27])  # 1 GiB of nodes, and as much again for their spacing
+
+
+def test_ragged_lists_are_named():
+    with pytest.raises(ValueError, match="T must be a rectangular array"):
+        kronpe.multi_mode_product([[1.0, 2.0], [3.0]], [np.eye(2)])
+    with pytest.raises(ValueError, match="points must be a rectangular array"):
+        kronpe.fit_spline([[0.0, 1.0], [2.0]], [1.0, 2.0])

@@ -95,7 +95,11 @@ def to_numpy(x: Any, name: str = "array") -> np.ndarray:
         return x.detach().numpy()
     if k == "cupy":
         raise ValueError(f"{name} is a CuPy array on the GPU; this operation runs on CPU")
-    return np.asarray(x)
+    try:
+        return np.asarray(x)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array (nested lists of one length per axis): "
+                         f"{' '.join(str(exc).split())[:160]}") from None
 
 
 def to_host(x: Any, name: str = "array") -> np.ndarray:
