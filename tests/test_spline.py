@@ -441,3 +441,18 @@ def test_overflowing_extents_and_named_solver_options_are_named():
         kronpe.fit_points(pts, pts[:, 0], solver="blended", ridge=1e-3)
     with pytest.raises(ValueError, match="1 to 3 axes"):
         kronpe.fit_points(rng.random((300, 4)), pts[:, 0], solver="blended")
+
+
+@pytest.mark.parametrize("nint,lo,h", GRIDS)
+def test_float32_stencil_products_match_the_reference(rng, nint, lo, h):
+    """The smoother's float32 copy of an operator: products in float64 of the float32 entries."""
+    g = S.Grid(nint, lo, h)
+    coef = rng.standard_normal((math.prod(g.shape), 2))
+    st = R.stencil_from_dense(_dense_of(rng.standard_normal((7 ** len(nint), coef.shape[0])), g.shape), g.shape)
+    st32 = st.astype(np.float32)
+    y = np.empty_like(coef)
+    _core.stencil_apply(list(g.shape), st32, coef, y)
+    np.testing.assert_allclose(y, R.stencil_apply(st32.astype(np.float64), coef, g.shape), atol=1e-12)
+    empty = np.empty((0, 2))
+    _core.stencil_apply([0] + [3] * (len(nint) - 1), np.zeros((7 ** len(nint), 0), np.float32), empty,
+                        np.empty_like(empty))  # an empty grid: nothing to do
