@@ -12,10 +12,11 @@ Groups:
   NumPy copy that measures the machine's memory bandwidth in the same run. Each method's
   ``extra_info`` holds the bytes it must move at least and its bandwidth as a fraction of the
   copy's (target for kronpe's blend: >= 0.5).
-- ``blend bandwidth: <case>``: blend and transpose (on the fly and stored, C = 1 and 3, float32
-  and float64) of random points on 512 x 512 (25% and 100% of the node count) and 128^3 (12.5%)
-  grids, as a fraction of the copy bandwidth of a NumPy copy timed before every round
-  (``blend_bytes`` says what is counted; target >= 0.5); ``benches/report.py`` prints the table.
+- ``blend bandwidth: <case>``: blend and transpose (the default matrix with its kept per-axis
+  weights, weights on the fly, stored; C = 1 and 3, float32 and float64) of random points on
+  512 x 512 (25% and 100% of the node count) and 128^3 (12.5%) grids, as a fraction of the copy
+  bandwidth of a NumPy copy timed before every round (``blend_bytes`` says what is counted;
+  target >= 0.5); ``benches/report.py`` prints the table.
 - ``fit_points``: the 512 x 512 astronaut photograph (float RGB in [0, 1]) from a random 25% of
   its pixels, PSNR on the other 75%. kronpe.fit_points (automatic embedders, grid and ridge, and
   the same with the ridge given), scipy.interpolate.griddata linear and cubic, and Adam (2000
@@ -26,20 +27,14 @@ Every benchmark asserts its result (against a float64 oracle, or a PSNR floor).
 """
 from __future__ import annotations
 
-import os
-import sys
-import time
-
 import numpy as np
 import pytest
+from conftest import median_seconds, run_timed  # (puts the source tree on sys.path)
 
-_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
-if _PY not in sys.path:
-    sys.path.insert(0, _PY)
-
-import kronpe  # noqa: E402
-from kronpe import BlendingMatrix  # noqa: E402
-from kronpe.bench.blend import bincount_transpose, blend_bytes, fancy_blend, matrices  # noqa: E402
+import kronpe
+from kronpe import BlendingMatrix
+from kronpe.bench import harness
+from kronpe.bench.blend import bincount_transpose, blend_bytes, fancy_blend, matrices
 
 P_BLEND = 1_000_000
 GRID = (512, 512)
@@ -48,24 +43,13 @@ COPY_BYTES = 256 << 20  # the bandwidth probe copies 256 MiB
 ROUNDS = 7
 
 
-def _run(benchmark, fn, rounds=ROUNDS):
-    return benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1)
-
-
 # ---- memory bandwidth and blend/blend_transpose ------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def copy_bandwidth():
     """Bytes per second of a large NumPy copy (read + write), best of 5."""
-    a = np.ones(COPY_BYTES // 4, np.float32)
-    b = np.empty_like(a)
-    best = np.inf
-    for _ in range(5):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best
+    return harness.copy_bandwidth(COPY_BYTES)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +75,7 @@ def blend_case():
 
 def _record(benchmark, method, nbytes, bw):
     benchmark.extra_info.update(method=method, bytes=int(nbytes), copy_GBps=bw / 1e9)
-    t = benchmark.stats.stats.median if benchmark.stats else None
+    t = median_seconds(benchmark)
     if t:
         benchmark.extra_info["GBps"] = nbytes / t / 1e9
         benchmark.extra_info["fraction_of_copy"] = nbytes / t / bw
@@ -106,9 +90,10 @@ def test_copy_bandwidth(benchmark):
     benchmark.group = "blend: memory bandwidth probe"
     a = np.ones(COPY_BYTES // 4, np.float32)
     b = np.empty_like(a)
-    _run(benchmark, lambda: np.copyto(b, a), rounds=5)
+    run_timed(benchmark, lambda: np.copyto(b, a), 5)
     benchmark.extra_info.update(method="numpy copy 256 MiB", bytes=2 * a.nbytes)
-    benchmark.extra_info["GBps"] = 2 * a.nbytes / benchmark.stats.stats.median / 1e9
+    if median_seconds(benchmark):
+        benchmark.extra_info["GBps"] = 2 * a.nbytes / median_seconds(benchmark) / 1e9
 
 
 BLEND_METHODS = ["kronpe on the fly", "kronpe stored", "numpy fancy indexing", "scipy CSR"]
@@ -134,7 +119,7 @@ def test_blend(benchmark, blend_case, copy_bandwidth, method):
         csr, v = c["csr"], c["v"]
         fn = lambda: csr @ v  # noqa: E731
         nbytes = csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes + out.nbytes
-    got = _run(benchmark, fn)
+    got = run_timed(benchmark, fn, ROUNDS)
     _check(got, c["want_b"], 1e-5)
     _record(benchmark, method, nbytes, copy_bandwidth)
 
@@ -161,7 +146,7 @@ def test_blend_transpose(benchmark, blend_case, copy_bandwidth, method):
         csr_t = c["csr_t"]
         fn = lambda: csr_t @ r  # noqa: E731
         nbytes = csr_t.data.nbytes + csr_t.indices.nbytes + csr_t.indptr.nbytes + r.nbytes + G * CHANNELS * 4
-    got = _run(benchmark, fn)
+    got = run_timed(benchmark, fn, ROUNDS)
     _check(got, c["want_t"], 1e-4)
     _record(benchmark, method, nbytes, copy_bandwidth)
 
@@ -214,9 +199,7 @@ def test_blend_bandwidth(benchmark, case, op, form, channels, dtype):
     copies = []
 
     def probe():  # untimed by pytest-benchmark: runs before every round
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        copies.append(time.perf_counter() - t)
+        copies.extend(harness.timings(lambda: np.copyto(dst, src)))
 
     got = benchmark.pedantic(fn, setup=probe, rounds=BW_ROUNDS, iterations=1, warmup_rounds=1)
     csr = B.to_scipy()
@@ -224,11 +207,11 @@ def test_blend_bandwidth(benchmark, case, op, form, channels, dtype):
     _check(got, want, 1e-5 if dt == np.float32 else 1e-12)
     copy_bw = 2 * src.nbytes / float(np.median(copies))
     nbytes = blend_bytes(B, channels, dt.itemsize, {"fly": "points"}.get(form, form), op)
-    med = benchmark.stats.stats.median
     benchmark.extra_info.update(case=case, op=op, form=form, channels=channels, dtype=dtype, points=P,
-                                bytes=int(nbytes), GBps=nbytes / med / 1e9, copy_GBps=copy_bw / 1e9,
-                                fraction_of_copy=nbytes / med / copy_bw, method=f"kronpe {op} {form}",
-                                peer=False)
+                                bytes=int(nbytes), copy_GBps=copy_bw / 1e9, method=f"kronpe {op} {form}", peer=False)
+    med = median_seconds(benchmark)
+    if med:
+        benchmark.extra_info.update(GBps=nbytes / med / 1e9, fraction_of_copy=nbytes / med / copy_bw)
 
 
 # ---- fit_points on a photograph -----------------------------------------------------------------
@@ -266,8 +249,8 @@ def _fit_group(benchmark, method, psnr, seconds=None):
 
 def test_fit_points_auto(benchmark, photo):
     p = photo
-    model = _run(benchmark, lambda: kronpe.fit_points(p["pts"][p["train"]], p["vals"][p["train"]],
-                                                      tol=FIT_TOL), rounds=2)
+    model = run_timed(benchmark, lambda: kronpe.fit_points(p["pts"][p["train"]], p["vals"][p["train"]],
+                                                           tol=FIT_TOL), 2)
     psnr = _psnr(model.predict(p["pts"][p["test"]]), p["vals"][p["test"]])
     p["auto"].update(embedders=list(model.embedders), ridge=model.ridge, grid=list(model.grid_coords))
     benchmark.extra_info.update(ridge=model.ridge, iterations=model.info["iterations"],
@@ -281,8 +264,8 @@ def test_fit_points_given_ridge(benchmark, photo):
     if not p["auto"]:
         pytest.skip("needs test_fit_points_auto first (it chooses the ridge)")
     a = p["auto"]
-    model = _run(benchmark, lambda: kronpe.fit_points(p["pts"][p["train"]], p["vals"][p["train"]], a["embedders"],
-                                                      grid=a["grid"], ridge=a["ridge"], tol=FIT_TOL), rounds=3)
+    model = run_timed(benchmark, lambda: kronpe.fit_points(p["pts"][p["train"]], p["vals"][p["train"]], a["embedders"],
+                                                           grid=a["grid"], ridge=a["ridge"], tol=FIT_TOL), 3)
     psnr = _psnr(model.predict(p["pts"][p["test"]]), p["vals"][p["test"]])
     benchmark.extra_info.update(ridge=model.ridge, iterations=model.info["iterations"])
     _fit_group(benchmark, "kronpe fit_points (the automatic run's embedders and ridge, given)", psnr)
@@ -294,8 +277,8 @@ def test_griddata(benchmark, photo, kind):
     from scipy.interpolate import griddata
 
     p = photo
-    pred = _run(benchmark, lambda: griddata(p["pts"][p["train"]], p["vals"][p["train"]], p["pts"][p["test"]],
-                                            method=kind, fill_value=0.5), rounds=2)
+    pred = run_timed(benchmark, lambda: griddata(p["pts"][p["train"]], p["vals"][p["train"]], p["pts"][p["test"]],
+                                                 method=kind, fill_value=0.5), 2)
     psnr = _psnr(pred, p["vals"][p["test"]])
     _fit_group(benchmark, f"scipy.interpolate.griddata {kind}", psnr)
     assert psnr > 24.0

@@ -1,10 +1,12 @@
 """GPU benchmark harness: kronpe's CUDA kernels beside what a user would otherwise run, in one run.
 
-    python benches/bench_cuda.py [--quick] [--tf32] [--json OUT.json]
+    python benches/bench_cuda.py [--quick] [--tf32] [--json OUT.json] [--only SECTIONS]
 
-Skips (exit 0, one line) without kronpe's CUDA kernels, a CUDA device, or CUDA torch. Every
-timing is the median of repeated runs between CUDA events on one stream, after a warm-up; every
-kronpe result is checked against its baseline before it is reported.
+Skips (exit 0, one line) without kronpe's CUDA kernels, a CUDA device, or CUDA torch. Timings come
+from kronpe.bench.harness.timings: the device rows the median of repeated runs between CUDA events
+on one stream, after a warm-up; the point fits (host solvers, the fill of CUDA tensors) wall time
+with the device synchronised. Every kronpe result is checked against its baseline before it is
+reported. ``--only`` runs some of the sections (chains, blend, fits, device_fits, torch).
 
 Sections:
 1. mode-n chains: kronpe.multi_mode_product vs torch.einsum, a torch.tensordot chain and
@@ -18,7 +20,9 @@ Sections:
    pseudo-inverses for the grid fits, SGD on the blended complex encoding for scattered points);
    the default fill of 25% of the 512^2 astronaut given as CUDA tensors (the GPU's multigrid)
    beside the same fill of host arrays (the host's solver);
-4. torch Adam steps of the complex-encoding models (kronpe.bench.torch_steps) against the official
+4. device fits: ``GridPlan.fit`` of CUDA tensors (one 256^2 image, a batch of 64, GCV) and a 3-D
+   fit + ``predict_grid``, each checked against the host's fit of the same values;
+5. torch Adam steps of the complex-encoding models (kronpe.bench.torch_steps) against the official
    formulation, after checking that 200 steps of each end at the same loss.
 
 TF32 is OFF by default for kronpe (kronpe.cuda.allow_tf32() is False: float32 GEMMs in full
@@ -31,10 +35,11 @@ import argparse
 import json
 import statistics
 import sys
-import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import numpy as np
+
+from kronpe.bench.harness import timings
 
 
 def _skip(reason: str) -> None:
@@ -61,23 +66,10 @@ def _setup():
 
 
 def timeit(torch, fn: Callable[[], object], repeat: int = 20, warmup: int = 3, batch: int = 1) -> float:
-    """Median seconds of fn() between CUDA events on the current stream. With batch > 1, the
-    events enclose `batch` calls back to back (the time per call: the device's rate, the host's
-    launch time hidden behind the queued work; the bandwidth rows), else one call from an idle
-    device (its latency, the host's part included)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(batch):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3 / batch)
-    return statistics.median(times)
+    """Median seconds of fn() between CUDA events on the current stream (kronpe.bench.harness.timings:
+    with batch > 1 the device's rate, the bandwidth rows; else one call from an idle device, its
+    latency with the host's part)."""
+    return statistics.median(timings(fn, repeat, warmup=warmup, batch=batch, cuda=torch))
 
 
 def row(results: List[Dict], section: str, name: str, seconds: float, **extra) -> None:
@@ -150,9 +142,9 @@ def bench_chains(torch, kronpe, cupy, results, quick: bool) -> None:
 
 
 # The blend rows are rates (bytes over device time): each timing encloses this many calls back to
-# back, so the host's ~50-100 us of Python per call (tools/gpu_host_diag.py overhead) runs behind
-# the queued kernels instead of inside the events (one call from an idle device counted it: the
-# stored transpose read 0.323 ms there against ncu's 0.29 ms of kernels).
+# back, so the host's ~50-100 us of Python per call runs behind the queued kernels instead of
+# inside the events (one call from an idle device counts it: a stored transpose of 0.29 ms of
+# kernels read 0.323 ms).
 BANDWIDTH_BATCH = 10
 
 
@@ -268,17 +260,17 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     vals = img[ij[:, 0], ij[:, 1]]
     K2 = 64
     embs = kronpe.Gaussian(K2, 0.004 * 256 / K2)
-    t0 = time.perf_counter()
-    model = kronpe.fit_points(pts, vals, embs, ridge=1e-6, tol=1e-5)
-    t_k = time.perf_counter() - t0
+    fitted: list = []
+    t_k = timings(lambda: kronpe.fit_points(pts, vals, embs, ridge=1e-6, tol=1e-5), keep=fitted)[0]
+    model = fitted.pop()
     axis = torch.arange(256, device="cuda", dtype=torch.float64) / 256
     grid_pts = torch.stack(torch.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
     pred = model.predict(grid_pts).reshape(256, 256)
     row(results, "fits", f"kronpe fit_points P={P} (exact, host solver)", t_k, psnr=kronpe.data.psnr(pred.double(), img.double()))
-    # the issue's scattered row: the default fit of 25% of a 512^2 photograph given as CUDA tensors
-    # (the points copied to the host once; the fill's multigrid on the GPU: kronpe.solvers.smooth,
-    # "On a GPU"), predicted back on the GPU; beside it the same fit of host arrays (the host's
-    # solver on this machine's cores), alternating
+    # the default fit of 25% of a 512^2 photograph given as CUDA tensors (the points copied to the
+    # host once; the fill's multigrid on the GPU: kronpe.solvers.smooth, "On a GPU"), predicted
+    # back on the GPU; beside it the same fit of host arrays (the host's solver on this machine's
+    # cores), alternating
     photo = torch.from_numpy(kronpe.data.load_sample("astronaut")).cuda()  # (512, 512, 3)
     n = photo.shape[0]
     keep = torch.randperm(n * n, device="cuda", generator=g)[: n * n // 4]
@@ -291,18 +283,23 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     grid5 = torch.stack(torch.meshgrid(axis5, axis5, indexing="ij"), -1).reshape(-1, 2)
     truth5 = photo.reshape(-1, 3)[held].double().cpu().numpy()
     host_in = (pts5.cpu().numpy(), vals5.cpu().numpy(), grid5[held].cpu().numpy())
-    times, host_times = [], []
+
+    def device_fit():
+        m = kronpe.fit_points(pts5, vals5)
+        pred = m.predict(grid5[held])
+        torch.cuda.synchronize()
+        return m, pred
+
+    def host_fit():
+        return kronpe.fit_points(host_in[0], host_in[1]).predict(host_in[2])
+
+    times, host_times, out5, hout5 = [], [], [], []
     for _ in range(3 if quick else 7):
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        m5 = kronpe.fit_points(pts5, vals5)
-        pred5 = m5.predict(grid5[held])
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        h5 = kronpe.fit_points(host_in[0], host_in[1])
-        hpred5 = h5.predict(host_in[2])
-        host_times.append(time.perf_counter() - t0)
+        times += timings(device_fit, keep=out5)
+        host_times += timings(host_fit, keep=hout5)
+    m5, pred5 = out5[-1]
+    hpred5 = hout5[-1]
     assert pred5.is_cuda and m5.info.get("device", "").startswith("cuda")
     row(results, "fits", f"kronpe fit_points defaults, 25% of 512^2 astronaut (fit + predict, GPU solver)",
         statistics.median(times), psnr_heldout=kronpe.data.psnr(pred5.double().cpu().numpy(), truth5))
@@ -316,16 +313,18 @@ def bench_fits(torch, kronpe, results, quick: bool) -> None:
     Wp = torch.zeros(K2, K2, device="cuda", requires_grad=True)
     opt = torch.optim.Adam([Wp], lr=1e-2)
     steps = 200 if quick else 2000
+
+    def train():
+        for _ in range(steps):
+            V = (Phi_g @ Wp @ Phi_g.T).reshape(-1)
+            loss = ((V[idx] * wts).sum(1) - vals).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        torch.cuda.synchronize()
+
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        V = (Phi_g @ Wp @ Phi_g.T).reshape(-1)
-        loss = ((V[idx] * wts).sum(1) - vals).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    torch.cuda.synchronize()
-    t_p = time.perf_counter() - t0
+    t_p = timings(train)[0]
     with torch.no_grad():
         Vg = (Phi_g @ Wp @ Phi_g.T).reshape(-1, 1)
         pred_p = kronpe.BlendingMatrix(grid_pts, (K2 + 1, K2 + 1), embs).matvec(Vg).reshape(256, 256)
@@ -407,95 +406,6 @@ def bench_torch_steps(torch, kronpe, results, quick: bool) -> None:
                 official_eager_over_this=t["official eager"] / t[label])
 
 
-# ---- --profile: where the time of the slow rows goes --------------------------------------------
-
-
-def profile(torch, kronpe, quick: bool, match: Optional[str] = None) -> None:
-    """torch.profiler tables (GPU kernel time against the host's) of the blend rows and of the
-    torch Adam steps, 20 calls each: a row whose host total far exceeds its kernels' is bound by
-    launches, synchronisations or Python, not by the GPU."""
-    from torch.profiler import ProfilerActivity, profile as tprofile
-
-    from kronpe.bench import torch_steps as ts
-
-    P, M = 1 << (20 if quick else 23), 513
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    pts = torch.rand(P, 2, device="cuda", generator=gen)
-    emb = kronpe.Gaussian(M - 1, 0.64 / (M - 1))
-    B = kronpe.BlendingMatrix(pts, (M, M), emb)
-    Bs = kronpe.BlendingMatrix(pts, (M, M), emb).store()
-    v = torch.randn(M * M, device="cuda", generator=gen)
-    r = torch.randn(P, device="cuda", generator=gen)
-    B.gpu_deterministic = False
-    Bs.gpu_deterministic = False
-    calls = {"blend fly": lambda: B.matvec(v), "blend_transpose fly atomic": lambda: B.rmatvec(r),
-             "blend stored": lambda: Bs.matvec(v), "blend_transpose stored atomic": lambda: Bs.rmatvec(r)}
-    for case in ts.CASES:
-        for graph in (False, True):
-            for name, (m, t) in ts.make_models(case, device="cuda").items():
-                calls[f"{name} {'graph' if graph else 'eager'} step {case}"] = ts.stepper(m, t, cuda_graph=graph)
-    # device grid fits (issue 14's 0.5 ms and 1 ms rows): host time by Python function, too
-    emb = kronpe.Gaussian(256, 0.0025)
-    x256 = np.arange(256) / 256
-    plan = kronpe.GridPlan([x256, x256], [emb, emb], ridge=1e-6)
-    S = torch.rand(256, 256, device="cuda")
-    emb3 = kronpe.Gaussian(128, 0.64 / 128)
-    x64 = np.arange(64) / 64
-    plan3 = kronpe.GridPlan([x64] * 3, [emb3] * 3, ridge=1e-6)
-    V = torch.rand(64, 64, 64, device="cuda")
-    x128 = [np.arange(128) / 128] * 3
-    fits = {"GridPlan.fit 2-D 256^2 K=256": lambda: plan.fit(S),
-            "GridPlan.fit 3-D 64^3 K=128 + predict_grid 128^3": lambda: plan3.fit(V).predict_grid(x128)}
-    # small chains (the host's share of a call: kronpe ~2x torch's tensordot chain at 32^3-128^3)
-    from kronpe import torch as ktorch
-
-    T3 = torch.rand(64, 64, 64, device="cuda")
-    A3 = [torch.rand(64, 64, device="cuda") for _ in range(3)]
-    fits.update({"multi_mode_product 64^3 x 3 modes, torch CUDA": lambda: kronpe.multi_mode_product(T3, A3),
-                 "kronpe.torch.multi_mode_product 64^3 x 3 modes": lambda: ktorch.multi_mode_product(T3, A3),
-                 "torch tensordot chain 64^3 x 3 modes": lambda: torch.tensordot(torch.tensordot(torch.tensordot(
-                     T3, A3[0], dims=([0], [1])), A3[1], dims=([0], [1])), A3[2], dims=([0], [1]))})
-    if match:
-        fits = {k: v for k, v in fits.items() if match in k}
-        calls = {k: v for k, v in calls.items() if match in k}
-    import cProfile
-    import pstats
-
-    for label, fn in fits.items():
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        ts_ = []
-        for _ in range(200):
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            ts_.append(time.perf_counter() - t0)
-        print(f"\n### {label}: median {1e3 * float(np.median(ts_)):.3f} ms a call, synchronised (200 calls)")
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        pr.disable()
-        print(f"\n### cProfile: {label} (50 calls)")
-        pstats.Stats(pr).sort_stats("tottime").print_stats(22)
-    calls.update(fits)
-    for label, fn in calls.items():
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(20):
-                fn()
-            torch.cuda.synchronize()
-        print(f"\n### profile: {label} (20 calls)")
-        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=8, max_name_column_width=60))
-
-
 def _section(name, fn, *args) -> None:
     """Run one section; a failure is printed and the other sections still run (exit code 1)."""
     try:
@@ -516,9 +426,6 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in kronpe and torch")
     ap.add_argument("--json", help="write the rows to this file")
-    ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the blend rows and "
-                    "the torch steps, then stop")
-    ap.add_argument("--profile-match", help="with --profile: only the rows whose label holds this text")
     ap.add_argument("--only", help="comma-separated sections to run (chains, blend, fits, device_fits, torch)")
     args = ap.parse_args(argv)
     torch, kronpe, cupy = _setup()
@@ -528,17 +435,14 @@ def main(argv=None) -> int:
     print(f"device: {torch.cuda.get_device_name()}  kronpe {kronpe.__version__}  torch {torch.__version__}  "
           f"TF32: kronpe={kronpe.cuda.allow_tf32()} torch={torch.backends.cuda.matmul.allow_tf32}")
     results: List[Dict] = []
-    if args.profile:
-        profile(torch, kronpe, args.quick, args.profile_match)
-        return 0
     only = set(args.only.split(",")) if args.only else None
     sections = [("chains", bench_chains, (torch, kronpe, cupy, results, args.quick)),
                 ("blend", bench_blend, (torch, kronpe, results, args.quick)),
                 ("fits", bench_fits, (torch, kronpe, results, args.quick)),
-                ("device_fits", globals().get("bench_device_fits"), (torch, kronpe, results, args.quick)),
+                ("device_fits", bench_device_fits, (torch, kronpe, results, args.quick)),
                 ("torch", bench_torch_steps, (torch, kronpe, results, args.quick))]
     for name, fn, fargs in sections:
-        if fn is not None and (only is None or name in only):
+        if only is None or name in only:
             _section(name, fn, *fargs)
     if args.json:
         with open(args.json, "w") as f:

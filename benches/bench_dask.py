@@ -15,7 +15,8 @@ Throughput is input voxels per second of the whole run (the in-memory time does 
 writing its result; the dask time includes reading the input and writing the Zarr output). The
 dask result is checked against the in-memory one on slices through every axis (max abs
 difference over the field's range). The volume and the outputs live in a temporary directory,
-removed at the end. ``python benches/bench_dask.py --n 768`` is the 1.7 GB run of
+removed at the end. Times come from kronpe.bench's harness timer (one call per round, no warm-up:
+a run is minutes long). ``python benches/bench_dask.py --n 768`` is the 1.8 GB run of
 benches/README.md; ``python -m pytest benches/bench_dask.py --benchmark-only`` runs a small
 version (N = 96) as a pytest-benchmark pair.
 """
@@ -27,7 +28,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -68,24 +68,19 @@ def out_coords(m: int):
     return [np.linspace(0, 1, m + 1)[:-1]] * 3
 
 
-def run_memory(src: str, n: int, m: int):
+def run_memory(src: str, n: int, m: int) -> np.ndarray:
+    """The in-memory fit and prediction of the volume at ``src`` (N^3 -> M^3)."""
     import zarr
 
-    t0 = time.perf_counter()
     S = np.asarray(zarr.open(src, mode="r")[...])
-    plan = plan_for(n)
-    out = plan.fit(S).predict_grid(out_coords(m))
-    return time.perf_counter() - t0, out
+    return plan_for(n).fit(S).predict_grid(out_coords(m))
 
 
-def run_dask(src: str, dst: str, n: int, m: int, chunk: int):
+def run_dask(src: str, dst: str, n: int, m: int) -> None:
+    """The same with kronpe.dask: the Zarr input as a dask array, the prediction written to ``dst``."""
     import dask.array as da
 
-    t0 = time.perf_counter()
-    S = da.from_zarr(src)
-    plan = plan_for(n)
-    plan.fit(S).predict_grid(out_coords(m)).to_zarr(dst, overwrite=True)
-    return time.perf_counter() - t0
+    plan_for(n).fit(da.from_zarr(src)).predict_grid(out_coords(m)).to_zarr(dst, overwrite=True)
 
 
 def check_slices(dst: str, ref: np.ndarray) -> float:
@@ -113,6 +108,7 @@ def main(argv=None) -> None:
     from distributed import Client, LocalCluster
 
     import kronpe.dask
+    from kronpe.bench.harness import timings
 
     kronpe.dask.BLOCK_BYTES = args.block_mb << 20
 
@@ -133,17 +129,14 @@ def main(argv=None) -> None:
                   f"in memory: {os.environ.get('OPENBLAS_NUM_THREADS', 'all')} BLAS threads", flush=True)
             t_mem, t_dask, err = [], [], None
             for r in range(args.repeats):
-                ref = None
+                ref = []
                 if not args.no_memory:
-                    t, ref = run_memory(src, n, m)
-                    t_mem.append(t)
-                    print(f"  round {r}: in memory {t:.1f} s", flush=True)
-                t = run_dask(src, dst, n, m, args.chunk)
-                t_dask.append(t)
-                print(f"  round {r}: dask {t:.1f} s", flush=True)
-                if ref is not None:
-                    err = check_slices(dst, ref)
-                    del ref
+                    t_mem += timings(lambda: run_memory(src, n, m), keep=ref)
+                    print(f"  round {r}: in memory {t_mem[-1]:.1f} s", flush=True)
+                t_dask += timings(lambda: run_dask(src, dst, n, m))
+                print(f"  round {r}: dask {t_dask[-1]:.1f} s", flush=True)
+                if ref:
+                    err = check_slices(dst, ref.pop())
         md = statistics.median(t_dask)
         print("\n| run | median s | input Mvoxel/s | vs in memory |\n|---|---|---|---|")
         if t_mem:
@@ -170,9 +163,9 @@ def test_dask_upsample_small(benchmark, tmp_path):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   dashboard_address=":0", memory_limit="1GB") as cluster, distributed.Client(cluster):
         make_volume(src, n, 32)
-        _, ref = run_memory(src, n, m)
+        ref = run_memory(src, n, m)
         benchmark.group = "upsample 96^3 -> 128^3"
-        benchmark.pedantic(run_dask, args=(src, dst, n, m, 32), rounds=3)
+        benchmark.pedantic(run_dask, args=(src, dst, n, m), rounds=3)
         assert check_slices(dst, ref) < 1e-4
 
 
@@ -188,7 +181,7 @@ def test_memory_upsample_small(benchmark, tmp_path):
     with dask.config.set(scheduler="synchronous"):
         make_volume(src, n, 32)
     benchmark.group = "upsample 96^3 -> 128^3"
-    _, out = benchmark.pedantic(run_memory, args=(src, n, m), rounds=3)
+    out = benchmark.pedantic(run_memory, args=(src, n, m), rounds=3)
     assert out.shape == (m, m, m) and np.isfinite(out).all()
 
 

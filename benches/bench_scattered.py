@@ -1,4 +1,4 @@
-"""Scattered samples and grids with holes (issue 11): kronpe's defaults against the interpolators
+"""Scattered samples and grids with holes: kronpe's defaults against the interpolators
 people use, in the same run.
 
 The images, methods and PSNRs are kronpe.bench.scattered's (``kronpe bench --suite scattered``

@@ -3,9 +3,10 @@ formulation and against the step's matrix products alone.
 
 Signal: the astronaut photograph (skimage.data.astronaut, RGB, 512 x 512, values in [0, 1]).
 
-- grid: the 256 x 256 regular subsample (seed 000 Table 1 protocol), K = 256 Gaussians per axis
-  (sigma = 0.004, the papers' gradient-descent setting). The model is W x_1 Psi_1 x_2 Psi_2.
-- points: 25% of the 512 x 512 pixels at random (seed 000 Table 2), K = 256 (sigma = 0.005, the
+- grid: the 256 x 256 regular subsample (the protocol of Table 1 of "Trading Positional Complexity
+  vs. Deepness in Coordinate Networks"), K = 256 Gaussians per axis (sigma = 0.004, the papers'
+  gradient-descent setting). The model is W x_1 Psi_1 x_2 Psi_2.
+- points: 25% of the 512 x 512 pixels at random (its Table 2), K = 256 (sigma = 0.005, the
   official random-points script), blended from a virtual grid of 257 x 257 nodes.
 
 Methods, one group per case (same device: CPU; float32; one process):
@@ -28,10 +29,10 @@ as ComplexEncoding does: kronpe.torch.modules.prune_basis) and
 the same blending matrix, so they compute the same model; ``test_equal_loss_after_200_steps``
 checks that 200 Adam steps give the same loss.
 
-Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group
-(interleaved, with the other suites: kronpe bench --suite torch), or
+Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group, or
 ``python benches/bench_torch.py [rounds] [--load] [--parts steps,mmp]`` for the interleaved
-tables of benches/README_torch.md.
+tables of benches/README_torch.md (the steps are the cases of ``kronpe bench --suite torch``, the
+op alone is added; both timed by kronpe.bench's harness).
 """
 from __future__ import annotations
 
@@ -151,48 +152,51 @@ def test_mmp_forward_backward(benchmark, D, K, method):
 # ---- interleaved timing (python benches/bench_torch.py) --------------------------------------------
 
 
-def _rotating(fns: dict, rounds: int) -> dict:
-    """Every function once per round, in rotating order, so that a shared machine's load shifts
-    hit all of them alike: {name: (min, median)} in ms."""
-    import time
+def mmp_cases(rounds: int):
+    """The op alone as kronpe.bench cases: ``kronpe op`` against ``torch.tensordot``, per (D, K)."""
+    from kronpe.bench.harness import Case, Method
 
-    names = list(fns)
-    times = {n: [] for n in names}
-    for n in names:  # warm-up
-        fns[n]()
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            t0 = time.perf_counter()
-            fns[n]()
-            times[n].append(time.perf_counter() - t0)
-    return {n: (min(v) * 1e3, float(np.median(v)) * 1e3) for n, v in times.items()}
+    out = []
+    for D, K in MMP_CASES:
+        def setup(D=D, K=K):
+            return {m: mmp_fwd_bwd(D, K, m) for m in ("kronpe op", "torch.tensordot")}
+
+        ms = [Method("kronpe op", lambda s: s["kronpe op"](), peer=False),
+              Method("torch.tensordot", lambda s: s["torch.tensordot"]())]
+        out.append(Case("torch", f"mmp fwd+bwd D={D} K={K}", setup, ms,
+                        rounds=max(3, rounds // 8) if K**D > 10**6 else rounds))
+    return out
+
+
+RATIOS = [("kronpe step / official step", "kronpe Adam step", "official Adam step"),
+          ("official step / kronpe step", "official Adam step", "kronpe Adam step"),
+          ("kronpe chain / torch.matmul (products alone)", "products alone, kronpe chain",
+           "products alone, torch.matmul"),
+          ("kronpe op / tensordot chain", "kronpe op", "torch.tensordot")]
 
 
 def interleaved(rounds: int = 40, parts=("steps", "mmp")) -> str:
-    """Markdown tables of min and median times and the ratios of the steps and of the op alone."""
+    """Markdown tables of min and median times and the ratios of the steps (the cases of
+    ``kronpe bench --suite torch``) and of the op alone, timed by kronpe.bench's harness (every
+    method once per round, in rotating order, after the harness's settle and warm-up call)."""
+    from kronpe.bench import torch_steps
+    from kronpe.bench.harness import measure
+
+    cases = ([(c, rounds) for c in torch_steps.cases()] if "steps" in parts else []) + \
+        ([(c, None) for c in mmp_cases(rounds)] if "mmp" in parts else [])  # (case, its rounds)
     lines = ["| case | method | min (ms) | median (ms) |", "|---|---|---:|---:|"]
     ratios = []
-    if "steps" in parts:
-        for case in CASES:
-            fns = {f"step {name}": stepper(m, t) for name, (m, t) in make_models(case).items()}
-            fns.update({f"products alone, {b}": products_alone(case, b) for b in ("torch.matmul", "kronpe chain")})
-            stat = _rotating(fns, rounds)
-            for n in fns:
-                lines.append(f"| {case} | {n} | {stat[n][0]:.2f} | {stat[n][1]:.2f} |")
-            for label, a, b in [("kronpe step / official step", "step kronpe", "step official"),
-                                ("official step / kronpe step", "step official", "step kronpe"),
-                                ("kronpe chain / torch.matmul (products alone)", "products alone, kronpe chain",
-                                 "products alone, torch.matmul")]:
-                ratios.append(f"| {case} | {label} | {stat[a][0] / stat[b][0]:.2f} | {stat[a][1] / stat[b][1]:.2f} |")
-    if "mmp" in parts:
-        for D, K in MMP_CASES:
-            case = f"mmp fwd+bwd D={D} K={K}"
-            fns = {m: mmp_fwd_bwd(D, K, m) for m in ("kronpe op", "torch.tensordot")}
-            stat = _rotating(fns, max(3, rounds // 8) if K**D > 10**6 else rounds)
-            for n in fns:
-                lines.append(f"| {case} | {n} | {stat[n][0]:.2f} | {stat[n][1]:.2f} |")
-            a, b = stat["kronpe op"], stat["torch.tensordot"]
-            ratios.append(f"| {case} | kronpe op / tensordot chain | {a[0] / b[0]:.2f} | {a[1] / b[1]:.2f} |")
+    for case, case_rounds in cases:
+        stat = {}
+        for rec in measure(case, case_rounds):
+            if "stats" not in rec:
+                lines.append(f"| {case.group} | {rec['name']} | {rec.get('skipped', '')} | |")
+                continue
+            stat[rec["name"]] = (rec["stats"]["min"] * 1e3, rec["stats"]["median"] * 1e3)
+            lines.append(f"| {case.group} | {rec['name']} | {stat[rec['name']][0]:.2f} | {stat[rec['name']][1]:.2f} |")
+        for label, a, b in RATIOS:
+            if a in stat and b in stat:
+                ratios.append(f"| {case.group} | {label} | {stat[a][0] / stat[b][0]:.2f} | {stat[a][1] / stat[b][1]:.2f} |")
     return "\n".join(lines + ["", "| case | ratio | of min | of median |", "|---|---|---:|---:|"] + ratios)
 
 

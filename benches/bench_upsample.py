@@ -1,6 +1,6 @@
 """2x upsampling of box-downsampled photographs: ``kronpe.upsample`` against Pillow and SciPy.
 
-The round trip of issue 13, on every sample photograph of ``kronpe.data.SAMPLES`` (native size,
+The round trip on every sample photograph of ``kronpe.data.SAMPLES`` (native size,
 cropped to even sides; scikit-image's 512 x 512 moon is a 2x pixel-replicated 256 x 256 image,
 each 2 x 2 block one value, so it is used at 256 x 256, its real resolution: at 512 the round trip
 is exact for pixel replication and measures nothing else): box-downsample 2x (means of 2 x 2 blocks), upsample back to the original
@@ -16,18 +16,17 @@ Methods, one group per photograph:
   centres (output pixel centre (j + 0.5) / 2 - 0.5 in input pixels), prefilter included.
 
 Every benchmark asserts the PSNR of its method; kronpe's asserts it is at least both peers'.
-``python benches/bench_upsample.py [ROUNDS]`` prints the Markdown table of benches/README.md:
-the methods interleaved round by round, median times and their ratios.
+``python benches/bench_upsample.py [ROUNDS]`` prints the Markdown table of benches/README.md: the
+methods timed by kronpe.bench's harness (interleaved round by round), median times and their ratios.
 """
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from conftest import run_timed  # noqa: F401  (puts the source tree on sys.path)
+from conftest import run_timed  # (puts the source tree on sys.path)
 
 PHOTOS = ("astronaut", "camera", "coffee", "chelsea", "rocket", "motorcycle", "immunohistochemistry",
           "hubble_deep_field", "retina", "moon", "coins", "brick", "grass", "gravel", "clock", "page")
@@ -109,7 +108,7 @@ def score(name: str, up: np.ndarray) -> float:
 
 @pytest.mark.parametrize("name", PHOTOS)
 @pytest.mark.parametrize("method", list(METHODS))
-def bench_upsample_2x(benchmark, name, method):
+def test_upsample_2x(benchmark, name, method):
     benchmark.group = f"upsample 2x: {name}"
     low = photo(name)[1]
     up = run_timed(benchmark, METHODS[method], 5, low)
@@ -122,24 +121,22 @@ def bench_upsample_2x(benchmark, name, method):
 
 
 def table(rounds: int = 7) -> str:
-    """The Markdown table: PSNR (dB) and median time (ms) per photograph and method, the methods
-    interleaved round by round; ratios are kronpe's time over each peer's."""
+    """The Markdown table: PSNR (dB) and median time (ms) per photograph and method, timed by
+    kronpe.bench's harness (interleaved round by round); ratios are kronpe's time over each peer's."""
+    from kronpe.bench.harness import Case, Method, measure
+
     names = list(METHODS)
     lines = ["| photo | size | " + " | ".join(f"{m} dB | {m} ms" for m in names)
              + " | kronpe / SciPy time | kronpe / Pillow time |",
              "|---|---|" + "---:|" * (2 * len(names) + 2)]
     for photo_name in PHOTOS:
         img, low = photo(photo_name)
-        times = {m: [] for m in names}
-        psnrs = {}
-        for _ in range(rounds):
-            for m in names:
-                t0 = time.perf_counter()
-                up = METHODS[m](low)
-                times[m].append(time.perf_counter() - t0)
-                psnrs[m] = score(photo_name, up)
-        med = {m: 1e3 * float(np.median(times[m])) for m in names}
-        cells = " | ".join(f"{psnrs[m]:.2f} | {med[m]:.1f}" for m in names)
+        ms = [Method(m, lambda s, f=fn: f(s["low"]), peer=not m.startswith("kronpe")) for m, fn in METHODS.items()]
+        case = Case("upsample", f"upsample 2x: {photo_name}", lambda low=low: {"low": low}, ms,
+                    check=lambda s, m, up, n=photo_name: {"psnr": score(n, up)}, rounds=rounds)
+        recs = {r["name"]: r for r in measure(case)}
+        med = {m: 1e3 * recs[m]["stats"]["median"] for m in names}
+        cells = " | ".join(f"{recs[m]['extra_info']['psnr']:.2f} | {med[m]:.1f}" for m in names)
         lines.append(f"| {photo_name} | {img.shape[1]}x{img.shape[0]} | {cells} | "
                      f"{med['kronpe'] / med['SciPy cubic spline']:.2f} | {med['kronpe'] / med['Pillow bicubic']:.2f} |")
         print(lines[-1], file=sys.stderr, flush=True)

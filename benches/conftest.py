@@ -1,7 +1,7 @@
 """Shared helpers of the benchmarks (pytest-benchmark).
 
 Run them with ``python -m pytest benches --benchmark-only`` (plain ``pytest`` collects tests/
-only). Each benchmark sets ``benchmark.group`` so that kronpe and its baselines land in one
+only); ``--benchmark-disable`` runs every benchmark once, untimed, with its checks. Each benchmark sets ``benchmark.group`` so that kronpe and its baselines land in one
 table (the cases, peers and checks are kronpe.bench's: ``kronpe bench`` runs the same ones with its
 own interleaved timer), records its floating-point operation count in ``benchmark.extra_info["flops"]`` where one
 is defined, and asserts that its result is right. ``benches/report.py`` turns the JSON of a run
@@ -28,6 +28,12 @@ from kronpe.bench.chains import chain_flops, cheapest_chain_flops, relative_erro
 def run_timed(benchmark, fn: Callable, rounds: int, *args):
     """``benchmark.pedantic`` with one warm-up round; returns fn's result."""
     return benchmark.pedantic(fn, args=args, rounds=rounds, iterations=1, warmup_rounds=1)
+
+
+def median_seconds(benchmark):
+    """The median of the rounds pytest-benchmark timed; None when it did not time them
+    (``--benchmark-disable``: every benchmark then runs once, as a check)."""
+    return benchmark.stats.stats.median if benchmark.stats else None
 
 
 def assert_close(got, want, rtol: float, what: str) -> None:

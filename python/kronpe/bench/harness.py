@@ -18,13 +18,13 @@ waking them (torch's, OpenMP's) cost tiny calls up to 10 ms (a 32^3 chain: torch
 against 0.12 ms warm). Every method, kronpe's and the peers', gets the same treatment, outside its
 timing. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
 the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
-``extra_info``), so ``benches/report.py`` and ``--compare`` read both.
+``extra_info``), so ``benches/report.py`` and ``--compare`` read both. Every timed call
+goes through :func:`timings`.
 
 The files of ``benches/`` run the same cases under pytest-benchmark (``benches/conftest.py``).
 """
 from __future__ import annotations
 
-import math
 import os
 import platform
 import statistics
@@ -82,6 +82,44 @@ def _stats(times: List[float]) -> dict:
         "stddev": statistics.stdev(times) if len(times) > 1 else 0.0,
         "rounds": len(times), "data": list(times),
     }
+
+
+def timings(fn: Callable[[], Any], rounds: int = 1, *, warmup: int = 0, batch: int = 1, cuda: Any = None,
+            keep: Optional[list] = None) -> List[float]:
+    """Seconds per call of ``fn()`` in each of ``rounds`` timed rounds, after ``warmup`` untimed
+    calls: the timer of kronpe.bench and of ``benches/``.
+
+    A round times ``batch`` calls back to back and divides by ``batch``. The clock is
+    ``time.perf_counter``; with ``cuda`` (the torch module) it is a pair of CUDA events on torch's
+    current stream, the device synchronised after the warm-up and at the end of every round: with
+    ``batch`` > 1 the host's launches run behind the queued work (the device's rate), with 1 a call
+    starts from an idle device (its latency, the host's part included). ``keep``: a list that
+    receives each timed call's result (``batch`` 1)."""
+    if keep is not None and batch != 1:
+        raise ValueError(f"keep= takes the result of one call per round, got batch={batch}")
+    for _ in range(warmup):
+        fn()
+    if cuda is not None:
+        cuda.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        if cuda is None:
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                result = fn()
+            out.append((time.perf_counter() - t0) / batch)
+        else:
+            start, stop = cuda.cuda.Event(enable_timing=True), cuda.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(batch):
+                result = fn()
+            stop.record()
+            stop.synchronize()
+            out.append(start.elapsed_time(stop) * 1e-3 / batch)
+        if keep is not None:
+            keep.append(result)
+        result = None  # not held while the next round runs
+    return out
 
 
 SETTLE_SECONDS = 0.3
@@ -158,10 +196,10 @@ def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
             rec["skipped"] = f"{missing} does not import"
             continue
         try:
-            t0 = time.perf_counter()
-            result = m.fn(state)  # warm-up, and the result to check
-            if time.perf_counter() - t0 < WARM_SECONDS:
+            first: List[Any] = []
+            if timings(lambda: m.fn(state), keep=first)[0] < WARM_SECONDS:  # warm-up, and the result to check
                 short.add(m.name)
+            result = first.pop()
         except Exception as exc:  # a peer that fails here (version, memory) is reported, not fatal
             rec["skipped"] = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             continue
@@ -184,9 +222,7 @@ def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
                 settle(limit)
                 if m.name in short:
                     m.fn(state)
-            t0 = time.perf_counter()
-            m.fn(state)
-            times[m.name].append(time.perf_counter() - t0)
+            times[m.name] += timings(lambda: m.fn(state))
     for name, ts in times.items():
         records[name]["stats"] = _stats(ts)
     return [records[m.name] for m in case.methods]
@@ -207,9 +243,7 @@ def gemm_rate(n: int = 2048, rounds: int = 5) -> dict:
     af, bf = np.asfortranarray(a), np.asfortranarray(b)
     out = {}
     for name, fn in (("numpy.matmul", lambda: np.matmul(a, b)), ("scipy sgemm", lambda: blas.sgemm(1.0, af, bf))):
-        fn()
-        best = min(_timed(fn) for _ in range(rounds))
-        out[name] = 2.0 * n**3 / best
+        out[name] = 2.0 * n**3 / min(timings(fn, rounds, warmup=1))
     out["best"] = max(out.values())
     out["n"] = n
     return out
@@ -230,16 +264,7 @@ def gpu_gemm_rate(n: int = 8192, rounds: int = 5) -> Optional[float]:
         g = torch.Generator(device="cuda").manual_seed(3)
         a = torch.randn(n, n, device="cuda", generator=g)
         b = torch.randn(n, n, device="cuda", generator=g)
-        torch.matmul(a, b)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        best = math.inf
-        for _ in range(rounds):
-            start.record()
-            torch.matmul(a, b)
-            stop.record()
-            stop.synchronize()
-            best = min(best, start.elapsed_time(stop) * 1e-3)
-        return 2.0 * n**3 / best
+        return 2.0 * n**3 / min(timings(lambda: torch.matmul(a, b), rounds, warmup=1, cuda=torch))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
@@ -250,14 +275,7 @@ def copy_bandwidth(nbytes: int = 64 << 20, rounds: int = 5) -> float:
 
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
-    np.copyto(b, a)
-    return 2.0 * a.nbytes / min(_timed(lambda: np.copyto(b, a)) for _ in range(rounds))
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    return 2.0 * a.nbytes / min(timings(lambda: np.copyto(b, a), rounds, warmup=1))
 
 
 def _cpu_model() -> str:
