@@ -74,22 +74,36 @@ def _escape_plain_math(app, what, name, obj, options, lines):
         lines[i] = "".join(p if k % 2 else _escape_text(p) for k, p in enumerate(parts))
 
 
-# autosummary's one-line summaries end at the first ". ", which may sit inside an inline literal
-# ("``T x_0 A_0 x ... x A_d``"): then the whole first paragraph is the summary.
-_extract_summary = autosummary.extract_summary
+# autosummary's one-line summaries end at the first ". ", which in these docstrings is often no
+# sentence end: an abbreviation ("sec. 4", "eq. 1", "i.i.d."), an ellipsis in a formula
+# ("T x_0 A_0 ... x_d A_d"), or a period inside parentheses or an inline literal. The summary here
+# is the first paragraph up to the first period that ends a sentence at the top level.
+_ABBREVIATIONS = {"sec", "secs", "eq", "eqs", "prop", "props", "fig", "figs", "cf", "vs", "al", "no", "approx"}
 
 
 def _summary(doc, settings):
-    text = _extract_summary(doc, settings)
-    if text.count("``") % 2:
-        stanza = []
-        for line in doc:
-            if not line.strip():
-                if stanza:
-                    break
-                continue
-            stanza.append(line.strip())
-        text = " ".join(stanza)
+    stanza = []
+    for line in doc:
+        if not line.strip():
+            if stanza:
+                break
+            continue
+        stanza.append(line.strip())
+    text = " ".join(stanza)
+    depth, literal, i = 0, False, 0
+    while i < len(text):
+        if text.startswith("``", i):
+            literal, i = not literal, i + 2
+            continue
+        ch = text[i]
+        if not literal:
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            if ch == "." and depth <= 0 and (i + 1 == len(text) or text[i + 1] == " "):
+                word = text[:i].rsplit(" ", 1)[-1]
+                if not word.endswith(".") and "." not in word and word.lower() not in _ABBREVIATIONS:
+                    return text[:i + 1]
+        i += 1
     return text
 
 
