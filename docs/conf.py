@@ -29,7 +29,6 @@ version = ".".join(release.split(".")[:2])
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
-    "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
@@ -39,7 +38,6 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints", "auto_examples/*.ipynb", "
                     "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.json"]
 templates_path = ["_templates"]
 default_role = "py:obj"
-nitpicky = False
 
 # -- API reference ----------------------------------------------------------------------------------
 autosummary_generate = True
@@ -50,7 +48,6 @@ numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 numpydoc_validation_checks = set()
-
 
 
 # The docstrings write shapes and formulas as plain text: "(N_1, ..., N_D, *channels)",
@@ -130,7 +127,6 @@ sphinx_gallery_conf = {
     "min_reported_time": 1,
 }
 
-intersphinx_mapping = {}
 
 # -- HTML ---------------------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"

@@ -25,7 +25,8 @@ point = img[::2, ::2]  # every second pixel
 
 # %%
 # Area samples: upsample the box means, and compare with a cubic spline through the pixel
-# centres (``scipy.ndimage.zoom``, ``grid_mode=True`` puts the samples at the pixel centres).
+# centres (``scipy.ndimage.zoom`` with ``grid_mode=True``: pixel edges aligned, each sample at
+# its pixel's centre).
 up_area = kronpe.upsample(box, 2)
 zoom = np.stack([ndimage.zoom(box[..., c], 2, order=3, mode="grid-mirror", grid_mode=True)
                  for c in range(3)], -1)
