@@ -122,6 +122,8 @@ def coords(name: str, x) -> torch.Tensor:
 def size(name: str, value) -> int:
     """An integer argument that torch passes as int64 (a SymInt while torch.compile traces is
     kept); its sign is the op's own check."""
+    if type(value) is int and 0 <= value <= _validate.INT64_MAX:  # the common case, quickly
+        return value
     if isinstance(value, torch.SymInt):
         return value
     v = _validate.integer(name, value)
@@ -134,9 +136,11 @@ def budget(name: str, shape: Sequence[int], dtype: torch.dtype, device: torch.de
     """MemoryError naming ``name`` when a tensor of ``shape`` and ``dtype`` on ``device`` would not
     fit: the host's memory budget (validate.check_array_budget) for host tensors, the free memory
     of the GPU for CUDA tensors. Nothing is checked while torch.compile traces."""
-    if torch.compiler.is_compiling() or device.type == "meta" or any(isinstance(n, torch.SymInt) for n in shape):
+    if any(isinstance(n, torch.SymInt) for n in shape):
         return
-    itemsize = torch.empty((), dtype=dtype, device="meta").element_size()
+    itemsize = dtype.itemsize
+    if math.prod(shape) * itemsize <= _validate.NEVER_REFUSED or device.type == "meta" or torch.compiler.is_compiling():
+        return  # small allocations (the hot paths) look nothing else up
     if device.type != "cuda":
         _validate.check_array_budget(name, shape, itemsize, hint)
         return
@@ -155,15 +159,17 @@ def mode_list(modes, count: int, ndim: int) -> List[int]:
     distinctness are :func:`check_mmp`'s."""
     if modes is None:
         return list(range(count))
-    if isinstance(modes, (numbers.Integral, torch.SymInt)) and not isinstance(modes, bool):
-        modes = [modes]
-    if isinstance(modes, (str, bytes, dict)) or not hasattr(modes, "__iter__"):
-        raise TypeError(f"modes must be a sequence of integer axes, got {_validate.describe(modes)}")
+    if type(modes) not in (list, tuple):  # the common case skips the abstract-class checks
+        if isinstance(modes, (numbers.Integral, torch.SymInt)) and not isinstance(modes, bool):
+            modes = [modes]
+        if isinstance(modes, (str, bytes, dict)) or not hasattr(modes, "__iter__"):
+            raise TypeError(f"modes must be a sequence of integer axes, got {_validate.describe(modes)}")
     out = []
     for j, m in enumerate(modes):
-        if isinstance(m, bool) or not isinstance(m, (numbers.Integral, torch.SymInt)):
-            raise TypeError(f"modes[{j}] must be an integer axis, got {_validate.describe(m)}")
-        m = int(m) if isinstance(m, numbers.Integral) else m
+        if type(m) is not int:
+            if isinstance(m, bool) or not isinstance(m, (numbers.Integral, torch.SymInt)):
+                raise TypeError(f"modes[{j}] must be an integer axis, got {_validate.describe(m)}")
+            m = int(m) if isinstance(m, numbers.Integral) else m
         out.append(m + ndim if m < 0 else m)
     return out
 
@@ -179,15 +185,19 @@ def chain_budget(T: torch.Tensor, matrices: Sequence[torch.Tensor], modes: Seque
     """The chain's largest step (the result or an intermediate, in :func:`chain_order`) within
     the memory budget (nothing is checked for an invalid chain: :func:`check_mmp` names its
     error)."""
-    if len(matrices) != len(modes) or not all(A.dim() == 2 and 0 <= m < T.dim() for A, m in zip(matrices, modes)):
+    bound = list(T.shape)  # every step fits in the largest size along each axis
+    for A, m in zip(matrices, modes):
+        if A.dim() != 2 or not 0 <= m < len(bound):
+            return
+        bound[m] = max(bound[m], A.shape[0])
+    if len(matrices) != len(modes) or math.prod(bound) * T.dtype.itemsize <= _validate.NEVER_REFUSED:
         return
     shape, peak = list(T.shape), []
     for j in chain_order(matrices):
         shape[modes[j]] = matrices[j].shape[0]
         peak = max(peak, list(shape), key=math.prod)
-    if math.prod(peak) * T.element_size() > _validate.NEVER_REFUSED:
-        budget("T x matrices", peak, T.dtype, T.device, "the result of T x matrices (or a step of the chain) is "
-               "too large: multiply fewer rows or a smaller T")
+    budget("T x matrices", peak, T.dtype, T.device, "the result of T x matrices (or a step of the chain) is "
+           "too large: multiply fewer rows or a smaller T")
 
 
 def index_error(num_nodes: int, lo: int, hi: int) -> ValueError:

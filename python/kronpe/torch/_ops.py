@@ -452,8 +452,8 @@ def multi_mode_product(
     """T x_{modes[0]} matrices[0] x_{modes[1]} matrices[1] ... (differentiable).
 
     ``modes`` defaults to 0..len(matrices)-1 and may be negative (counted from the end), or one
-    integer for one matrix; axes
-    not named are carried along (channels, batches). The chain runs in the cheapest order.
+    integer for one matrix; axes not named are carried along (channels, batches). The chain runs
+    in the cheapest order.
     """
     real_tensor("T", T)
     if isinstance(matrices, torch.Tensor):

@@ -297,6 +297,10 @@ class ComplexEncoding(nn.Module):
             raise TypeError(f"plan must be a BlendPlan (indices, weights), as ComplexEncoding.plan gives, got "
                             f"{_validate.describe(plan)}")
         plan = BlendPlan(*plan)
+        corners = getattr(plan.indices, "shape", (0, 0))[1:]
+        if tuple(corners) != (2**self.ndim,):
+            raise ValueError(f"plan.indices must have shape (P, {2**self.ndim}) (the 2^D corners of a point's cell "
+                             f"in this {self.ndim}-D encoding's grid), got {tuple(getattr(plan.indices, 'shape', ()))}")
         V = self.grid_values()
         G = math.prod(V.shape[: self.ndim])
         C = math.prod(self.out_shape)
