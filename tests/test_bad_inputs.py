@@ -1325,3 +1325,331 @@ def test_ragged_lists_are_named():
         kronpe.multi_mode_product([[1.0, 2.0], [3.0]], [np.eye(2)])
     with pytest.raises(ValueError, match="points must be a rectangular array"):
         kronpe.fit_spline([[0.0, 1.0], [2.0]], [1.0, 2.0])
+
+
+# ---- kronpe.torch and the embedders: the last unclear errors ----------------------------------------
+
+
+def _torch_cases():
+    """(call, exception type, regex the message must match: the argument and what was expected)."""
+    if torch is None:
+        return {}
+    f64 = torch.float64
+    T = torch.randn(4, 5, 3, dtype=f64)
+    A = torch.randn(2, 5, dtype=f64)
+    V = torch.randn(30, 2, dtype=f64)
+    idx = torch.randint(0, 30, (20, 4))
+    w = torch.rand(20, 4, dtype=f64)
+    R = torch.randn(20, 2, dtype=f64)
+    pts = torch.from_numpy(PTS.copy())
+    g = kronpe.Gaussian(5, 0.15)
+    embs = [g, kronpe.Gaussian(4, 0.2)]
+    enc = ktorch.ComplexEncoding(embs, 2, dtype=f64)
+    sin = ktorch.SinusoidalEmbedding(2, 3)
+    xs = torch.rand(4, 5, 2)
+    lff = ktorch.LearnableFourierFeatures(2, 4, 3, 2)
+    S = torch.rand(8, 7, dtype=f64)
+    gfit = ktorch.GridFit(embs)
+    W = torch.rand(5, 4, dtype=f64)
+    lin = torch.nn.Linear(2, 1)
+    return {
+        # ops
+        "mmp modes str": (lambda: ktorch.multi_mode_product(T, [A], "1"), TypeError, r"modes must be a sequence of integer"),
+        "mmp modes float": (lambda: ktorch.multi_mode_product(T, [A], [1.5]), TypeError, r"modes\[0\] must be an integer"),
+        "mmp modes None": (lambda: ktorch.multi_mode_product(T, [A], [None]), TypeError, r"modes\[0\] must be an integer"),
+        "mmp matrices int": (lambda: ktorch.multi_mode_product(T, 3), TypeError, r"matrices must be a sequence"),
+        "mmp matrices tensor": (lambda: ktorch.multi_mode_product(T, A, 1), TypeError, r"matrices must be a sequence.*one tensor"),
+        "mmp T numpy": (lambda: ktorch.multi_mode_product(T.numpy(), [A], 1), TypeError, r"T must be a torch tensor, got a NumPy array"),
+        "mmp huge result": (lambda: ktorch.multi_mode_product(T, [torch.ones(1, 5, dtype=f64).expand(1 << 30, 5)], 1),
+                            MemoryError, r"T x matrices: this needs .*iB"),
+        "blend indices None": (lambda: ktorch.blend(V, None, w), TypeError, r"indices must be a torch tensor"),
+        "blend indices numpy": (lambda: ktorch.blend(V, idx.numpy(), w), TypeError, r"indices must be a torch tensor"),
+        "blend indices meta": (lambda: ktorch.blend(V, idx.to("meta"), w), ValueError, r"indices is on meta, values on cpu"),
+        "blendT indices None": (lambda: ktorch.blend_transpose(R, None, w, 30), TypeError, r"indices must be a torch tensor"),
+        "blendT num_nodes None": (lambda: ktorch.blend_transpose(R, idx, w, None), TypeError, r"num_nodes must be an integer"),
+        "blendT num_nodes str": (lambda: ktorch.blend_transpose(R, idx, w, "30"), TypeError, r"num_nodes must be an integer"),
+        "blendT num_nodes float": (lambda: ktorch.blend_transpose(R, idx, w, 30.0), TypeError, r"num_nodes must be an integer"),
+        "blendT num_nodes bool": (lambda: ktorch.blend_transpose(R, idx, w, True), TypeError, r"num_nodes must be an integer"),
+        "blendT num_nodes 2^70": (lambda: ktorch.blend_transpose(R, idx, w, 1 << 70), ValueError, r"num_nodes must fit in int64"),
+        "register device None": (lambda: ktorch.register_kernels(None, {}), TypeError, r"device_type must be a torch device type"),
+        "register device bogus": (lambda: ktorch.register_kernels("nope", {}), ValueError, r"device_type must be a torch device type"),
+        "register table str": (lambda: ktorch.register_kernels("cpu", "x"), TypeError, r"table must be a dict"),
+        "register unknown op": (lambda: ktorch.register_kernels("cpu", {"nope": len}), ValueError, r"table: 'nope' is not a kronpe op"),
+        "register not callable": (lambda: ktorch.register_kernels("cpu", {"blend": 3}), TypeError, r"table\['blend'\] must be a function"),
+        # EmbedderModule
+        "EmbedderModule None": (lambda: ktorch.EmbedderModule(None), TypeError, r"embedder must be a kronpe Embedder"),
+        "EmbedderModule class": (lambda: ktorch.EmbedderModule(kronpe.Gaussian), TypeError, r"embedder must be .*the class Gaussian"),
+        "EmbedderModule huge x": (lambda: ktorch.EmbedderModule(g)(torch.zeros(1).expand(1 << 27)), MemoryError,
+                                  r"x \(N = 134217728\) x K \(= 5\): this needs"),
+        "EmbedderModule huge K": (lambda: ktorch.EmbedderModule(kronpe.Gaussian(10**9, 0.1)), MemoryError, r"embedder \(K = "),
+        # ComplexEncoding
+        "ComplexEncoding embedders None": (lambda: ktorch.ComplexEncoding(None), TypeError, r"embedders must be a sequence"),
+        "ComplexEncoding one embedder": (lambda: ktorch.ComplexEncoding(g), TypeError, r"embedders must be a sequence"),
+        "ComplexEncoding embedders str": (lambda: ktorch.ComplexEncoding("gauss"), TypeError, r"embedders must be a sequence"),
+        "ComplexEncoding embedders [None]": (lambda: ktorch.ComplexEncoding([None]), TypeError, r"embedders\[0\] must be a kronpe Embedder"),
+        "ComplexEncoding embedders [module]": (lambda: ktorch.ComplexEncoding([lin]), TypeError, r"embedders\[0\] must be a kronpe Embedder"),
+        "ComplexEncoding huge out": (lambda: ktorch.ComplexEncoding(embs, 10**9), MemoryError, r"embedders and out_features: this needs"),
+        "ComplexEncoding huge K": (lambda: ktorch.ComplexEncoding([kronpe.Gaussian(10**5, 0.1)] * 2), MemoryError,
+                                   r"embedders and out_features: this needs"),
+        "ComplexEncoding huge grid": (lambda: ktorch.ComplexEncoding(embs, grid=(10**6, 10**6))(pts), MemoryError, r"grid: this needs"),
+        "forward meta points": (lambda: enc(pts.to("meta")), ValueError, r"points is a meta tensor"),
+        "forward_grid one tensor": (lambda: enc.forward_grid(torch.rand(5)), TypeError, r"coords must be a sequence .*one tensor"),
+        "forward_grid 2-D coords": (lambda: enc.forward_grid([torch.rand(5, 2), torch.rand(4)]), ValueError,
+                                    r"coords\[0\] must be a 1-D tensor"),
+        "forward_grid coords outside": (lambda: enc.forward_grid([torch.rand(5) + 2, torch.rand(4)]), ValueError,
+                                        r"coords\[0\] must lie in \[0, 1\]"),
+        "forward_grid coords NaN": (lambda: enc.forward_grid([torch.tensor([float("nan")]), torch.rand(4)]), ValueError,
+                                    r"coords\[0\] must be finite"),
+        "forward_grid huge": (lambda: enc.forward_grid([torch.zeros(1).expand(1 << 20)] * 2), MemoryError, r"coords: this needs"),
+        "forward_plan None": (lambda: enc.forward_plan(None), TypeError, r"plan must be a BlendPlan"),
+        "forward_plan another encoding's": (
+            lambda: enc.forward_plan(ktorch.ComplexEncoding([g], 2, dtype=f64).plan(torch.rand(3, 1, dtype=f64))),
+            ValueError, r"plan.indices must have shape \(P, 4\)"),
+        "forward_plan indices outside": (lambda: enc.forward_plan(ktorch.BlendPlan(enc.plan(pts).indices + 1000,
+                                                                                  enc.plan(pts).weights)),
+                                         ValueError, r"indices must lie in \[0, 30\)"),
+        # SimpleEncoding
+        "SimpleEncoding None": (lambda: ktorch.SimpleEncoding(None), TypeError, r"embedders must be a kronpe Embedder"),
+        "SimpleEncoding [3, 3]": (lambda: ktorch.SimpleEncoding([3, 3]), TypeError, r"embedders\[0\] must be a kronpe Embedder"),
+        "SimpleEncoding ndim str": (lambda: ktorch.SimpleEncoding(g, ndim="2"), TypeError, r"ndim must be an integer"),
+        "SimpleEncoding ndim 0": (lambda: ktorch.SimpleEncoding(g, ndim=0), ValueError, r"ndim must be a positive integer"),
+        "SimpleEncoding directions list": (lambda: ktorch.SimpleEncoding(embs, directions=["axes"]), TypeError,
+                                           r"directions must be one of"),
+        "SimpleEncoding out_features -1": (lambda: ktorch.SimpleEncoding(embs, out_features=-1), ValueError,
+                                           r"out_features must be a positive integer"),
+        "SimpleEncoding out_features 1.5": (lambda: ktorch.SimpleEncoding(embs, out_features=1.5), TypeError,
+                                            r"out_features must be an integer"),
+        "SimpleEncoding points outside": (lambda: ktorch.SimpleEncoding(embs)(pts + 2), ValueError,
+                                          r"points\[:, 0\] must lie in \[0, 1\]"),
+        # LearnableFourierFeatures
+        "LFF dropout str": (lambda: ktorch.LearnableFourierFeatures(2, 4, 3, 2, dropout="0.1"), TypeError, r"dropout must be"),
+        "LFF dropout NaN": (lambda: ktorch.LearnableFourierFeatures(2, 4, 3, 2, dropout=float("nan")), ValueError,
+                            r"dropout must be"),
+        "LFF dropout 2": (lambda: ktorch.LearnableFourierFeatures(2, 4, 3, 2, dropout=2.0), ValueError,
+                          r"dropout must be a probability"),
+        "LFF x None": (lambda: lff(None), TypeError, r"x must be a torch tensor"),
+        "LFF x numpy": (lambda: lff(np.zeros((3, 1, 2), np.float32)), TypeError, r"x must be a torch tensor"),
+        "LFF x float64": (lambda: lff(torch.zeros(3, 1, 2, dtype=f64)), TypeError, r"x has dtype torch.float64, the module's"),
+        "LFF x complex": (lambda: lff(torch.zeros(3, 1, 2, dtype=torch.complex64)), TypeError, r"x must hold real numbers"),
+        "LFF x on another device": (lambda: lff(torch.zeros(3, 1, 2, device="meta")), ValueError, r"x is on meta, the module's"),
+        "LFF fourier_features None": (lambda: lff.fourier_features(None), TypeError, r"x must be a torch tensor"),
+        "LFF huge x": (lambda: ktorch.LearnableFourierFeatures(2, 4096, 3, 2)(torch.zeros(1, 1, 2).expand(1 << 20, 1, 2)),
+                       MemoryError, r"x: this needs"),
+        # SinusoidalEmbedding
+        "Sinusoidal amplitude (3, 1, 1)": (lambda: sin(xs, amplitude=torch.ones(3, 1, 1)), ValueError,
+                                           r"amplitude must broadcast to x's shape \(4, 5, 2\)"),
+        "Sinusoidal amplitude (4, 5, 2, 7)": (lambda: sin(xs, amplitude=torch.ones(4, 5, 2, 7)), ValueError,
+                                              r"amplitude must broadcast to x's shape"),
+        "Sinusoidal amplitude str": (lambda: sin(xs, amplitude="2"), TypeError, r"amplitude must be a real number"),
+        "Sinusoidal amplitude complex": (lambda: sin(xs, amplitude=1j), TypeError, r"amplitude must be a real number"),
+        "Sinusoidal amplitude NaN": (lambda: sin(xs, amplitude=float("nan")), ValueError, r"amplitude must be a real finite"),
+        "Sinusoidal amplitude list": (lambda: sin(xs, amplitude=[1.0, 2.0, 3.0, 4.0]), ValueError,
+                                      r"amplitude must broadcast to x's shape"),
+        "Sinusoidal amplitude meta": (lambda: sin(xs, amplitude=torch.ones(1, device="meta")), ValueError,
+                                      r"amplitude is on meta, x on cpu"),
+        "Sinusoidal frequency (3, 1, 1)": (lambda: sin(xs, frequency=torch.ones(3, 1, 1)), ValueError,
+                                           r"frequency must broadcast to x's shape"),
+        "Sinusoidal frequency (2, 4, 5, 2)": (lambda: sin(xs, frequency=torch.ones(2, 4, 5, 2)), ValueError,
+                                              r"frequency must broadcast to x's shape"),
+        "Sinusoidal frequency str": (lambda: sin(xs, frequency="2"), TypeError, r"frequency must be a real number"),
+        "Sinusoidal frequency complex tensor": (lambda: sin(xs, frequency=torch.ones(1, dtype=torch.complex64)), TypeError,
+                                                r"frequency must hold real numbers"),
+        "Sinusoidal frequency inf": (lambda: sin(xs, frequency=float("inf")), ValueError, r"frequency must be a real finite"),
+        "Sinusoidal frequency bool": (lambda: sin(xs, frequency=True), TypeError, r"frequency must be a real number"),
+        "Sinusoidal x meta": (lambda: sin(torch.zeros(3, 2, device="meta")), ValueError, r"x is on meta, the module's"),
+        "Sinusoidal huge output": (lambda: ktorch.SinusoidalEmbedding(10**6, 10**4)(torch.zeros(1).expand(10, 10**6)),
+                                   MemoryError, r"x \(shape \(10, 1000000\)\) x 2 num_frequencies"),
+        "Sinusoidal nerf L 2000": (lambda: ktorch.SinusoidalEmbedding(1, 2000, "nerf"), ValueError,
+                                   r"num_frequencies must be at most 60"),
+        "Sinusoidal highest_frequency str": (lambda: sin.highest_frequency("a"), TypeError, r"modulation must be"),
+        "Sinusoidal satisfies_nyquist None": (lambda: sin.satisfies_nyquist(None), TypeError, r"n_points must be an integer"),
+        "Sinusoidal satisfies_nyquist -1": (lambda: sin.satisfies_nyquist(-1), ValueError, r"n_points must be a positive"),
+        # fit_grid and GridFit
+        "fit_grid coords outside": (lambda: ktorch.fit_grid(S, embs, coords=[torch.linspace(0, 1, 8) + 3, torch.linspace(0, 1, 7)]),
+                                    ValueError, r"coords\[0\] must lie in \[0, 1\]"),
+        "fit_grid coords NaN": (lambda: ktorch.fit_grid(S, embs, coords=[torch.full((8,), float("nan")), torch.linspace(0, 1, 7)]),
+                                ValueError, r"coords\[0\] must be finite"),
+        "fit_grid coords meta": (lambda: ktorch.fit_grid(S, embs, coords=[torch.zeros(8, device="meta"), torch.linspace(0, 1, 7)]),
+                                 ValueError, r"coords\[0\] is a meta tensor"),
+        "fit_grid signal meta": (lambda: ktorch.fit_grid(S.to("meta"), embs), ValueError, r"signal is a meta tensor"),
+        "fit_grid embedder class": (lambda: ktorch.fit_grid(S, [kronpe.Gaussian, embs[1]]), TypeError,
+                                    r"embedders\[0\] must be .*the class Gaussian"),
+        "fit_grid complex embedding": (lambda: ktorch.fit_grid(S, [lambda x: torch.ones(8, 3, dtype=torch.complex128), embs[1]]),
+                                       TypeError, r"embedders\[0\]'s embedding must hold real numbers"),
+        "fit_grid NumPy embedding": (lambda: ktorch.fit_grid(S, [lambda x: np.ones((8, 3)), embs[1]]), ValueError,
+                                     r"embedders\[0\] must map the 8 coordinates .*got ndarray"),
+        "fit_grid huge K": (lambda: ktorch.fit_grid(S, [kronpe.Gaussian(10**8, 0.1), embs[1]]), MemoryError,
+                            r"embedders\[0\] \(K = 100000000\)"),
+        "GridFit rcond str": (lambda: ktorch.GridFit(embs, rcond="x"), TypeError, r"rcond must be"),
+        "GridFit no embedders": (lambda: ktorch.GridFit([]), ValueError, r"embedders must hold one embedder"),
+        "GridFit signal None": (lambda: gfit(None), TypeError, r"signal must be a torch tensor"),
+        "GridFit.predict weights None": (lambda: gfit.predict(None, [torch.rand(3)] * 2), TypeError, r"weights must be a torch tensor"),
+        "GridFit.predict weights int": (lambda: gfit.predict(W.long(), [torch.rand(3)] * 2), TypeError,
+                                        r"weights must hold float32 or float64"),
+        "GridFit.predict weights shape": (lambda: gfit.predict(W[:2], [torch.rand(3)] * 2), ValueError,
+                                          r"weights must have shape \(K_1, ..., K_D, \*channels\) with K_1 = 5"),
+        "GridFit.predict coords None": (lambda: gfit.predict(W, None), TypeError, r"coords must be a sequence"),
+        "GridFit.predict too many coords": (lambda: gfit.predict(W, [torch.rand(3)] * 3), ValueError,
+                                            r"coords must hold one 1-D tensor per grid axis"),
+        "GridFit.predict too few coords": (lambda: gfit.predict(W, [torch.rand(3)]), ValueError,
+                                           r"coords must hold one 1-D tensor per grid axis"),
+        "GridFit.predict coords str": (lambda: gfit.predict(W, ["a", "b"]), TypeError, r"coords\[0\] must be an array"),
+        "GridFit.predict coords outside": (lambda: gfit.predict(W, [torch.rand(3) + 3] * 2), ValueError,
+                                           r"coords\[0\] must lie in \[0, 1\]"),
+        "GridFit.predict coords 2-D": (lambda: gfit.predict(W, [torch.rand(3, 2)] * 2), ValueError,
+                                       r"coords\[0\] must be a 1-D tensor"),
+        "GridFit.predict huge": (lambda: gfit.predict(W, [torch.zeros(1).expand(1 << 16)] * 2), MemoryError, r"coords: this needs"),
+        # training
+        "train model None": (lambda: ktrain.train(None, lambda: S, S, progress=False), TypeError, r"model must be a torch.nn.Module"),
+        "train forward None": (lambda: ktrain.train(lin, None, S, progress=False), TypeError, r"forward must be a function"),
+        "train target numpy": (lambda: ktrain.train(lin, lambda: lin(torch.zeros(3, 2)), np.zeros((3, 1)), progress=False),
+                               TypeError, r"target must be a torch tensor"),
+        "train target shape": (lambda: ktrain.train(lin, lambda: lin(torch.zeros(3, 2)), torch.zeros(3), steps=1, progress=False),
+                               ValueError, r"forward\(\) must return a tensor of target's shape \(3,\)"),
+        "train no gradient": (lambda: ktrain.train(lin, lambda: torch.zeros(3, 1), torch.zeros(3, 1), steps=1, progress=False),
+                              ValueError, r"forward\(\) must depend on the trainable parameters"),
+        "train steps str": (lambda: ktrain.train(lin, lambda: lin(torch.zeros(3, 2)), torch.zeros(3, 1), steps="1"), TypeError,
+                            r"steps must be an integer"),
+        "train weight_decay str": (lambda: ktrain.train(lin, lambda: lin(torch.zeros(3, 2)), torch.zeros(3, 1), weight_decay="a"),
+                                   TypeError, r"weight_decay must be"),
+        "train peak 0": (lambda: ktrain.train(lin, lambda: lin(torch.zeros(3, 2)), torch.zeros(3, 1), peak=0), ValueError,
+                         r"peak must be a positive"),
+        "train evaluate str": (lambda: ktrain.train(lin, lambda: lin(torch.zeros(3, 2)), torch.zeros(3, 1), evaluate="a"),
+                               TypeError, r"evaluate must be a function"),
+        "fit_grid_adam signal None": (lambda: ktrain.fit_grid_adam(None, embs, steps=1, progress=False), TypeError,
+                                      r"signal must be an array of real numbers"),
+        "fit_grid_adam signal complex": (lambda: ktrain.fit_grid_adam(S.numpy() + 1j, embs, steps=1, progress=False), TypeError,
+                                         r"signal must hold real numbers"),
+        "fit_grid_adam signal NaN": (lambda: ktrain.fit_grid_adam(S * float("nan"), embs, steps=1, progress=False), ValueError,
+                                     r"signal must be finite"),
+        "fit_grid_adam one embedder": (lambda: ktrain.fit_grid_adam(S, g, steps=1, progress=False), TypeError,
+                                       r"embedders must be a sequence"),
+        "fit_grid_adam coords [None, None]": (lambda: ktrain.fit_grid_adam(S, embs, coords=[None, None], steps=1, progress=False),
+                                              TypeError, r"coords\[0\] must be an array"),
+        "fit_grid_adam dtype str": (lambda: ktrain.fit_grid_adam(S, embs, dtype="float32", steps=1, progress=False), TypeError,
+                                    r"dtype must be torch.float32 or torch.float64"),
+        "fit_grid_adam device bogus": (lambda: ktrain.fit_grid_adam(S, embs, device="nope", steps=1, progress=False), ValueError,
+                                       r"device must be a torch device"),
+        "fit_grid_adam init str": (lambda: ktrain.fit_grid_adam(S, embs, init="x", steps=1, progress=False), TypeError,
+                                   r"init must be a ComplexEncoding"),
+        "fit_points_adam points None": (lambda: ktrain.fit_points_adam(None, VALS, embs, steps=1, progress=False), TypeError,
+                                        r"points must be an array of real numbers"),
+        "fit_points_adam values str": (lambda: ktrain.fit_points_adam(PTS, "abc", embs, steps=1, progress=False), TypeError,
+                                       r"values must be an array of real numbers"),
+        "fit_points_adam values NaN": (lambda: ktrain.fit_points_adam(PTS, VALS * np.nan, embs, steps=1, progress=False),
+                                       ValueError, r"values must be finite"),
+    }
+
+
+try:
+    from kronpe.torch import train as ktrain
+except ImportError:  # pragma: no cover - torch is optional
+    ktrain = None
+
+
+@needs_torch
+@pytest.mark.parametrize("case", sorted(_torch_cases()))
+def test_torch_calls_name_the_argument(case):
+    """Each call ended in an AttributeError, torch's own message (broadcasting, dtypes, the
+    allocator) or, for some, a silent wrong answer; each is now a named error, raised before
+    anything large is allocated."""
+    call, kind, match = _torch_cases()[case]
+    with address_cap(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(kind, match=match):
+            call()
+
+
+@needs_torch
+def test_torch_blend_indices_outside_the_grid_are_named():
+    V = torch.randn(30, 3, dtype=torch.float64)
+    idx = torch.randint(0, 30, (50, 4))
+    w = torch.rand(50, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 30\) \(the number of grid nodes\), got values "
+                                         r"in \[\d+, 1\d\d\]: an index lies outside the grid"):
+        ktorch.blend(V, idx + 100, w)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 30\).*got values in \[-\d+, "):
+        ktorch.blend(V, idx - 100, w)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 0\)"):
+        ktorch.blend(V[:0], idx, w)
+
+
+@needs_torch
+@pytest.mark.parametrize("num_nodes", [1 << 40, 1 << 50])
+def test_torch_blend_transpose_of_a_huge_grid_is_refused_before_allocating(num_nodes):
+    R = torch.randn(50, 3, dtype=torch.float64)
+    idx = torch.randint(0, 30, (50, 4))
+    w = torch.rand(50, 4, dtype=torch.float64)
+    with address_cap(), pytest.raises(MemoryError, match=r"num_nodes: this needs \d.*[TP]iB of memory"):
+        ktorch.blend_transpose(R, idx, w, num_nodes)
+    with address_cap(), pytest.raises(MemoryError, match=r"num_nodes"):  # the op itself, as torch.compile calls it
+        torch.ops.kronpe.blend_transpose(R, idx, w, num_nodes)
+
+
+@needs_torch
+def test_torch_budget_on_a_cuda_device_uses_its_free_memory(monkeypatch):
+    """The device check exists without a GPU: CUDA tensors are budgeted against the device's free
+    memory (torch.cuda.mem_get_info plus what torch's allocator holds unused)."""
+    from kronpe.torch import _checks
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 30, 80 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 1 << 30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    cuda = torch.device("cuda", 0)
+    _checks.budget("num_nodes", (1 << 27, 1), torch.float64, cuda, "hint")  # 1 GiB of 2 GiB free
+    with pytest.raises(MemoryError, match=r"num_nodes: this needs 16 GiB of GPU memory, more than the 2 GiB free on cuda:0"):
+        _checks.budget("num_nodes", (1 << 31, 1), torch.float64, cuda, "hint")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: kronpe.RandomFourier(2 * 10**8, 2.0),
+    lambda: kronpe.LinearFourier(2 * 10**8, 2.0),
+    lambda: kronpe.LogFourier(2 * 10**8, 2.0),
+    lambda: kronpe.Transformer(10**8),
+], ids=["RandomFourier", "LinearFourier", "LogFourier", "Transformer"])
+def test_fourier_embedding_over_budget_is_refused_before_its_frequencies(make, monkeypatch):
+    """With room for the frequencies (3 GiB of budget) but not for the (9, 2e8) embedding, the
+    call is refused before anything is allocated: the frequencies are computed at their first use,
+    and the call's budget counts the output and the parameters together."""
+    import tracemalloc
+
+    monkeypatch.setenv("KRONPE_MEMORY_BUDGET", str(3 << 30))
+    tracemalloc.start()
+    try:
+        e = make()
+        with pytest.raises(MemoryError, match=r"x \(N = 9\) x K \(= 200000000\): this needs"):
+            e(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    with pytest.raises(MemoryError, match="x"):
+        e.reference(X)
+
+
+def test_embedders_frequencies_computed_at_first_use_are_the_same():
+    rff = kronpe.RandomFourier(64, 3.0, seed=5)
+    z = np.random.default_rng(5).standard_normal(32)
+    np.testing.assert_array_equal(rff.frequencies, 3.0 * z)
+    assert rff.K == 64 and not rff.frequencies.flags.writeable
+    assert kronpe.Transformer(4, 100.0).K == 8 and kronpe.NeRF(3, include_input=True).K == 7
+    np.testing.assert_array_equal(kronpe.LinearFourier(8, 2.0).frequencies, np.linspace(1.0, 4.0, 4))
+
+
+def test_embedder_sizes_and_overflows_are_named():
+    g = kronpe.Gaussian(6, 0.1)
+    with pytest.raises(MemoryError, match=r"samples: this needs"):
+        g.sampled_distance(np.zeros(3), samples=10**10)
+    with pytest.raises(ValueError, match=r"x must broadcast with delta: got shapes \(4,\) and \(3,\)"):
+        g.sampled_distance(np.zeros(3), x=np.zeros(4))
+    with pytest.raises(MemoryError, match=r"K: this needs"):
+        kronpe.Gaussian(10**10, 0.1).centres
+    with pytest.raises(MemoryError, match=r"x \(N = 9\) x K \(= 100000000\)"):
+        kronpe.Gaussian(10**8, 0.1).reference(X)
+    with pytest.raises(ValueError, match=r"frequency_mod: 2 pi m f overflows"):
+        kronpe.RandomFourier(6, 1.0, frequency_mod=1e308)(X)
+    # the Fourier features' mean sampled distance runs in chunks: no (offsets, frequencies) array
+    rff = kronpe.RandomFourier(10**6, 1.0)
+    with address_cap(512 << 20):
+        d = rff.sampled_distance(np.zeros(300))
+    np.testing.assert_allclose(d, 5 * 10**5)

@@ -172,10 +172,8 @@ class Embedder:
     def _embed(self, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
         """The compiled embedder on any finite float32/float64 x (no range check)."""
         width = self.K
+        self._check_call_budget(x.shape[0], x.dtype.itemsize if out is None else 0)
         if out is None:
-            features = "K + 2 margin" if getattr(self, "margin", 0) else "K"
-            _validate.check_array_budget(f"x (N = {x.shape[0]}) x {features} (= {width})", (x.shape[0], width),
-                                         x.dtype.itemsize, "embed fewer coordinates at once, or use fewer features")
             out = np.empty((x.shape[0], width), dtype=x.dtype)
         else:
             if not isinstance(out, np.ndarray):
@@ -188,6 +186,20 @@ class Embedder:
                 raise ValueError("out must be writeable")
         self._run_kernel(_arrays.describe(x, "x"), _arrays.describe(out, "out"))
         return out
+
+    def _parameter_bytes(self) -> int:
+        """Bytes an embedding call allocates for the embedder's parameters (0: none)."""
+        return 0
+
+    def _check_call_budget(self, N: int, itemsize: int, temporaries: int = 1) -> None:
+        """MemoryError naming x and K, before anything is allocated, when embedding N coordinates
+        (an (N, K) output of ``itemsize`` bytes, ``temporaries`` of them) and the parameters the
+        call computes are over the memory budget."""
+        features = "K + 2 margin" if getattr(self, "margin", 0) else "K"
+        name = f"x (N = {N}) x {features} (= {self.K})"
+        out = _validate.size_product(name, (N, self.K, itemsize, temporaries))
+        _validate.check_budget(name, out + self._parameter_bytes(),
+                               "embed fewer coordinates at once, or use fewer features")
 
     def _run_kernel(self, x: "_arrays.Array", out: "_arrays.Array", workspace=None) -> None:
         """The compiled embedder (host or CUDA, by where x lives) from descriptors x (N,) and
@@ -214,6 +226,7 @@ class Embedder:
         from . import reference
 
         xn = _validate.coords_1d("x", _arrays.to_numpy(x, "x"))
+        self._check_call_budget(xn.shape[0], 8, temporaries=3)  # the formulas' float64 temporaries
         kind, args = self._kernel_args()
         if kind == "basis":
             return reference.embed_basis(xn, K=self.K, **args)
@@ -268,7 +281,13 @@ class Embedder:
         if x is None:
             d = self._mean_sampled_distance(delta.ravel(), samples).reshape(delta.shape)
         else:
-            x1, d2 = np.broadcast_arrays(_finite_array("x", x), delta)
+            x = _finite_array("x", x)
+            try:
+                shape = np.broadcast_shapes(x.shape, delta.shape)
+            except ValueError:
+                raise ValueError(f"x must broadcast with delta: got shapes {x.shape} and {delta.shape}") from None
+            _validate.check_array_budget("x and delta", shape, 8 * 3, "pass fewer positions or offsets")
+            x1, d2 = np.broadcast_arrays(x, delta)
             x1 = np.ascontiguousarray(x1).ravel()
             e1 = self._embed(x1)
             e2 = self._embed(x1 - np.ascontiguousarray(d2).ravel())
@@ -280,6 +299,8 @@ class Embedder:
         return (np.arange(samples) + 0.5) / samples, True
 
     def _mean_sampled_distance(self, delta: np.ndarray, samples: int) -> np.ndarray:  # (M,) -> (M,)
+        # the positions and their embeddings
+        _validate.check_array_budget("samples", (samples, self.K + 1), 8, "use fewer samples")
         x1, mask_outside = self._average_positions(samples)
         e1 = self._embed(x1)  # (G, K)
         G, K = e1.shape
@@ -395,6 +416,7 @@ class ShiftedBasis(Embedder):
 
     @property
     def centres(self) -> np.ndarray:
+        _validate.check_array_budget("K", (self.K,), 8, "use fewer features")
         return np.arange(-self.margin, self.K_base + self.margin, dtype=np.float64) / self.K_base
 
     @property
@@ -657,15 +679,39 @@ class FourierFeatures(_Nyquist, Embedder):
         f.flags.writeable = False
         object.__setattr__(self, "_frequencies", f)
 
+    def _draw_frequencies(self) -> np.ndarray:  # pragma: no cover - the families override it
+        """The frequencies, computed at their first use (so that an embedding too large for
+        memory is refused before they are allocated)."""
+        raise NotImplementedError(f"{type(self).__name__} sets no frequencies")
+
+    @property
+    def _frequency_count(self) -> int:
+        """F, without computing the frequencies (the families that know it override this)."""
+        return self.frequencies.shape[0]
+
+    def _parameter_bytes(self) -> int:
+        return self._frequency_count * _BYTES_PER_FREQUENCY
+
     @property
     def frequencies(self) -> np.ndarray:
         """The F frequencies f_j before frequency modulation, in cycles over [0, 1]."""
-        return self._frequencies  # type: ignore[attr-defined]
+        f = self.__dict__.get("_frequencies")
+        if f is None:
+            self._set_frequencies(self._draw_frequencies())
+            f = self.__dict__["_frequencies"]
+        return f
 
     @property
     def omega(self) -> np.ndarray:
         """Angular frequencies 2 pi m f_j (radians per unit of x) that the kernel uses."""
-        return 2.0 * math.pi * self.frequency_mod * self.frequencies
+        f = self.frequencies
+        omega = (2.0 * math.pi * self.frequency_mod) * f
+        if not np.isfinite(omega).all():
+            raise ValueError(
+                f"frequency_mod: 2 pi m f overflows for m = {self.frequency_mod:g} and the largest frequency "
+                f"|f| = {float(np.max(np.abs(f))):g} (from {self.width_param or 'the parameters'}); "
+                "use a smaller frequency_mod or smaller frequencies")
+        return omega
 
     @property
     def _uses_input(self) -> bool:
@@ -673,7 +719,7 @@ class FourierFeatures(_Nyquist, Embedder):
 
     @property
     def K(self) -> int:
-        return 2 * self.frequencies.shape[0] + (1 if self._uses_input else 0)
+        return 2 * self._frequency_count + (1 if self._uses_input else 0)
 
     @property
     def _modulation(self) -> float:
@@ -688,7 +734,12 @@ class FourierFeatures(_Nyquist, Embedder):
 
     def _mean_sampled_distance(self, delta: np.ndarray, samples: int) -> np.ndarray:
         # cos(w x1) cos(w x2) + sin(w x1) sin(w x2) = cos(w (x1 - x2)): exact for every position.
-        d = self.amplitude_mod**2 * np.cos(delta[:, None] * self.omega[None, :]).sum(axis=1)
+        omega = self.omega
+        d = np.empty(delta.shape[0])
+        step = max(1, _CHUNK_ELEMENTS // max(1, omega.shape[0]))
+        for start in range(0, delta.shape[0], step):  # (offsets, frequencies) in chunks
+            d[start:start + step] = np.cos(delta[start:start + step, None] * omega[None, :]).sum(axis=1)
+        d *= self.amplitude_mod**2
         if self._uses_input:
             # the raw coordinate's x1 x2, averaged over x1 in [0, 1] with x1 - delta in [0, 1]
             a = np.minimum(np.abs(delta), 1.0)
@@ -722,7 +773,13 @@ class LinearFourier(FourierFeatures):
     def __init__(self, K: int, sigma: float, amplitude_mod: float = 1.0, frequency_mod: float = 1.0):
         _set(self, K=_even_positive_int("K", K), sigma=_fourier_sigma(sigma))
         self._init_modulation(amplitude_mod, frequency_mod)
-        self._set_frequencies(np.linspace(1.0, 2.0**self.sigma, self.K // 2))
+
+    def _draw_frequencies(self) -> np.ndarray:
+        return np.linspace(1.0, 2.0**self.sigma, self.K // 2)
+
+    @property
+    def _frequency_count(self) -> int:
+        return self.K // 2
 
     def _base_frequency(self):
         return float(self.frequencies.max()), "2^sigma"
@@ -742,8 +799,11 @@ class LogFourier(FourierFeatures):
     def __init__(self, K: int, sigma: float, amplitude_mod: float = 1.0, frequency_mod: float = 1.0):
         _set(self, K=_even_positive_int("K", K), sigma=_fourier_sigma(sigma))
         self._init_modulation(amplitude_mod, frequency_mod)
-        self._set_frequencies(2.0 ** np.linspace(0.0, self.sigma, self.K // 2))
 
+    def _draw_frequencies(self) -> np.ndarray:
+        return 2.0 ** np.linspace(0.0, self.sigma, self.K // 2)
+
+    _frequency_count = LinearFourier._frequency_count
     _base_frequency = LinearFourier._base_frequency
     _nyquist_hint = LinearFourier._nyquist_hint
 
@@ -765,8 +825,13 @@ class RandomFourier(FourierFeatures):
         _set(self, K=_even_positive_int("K", K), sigma=_validate.positive_float("sigma", sigma),
              seed=_int_in_range("seed", seed, 0, 2**63 - 1))
         self._init_modulation(amplitude_mod, frequency_mod)
-        z = np.random.default_rng(self.seed).standard_normal(self.K // 2)
-        self._set_frequencies(self.sigma * z)
+
+    def _draw_frequencies(self) -> np.ndarray:
+        b = np.random.default_rng(self.seed).standard_normal(self.K // 2)
+        b *= self.sigma  # sigma * z, in place
+        return b
+
+    _frequency_count = LinearFourier._frequency_count
 
     @property
     def _scale(self) -> float:
@@ -802,7 +867,13 @@ class NeRF(FourierFeatures):
     def __init__(self, L: int, include_input: bool = False, amplitude_mod: float = 1.0, frequency_mod: float = 1.0):
         _set(self, L=_int_in_range("L", L, 1, 60), include_input=bool(include_input))
         self._init_modulation(amplitude_mod, frequency_mod)
-        self._set_frequencies(2.0 ** np.arange(self.L))
+
+    def _draw_frequencies(self) -> np.ndarray:
+        return 2.0 ** np.arange(self.L)
+
+    @property
+    def _frequency_count(self) -> int:
+        return self.L
 
     def _base_frequency(self):
         return float(2.0 ** (self.L - 1)), "2^(L-1)"
@@ -831,7 +902,11 @@ class Transformer(FourierFeatures):
              max_positions=_validate.positive_float("max_positions", max_positions),
              include_input=bool(include_input))
         self._init_modulation(amplitude_mod, frequency_mod)
-        self._set_frequencies(self.max_positions ** (-np.arange(self.L) / self.L))
+
+    def _draw_frequencies(self) -> np.ndarray:
+        return self.max_positions ** (-np.arange(self.L) / self.L)
+
+    _frequency_count = NeRF._frequency_count
 
     def _base_frequency(self):
         return float(np.max(self.frequencies)), "max_k P^(-k/L)"

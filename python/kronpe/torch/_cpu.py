@@ -25,7 +25,7 @@ import torch
 
 from .. import _core
 from .._adapters.arrays import cast, describe
-from ._checks import blend_output, check_blend, check_blend_transpose, mmp_shape
+from ._checks import blend_output, check_blend, check_blend_transpose, index_error, mmp_shape
 
 
 #: (shape, strides, modes, rows, element size) -> the lowered program (ops, workspace)
@@ -328,9 +328,17 @@ def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) ->
     if done:
         return out
     w64 = cast(weights, "float64")  # a local: it must outlive the call
-    # the kernel checks every index against the grid (ValueError) before writing
-    _core.blend_stored(describe(indices, "indices"), describe(w64, "weights"), describe(values, "values"),
-                       describe(out), _threads())
+    # the kernel checks every index against the grid (ValueError) before writing; its error
+    # is reworded here with the range found
+    try:
+        _core.blend_stored(describe(indices, "indices"), describe(w64, "weights"), describe(values, "values"),
+                           describe(out), _threads())
+    except ValueError:
+        lo, hi = _row_range(indices)
+        lo, hi = int(lo.min()), int(hi.max())
+        if lo < 0 or hi >= values.shape[0]:
+            raise index_error(values.shape[0], lo, hi) from None
+        raise
     return out
 
 
@@ -346,9 +354,7 @@ def blend_transpose(
     # that schedule is computed once per indices tensor (and version)
     sc = _schedule(indices, num_nodes)
     if sc.lo < 0 or sc.hi >= num_nodes:
-        raise ValueError(
-            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{sc.lo}, {sc.hi}]"
-        )
+        raise index_error(num_nodes, sc.lo, sc.hi)
     w64 = cast(weights, "float64")  # a local: it must outlive the call
     _core.blend_transpose_stored(describe(indices, "indices"), describe(w64, "weights"), describe(rows, "rows"),
                                  describe(out), sc.span, _threads(), describe(sc.perm), describe(sc.ptr))

@@ -27,7 +27,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from .._adapters import arrays as _arrays, cuda as _cuda
-from ._checks import blend_output, check_blend, check_blend_transpose, mmp_shape
+from ._checks import blend_output, check_blend, check_blend_transpose, index_error, mmp_shape
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
@@ -58,9 +58,7 @@ def _check_indices(indices: torch.Tensor, num_nodes: int) -> None:
         if 0 <= lo and hi < num_nodes:
             _CHECKED[indices] = key + (lo, hi)
     if lo < 0 or hi >= num_nodes:
-        raise ValueError(
-            f"indices must lie in [0, {num_nodes}) (the number of grid nodes), got values in [{lo}, {hi}]"
-        )
+        raise index_error(num_nodes, lo, hi)
 
 
 def blend(values: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .. import _formulas
+from .._adapters import validate as _validate
 
 Buffers = Dict[str, np.ndarray]
 Forward = Callable[[torch.Tensor, Dict[str, torch.Tensor]], torch.Tensor]
@@ -92,6 +93,7 @@ def build(embedder) -> Tuple[Buffers, Forward]:
         omega = np.asarray(kw["omega"], dtype=np.float64)
         return {"omega": omega}, _fourier_forward(kw["layout"], bool(kw["include_input"]), float(kw["amplitude"]))
     K = int(embedder.K)
+    _validate.check_array_budget(f"embedder (K = {K})", (K, 2), 8, "use fewer features")  # its centres
     first, K_base = int(kw["first_index"]), float(kw["K_base"])
     centres = np.arange(first, first + K, dtype=np.float64) / K_base
     forward = _basis_forward(kw["kind"], K, first, K_base, float(kw["param"]), int(kw["degree"]))

@@ -37,7 +37,10 @@ import torch
 
 from . import _cpu
 from . import _cuda
-from ._checks import check_blend, check_blend_transpose, check_mmp, mmp_shape, real_tensor
+from .._adapters import validate as _validate
+from ._checks import chain_order as _chain_order
+from ._checks import (chain_budget, check_blend, check_blend_transpose, check_mmp, mmp_shape, mode_list,
+                      real_tensor, size, tensor)
 
 __all__ = ["multi_mode_product", "blend", "blend_transpose", "KERNELS", "register_kernels"]
 
@@ -261,13 +264,6 @@ def _mmp_setup(ctx, inputs, output):
     ctx.save_for_backward(T, *matrices)
 
 
-def _chain_order(matrices) -> List[int]:
-    """The order of a chain's modes for autograd: the modes that shrink the tensor most (least
-    m_j / n_j) first. The backward runs it in reverse on the gradient, where the same modes grow
-    it most, so both chains stay small."""
-    return sorted(range(len(matrices)), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
-
-
 def _eager(*tensors) -> bool:
     """Whether a backward may call the kernels directly rather than the ops: plain tensors (not
     traced or fake) with grad mode off, i.e. no double backward is being recorded."""
@@ -419,6 +415,23 @@ _OPS = {"multi_mode_product": _mmp_op, "blend": _blend_op, "blend_transpose": _b
 
 def register_kernels(device_type: str, table: Dict[str, Callable]) -> None:
     """Register ``table`` (op name -> implementation) as the kernels for ``device_type``."""
+    if not isinstance(device_type, str):
+        raise TypeError(f"device_type must be a torch device type such as 'cpu' or 'cuda', got "
+                        f"{_validate.describe(device_type)}")
+    try:
+        device = torch.device(device_type)
+    except RuntimeError:
+        device = None
+    if device is None or device.index is not None:
+        raise ValueError(f"device_type must be a torch device type (no index) such as 'cpu' or 'cuda', "
+                         f"got {device_type!r}")
+    if not isinstance(table, dict):
+        raise TypeError(f"table must be a dict (op name -> function), got {_validate.describe(table)}")
+    for name, fn in table.items():
+        if name not in _OPS:
+            raise ValueError(f"table: {name!r} is not a kronpe op; the ops are {', '.join(sorted(_OPS))}")
+        if not callable(fn):
+            raise TypeError(f"table[{name!r}] must be a function, got {_validate.describe(fn)}")
     for name, fn in table.items():
         _OPS[name].register_kernel(device_type)(fn)
     KERNELS.setdefault(device_type, {}).update(table)
@@ -438,16 +451,18 @@ def multi_mode_product(
 ) -> torch.Tensor:
     """T x_{modes[0]} matrices[0] x_{modes[1]} matrices[1] ... (differentiable).
 
-    ``modes`` defaults to 0..len(matrices)-1 and may be negative (counted from the end); axes
-    not named are carried along (channels, batches). The chain runs in the cheapest order.
+    ``modes`` defaults to 0..len(matrices)-1 and may be negative (counted from the end), or one
+    integer for one matrix; axes not named are carried along (channels, batches). The chain runs
+    in the cheapest order.
     """
     real_tensor("T", T)
-    if matrices is None or isinstance(matrices, (str, bytes, torch.Tensor)):
-        raise TypeError(f"matrices must be a sequence of 2-D tensors, got {type(matrices).__name__}")
+    if isinstance(matrices, torch.Tensor):
+        raise TypeError("matrices must be a sequence of 2-D tensors, got one tensor (pass [A])")
+    matrices = _validate.sequence("matrices", matrices, "2-D tensors")
     matrices = [real_tensor(f"matrices[{j}]", A) for j, A in enumerate(matrices)]
-    if modes is None:
-        modes = list(range(len(matrices)))
-    modes = [int(m) + T.dim() if int(m) < 0 else int(m) for m in modes]
+    modes = mode_list(modes, len(matrices), T.dim())
+    if not torch.compiler.is_compiling():
+        chain_budget(T, matrices, modes)
     return torch.ops.kronpe.multi_mode_product(T, matrices, modes)
 
 
@@ -458,6 +473,7 @@ def blend(
 ) -> torch.Tensor:  # (P, C) or (P,)
     """out[p] = sum_s weights[p, s] * values[indices[p, s]]: the blending matrix applied."""
     real_tensor("values", values)
+    tensor("indices", indices)
     real_tensor("weights", weights)
     if values.dim() == 1:
         return torch.ops.kronpe.blend(values.unsqueeze(1), indices, weights).squeeze(1)
@@ -472,7 +488,9 @@ def blend_transpose(
 ) -> torch.Tensor:  # (num_nodes, C) or (num_nodes,)
     """out[g] = sum over (p, s) with indices[p, s] == g of weights[p, s] * rows[p]: B^T rows."""
     real_tensor("rows", rows)
+    tensor("indices", indices)
     real_tensor("weights", weights)
+    num_nodes = size("num_nodes", num_nodes)
     if rows.dim() == 1:
         return torch.ops.kronpe.blend_transpose(rows.unsqueeze(1), indices, weights, num_nodes).squeeze(1)
     return torch.ops.kronpe.blend_transpose(rows, indices, weights, num_nodes)

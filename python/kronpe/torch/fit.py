@@ -38,6 +38,7 @@ from torch import nn
 from .._adapters import validate as _validate
 from ..embedders import Embedder
 from ..solvers.grid import _guess_ndim
+from . import _checks
 from ._checks import real_tensor
 from ._ops import multi_mode_product
 
@@ -152,14 +153,12 @@ class _GridFitFunction(torch.autograd.Function):
 
 def _as_embedder(e, i: int):
     """A callable (N,) float64 coordinates -> (N, K): kronpe embedders through EmbedderModule."""
+    _checks.embedder(f"embedders[{i}]", e, callables=True)
     if isinstance(e, Embedder):
         from .modules import EmbedderModule
 
         return EmbedderModule(e, check=False)
-    if callable(e):
-        return e
-    raise TypeError(f"embedders[{i}] must be a kronpe Embedder or a callable (N,) -> (N, K) tensor "
-                    f"(e.g. an nn.Module), got {_validate.describe(e)}")
+    return e
 
 
 def _embedder_list(embedders, shape) -> list:
@@ -187,10 +186,37 @@ def _coords(coords, shape, device) -> List[torch.Tensor]:
         if not isinstance(c, torch.Tensor):
             c = torch.as_tensor(_validate.coords_1d(f"coords[{i}]", c, np.float64), device=device)
         real_tensor(f"coords[{i}]", c)
-        if c.dim() != 1 or c.shape[0] != n:
+        if n is not None and (c.dim() != 1 or c.shape[0] != n):
             raise ValueError(f"coords[{i}] must be 1-D with {n} coordinates (signal axis {i}), got shape {tuple(c.shape)}")
+        _checks.coords(f"coords[{i}]", c)  # as kronpe.fit_grid's: finite, in [0, 1]
         out.append(c.to(device=device, dtype=_F64))
     return out
+
+
+def _embeddings(embs, xs, weights_shape=None) -> List[torch.Tensor]:
+    """The per-axis embeddings Phi_i (N_i, K_i) of the coordinates ``xs``; kronpe embedders'
+    sizes are checked against the memory budget first. With ``weights_shape`` each K_i must be
+    that of the weights."""
+    for i, (e, x) in enumerate(zip(embs, xs)):
+        if isinstance(e, Embedder):  # the embedding, its SVD's factors
+            _checks.budget(f"embedders[{i}] (K = {e.K}) at the {x.shape[0]} coordinates of axis {i}",
+                           (x.shape[0], int(e.K), 3), _F64, x.device, "use fewer features or coordinates")
+    phis = []
+    for i, (e, x) in enumerate(zip(embs, xs)):
+        p = _as_embedder(e, i)(x)
+        n = x.shape[0]
+        if not isinstance(p, torch.Tensor) or p.dim() != 2 or p.shape[0] != n:
+            got = f"shape {tuple(p.shape)}" if isinstance(p, torch.Tensor) else type(p).__name__
+            raise ValueError(f"embedders[{i}] must map the {n} coordinates of axis {i} to a ({n}, K) tensor, "
+                             f"got {got}")
+        real_tensor(f"embedders[{i}]'s embedding", p)
+        if weights_shape is not None and p.shape[1] != weights_shape[i]:
+            raise ValueError(f"weights must have shape (K_1, ..., K_D, *channels) with K_{i + 1} = {p.shape[1]} "
+                             f"(embedders[{i}]'s K), got shape {tuple(weights_shape)}")
+        if not torch.isfinite(p).all():
+            raise ValueError(f"embedders[{i}] gave non-finite values at the coordinates")
+        phis.append(p)
+    return phis
 
 
 def fit_grid(
@@ -229,6 +255,7 @@ def fit_grid(
         numbers, with autograd.
     """
     real_tensor("signal", signal, floating=True)
+    _checks.has_data("signal", signal)
     if isinstance(ridge, str):
         raise ValueError(f"ridge must be a non-negative number for a differentiable fit, got {ridge!r} "
                          "(choose it with kronpe.fit_grid(..., ridge='gcv').ridge)")
@@ -245,15 +272,9 @@ def fit_grid(
     if 0 in shape or signal.numel() == 0:
         raise ValueError(f"signal is empty (shape {tuple(signal.shape)}): every axis needs at least one value")
     xs = _coords(coords, shape, signal.device)
-    phis = []
-    for i, (e, x) in enumerate(zip(embs, xs)):
-        p = _as_embedder(e, i)(x)
-        if not isinstance(p, torch.Tensor) or p.dim() != 2 or p.shape[0] != shape[i]:
-            raise ValueError(f"embedders[{i}] must map the {shape[i]} coordinates of axis {i} to a "
-                             f"({shape[i]}, K) tensor, got {getattr(p, 'shape', type(p).__name__)}")
-        if not torch.isfinite(p).all():
-            raise ValueError(f"embedders[{i}] gave non-finite values at the coordinates")
-        phis.append(p)
+    phis = _embeddings(embs, xs)
+    _checks.budget("embedders", [p.shape[1] for p in phis] + list(signal.shape[D:]) + [3], _F64, signal.device,
+                   "the weights (K_1, ..., K_D, *channels) are too large: use fewer features")
     if not torch.isfinite(signal).all():
         raise ValueError("signal must be finite")
     return _GridFitFunction.apply(ridge, rcond, signal, *phis)
@@ -272,9 +293,11 @@ class GridFit(nn.Module):
         if isinstance(ridge, str):
             raise ValueError(f"ridge must be a non-negative number for a differentiable fit, got {ridge!r}")
         self.ridge = _validate.nonnegative_float("ridge", ridge)
-        self.rcond = rcond
+        self.rcond = None if rcond is None else _validate.nonnegative_float("rcond", rcond)
         self.coords = coords
         items = list(embedders) if isinstance(embedders, (list, tuple, nn.ModuleList)) else [embedders]
+        if not items:
+            raise ValueError("embedders must hold one embedder per grid axis, got none")
         self._single = not isinstance(embedders, (list, tuple, nn.ModuleList))
         mods = [_as_embedder(e, i) for i, e in enumerate(items)]
         self.embedders = nn.ModuleList([m if isinstance(m, nn.Module) else _Callable(m) for m in mods])
@@ -284,12 +307,24 @@ class GridFit(nn.Module):
         return embs * _guess_ndim(tuple(ndim_from)) if self._single else embs
 
     def forward(self, signal: torch.Tensor) -> torch.Tensor:
+        real_tensor("signal", signal, floating=True)
         return fit_grid(signal, self._list(signal.shape), self.coords, self.ridge, None, self.rcond)
 
     def predict(self, weights: torch.Tensor, coords: Sequence[torch.Tensor]) -> torch.Tensor:
         """W x_i psi_i(coords[i]): the fitted signal at any grid of coordinates."""
-        embs = list(self.embedders) * (len(coords) if self._single else 1)
-        phis = [e(torch.as_tensor(c, dtype=_F64, device=weights.device)).to(weights.dtype) for e, c in zip(embs, coords)]
+        real_tensor("weights", weights, floating=True)
+        if isinstance(coords, (torch.Tensor, np.ndarray)) and np.ndim(coords) == 1:
+            coords = [coords]
+        coords = _validate.sequence("coords", coords, "1-D coordinate tensors (one per grid axis)")
+        D = len(coords) if self._single else len(self.embedders)
+        if len(coords) != D or D > weights.dim():
+            raise ValueError(f"coords must hold one 1-D tensor per grid axis of the weights ({D if not self._single else 'D'}"
+                             f" for weights of shape {tuple(weights.shape)}), got {len(coords)}")
+        xs = _coords(coords, [None] * D, weights.device)
+        embs = list(self.embedders) * (D if self._single else 1)
+        phis = [p.to(weights.dtype) for p in _embeddings(embs, xs, weights.shape)]
+        _checks.budget("coords", [x.shape[0] for x in xs] + list(weights.shape[D:]), weights.dtype, weights.device,
+                       "the fitted signal on the grid of coords is too large: evaluate fewer coordinates at once")
         return multi_mode_product(weights, phis)
 
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .._adapters import validate as _validate
-from . import _embed
+from . import _checks, _embed
 from ._checks import real_tensor
 from ._ops import blend, multi_mode_product
 
@@ -39,6 +39,11 @@ __all__ = [
 
 OutShape = Union[None, int, Sequence[int]]
 
+#: SinusoidalEmbedding's largest NeRF num_frequencies (kronpe.NeRF's): the frequencies 2^k pi
+#: of larger k are beyond any float resolution of [0, 1] (and overflow int64 in the neuralop
+#: convention's integer powers)
+_MAX_NERF_FREQUENCIES = 60
+
 
 def _out_shape(out_features: OutShape) -> Tuple[int, ...]:
     if out_features is None:
@@ -48,22 +53,6 @@ def _out_shape(out_features: OutShape) -> Tuple[int, ...]:
     for s in shape:
         _validate.positive_int("out_features", s)
     return tuple(int(s) for s in shape)
-
-
-def _check_coords(name: str, x: torch.Tensor) -> None:
-    """1-D, finite, in [0, 1] (the values are not read while torch.compile traces or a CUDA graph
-    captures: both forbid reading data back to the host)."""
-    real_tensor(name, x)
-    if x.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of coordinates, got shape {tuple(x.shape)}")
-    if torch.compiler.is_compiling() or x.numel() == 0 or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-        return
-    x = x.detach()
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite, found NaN or Inf")
-    lo, hi = float(x.min()), float(x.max())
-    if lo < 0 or hi > 1:
-        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:g}, {hi:g}]")
 
 
 def prune_basis(t: torch.Tensor) -> torch.Tensor:
@@ -105,7 +94,7 @@ class EmbedderModule(nn.Module):
 
     def __init__(self, embedder, check: bool = True):
         super().__init__()
-        self.embedder = embedder
+        self.embedder = _checks.embedder("embedder", embedder)
         self.K = int(embedder.K)
         self.check = bool(check)
         self._names: Tuple[str, ...] = ()
@@ -122,11 +111,18 @@ class EmbedderModule(nn.Module):
         return self._forward is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N,) -> (N, K)
+        return self._embed(x, "x")
+
+    def _embed(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """forward(x), its errors naming x ``name``."""
         if self.check:
-            _check_coords("x", x)
+            _checks.coords(name, x)
         if not x.is_floating_point():
             x = x.to(torch.float64)
         if self._forward is not None:
+            # the torch formulas hold about three (N, K) float64 temporaries
+            _checks.budget(f"{name} (N = {x.shape[0]}) x K (= {self.K})", (x.shape[0], self.K, 3), torch.float64, x.device,
+                           "embed fewer coordinates at once, or use fewer features")
             return self._forward(x, {n: getattr(self, n) for n in self._names})
         if x.requires_grad:
             raise ValueError(
@@ -142,6 +138,11 @@ class EmbedderModule(nn.Module):
 
 def _as_module(e) -> nn.Module:
     return e if isinstance(e, nn.Module) else EmbedderModule(e)
+
+
+def _call(module: nn.Module, x: torch.Tensor, name: str) -> torch.Tensor:
+    """module(x), a kronpe EmbedderModule's errors naming x ``name``."""
+    return module._embed(x, name) if isinstance(module, EmbedderModule) else module(x)
 
 
 # ---- the complex (Kronecker) encoding ---------------------------------------------------------
@@ -204,16 +205,20 @@ class ComplexEncoding(nn.Module):
         dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
-        embedders = list(embedders)
+        embedders = _validate.sequence("embedders", embedders, "kronpe embedders (one per axis)")
         if not embedders:
             raise ValueError("embedders must name at least one embedder (one per axis)")
+        for i, e in enumerate(embedders):
+            _checks.embedder(f"embedders[{i}]", e)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.embedders = embedders
         self.ndim = len(embedders)
         self.out_shape = _out_shape(out_features)
-        self.embed = nn.ModuleList(EmbedderModule(e) for e in embedders)
         K = tuple(int(e.K) for e in embedders)
+        _checks.budget("embedders and out_features", K + self.out_shape, dtype, torch.device("cpu"),
+                       "W (K_1, ..., K_D, *out_features) is too large: use fewer features")
+        self.embed = nn.ModuleList(EmbedderModule(e) for e in embedders)
         self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
         self.normalize = bool(normalize)
         from ..solvers.blending import _grid_nodes
@@ -228,6 +233,8 @@ class ComplexEncoding(nn.Module):
         self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, self.ndim))
         for i, (e, g) in enumerate(zip(embedders, self.grid_coords)):
             # Psi_i(g_i) (M_i, K_i) in W's dtype, pruned once (not at every step)
+            _checks.budget("grid", (g.size, int(e.K), 3), torch.float64, torch.device("cpu"),
+                           f"axis {i}'s nodes x K: use a coarser grid")
             basis = torch.as_tensor(np.asarray(e(g), dtype=np.float64)).to(dtype)
             self.register_buffer(f"node_basis_{i}", prune_basis(basis), persistent=False)
         self._plan_cache: Optional[tuple] = None
@@ -244,24 +251,32 @@ class ComplexEncoding(nn.Module):
         ``coords`` are D 1-D tensors in [0, 1]; gradients flow to W (and to the coordinates for
         embedders with a torch version).
         """
+        W = self.weight
+        bases = self.bases(coords)
+        _checks.budget("coords", [b.shape[0] for b in bases] + list(self.out_shape), W.dtype, W.device,
+                       "the model on the grid of coords is too large: evaluate fewer coordinates at once")
+        return multi_mode_product(W, bases)
+
+    def bases(self, coords: Sequence[torch.Tensor]) -> list:
+        """The per-axis basis matrices Psi_i(coords[i]) (N_i, K_i) in W's dtype, tiny entries pruned (prune_basis)."""
+        if isinstance(coords, torch.Tensor):
+            raise TypeError(f"coords must be a sequence of {self.ndim} 1-D tensors (one per axis), got one tensor")
         coords = _validate.sequence("coords", coords, f"{self.ndim} 1-D tensors")
         for i, c in enumerate(coords):
             real_tensor(f"coords[{i}]", c)
         if len(coords) != self.ndim:
             raise ValueError(f"coords must hold {self.ndim} 1-D tensors (one per axis), got {len(coords)}")
         W = self.weight
-        return multi_mode_product(W, self.bases(coords))
-
-    def bases(self, coords: Sequence[torch.Tensor]) -> list:
-        """The per-axis basis matrices Psi_i(coords[i]) (N_i, K_i) in W's dtype, tiny entries pruned (prune_basis)."""
-        W = self.weight
-        return [prune_basis(emb(c.to(W.device)).to(W.dtype)) for emb, c in zip(self.embed, coords)]
+        return [prune_basis(emb._embed(c.to(W.device), f"coords[{i}]").to(W.dtype))
+                for i, (emb, c) in enumerate(zip(self.embed, coords))]
 
     # -- point path --
 
     def grid_values(self) -> torch.Tensor:
         """The model's values on the virtual grid, V = W x_i Psi_i(g_i): (M_1, ..., M_D, *out)."""
         W = self.weight
+        _checks.budget("grid", [g.size for g in self.grid_coords] + list(self.out_shape), W.dtype, W.device,
+                       "the model's values on the virtual grid are too large: use a coarser grid")
         bases = [getattr(self, f"node_basis_{i}") for i in range(self.ndim)]
         bases = [b if b.dtype == W.dtype else prune_basis(b.to(W.dtype)) for b in bases]
         return multi_mode_product(W, bases)
@@ -278,6 +293,14 @@ class ComplexEncoding(nn.Module):
 
     def forward_plan(self, plan: BlendPlan) -> torch.Tensor:
         """The model at the points of ``plan``: (P, *out). Pure torch + kronpe ops (compilable)."""
+        if not isinstance(plan, tuple) or len(plan) != 2:
+            raise TypeError(f"plan must be a BlendPlan (indices, weights), as ComplexEncoding.plan gives, got "
+                            f"{_validate.describe(plan)}")
+        plan = BlendPlan(*plan)
+        corners = getattr(plan.indices, "shape", (0, 0))[1:]
+        if tuple(corners) != (2**self.ndim,):
+            raise ValueError(f"plan.indices must have shape (P, {2**self.ndim}) (the 2^D corners of a point's cell "
+                             f"in this {self.ndim}-D encoding's grid), got {tuple(getattr(plan.indices, 'shape', ()))}")
         V = self.grid_values()
         G = math.prod(V.shape[: self.ndim])
         C = math.prod(self.out_shape)
@@ -339,6 +362,7 @@ def _points_numpy(points, ndim: int) -> np.ndarray:
     real_tensor("points", points)
     if points.dim() != 2 or points.shape[1] != ndim:
         raise ValueError(f"points must have shape (P, {ndim}), got {tuple(points.shape)}")
+    _checks.has_data("points", points)
     pts = points.detach().cpu().numpy()
     if not pts.dtype.kind == "f":
         pts = pts.astype(np.float64)
@@ -369,9 +393,15 @@ class SimpleEncoding(nn.Module):
     def __init__(self, embedders, ndim: Optional[int] = None, directions: str = "axes",
                  out_features: Optional[int] = None):
         super().__init__()
-        if directions not in ("axes", "four"):
-            raise ValueError(f"directions must be 'axes' or 'four', got {directions!r}")
+        _validate.choice("directions", directions, ("axes", "four"))
         single = not isinstance(embedders, (list, tuple))
+        if single:
+            _checks.embedder("embedders", embedders, modules=True)
+        else:
+            for i, e in enumerate(embedders):
+                _checks.embedder(f"embedders[{i}]", e, modules=True)
+        if ndim is not None:
+            ndim = _validate.positive_int("ndim", ndim)
         if directions == "four":
             if ndim not in (None, 2):
                 raise ValueError(f"directions='four' samples 2-D coordinates, got ndim={ndim}")
@@ -379,16 +409,18 @@ class SimpleEncoding(nn.Module):
         else:
             if single and ndim is None:
                 raise ValueError("ndim is needed when a single embedder is given")
-            ndim = len(embedders) if not single else int(ndim)
+            ndim = len(embedders) if not single else ndim
             n_dir = ndim
         embs = [embedders] * n_dir if single else list(embedders)
         if len(embs) != n_dir:
             raise ValueError(f"embedders must hold {n_dir} embedders (one per direction), got {len(embs)}")
+        if out_features is not None:
+            out_features = _validate.positive_int("out_features", out_features)
         self.ndim = ndim
         self.directions = directions
         self.embed = nn.ModuleList(_as_module(e) for e in embs)
         self.encoding_size = sum(int(m.K) for m in self.embed)
-        self.head = None if out_features is None else nn.Linear(self.encoding_size, int(out_features))
+        self.head = None if out_features is None else nn.Linear(self.encoding_size, out_features)
 
     def directional_coords(self, points: torch.Tensor) -> list:
         """The 1-D coordinates embedded: the D axes, or x, y, (x+y)/2, (x-y+1)/2."""
@@ -402,7 +434,11 @@ class SimpleEncoding(nn.Module):
         return cols
 
     def forward(self, points: torch.Tensor) -> torch.Tensor:  # (P, D) -> (P, sum K) or (P, out)
-        enc = torch.cat([m(c) for m, c in zip(self.embed, self.directional_coords(points))], dim=1)
+        names = [f"points[:, {i}]" for i in range(self.ndim)]
+        if self.directions == "four":
+            names += ["(points[:, 0] + points[:, 1]) / 2", "(points[:, 0] - points[:, 1] + 1) / 2"]
+        cols = self.directional_coords(points)
+        enc = torch.cat([_call(m, c, n) for m, c, n in zip(self.embed, cols, names)], dim=1)
         return enc if self.head is None else self.head(enc.to(self.head.weight.dtype))
 
 
@@ -455,6 +491,9 @@ class LearnableFourierFeatures(nn.Module):
         acts = {"relu": nn.ReLU, "gelu": nn.GELU}
         if activation not in acts:
             raise ValueError(f"activation must be one of {sorted(acts)}, got {activation!r}")
+        dropout = _validate.nonnegative_float("dropout", dropout)
+        if dropout > 1:
+            raise ValueError(f"dropout must be a probability in [0, 1], got {dropout!r}")
         self.pos_dim, self.f_dim, self.h_dim, self.d_dim, self.groups = pos_dim, f_dim, h_dim, d_dim, groups
         self.gamma = float(gamma)
         self.Wr = nn.Linear(pos_dim, f_dim // 2, bias=False)
@@ -468,11 +507,28 @@ class LearnableFourierFeatures(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.normal_(self.Wr.weight, mean=0.0, std=1.0 / self.gamma)
 
+    def _input(self, x) -> torch.Tensor:
+        """x as the layers take it: a real tensor on the parameters' device, in their dtype
+        (integers and bools converted; another float dtype is an error, not a silent cast)."""
+        real_tensor("x", x)
+        w = self.Wr.weight
+        _checks.same_device("x", x, w.device, "the module's parameters")
+        if not x.is_floating_point():
+            x = x.to(w.dtype)
+        elif x.dtype != w.dtype:
+            raise TypeError(f"x has dtype {x.dtype}, the module's parameters {w.dtype}: convert one "
+                            f"(x.to({w.dtype}) or module.to({x.dtype}))")
+        # the widest layer's activations, twice (the features and what the next layer makes of them)
+        _checks.budget("x", tuple(x.shape[:-1]) + (max(self.f_dim, self.h_dim), 2), x.dtype, x.device,
+                       "encode fewer positions at once")
+        return x
+
     def fourier_features(self, x: torch.Tensor) -> torch.Tensor:  # (..., G, M) -> (..., G, F)
-        proj = self.Wr(x)
+        proj = self.Wr(self._input(x))
         return torch.cat([torch.cos(proj), torch.sin(proj)], dim=-1) / math.sqrt(self.f_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, G, M) -> (N, D)
+        real_tensor("x", x)
         if x.dim() < 2 or tuple(x.shape[-2:]) != (self.groups, self.pos_dim):
             raise ValueError(
                 f"x must have shape (N, {self.groups}, {self.pos_dim}) (positions, groups, "
@@ -525,6 +581,9 @@ class SinusoidalEmbedding(nn.Module):
         _validate.choice("embedding_type", embedding_type, ("transformer", "nerf"))
         if embedding_type == "transformer":
             max_positions = _validate.positive_float("max_positions", max_positions)
+        elif L > _MAX_NERF_FREQUENCIES:
+            raise ValueError(f"num_frequencies must be at most {_MAX_NERF_FREQUENCIES} with embedding_type='nerf' "
+                             f"(frequencies 2^k pi, as kronpe.NeRF), got {L}")
         self.in_channels, self.num_frequencies = int(in_channels), int(L)
         self.embedding_type = embedding_type
         self.max_positions = max_positions
@@ -550,10 +609,11 @@ class SinusoidalEmbedding(nn.Module):
     def highest_frequency(self, modulation: float = 1.0) -> float:
         """The largest frequency as the tutorial counts it: NeRF 2^(L-1), transformer 1, times m."""
         top = 2.0 ** (self.num_frequencies - 1) if self.embedding_type == "nerf" else 1.0
-        return top * float(modulation)
+        return top * _validate.positive_float("modulation", modulation)
 
     def satisfies_nyquist(self, n_points: int, modulation: float = 1.0) -> bool:
         """The tutorial's criterion: highest frequency < N / 2 (N samples of [0, 2 pi))."""
+        n_points = _validate.positive_int("n_points", n_points)
         return self.highest_frequency(modulation) < n_points / 2
 
     def forward(self, x: torch.Tensor, amplitude=None, frequency=None) -> torch.Tensor:
@@ -563,8 +623,15 @@ class SinusoidalEmbedding(nn.Module):
                 f"x must have shape (batch, N, {self.in_channels}) or (N, {self.in_channels}), "
                 f"got {tuple(x.shape)}"
             )
+        _checks.same_device("x", x, self.freqs.device, "the module's frequencies")
+        amplitude = _checks.modulation("amplitude", amplitude, x)
+        frequency = _checks.modulation("frequency", frequency, x)
         if not x.is_floating_point():
             x = x.to(torch.get_default_dtype())
+        # the angles (..., C, L), their sines and cosines (..., C, L, 2) and the output
+        _checks.budget(f"x (shape {tuple(x.shape)}) x 2 num_frequencies (= {2 * self.num_frequencies})",
+                       tuple(x.shape) + (self.num_frequencies, 4), x.dtype, x.device,
+                       "embed fewer points at once, or use fewer frequencies")
         arg = x if frequency is None else x * frequency
         ang = arg.unsqueeze(-1) * self.freqs.to(x.dtype)  # (..., N, C, L)
         g = torch.stack((torch.sin(ang), torch.cos(ang)), dim=-1)  # (..., N, C, L, 2)

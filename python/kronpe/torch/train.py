@@ -21,7 +21,9 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .._adapters import validate as _validate
 from ..data import grid_coords, psnr, psnr_of_mse
+from . import _checks
 from .modules import ComplexEncoding, sort_plan
 
 __all__ = [
@@ -98,12 +100,18 @@ def train(
     """
     from .._progress import bar as _bar
 
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every <= 0:
-        raise ValueError(f"log_every must be a positive integer, got {log_every!r}")
+    steps = _validate.nonnegative_int("steps", steps)
+    log_every = _validate.positive_int("log_every", log_every)
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (whose parameters are trained), got {_validate.describe(model)}")
+    for name, fn, optional in (("forward", forward, False), ("evaluate", evaluate, True)):
+        if not callable(fn) and not (optional and fn is None):
+            raise TypeError(f"{name} must be a function of no arguments, got {_validate.describe(fn)}")
+    _checks.real_tensor("target", target)
+    _validate.nonnegative_float("weight_decay", weight_decay)
+    _validate.positive_float("peak", peak)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters")
@@ -156,7 +164,13 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
 
     def eager():
         opt.zero_grad(set_to_none=not graph)  # a captured step keeps its gradient buffers
-        loss = torch.mean((forward() - target) ** 2)
+        pred = forward()
+        if not isinstance(pred, torch.Tensor) or pred.shape != target.shape:
+            got = f"shape {tuple(pred.shape)}" if isinstance(pred, torch.Tensor) else _validate.describe(pred)
+            raise ValueError(f"forward() must return a tensor of target's shape {tuple(target.shape)}, got {got}")
+        if not pred.requires_grad:
+            raise ValueError("forward() must depend on the trainable parameters (its result has no gradient)")
+        loss = torch.mean((pred - target) ** 2)
         loss.backward()
         opt.step()
         return loss.detach()  # holding the step's autograd graph would pin its streams
@@ -188,9 +202,32 @@ def adam_step(params, forward: Callable[[], torch.Tensor], target: torch.Tensor,
     return step
 
 
-def _tensor(x, dtype, device) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
-    return t.to(device=device, dtype=dtype)
+def _tensor(name: str, x, dtype, device) -> torch.Tensor:
+    """x (a tensor or an array of real numbers) as a tensor of ``dtype`` on ``device``; finite."""
+    if isinstance(x, torch.Tensor):
+        t = _checks.has_data(name, _checks.real_tensor(name, x))
+    else:
+        t = torch.as_tensor(_validate.real_array(name, x))
+    t = t.to(device=device, dtype=dtype)
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite, found NaN or Inf")
+    return t
+
+
+def _options(embedders, init, dtype, device) -> list:
+    """The embedders as a list, after checking the options shared by the two trainers."""
+    embedders = _validate.sequence("embedders", embedders, "kronpe embedders (one per axis)")
+    if init is not None and not isinstance(init, ComplexEncoding):
+        raise TypeError(f"init must be a ComplexEncoding (e.g. ComplexEncoding.from_fit(model)), got "
+                        f"{_validate.describe(init)}")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {_validate.describe(dtype)}")
+    if device is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device must be a torch device (e.g. 'cpu' or 'cuda'), got {_validate.describe(device)}") from None
+    return embedders
 
 
 def fit_grid_adam(
@@ -212,14 +249,15 @@ def fit_grid_adam(
     the papers'). ``init`` continues from a given model (e.g. ``ComplexEncoding.from_fit``).
     Returns (model, history).
     """
-    embedders = list(embedders)
+    embedders = _options(embedders, init, dtype, device)
     D = len(embedders)
-    sig = _tensor(signal, dtype, device)
+    sig = _tensor("signal", signal, dtype, device)
     if sig.dim() < D:
         raise ValueError(f"signal must have at least {D} axes (one per embedder), got shape {tuple(sig.shape)}")
     if coords is None:
         coords = grid_coords(sig.shape[:D])
-    coords = [_tensor(c, torch.float64, sig.device) for c in coords]
+    coords = _validate.sequence("coords", coords, f"{D} 1-D coordinate arrays")
+    coords = [_tensor(f"coords[{i}]", c, torch.float64, sig.device) for i, c in enumerate(coords)]
     for i, c in enumerate(coords):
         if c.dim() != 1 or c.shape[0] != sig.shape[i]:
             raise ValueError(f"coords[{i}] must have shape ({sig.shape[i]},), got {tuple(c.shape)}")
@@ -254,9 +292,9 @@ def fit_points_adam(
     virtual grid (``grid``, default K_i nodes per axis) and blends it at the points.
     Returns (model, history).
     """
-    embedders = list(embedders)
-    pts = _tensor(points, torch.float64, device)
-    vals = _tensor(values, dtype, pts.device)
+    embedders = _options(embedders, init, dtype, device)
+    pts = _tensor("points", points, torch.float64, device)
+    vals = _tensor("values", values, dtype, pts.device)
     if pts.dim() != 2 or pts.shape[1] != len(embedders):
         raise ValueError(f"points must have shape (P, {len(embedders)}), got {tuple(pts.shape)}")
     if vals.dim() < 1 or vals.shape[0] != pts.shape[0]:
