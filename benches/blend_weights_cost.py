@@ -28,7 +28,7 @@ from kronpe import _core  # noqa: E402
 from kronpe._adapters import arrays as _arrays  # noqa: E402
 from kronpe.bench.blend import CHANNELS, blend_bytes, matrices  # noqa: E402
 from kronpe.bench.harness import copy_bandwidth  # noqa: E402
-from kronpe.solvers import blending  # noqa: E402
+from kronpe.operators import blending  # noqa: E402
 
 M = 512
 KINDS = [("linear", blending.LINEAR, 0.0), ("gaussian", blending.GAUSSIAN, 1 / (4 * (1 / M) ** 2)),

@@ -229,7 +229,7 @@ def spec(s):
     import math
 
     from kronpe import _core
-    from kronpe.solvers import smooth
+    from kronpe.solvers import channels, smooth
     from kronpe.solvers.multigrid import chebyshev_lmax
 
     got = {}
@@ -245,10 +245,10 @@ def spec(s):
     finally:
         smooth.fit = original
     data, rhs = got["args"]
-    planes = smooth._as_planes(rhs)
-    moments = smooth._moments(planes)
-    basis = smooth.principal_basis(planes, moments)
-    b = np.ascontiguousarray(smooth._mix_planes(planes, basis)[0], np.float32)
+    planes = channels.as_planes(rhs)
+    moments = channels.second_moments(planes)
+    basis = channels.principal_basis(planes, moments)
+    b = np.ascontiguousarray(channels.mix_planes(planes, basis)[0], np.float32)
     maxiter = 20 * sum(data.shape)
     D = len(data.shape)
     degree, alpha = smooth.DIAGONAL_SMOOTHER
