@@ -34,10 +34,12 @@ range, channel by channel: a thin-plate fit overshoots next to edges, the truth 
 
 **Threads and devices.** On grids of up to SPECULATE_MAX_NODES nodes the leading component's
 solve at the interpolation limit runs beside the sweep, on a second thread, and is used when the
-sweep chooses that limit; larger grids do so with SPECULATE_TEAM threads or more per side. A fill
-gives the same bits on any number of threads. On a CUDA device (``fit(..., device=)``) a fill of
-1 or 2 axes with a diagonal data term runs the same steps there (the device's kernels sum in
-another order: its values agree with the host's to rounding); other fills solve on the host.
+sweep chooses that limit: the same bits as on one thread, where it runs after the sweep when
+wanted. Larger grids do so only with SPECULATE_TEAM threads or more per side, starting that
+component from full multigrid instead of the sweep's fit (a fill within the solver's tolerance of
+the one on fewer threads). On a CUDA device (``fit(..., device=)``) a fill of 1 or 2 axes with a
+diagonal data term runs the same steps there (the device's kernels sum in another order: its
+values agree with the host's to rounding); other fills solve on the host.
 """
 from __future__ import annotations
 
