@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import kronpe
 from kronpe import BlendingMatrix, _core, embedders, reference
 from kronpe._adapters import arrays as _arrays
-from kronpe.solvers import blending
+from kronpe.operators import blending
 from _samples import blend_cases, ids
 
 CASES = list(blend_cases())

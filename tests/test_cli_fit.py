@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from kronpe import data
-from kronpe.app import demo, protocol
+from kronpe.app import demo
+from kronpe.bench import protocol
 from kronpe.app.cli import main
 
 

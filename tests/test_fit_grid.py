@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import kronpe
 from kronpe import BSpline, Gaussian, GridModel, GridPlan, Triangle, fit_grid, reference
 from kronpe.solvers.fit import default_embedders
-from kronpe.solvers.gcv import _GCVCurve
+from kronpe.solvers.gcv import GCVCurve as _GCVCurve
 
 FAMILIES = [
     lambda K, m: Gaussian(K, 0.8 / K, margin=m),

@@ -12,8 +12,8 @@ import pytest
 import kronpe
 from kronpe import DifferencePenalty, Gaussian, GridPlan, fit_grid
 from kronpe._adapters import arrays as _arrays
-from kronpe.solvers import fit as _fit
-from kronpe.solvers.fit import _fold_pad
+from kronpe.solvers import grid_model as _fit
+from kronpe.solvers.grid_plan import _fold_pad
 
 DTYPES = [np.float32, np.float64]
 
@@ -261,7 +261,7 @@ def test_bad_device_values(cuda_device, bad):
 def test_finiteness_check_on_device(cuda_device):
     """One float64 sum flags NaN and Inf; a sum that overflows on huge finite values is confirmed
     element by element and passes."""
-    from kronpe.solvers.fit import _check_finite, _finite_flag
+    from kronpe._adapters.arrays import check_finite as _check_finite, finite_flag as _finite_flag
 
     huge = np.full((40, 30), 1e307)
     X = cuda_device.put(huge)

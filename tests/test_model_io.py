@@ -134,6 +134,6 @@ def test_bad_files_raise_named_errors(tmp_path):
     with pytest.raises(TypeError, match="path"):
         kronpe.load(3)
     with pytest.raises(TypeError, match="model"):
-        from kronpe.solvers.saving import save_model
+        from kronpe.io import save_model
 
         save_model(object(), tmp_path / "x.npz")

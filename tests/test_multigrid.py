@@ -753,7 +753,7 @@ def test_predicted_stop_only_for_a_diagonal_data_term(rng):
     one that lumps a blending matrix's B^T B (points off the nodes, whose estimates wander), where
     solve then stops as the measured stop does, bit for bit."""
     from kronpe import BlendingMatrix
-    from kronpe.solvers import smooth
+    from kronpe.solvers import smooth_system as smooth
 
     shape = (33, 29)
     nodes = [np.linspace(0, 1, n) for n in shape]

@@ -397,7 +397,7 @@ def test_predict_on_the_nodes_is_a_gather(rng):
 
 
 def test_lattice_detection():
-    from kronpe.solvers.smooth import lattice_grid
+    from kronpe.solvers.lattice import lattice_grid
 
     pts = np.array([[0.0, 0.25], [0.5, 0.75], [0.25, 0.5]])
     nodes = lattice_grid(pts)
@@ -411,7 +411,7 @@ def test_lattice_detection():
 def test_lattice_detection_of_many_points(rng):
     """With many points h is read off a strided subset first: when that subset misses the
     smallest gap (only even multiples of 1/64 at the sampled positions) the whole set decides."""
-    from kronpe.solvers.smooth import LATTICE_PROBE, lattice_grid
+    from kronpe.solvers.lattice import LATTICE_PROBE, lattice_grid
 
     P = 3 * LATTICE_PROBE
     k = 2 * rng.integers(0, 33, P)
@@ -437,7 +437,7 @@ def test_lambda_selection_signal_does_not_cancel_channels(rng):
     (the final solve's first component; without that basis, their sum), or on the leading
     component of their covariance where the sum cancels them (channels a and 1 - a: the sum is a
     constant that any lambda fits; so is the second moments' leading component, nearly)."""
-    from kronpe.solvers.smooth import _selection_signal, principal_basis
+    from kronpe.solvers.channels import principal_basis, selection_signal as _selection_signal
 
     a = rng.random((40, 30)).astype(np.float32)
     planes = [a, np.float32(1) - a]
@@ -472,7 +472,7 @@ def test_fill_predicted_at_its_own_nodes_is_its_weights(rng):
 
     np.testing.assert_array_equal(m.predict_grid(grid_coords((45, 30))), m.weights)
     # known to be the identity without building the N x N matrices; any other coordinates build them
-    from kronpe.solvers.fit import _hats_at_centres
+    from kronpe.solvers.grid_model import _hats_at_centres
 
     assert all(_hats_at_centres(e, c) for e, c in zip(m.embedders, grid_coords((45, 30))))
     assert not _hats_at_centres(m.embedders[0], np.arange(45) / 45 + 1e-9)
@@ -548,7 +548,7 @@ def test_lattice_sums_are_the_blending_transpose(rng, shape):
     """The default fit's right-hand side for points on a lattice (a scatter-add) equals B^T 1 and
     B^T values of the blending matrix (rows: unit vectors at the nodes), repeated points included."""
     from kronpe import BlendingMatrix
-    from kronpe.solvers.smooth import lattice_grid, lattice_sums
+    from kronpe.solvers.lattice import lattice_grid, lattice_sums
 
     idx = np.stack([rng.integers(0, n, 300) for n in shape], axis=1)
     idx[:len(shape)] = np.array(shape) - 1  # the last node on every axis (so the lattice covers [0, 1])

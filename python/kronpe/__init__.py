@@ -7,18 +7,33 @@ embedders of the papers with their analysis, and torch ops for other people's mo
 from __future__ import annotations
 
 from . import _core, cuda
+from ._adapters import arrays as _arrays
 from ._adapters.blas import blas_name as _blas_name, init as _init_blas
 
 _init_blas(_core)
 
+
+def _dask_module():
+    """kronpe.dask, imported when the first dask array arrives (dask is optional)."""
+    from . import dask
+
+    return dask
+
+
+# the public functions hand dask arrays to kronpe.dask through _adapters.arrays.dask_api: wired
+# here, at the top, so that no module below the public API imports it
+_arrays.set_dask_module(_dask_module)
+
 from .ops import mode_product, multi_mode_product  # noqa: E402
-from .solvers.blending import BlendingMatrix  # noqa: E402
-from .solvers.points import ConvergenceWarning, PointModel, fit_points  # noqa: E402
+from .operators.blending import BlendingMatrix  # noqa: E402
+from .operators.penalty import DifferencePenalty  # noqa: E402
+from .solvers.krylov import ConvergenceWarning  # noqa: E402
+from .solvers.points import PointModel  # noqa: E402
+from .solvers.protocol import fit_points  # noqa: E402
 from .solvers.fit import GridModel, GridPlan, fit_grid  # noqa: E402
-from .solvers.penalty import DifferencePenalty  # noqa: E402
 from .resampling import resample, upsample  # noqa: E402
 from .gridding import SplineModel, fit_spline, grid  # noqa: E402
-from .solvers.saving import ModelFileError, ModelVersionError, load  # noqa: E402
+from .io import ModelFileError, ModelVersionError, load  # noqa: E402
 from . import data  # noqa: E402  (sample loaders; scikit-image is imported on first use)
 from .threads import get_num_threads, set_num_threads  # noqa: E402
 

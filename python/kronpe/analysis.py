@@ -261,7 +261,8 @@ def has_closed_form_distance(emb: Embedder) -> bool:
     return type(emb).distance is not Embedder.distance
 
 
-def _closed_form_only(embedders: EmbedderSet) -> Dict[str, Embedder]:
+def closed_form_only(embedders: EmbedderSet) -> Dict[str, Embedder]:
+    """The embedders of the set whose distance has a closed form, by label."""
     return {k: e for k, e in _as_dict(embedders).items() if has_closed_form_distance(e)}
 
 
@@ -366,7 +367,7 @@ def plot_distance(
     embedders = _as_dict(embedders)
     deltas = np.linspace(-0.5, 0.5, 401) if deltas is None else np.asarray(deltas, dtype=np.float64)
     curves = distance_curves(embedders, deltas) if data is None else data
-    closed = distance_curves(_closed_form_only(embedders), deltas, sampled=False) if theory else {}
+    closed = distance_curves(closed_form_only(embedders), deltas, sampled=False) if theory else {}
     ax = _axes(ax)
     for name, emb in embedders.items():
         (line,) = ax.plot(deltas, curves[name], label=name)

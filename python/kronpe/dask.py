@@ -50,7 +50,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("kronpe.dask needs dask: pip install 'kronpe[dask]'") from exc
 
 from ._adapters import validate as _validate
-from .ops import _check_chain, _matrix_list, host_chain
+from ._shared import outer, ridge_or_auto
+from .operators.blending import default_grid, embedder_list, grid_nodes, validate_points
+from .ops import check_chain, host_chain, matrix_list
+from .solvers import points as _points
+from .solvers.grid import signal_arg
+from .solvers.grid_model import GridModel
 
 __all__ = ["multi_mode_product", "fit_plan", "predict_grid", "predict_points", "fit_points", "BLOCK_BYTES"]
 
@@ -132,9 +137,9 @@ def multi_mode_product(T, matrices, modes=None, order: str = "K") -> "da.Array":
     """``kronpe.multi_mode_product`` of a dask ``T``: a dask array (matrices in memory; dask
     matrices are gathered). ``order`` is accepted for the same signature: each block is dense."""
     _validate.choice("order", order, ("K", "C"))
-    mats = [_host_matrix(f"matrices[{j}]", a) for j, a in enumerate(_matrix_list(matrices))]
+    mats = [_host_matrix(f"matrices[{j}]", a) for j, a in enumerate(matrix_list(matrices))]
     t = _float_dask("T", T)
-    mode_tuple = _check_chain(t.shape, [a.shape for a in mats], modes)
+    mode_tuple = check_chain(t.shape, [a.shape for a in mats], modes)
     dt = t.dtype
     if dt != np.float32 or any(a.dtype != np.float32 for a in mats):
         dt = np.dtype(np.float64)
@@ -164,9 +169,7 @@ def _signal(plan, signal, nb: int) -> "da.Array":
 
 def _fit_block(plan, block: np.ndarray, ridge, nb: int, mask):
     """One chunk's fit on a worker: (weights, ridges over the chunk's batch, GCV scores)."""
-    from .solvers.grid import _signal_arg
-
-    S = _signal_arg(block, plan.shape, mask)
+    S = signal_arg(block, plan.shape, mask)
     model = plan._fit(S, ridge, nb, mask)
     batch = S.shape[S.ndim - nb:]
     lam = np.broadcast_to(np.asarray(model.ridge, np.float64), batch)
@@ -176,8 +179,6 @@ def _fit_block(plan, block: np.ndarray, ridge, nb: int, mask):
 
 def _fit_blocks(plan, S: "da.Array", ridge, nb: int, mask):
     """The fit of a signal whose grid axes are one chunk each: one task per trailing chunk."""
-    from .solvers.fit import GridModel
-
     D = plan.ndim
     if ridge == "gcv" or plan.penalty is not None or mask is not None:
         S = S.rechunk({k: -1 for k in range(D, S.ndim - nb)})  # channels of one signal together
@@ -226,19 +227,15 @@ def _pad_odd(x: "da.Array", pads: Sequence[int]) -> "da.Array":
 
 def _filter_block(z: np.ndarray, plan, ridge: float, block_info=None) -> np.ndarray:
     """z * s / (s^2 + ridge) on one block of Z0, s the products of the block's singular values."""
-    from .solvers.grid import _outer
-
     loc = block_info[0]["array-location"]
     D = plan.ndim
-    s = _outer([a.s[lo:hi] for a, (lo, hi) in zip(plan._axes, loc[:D])])
+    s = outer([a.s[lo:hi] for a, (lo, hi) in zip(plan._axes, loc[:D])])
     f = plan._filter(ridge, z.dtype, s)
     return z * f.reshape(f.shape + (1,) * (z.ndim - D))
 
 
 def _fit_chained(plan, S: "da.Array", ridge, nb: int, mask):
     """The closed-form fit of a signal chunked along its grid axes (module docstring)."""
-    from .solvers.fit import GridModel
-
     if ridge == "gcv":
         raise ValueError("ridge='gcv' needs the signal's grid axes in one chunk each (GCV uses every projection "
                          "at once): give a number for the ridge, or rechunk the signal")
@@ -272,16 +269,12 @@ def predict_grid(model, coords) -> "da.Array":
 
 
 def _predict_block(weights: np.ndarray, embedders, points: np.ndarray, chunk: int) -> np.ndarray:
-    from .solvers.fit import GridModel
-
     return GridModel(weights, embedders, 0.0).predict(points, chunk)
 
 
 def predict_points(model, points, chunk: int) -> "da.Array":
     """``GridModel.predict`` of dask weights: (P, *channels) as a dask array, one task per
     channel chunk (the grid axes of the weights gathered into one chunk, points in memory)."""
-    from .solvers.blending import validate_points
-
     D = model.ndim
     pts = validate_points(points, "error", [np.array([0.0, 1.0])] * D)
     W = model.weights.rechunk({k: -1 for k in range(D)})
@@ -296,11 +289,8 @@ def predict_points(model, points, chunk: int) -> "da.Array":
 def _make_part(points: np.ndarray, values: np.ndarray, nodes, embs, normalize: bool, outside: str):
     """One partition on a worker: its blending matrix (rows sorted by grid cell) and its values
     in that order, (rows, C) float64."""
-    from .solvers.blending import validate_points
-    from .solvers.points import _sorted_matrix
-
     pts = validate_points(points, outside, nodes)
-    B, order = _sorted_matrix(pts, nodes, embs, normalize, None)
+    B, order = _points.sorted_matrix(pts, nodes, embs, normalize, None)
     return B, np.ascontiguousarray(values.reshape(pts.shape[0], -1).astype(np.float64)[order])
 
 
@@ -358,9 +348,6 @@ class _PartitionedBlend:
 def fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, penalty):
     """``kronpe.fit_points`` of dask points (P, D) and values (P, *channels) partitioned along
     their first axis (module docstring): a PointModel, the same as the in-memory fit."""
-    from .solvers import points as _points
-    from .solvers.blending import _embedders, _grid_nodes, validate_points
-
     t0 = time.perf_counter()
     pts = points if hasattr(points, "dask") else da.from_array(_validate.real_array("points", points))
     pts = _float_dask("points", pts)
@@ -378,18 +365,18 @@ def fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, 
         raise ValueError("embedders must be given for dask points (kronpe's own choice needs every point at once)")
     if penalty is not None:
         raise ValueError("penalty is not available for dask points: only the ridge (identity) penalty")
-    lam = _points._ridge_arg(ridge)
+    lam = ridge_or_auto(ridge)
     if lam is None:
         raise ValueError("ridge must be a number for dask points (the held-out choice needs every point at once)")
     tol = _validate.positive_float("tol", tol)
     if maxiter is not None:
         maxiter = _validate.positive_int("maxiter", maxiter)
-    embs = _embedders(embedders, D)
+    embs = embedder_list(embedders, D)
     channels = tuple(vals.shape[1:])
     if grid is None:
-        _points._check_fit_budget(_points._default_grid(embs), embs, channels)
-    nodes = _grid_nodes(_points._default_grid(embs) if grid is None else grid, D)
-    _points._check_fit_budget([n.size for n in nodes], embs, channels)
+        _points.check_fit_budget(default_grid(embs), embs, channels)
+    nodes = grid_nodes(default_grid(embs) if grid is None else grid, D)
+    _points.check_fit_budget([n.size for n in nodes], embs, channels)
     # the range (and finiteness) of every point, from one pass: its extremes checked as points
     lo, hi = dask.compute(pts.min(axis=0), pts.max(axis=0))
     validate_points(np.stack([lo, hi]), outside, nodes)
@@ -401,10 +388,10 @@ def fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, 
     parts = list(dask.persist(*parts))  # kept on the workers for every iteration
     B = _PartitionedBlend(parts, pts.chunks[0], nodes)
     C = max(1, math.prod(channels))
-    prob = _points._problem(B, embs, np.float32 if tol >= _points.MIXED_PRECISION_TOL else np.float64)
+    prob = _points.ridge_problem(B, embs, np.float32 if tol >= _points.MIXED_PRECISION_TOL else np.float64)
     if maxiter is None:
         maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
     info: Dict[str, Any] = {"partitions": len(parts)}
-    z = _points._solve(prob, B.values(C), lam, tol, maxiter, info)
-    return _points._finish(_points._chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize,
+    z = _points.ridge_solve(prob, B.values(C), lam, tol, maxiter, info)
+    return _points.finished_model(_points.leading_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, normalize,
                            vals.dtype, channels, t0, info["preconditioner"])

@@ -59,7 +59,7 @@ def _as_float(name: str, x: Any) -> np.ndarray:
     return _validate.real_array(name, x)
 
 
-def _matrix_list(matrices) -> list:
+def matrix_list(matrices) -> list:
     if isinstance(matrices, np.ndarray) and matrices.ndim == 2:
         raise ValueError("matrices must be a sequence of 2-D arrays (use mode_product for one)")
     if matrices is None or isinstance(matrices, (str, bytes, dict)) or not hasattr(matrices, "__iter__"):
@@ -156,7 +156,7 @@ def multi_mode_product(
     if out is not None:
         return out
     _validate.choice("order", order, ("K", "C"))
-    matrices = _matrix_list(matrices)
+    matrices = matrix_list(matrices)
     kd = _arrays.dask_api(T)
     if kd is not None:  # a dask T: a dask array, the chain run block by block (kronpe.dask)
         return kd.multi_mode_product(T, matrices, modes, order)
@@ -166,7 +166,7 @@ def multi_mode_product(
     template = T
     t = _as_float("T", T)
     mats = [_as_float(f"matrices[{j}]", a) for j, a in enumerate(matrices)]
-    mode_tuple = _check_chain(t.shape, [a.shape for a in mats], modes)
+    mode_tuple = check_chain(t.shape, [a.shape for a in mats], modes)
     dt = t.dtype
     if dt.char not in "fd" or any(a.dtype != dt for a in mats):
         # float32 only when everything is float32; any other mix computes in float64
@@ -264,7 +264,7 @@ def host_chain(t: np.ndarray, mats: Sequence[np.ndarray], modes: Tuple[int, ...]
     return out
 
 
-def _check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
+def check_chain(shape: Tuple[int, ...], mat_shapes: Sequence[Tuple[int, ...]], modes) -> Tuple[int, ...]:
     """The mode tuple of a valid chain (ValueError naming the argument otherwise), checked
     before the result is allocated."""
     shape = tuple(map(int, shape))
@@ -290,7 +290,7 @@ def _device_chain(T: Any, matrices: List[Any], modes, order: str, template: Any)
     if not _arrays.is_device(T):
         T = _arrays.device_from_host(_as_float("T", T), template)
     _cuda.check_same_device(template, T, "T")
-    mode_tuple = _check_chain(tuple(T.shape), [tuple(a.shape) for a in matrices], modes)
+    mode_tuple = check_chain(tuple(T.shape), [tuple(a.shape) for a in matrices], modes)
     return _cuda.multi_mode_product(T, matrices, mode_tuple, order)
 
 

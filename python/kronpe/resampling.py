@@ -40,6 +40,7 @@ import numpy as np
 
 from . import _caches
 from ._adapters import arrays as _arrays, validate as _validate
+from ._shared import guess_ndim
 from .embedders import BSpline
 
 __all__ = ["upsample", "resample", "resample_matrix"]
@@ -211,9 +212,7 @@ def _ndim_arg(shape: Tuple[int, ...], ndim, given: Optional[int]) -> int:
             raise ValueError(f"{given} sizes or scales were given but the array has only {len(shape)} axes "
                              f"(shape {shape})")
         return given
-    from .solvers.grid import _guess_ndim
-
-    return _guess_ndim(shape)
+    return guess_ndim(shape)
 
 
 def _sizes(name: str, value, what) -> Optional[list]:

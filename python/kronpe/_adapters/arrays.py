@@ -14,9 +14,9 @@ device, so that they are ordered with the caller's work like any CuPy or torch o
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple, Union
-
+import contextlib
 import math
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -76,14 +76,21 @@ def is_dask(x: Any) -> bool:
     return type(x).__module__.startswith("dask.")
 
 
+_DASK_MODULE: list = [None]  # the function that imports kronpe.dask (``set_dask_module``)
+
+
+def set_dask_module(load) -> None:
+    """``load()`` returns :mod:`kronpe.dask`: kronpe's top level gives it (this layer names no
+    module above it)."""
+    _DASK_MODULE[0] = load
+
+
 def dask_api(*xs: Any):
     """The module :mod:`kronpe.dask` when any of ``xs`` is a dask array, else None: the one test
     by which the public functions hand dask arrays to it."""
     if not any(is_dask(x) for x in xs):
         return None
-    from .. import dask as kronpe_dask
-
-    return kronpe_dask
+    return _DASK_MODULE[0]()
 
 
 def to_numpy(x: Any, name: str = "array") -> np.ndarray:
@@ -324,3 +331,67 @@ def device_minmax(x: Any) -> Tuple[float, float]:
 def same_device(x: Any, y: Any) -> bool:
     """Whether two device arrays are of the same kind on the same device."""
     return kind(x) == kind(y) and device_index(x) == device_index(y)
+
+
+def host_if_device(x: Any, name: str = "array"):
+    """x itself, or a NumPy copy of x when it is a device array."""
+    return to_host(x, name) if is_device(x) else x
+
+
+def device_module(x: Any):
+    """The array library of a device array: the cupy or the torch module."""
+    if kind(x) == "cupy":
+        import cupy
+
+        return cupy
+    import torch
+
+    return torch
+
+
+def device_scope(x: Any):
+    """A context with x's device current (CuPy's kernels run on the current device)."""
+    if kind(x) == "cupy":
+        import cupy
+
+        return cupy.cuda.Device(device_index(x))
+    return contextlib.nullcontext()
+
+
+def device_sum(x: Any, axes: Tuple[int, ...]):
+    """x summed over ``axes`` (none: x itself; torch sums everything for dim=())."""
+    if not axes:
+        return x
+    return x.sum(axis=axes) if kind(x) == "cupy" else x.sum(dim=axes)
+
+
+def device_concat(parts: list):
+    """The device arrays ``parts`` (one kind) joined along their first axis."""
+    lib = device_module(parts[0])
+    return lib.concatenate(parts) if kind(parts[0]) == "cupy" else lib.cat(parts)
+
+
+def device_copy(x: Any):
+    """A C-contiguous copy of a device array."""
+    if kind(x) == "cupy":
+        return device_module(x).array(x, order="C", copy=True)
+    return x.clone(memory_format=device_module(x).contiguous_format)
+
+
+def finite_flag(x: Any):
+    """A device boolean, true when every value of x is finite: its sum in float64 is (one
+    reduction; NaN and Inf reach the sum, which float32 values cannot overflow), confirmed
+    element by element by ``check_finite`` only when it is not."""
+    lib = device_module(x)
+    return lib.isfinite(x.sum(dtype=lib.float64))
+
+
+def check_finite(x: Any, ok, name: str = "signal") -> None:
+    """ValueError naming ``name`` unless ``ok`` (a bool or a device boolean: read back here)."""
+    if ok if isinstance(ok, bool) else bool(to_host(ok)):
+        return
+    lib = device_module(x)
+    if bool(to_host(lib.isfinite(x).all())):  # a float64 sum of huge finite values overflowed
+        return
+    found = "NaN" if bool(to_host(lib.isnan(x).any())) else "Inf"
+    raise ValueError(f"{name} must be finite, found {found}")

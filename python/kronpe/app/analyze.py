@@ -8,9 +8,9 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .._progress import bar as progress_bar
 from ..analysis import (
-    _closed_form_only,
-    _progress,
+    closed_form_only,
     grid,
     sigma_for_spacing,
     stable_rank,
@@ -109,7 +109,7 @@ def run_analyze(out: str, progress: bool = True) -> int:
     deltas = np.linspace(-0.5, 0.5, 401)
     ranks3 = stable_rank_vs_n(emb3, Ns, progress)
     curves3 = distance_curves(emb3, deltas)
-    closed3 = distance_curves(_closed_form_only(emb3), deltas, sampled=False)
+    closed3 = distance_curves(closed_form_only(emb3), deltas, sampled=False)
     _print_rank_table(f"Figure 3 (K={K3}; RFF K=1024)", emb3, Ns, ranks3)
     _print_distance_table("Figure 3", emb3, deltas, curves3, closed3)
     fig, axes = _figure(1, 2, (12, 4.5))
@@ -143,7 +143,7 @@ def run_analyze(out: str, progress: bool = True) -> int:
     print(f"\nMATH.md section 2 checks, N = K = {n} grid points (RFF: {n // 2} frequencies):")
     x = grid(n)
     checks = [Gaussian(n, 0.01), Triangle(n, 0.005), RandomFourier(n, 30.0)]
-    with _progress(len(checks), progress, "checks") as bar:
+    with progress_bar(len(checks), progress, "checks") as bar:
         for emb in checks:
             print(f"  {emb!r}: measured {stable_rank(emb(x)):.2f}, theory {emb.stable_rank_bound(n):.2f}")
             bar.update()

@@ -1,7 +1,7 @@
 """``kronpe demo``: one PSNR/time table over bundled photographs and a video.
 
 The table prints several bundled photographs (512 x 512 from 256 x 256) and a 128^3 video (from
-its 64^3 subsample) under the evaluation protocol of :mod:`kronpe.app.protocol`. Its rows are
+its 64^3 subsample) under the evaluation protocol of :mod:`kronpe.bench.protocol`. Its rows are
 the functions listed in ``DEMO_ROWS``; a row takes a ``Case`` and returns a ``RowResult`` (or
 None when it does not apply to the case); ``--adam`` adds the papers' gradient-descent rows
 (:func:`adam_rows`, through :mod:`kronpe.torch.train`).
@@ -16,10 +16,10 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 
 from .. import data
+from ..bench.protocol import Case, cubic_spline, fmt as _fmt, paper_embedder, paper_rcond, paper_settings
 from ..data import psnr
 from ..embedders import Gaussian, Triangle
 from .output import Output
-from .protocol import Case, fmt as _fmt, paper_embedder, paper_rcond, paper_settings
 
 @dataclass
 class RowResult:
@@ -88,25 +88,9 @@ def gcv_row(case: Case) -> Optional[RowResult]:
 
 def spline_row(case: Case) -> Optional[RowResult]:
     """Row: cubic-spline interpolation (scipy.ndimage, order 3, mirror boundary)."""
-    from scipy import ndimage
-
     if case.scattered:
         return None
-    t0 = time.perf_counter()
-    train = case.train.reshape(case.train.shape[: case.ndim] + (-1,))
-    coeffs = [
-        ndimage.spline_filter(train[..., c], order=3, mode="mirror", output=np.float64)
-        for c in range(train.shape[-1])
-    ]
-    t1 = time.perf_counter()
-    # full-grid sample j along an axis sits at training index j / stride
-    idx = np.meshgrid(*[np.arange(n) / case.stride for n in case.full.shape[: case.ndim]], indexing="ij")
-    pred = np.stack(
-        [ndimage.map_coordinates(c, idx, order=3, mode="mirror", prefilter=False) for c in coeffs],
-        axis=-1,
-    )
-    t2 = time.perf_counter()
-    return RowResult(pred.reshape(case.full.shape).astype(case.full.dtype), t1 - t0, t2 - t0)
+    return RowResult(*cubic_spline(case))
 
 
 def points_row(case: Case) -> Optional[RowResult]:

@@ -32,10 +32,10 @@ import numpy as np
 
 from .. import data
 from .._adapters import validate as _validate
-from ..solvers.grid import _guess_ndim
-from .fit_cmd import _load_for_fit, _out_dir, _save_model, _write_pictures
+from .._shared import guess_ndim
+from ..bench.protocol import random_mask
+from .files import load_for_fit, out_dir, save_model, write_pictures
 from .output import Output
-from .protocol import random_mask
 
 
 def _shape_arg(sizes, name: str = "--shape"):
@@ -63,7 +63,7 @@ def run_fill(args) -> int:
     import kronpe
 
     report = Output(args, "fill")
-    img, kind, stem = _load_for_fit(args)
+    img, kind, stem = load_for_fit(args)
     if kind != "image":
         raise ValueError(f"fill needs an image (PNG/JPEG/TIFF), got a {kind}")
     shape = img.shape[:2]
@@ -89,9 +89,9 @@ def run_fill(args) -> int:
             dropped = data.psnr(img[missing], pred[missing])
             report.say(f"PSNR on the dropped pixels: {dropped:.2f} dB")
             report.put(psnr_dropped_db=dropped)
-        out = _out_dir(args)
-        files = _write_pictures(out, stem, "holes", np.where(keep, img, 0.0), 2, 0.0, 1.0)
-        files += _write_pictures(out, stem, "filled", filled, 2, 0.0, 1.0)
+        out = out_dir(args)
+        files = write_pictures(out, stem, "holes", np.where(keep, img, 0.0), 2, 0.0, 1.0)
+        files += write_pictures(out, stem, "filled", filled, 2, 0.0, 1.0)
         steps.next()
     report.wrote(files)
     return report.done()
@@ -163,13 +163,13 @@ def run_grid(args) -> int:
         _say_model(report, model)
         report.say(f"time: {seconds:.3f} s (fit + predict)")
         report.put(seconds=seconds)
-        out = _out_dir(args)
+        out = out_dir(args)
         stem = Path(args.path).stem or "points"
         files = [out / f"{stem}_grid.npy"]
         np.save(files[0], grid)
         if D == 2:
-            files += _write_pictures(out, stem, "grid", grid, 2, float(vals.min()), float(vals.max()))
-        files += _save_model(args, model)
+            files += write_pictures(out, stem, "grid", grid, 2, float(vals.min()), float(vals.max()))
+        files += save_model(args, model)
         steps.next()
     report.wrote(files)
     return report.done()
@@ -195,11 +195,11 @@ def _run_field_grid(args, report: Output) -> int:
     report.say(f"grid: {list(grid.shape)}, time {seconds:.3f} s (fit + grid)")
     report.put(seconds=seconds, shape=list(grid.shape), coords_lo=[float(c[0]) for c in coords],
                coords_hi=[float(c[-1]) for c in coords])
-    out = _out_dir(args)
+    out = out_dir(args)
     stem = Path(args.path).stem or "points"
     files = [out / f"{stem}_grid.npy"]
     np.save(files[0], grid)
-    files += _save_model(args, model)
+    files += save_model(args, model)
     report.wrote(files)
     return report.done()
 
@@ -210,12 +210,12 @@ def _run_field_grid(args, report: Output) -> int:
 def _write_result(out: Path, stem: str, tag: str, result: np.ndarray, kind: str, D: int) -> list:
     """An image as PNG (clipped to [0, 1]); any other array as .npy (plus a picture in 2-D)."""
     if kind == "image":
-        return _write_pictures(out, stem, tag, result.astype(np.float32), 2, 0.0, 1.0)
+        return write_pictures(out, stem, tag, result.astype(np.float32), 2, 0.0, 1.0)
     path = out / f"{stem}_{tag}.npy"
     np.save(path, result)
     files = [path]
     if D == 2:
-        files += _write_pictures(out, stem, tag, result, 2, float(result.min()), float(result.max()))
+        files += write_pictures(out, stem, tag, result, 2, float(result.min()), float(result.max()))
     return files
 
 
@@ -240,7 +240,7 @@ def _resample_job(args, command: str, shape_of) -> int:
         steps.next()
         report.say(f"time: {seconds:.3f} s")
         report.put(seconds=seconds)
-        files = _write_result(_out_dir(args), stem, command, result, kind, D)
+        files = _write_result(out_dir(args), stem, command, result, kind, D)
         steps.next()
     report.wrote(files)
     return report.done()
@@ -252,7 +252,7 @@ def run_upsample(args) -> int:
         raise ValueError("give exactly one of --scale S or --size W H")
 
     def shape_of(arr, kind):
-        D = _guess_ndim(arr.shape)  # images: 2; arrays: all axes but a last one of 1-4 entries
+        D = guess_ndim(arr.shape)  # images: 2; arrays: all axes but a last one of 1-4 entries
         if args.size is not None:
             if kind != "image":
                 raise ValueError("--size W H applies to images; use --scale, or kronpe resample --shape for arrays")
@@ -295,7 +295,7 @@ def run_predict(args) -> int:
         report.say(f"time: {seconds:.3f} s")
         report.put(seconds=seconds)
         stem = Path(args.model).name.split(".")[0] or "model"
-        files = _write_result(_out_dir(args), stem, "predict", grid, "array", len(shape))
+        files = _write_result(out_dir(args), stem, "predict", grid, "array", len(shape))
         steps.next()
     report.wrote(files)
     return report.done()

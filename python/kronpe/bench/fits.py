@@ -1,9 +1,9 @@
 """Closed-form grid fits: kronpe against the papers' formulation, its own products and splines.
 
-Two signals, the papers' protocol (seed 000 sec. 6): the 512 x 512 RGB astronaut photograph
+Two signals, the papers' protocol (:mod:`.protocol`): the 512 x 512 RGB astronaut photograph
 trained on its 256 x 256 regular subsample (K = 256 Gaussians per axis, sigma = 0.0025), and the
 128^3 RGB video of kronpe.data.load_video trained on its 64^3 subsample (K = 64 per axis,
-sigma = 0.015: the setting behind Table 3, see kronpe.app.protocol.PAPER_SETTINGS).
+sigma = 0.015: the setting behind Table 3, see kronpe.bench.protocol.PAPER_SETTINGS).
 
 Group ``grid fit: <signal>`` (the weights; work = the flops of the fit's two chains):
 
@@ -16,11 +16,11 @@ Group ``grid fit: <signal>`` (the weights; work = the flops of the fit's two cha
   precomputed): what the fit cannot go below.
 
 Each is checked by what its weights predict on the full grid against a float64 NumPy
-pseudo-inverse solution with the same (papers') cutoff, kronpe.app.protocol.paper_rcond.
+pseudo-inverse solution with the same (papers') cutoff, kronpe.bench.protocol.paper_rcond.
 
 Group ``fit + predict: <signal>``: kronpe's own choice (``fit_grid(embedders=None)``, GCV) then
 ``predict_grid`` on the full grid, against SciPy's cubic spline (``ndimage.spline_filter`` +
-``map_coordinates``, kronpe.app.demo.spline_row); held-out PSNR in the row.
+``map_coordinates``, kronpe.bench.protocol.cubic_spline); held-out PSNR in the row.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from typing import List
 
 import numpy as np
 
+from . import protocol
 from .chains import cheapest_chain_flops, relative_error
 from .harness import Case, Method
 
@@ -50,14 +51,12 @@ def signal_setup(name: str) -> dict:
     """Signal, training subsample, coordinates, the papers' embedders and a float64 reference."""
     if name in _CACHE:
         return _CACHE[name]
-    from kronpe.app import protocol as app
-
     kind, D, _, _ = SIGNALS[name]
-    case = app.Case(name, _load(kind), D)
-    settings = app.paper_settings(D, case.K)
-    emb = app.paper_embedder("Gau", int(settings["K"]), settings["Gau"])
+    case = protocol.Case(name, _load(kind), D)
+    settings = protocol.paper_settings(D, case.K)
+    emb = protocol.paper_embedder("Gau", int(settings["K"]), settings["Gau"])
     embs = [emb] * D
-    rcond = app.paper_rcond(case.train.shape[:D], emb.K)
+    rcond = protocol.paper_rcond(case.train.shape[:D], emb.K)
     phis = [e(c) for e, c in zip(embs, case.train_coords)]  # float64 (N_i, K)
     W_ref = case.train.astype(np.float64)
     for p in phis:  # W = S x_k pinv(Phi_k): contract the leading axis, append the new one
@@ -177,7 +176,6 @@ def _check_fit(s, method, W):
 
 def _fit_predict_methods() -> List[Method]:
     import kronpe
-    from kronpe.app.demo import spline_row
 
     def gcv(s):
         c = s["case"]
@@ -185,7 +183,7 @@ def _fit_predict_methods() -> List[Method]:
         return np.asarray(model.predict_grid(c.coords)).reshape(c.full.shape)
 
     return [Method("kronpe fit_grid(embedders=None) + predict_grid", gcv, peer=False),
-            Method("cubic spline (scipy.ndimage)", lambda s: spline_row(s["case"]).pred)]
+            Method("cubic spline (scipy.ndimage)", lambda s: protocol.cubic_spline(s["case"])[0])]
 
 
 def _check_psnr(s, method, pred):

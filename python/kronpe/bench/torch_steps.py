@@ -25,7 +25,7 @@ import torch
 
 import kronpe.torch as kt
 from kronpe import embedders as E
-from kronpe.torch._ops import _cpu
+from kronpe.torch import _cpu
 from kronpe.torch.modules import sort_plan
 
 from .harness import Case, Method

@@ -1,5 +1,8 @@
-"""The solvers of the public API: grid fits in closed form (:mod:`.fit`, with the grid handling
-of :mod:`.grid` and the GCV searches of :mod:`.gcv`), the blending matrix of scattered points
-(:mod:`.blending`) and the exact scattered fit (:mod:`.points`). Their public names are
-exported at the top level (``kronpe.fit_grid``, ``kronpe.GridPlan``, ``kronpe.BlendingMatrix``,
-``kronpe.fit_points``, ...)."""
+"""The solvers of the public API. Grid fits: ``fit_grid`` (:mod:`.fit`) over the closed form of
+:mod:`.grid_plan` (its model in :mod:`.grid_model`, the grid handling in :mod:`.grid`, the GCV
+searches in :mod:`.gcv`). Scattered samples: ``fit_points`` and its table of solvers
+(:mod:`.protocol`), the exact ridge fit (:mod:`.points`), the penalised one (:mod:`.penalised`)
+and the default smooth fill (:mod:`.smooth`, also of grids with holes), cubic B-splines
+(:mod:`.spline`). The operators they build on are in :mod:`kronpe.operators`; the public names
+are exported at the top level (``kronpe.fit_grid``, ``kronpe.GridPlan``, ``kronpe.fit_points``,
+...)."""

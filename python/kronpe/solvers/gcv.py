@@ -13,15 +13,12 @@ over the embedders' widths.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Tuple
+from typing import Tuple
 
 import numpy as np
 
 from .. import _core
 from ..embedders import Embedder
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .fit import GridPlan
 
 # GCV search (see the module docstring)
 _GRID_DECADES = (-14.0, 2.0)
@@ -60,7 +57,7 @@ def _grid_then_golden(f, grid: np.ndarray, xtol: float, grid_values=None) -> Tup
     return best_x, best_f
 
 
-class _GCVCurve:
+class GCVCurve:
     """GCV(ridge) = n rss / (n - tr H)^2 for fixed singular-value products and projections.
 
     m: the products of squared singular values (any shape); w: the squared projections Z0^2
@@ -128,8 +125,9 @@ def _scaled(emb: Embedder, factor: float) -> Embedder:
     return emb.replace(**{pname: float(getattr(emb, pname)) * factor})
 
 
-def _search_widths(plan: GridPlan, S: np.ndarray) -> GridPlan:
-    """Choose the width parameters by GCV (the ridge re-optimised for every trial).
+def search_widths(plan, S: np.ndarray):
+    """The GridPlan ``plan`` with its width parameters chosen by GCV for the signal S (the ridge
+    re-optimised for every trial): the plan of the best trial (``plan`` itself without widths).
 
     First one factor for all axes (2^-2..2^2 of the starting widths, then golden section);
     then, when the axes differ (embedders or coordinates), each axis alone around that result.

@@ -1,44 +1,44 @@
-"""Grid handling of the separable fits: argument checks (signal, coordinates, embedders, ridge),
-reflection padding of the coordinates and the per-axis factorisations (thin SVDs, cached).
+"""Grid handling of the separable fits: argument checks (signal, mask, coordinates, embedders,
+number of grid axes), reflection padding of the coordinates and the per-axis factorisations (thin
+SVDs, cached).
 
-Used by :mod:`kronpe.solvers.fit`; MATH.md 3.2.
+Used by the grid fit's modules (:mod:`.fit`, :mod:`.grid_plan`, :mod:`.grid_model`) and by
+:mod:`kronpe.dask`; MATH.md 3.2.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import _caches
 from .. import _core
 from .._adapters import validate as _validate
+from .._shared import guess_ndim
 from ..data import grid_coords
 from ..embedders import Embedder, ShiftedBasis
 
-Ridge = Union[float, str]
+# kronpe.torch.fit imports the guess from here under this name (its home is kronpe._shared)
+_guess_ndim = guess_ndim
 
 
 # ---- argument checks ------------------------------------------------------------------------
 
 
-def _ridge_arg(ridge) -> Ridge:
-    return _validate.nonnegative_or_choice("ridge", ridge, ("gcv",))
-
-
-def _coords_list(coords) -> list:
+def coords_list(coords) -> list:
     """coords as a list of per-axis arrays (a single 1-D array is one axis)."""
     if isinstance(coords, np.ndarray) and coords.ndim == 1:
         return [coords]
     return _validate.sequence("coords", coords, "D 1-D arrays of coordinates in [0, 1]")
 
 
-def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
+def coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
     """D 1-D float64 arrays in [0, 1]; None gives linspace(0, 1, N + 1)[:-1] per axis."""
     if coords is None:
         return grid_coords(shape)
-    coords = _coords_list(coords)
+    coords = coords_list(coords)
     if len(coords) != len(shape):
         raise ValueError(f"coords must hold {len(shape)} arrays (one per grid axis), got {len(coords)}")
     out = []
@@ -50,7 +50,7 @@ def _coords_arg(coords, shape: Sequence[int]) -> List[np.ndarray]:
     return out
 
 
-def _embedders_arg(embedders, ndim: int) -> List[Embedder]:
+def embedders_arg(embedders, ndim: int) -> List[Embedder]:
     if isinstance(embedders, Embedder):
         return [embedders] * ndim
     embs = _validate.sequence("embedders", embedders, "kronpe embedders")
@@ -62,7 +62,7 @@ def _embedders_arg(embedders, ndim: int) -> List[Embedder]:
     return embs
 
 
-def _signal_arg(signal, shape: Sequence[int], mask: Optional[np.ndarray] = None, with_range: bool = False,
+def signal_arg(signal, shape: Sequence[int], mask: Optional[np.ndarray] = None, with_range: bool = False,
                 planar: bool = False):
     """The signal as float32/float64, finite where ``mask`` is True (everywhere without a mask);
     with a mask its unobserved values become 0 (on a copy, (C, N...) with ``planar``), and
@@ -88,6 +88,14 @@ def _signal_arg(signal, shape: Sequence[int], mask: Optional[np.ndarray] = None,
         return s
     out = masked_signal(s, mask, planar)
     return out if with_range else out[0]
+
+
+def observed_mask(mask, shape) -> np.ndarray:
+    """The validated boolean mask (True = observed), with at least one observed value."""
+    mask = _validate.bool_array("mask", mask, shape)
+    if mask.size and not mask.any():
+        raise ValueError("mask marks no observed value (every entry is False); at least one True is needed")
+    return mask
 
 
 def masked_signal(s: np.ndarray, mask: np.ndarray, planar: bool = False
@@ -135,7 +143,7 @@ def _embed_anywhere(embedder: Embedder, x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Axis:
+class Axis:
     """Thin SVD of one axis's embedding matrix Phi (N x K) = U diag(s) V^T, in float64.
 
     With pad > 0 the rows are those of the reflect-padded coordinates (N + 2 pad of them).
@@ -148,7 +156,7 @@ class _Axis:
     V: np.ndarray  # (K, r)
 
     @staticmethod
-    def factor(embedder: Embedder, coords: np.ndarray, pad: int = 0) -> "_Axis":
+    def factor(embedder: Embedder, coords: np.ndarray, pad: int = 0) -> "Axis":
         key = (embedder, pad, coords.shape[0], coords.tobytes())
         with _FACTORS_LOCK:
             hit = _FACTORS.get(key)
@@ -164,7 +172,7 @@ class _Axis:
         from scipy.linalg import svd  # the LAPACK of the BLAS that kronpe's GEMMs use
 
         U, s, Vt = svd(phi, full_matrices=False, check_finite=False)
-        axis = _Axis(embedder, coords, U, s, np.ascontiguousarray(Vt.T))
+        axis = Axis(embedder, coords, U, s, np.ascontiguousarray(Vt.T))
         with _FACTORS_LOCK:
             while len(_FACTORS) >= _FACTOR_CACHE:
                 _FACTORS.pop(next(iter(_FACTORS)))
@@ -185,14 +193,7 @@ def _forget_factors() -> None:
         _FACTORS.clear()
 
 
-def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    out = np.asarray(vectors[0], dtype=np.float64)
-    for v in vectors[1:]:
-        out = np.multiply.outer(out, v)
-    return out
-
-
-def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
+def grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
     """D from ndim=, else the number of embedders, else of coords, else a guess."""
     if ndim is not None:
         D = _validate.positive_int("ndim", ndim)
@@ -202,9 +203,9 @@ def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
     if embedders is not None and not isinstance(embedders, Embedder):
         D, source = len(_validate.sequence("embedders", embedders, "kronpe embedders")), "embedders"
     elif coords is not None:
-        D, source = len(_coords_list(coords)), "coords"
+        D, source = len(coords_list(coords)), "coords"
     else:
-        return _guess_ndim(signal_shape)
+        return guess_ndim(signal_shape)
     if D == 0:
         raise ValueError(f"{source} must hold one entry per grid axis, got none")
     if D > len(signal_shape):
@@ -212,11 +213,3 @@ def _grid_ndim(signal_shape: Tuple[int, ...], ndim, embedders, coords) -> int:
                          f"{len(signal_shape)} axes (shape {tuple(signal_shape)})")
     return D
 
-
-def _guess_ndim(shape: Tuple[int, ...]) -> int:
-    """All axes are grid axes, except a last axis of 1 to 4 (RGB/RGBA) on a 3-D+ signal."""
-    if len(shape) == 0:
-        raise ValueError("signal must have at least one axis")
-    if len(shape) >= 3 and shape[-1] <= 4:
-        return len(shape) - 1
-    return len(shape)

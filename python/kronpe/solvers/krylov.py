@@ -27,9 +27,14 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._shared import outer
 from ..ops import multi_mode_product
 
 Array = np.ndarray
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative kronpe solver stopped at ``maxiter`` before reaching ``tol``."""
 
 
 def cdot(a: Array, b: Array) -> Array:
@@ -119,13 +124,6 @@ def sweep_ridges(solve: Callable[[float, Optional[Array]], Array], error: Callab
     return (best, tried, errs, x_best, x_from) if with_start else (best, tried, errs, x_best)
 
 
-def _outer(vectors: Sequence[Array]) -> Array:
-    out = np.asarray(vectors[0], dtype=np.float64)
-    for v in vectors[1:]:
-        out = np.multiply.outer(out, v)
-    return out
-
-
 def diag_in(Q: Array, M: Array) -> Array:
     """diag(Q^T M Q)."""
     return np.einsum("ki,kl,li->i", Q, M, Q)
@@ -175,10 +173,10 @@ class SeparablePreconditioner:
             def diag(i: int, q: int) -> Array:
                 return diag_in(self.Q[i], penalty.gram(Ks[i], q))
 
-        d = rho * _outer(data)
+        d = rho * outer(data)
         if lam > 0:
             for coef, mats in terms:
-                d = d + (lam * coef) * _outer([diag(i, mats[i]) if i in mats else ident[i] for i in range(D)])
+                d = d + (lam * coef) * outer([diag(i, mats[i]) if i in mats else ident[i] for i in range(D)])
         dmax = float(d.max()) if d.size else 0.0
         self.inv_d = (1.0 / np.maximum(d, 1e-12 * dmax if dmax > 0 else 1.0))[..., None]
         if self.Q is not None:

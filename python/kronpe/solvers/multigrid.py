@@ -321,7 +321,8 @@ class ThinPlateMG:
         return x, int(its), float(rel)
 
 
-def _dot(a: Array, b: Array) -> float:
+def dot(a: Array, b: Array) -> float:
+    """The sum of a * b in float64 (two arrays of one shape)."""
     # the compiled loop accumulating in float64 (not BLAS: its threads spin against the kernels'
     # on a busy machine, 20x slower here); NumPy's pairwise sum for other layouts
     if a.dtype == b.dtype and a.flags.c_contiguous and b.flags.c_contiguous and a.shape == b.shape:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..ops import multi_mode_product
 from .krylov import SeparablePreconditioner, cdot, pcg, sweep_ridges
-from .penalty import DifferencePenalty
+from ..operators.penalty import DifferencePenalty
 
 Array = np.ndarray
 HOLDOUT_FRACTION = 0.1

@@ -47,19 +47,25 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import _core, cuda as _cuda
+from .. import _core
+from .. import io as _io
 from .._adapters import arrays as _arrays, validate as _validate
+from ..operators.blending import BlendingMatrix, default_grid, embedder_list, grid_nodes, validate_points
 from ..ops import host_chain
-from .blending import BlendingMatrix, _embedders, _grid_nodes, validate_points
-from . import penalised, protocol, smooth
-from .krylov import cdot, pcg, sweep_ridges
-from .penalty import DifferencePenalty, penalty_arg
+from . import penalised, smooth
+from .krylov import ConvergenceWarning, cdot, pcg, sweep_ridges
+from .lattice import density_grid, lattice_grid, lattice_sums
+from .smooth_system import DataTerm
 
-__all__ = ["fit_points", "PointModel", "ConvergenceWarning"]
+__all__ = ["PointModel", "PointProblem"]
+
+# kronpe.torch.modules imports the default grid from here under this name (its home is
+# kronpe.operators.blending)
+_default_grid = default_grid
 
 SVD_CUTOFF = 1e-10  # relative singular-value cutoff of the per-axis bases
 HOLDOUT_FRACTION = 0.1
@@ -70,18 +76,56 @@ AUTO_DEFAULT_EXPONENT = 6
 MIXED_PRECISION_TOL = 1e-4  # tol >= this: float32 products (CG vectors stay float64)
 
 
-class ConvergenceWarning(UserWarning):
-    """An iterative kronpe solver stopped at ``maxiter`` before reaching ``tol``."""
-
-
-def _chain(T: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
+def leading_chain(T: np.ndarray, mats: Sequence[np.ndarray]) -> np.ndarray:
     """T x_0 mats[0] x_1 mats[1] ... over the leading modes (trailing axes carried along)."""
     return host_chain(T, mats, tuple(range(len(mats))))
 
 
-# ---- the model ---------------------------------------------------------------------------------
+# ---- the problem and the model ------------------------------------------------------------------
 
 
+@dataclass
+class PointProblem:
+    """A checked ``fit_points`` call: host points (P, D) and values (P, *channels), the options."""
+
+    points: np.ndarray
+    values: np.ndarray
+    channels: Tuple[int, ...]
+    embedders: Any = None
+    grid: Any = None
+    ridge: Optional[float] = None  # None: held out ("auto")
+    penalty: Any = None
+    tol: float = 1e-6
+    maxiter: Optional[int] = None
+    normalize: bool = True
+    outside: str = "error"
+    threads: Optional[int] = None
+    device: Optional[int] = None  # the CUDA device of the points, where the solver can use it
+    t0: float = 0.0
+    raw_points: Any = None  # the points as given (the spline solver takes any units)
+    raw_values: Any = None
+    _lattice: Any = field(default=None, repr=False)
+    _lattice_known: bool = field(default=False, repr=False)
+
+    @property
+    def ndim(self) -> int:
+        return self.points.shape[1]
+
+    @property
+    def defaults(self) -> bool:
+        """No embedders, grid, penalty or ridge given: kronpe chooses the model."""
+        return self.embedders is None and self.grid is None and self.penalty is None and self.ridge is None
+
+    @property
+    def lattice(self) -> Optional[List[np.ndarray]]:
+        """The lattice the points lie on (the nodes per axis), or None."""
+        if not self._lattice_known:
+            self._lattice = lattice_grid(self.points.astype(np.float64))
+            self._lattice_known = True
+        return self._lattice
+
+
+@_io.model_kind("points")
 @dataclass
 class PointModel:
     """A complex encoding fitted to scattered samples by ``fit_points``.
@@ -132,15 +176,13 @@ class PointModel:
             # weights lie in memory: a saved and loaded model predicts the same bits
             W = np.ascontiguousarray(self.weights.reshape(self.weights.shape[:D] + (-1,)), dtype=np.float64)
             mats = [np.asarray(e(g), dtype=np.float64) for e, g in zip(self.embedders, self.grid_coords)]
-            V = _chain(W, mats)
+            V = leading_chain(W, mats)
             self._grid_values = V.reshape(V.shape[:D] + self.channels).astype(self.weights.dtype)
         return self._grid_values
 
     def save(self, path) -> None:
         """Write the model to ``path`` (``.npz``, no pickle; ``kronpe.load`` reads it back)."""
-        from .saving import save_model
-
-        save_model(self, path)
+        _io.save_model(self, path)
 
     def predict(self, points, outside: str = "error") -> np.ndarray:
         """Values at points (P, D) in [0, 1]: (P, *channels), through the fitted blend.
@@ -205,25 +247,6 @@ def _node_indices(points, nodes: Sequence[np.ndarray]) -> Optional[np.ndarray]:
 # ---- argument handling -----------------------------------------------------------------------------
 
 
-def _values(values, P: int) -> Tuple[np.ndarray, Tuple[int, ...]]:
-    arr = _arrays.to_host(values, "values") if _arrays.is_device(values) else _validate.real_array("values", values)
-    if arr.ndim == 0 or arr.shape[0] != P:
-        raise ValueError(f"values must have one row per point ({P}), got shape {arr.shape}")
-    if math.prod(arr.shape[1:]) == 0:
-        raise ValueError(f"values must have at least one value per point, got shape {arr.shape}")
-    dt = _validate.float_dtype("values", arr)
-    arr = arr.astype(dt, copy=False)
-    _validate.finite("values", arr)
-    return arr, arr.shape[1:]
-
-
-def _ridge_arg(ridge) -> Optional[float]:
-    if ridge is None:
-        return None
-    value = _validate.nonnegative_or_choice("ridge", ridge, ("auto",))
-    return None if value == "auto" else value
-
-
 def auto_embedders(points: np.ndarray) -> List[Any]:
     """Gaussian embedders for points (P, D) by the rule in the module docstring."""
     from ..embedders import Gaussian
@@ -244,11 +267,7 @@ def auto_embedders(points: np.ndarray) -> List[Any]:
     return out
 
 
-def _default_grid(embs: Sequence[Any]) -> List[int]:
-    return [int(getattr(e, "K_base", e.K)) + 1 for e in embs]
-
-
-def _check_fit_budget(grid_sizes: Sequence[int], embs: Sequence[Any], channels: Tuple[int, ...]) -> None:
+def check_fit_budget(grid_sizes: Sequence[int], embs: Sequence[Any], channels: Tuple[int, ...]) -> None:
     """The virtual grid's values and the per-axis embedding matrices of a fit, before any is formed."""
     _validate.check_array_budget("grid", list(grid_sizes) + [max(1, math.prod(channels))], 8,
                                  "the model's values on the virtual grid: use a coarser grid")
@@ -284,20 +303,20 @@ class _Problem:
 
     def forward(self, z: np.ndarray, precise: bool = False) -> np.ndarray:  # z (r..., C) -> (P, C)
         mats = self._mats(precise)
-        V = _chain(z.astype(mats[0].dtype, copy=False), mats)
+        V = leading_chain(z.astype(mats[0].dtype, copy=False), mats)
         return self.B.matvec(V.reshape(self.B.grid_size, -1))
 
     def adjoint(self, r: np.ndarray, precise: bool = False) -> np.ndarray:  # r (P, C) -> (r..., C)
         mats = self._mats(precise)
         r = r.astype(mats[0].dtype, copy=False)
         g = self.B.rmatvec(r).reshape(self.B.grid_shape + (r.shape[1],))
-        return _chain(g, [u.T for u in mats]).astype(np.float64, copy=False)
+        return leading_chain(g, [u.T for u in mats]).astype(np.float64, copy=False)
 
     def normal(self, z: np.ndarray, lam: float, precise: bool = False) -> np.ndarray:
         return self.adjoint(self.forward(z, precise), precise) + lam * z
 
 
-def _problem(B: BlendingMatrix, embs: Sequence[Any], dtype=np.float64) -> _Problem:
+def ridge_problem(B: BlendingMatrix, embs: Sequence[Any], dtype=np.float64) -> _Problem:
     US, Vt, s2 = [], [], None
     for e, g in zip(embs, B.grid_coords):
         Phi = np.asarray(e(g), dtype=np.float64)  # (M_i, K_i)
@@ -328,14 +347,14 @@ def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: i
     order = np.random.default_rng(HOLDOUT_SEED).permutation(P)
     n_hold = max(1, int(round(HOLDOUT_FRACTION * P)))
     hold, train = np.sort(order[:n_hold]), np.sort(order[n_hold:])
-    prob = _problem(B.take(train), embs, np.float32)  # tolerance >= 1e-4 here
+    prob = ridge_problem(B.take(train), embs, np.float32)  # tolerance >= 1e-4 here
     Bho = B.take(hold)
     rhs = prob.adjoint(np.ascontiguousarray(s[train]))
     s_ho = s[hold]
     ctol = max(tol, 1e-4)
 
     def holdout_error(x):
-        pred = Bho.matvec(_chain(x, prob.US).reshape(Bho.grid_size, -1))
+        pred = Bho.matvec(leading_chain(x, prob.US).reshape(Bho.grid_size, -1))
         return float(np.mean((pred - s_ho) ** 2))
 
     solve = lambda lam, x: _pcg(prob, rhs, lam, x, ctol, maxiter)[0]  # noqa: E731
@@ -344,7 +363,7 @@ def _choose_ridge(B: BlendingMatrix, s: np.ndarray, embs, tol: float, maxiter: i
     return best, {"ridge_candidates": lams, "holdout_errors": errs}
 
 
-def _sorted_matrix(points, nodes, embs, normalize, threads) -> Tuple[BlendingMatrix, np.ndarray]:
+def sorted_matrix(points, nodes, embs, normalize, threads) -> Tuple[BlendingMatrix, np.ndarray]:
     """A stored blending matrix of the points sorted by grid cell (cache-friendly products),
     and the permutation used."""
     B0 = BlendingMatrix(points, nodes, embs, normalize=normalize, outside="clamp", threads=threads)
@@ -352,125 +371,39 @@ def _sorted_matrix(points, nodes, embs, normalize, threads) -> Tuple[BlendingMat
     return B0.take(order), order
 
 
-def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, str, None] = "auto",
-               tol: float = 1e-6, maxiter: Optional[int] = None, normalize: bool = True,
-               outside: str = "error", threads: Optional[int] = None,
-               penalty: Optional[DifferencePenalty] = None, solver: Optional[str] = None):
-    """Exact ridge fit of scattered samples with a complex encoding (MATH.md 3.3).
-
-    Parameters
-    ----------
-    points : array (P, D)
-        Sample coordinates in [0, 1]. CuPy arrays and CUDA torch tensors are accepted: they are
-        copied to the host once; the default fit of points on a lattice (pixels of a 1-D or 2-D
-        grid) then solves on their GPU (kronpe.solvers.smooth, "On a GPU"), every other fit on the
-        host. ``PointModel.predict`` of device points runs on their GPU.
-    values : array (P,) or (P, *channels)
-    embedders : embedder, list of D embedders, or None
-        With nothing else given either (grid, ridge, penalty) and D <= 3: the default smooth fit
-        of :mod:`kronpe.solvers.smooth`, values on a grid with a thin-plate penalty, lambda held
-        out, multigrid-preconditioned CG; the grid is the points' lattice when they lie on one
-        (pixels, voxels), else a few nodes per mean sample spacing (multilinear blending). Otherwise
-        None chooses Gaussians from the sampling density (module docstring).
-    grid : shape or list of node arrays, optional
-        The virtual grid (default: K_base + 1 nodes per axis over [0, 1]).
-    ridge : float >= 0 or "auto"
-        lambda of the penalty lambda ||W||^2 on the raw (unscaled) embedders; "auto" (or None)
-        chooses it on held-out points.
-    tol : float
-        Relative residual of the normal equations at which CG stops (every channel).
-    maxiter : int, optional
-        CG iteration limit (default 10 * sum of the axes' ranks, at least 500); a
-        ConvergenceWarning is issued when it is reached first.
-    normalize, outside, threads
-        As in BlendingMatrix.
-    penalty : DifferencePenalty, optional
-        What lambda weighs: None is the identity (lambda ||W||^2, solved in the SVD basis above);
-        a difference penalty is solved in K-space (:mod:`kronpe.solvers.penalised`).
-    solver : str, optional
-        A row of :mod:`kronpe.solvers.protocol`'s table: "lattice", "blended", "penalised",
-        "ridge" or "spline" (a cubic B-spline in the points' own units, as ``kronpe.fit_spline``:
-        it returns a SplineModel and takes no embedders, grid, penalty or ridge). None: the table
-        chooses from the arguments.
-
-    Returns
-    -------
-    PointModel (SplineModel with solver="spline")
-    """
-    t0 = time.perf_counter()
-    kd = _arrays.dask_api(points, values)
-    chosen = protocol.named(solver)
-    if kd is not None:  # points partitioned along their first axis: CG as map-reduce (kronpe.dask)
-        if chosen is not None and chosen.name != "ridge":
-            raise ValueError(f"dask points are fitted by the 'ridge' solver, got solver={solver!r}")
-        return kd.fit_points(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, penalty)
-    if chosen is not None and not chosen.needs_unit_points:  # the solver checks the points itself
-        if _ridge_arg(ridge) is not None:
-            raise ValueError(f"solver={solver!r} holds its lambda out itself: give no ridge")
-        return protocol.solve(protocol.PointProblem(points=None, values=None, channels=(), embedders=embedders,
-                                                    grid=grid, penalty=penalty, t0=t0, raw_points=points,
-                                                    raw_values=values), chosen)
-    return protocol.solve(_checked(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, threads,
-                                   penalty, t0), chosen)
-
-
-def _checked(points, values, embedders, grid, ridge, tol, maxiter, normalize, outside, threads, penalty,
-             t0: float) -> "protocol.PointProblem":
-    """fit_points' arguments, checked, as a PointProblem."""
-    pts_in = _arrays.to_host(points, "points") if _arrays.is_device(points) else _validate.real_array("points", points)
-    # (the default fill solves on the points' GPU: kronpe.solvers.smooth, "On a GPU")
-    device = _arrays.device_index(points) if _arrays.is_device(points) and _cuda.is_available() else None
-    D = pts_in.shape[1] if pts_in.ndim == 2 else None
-    if D == 0:
-        raise ValueError("points must have shape (P, D) with D >= 1, got D = 0")
-    threads = _validate.threads("threads", threads) or None
-    lam_arg = _ridge_arg(ridge)
-    pen = penalty_arg(penalty)
-    tol = _validate.positive_float("tol", tol)
-    if maxiter is not None:
-        maxiter = _validate.positive_int("maxiter", maxiter)
-    pts = validate_points(pts_in, outside)
-    if pts.shape[0] == 0:
-        raise ValueError("points must hold at least one point, got P = 0")
-    vals, channels = _values(values, pts.shape[0])
-    return protocol.PointProblem(points=pts, values=vals, channels=channels, embedders=embedders, grid=grid,
-                                 ridge=lam_arg, penalty=pen, tol=tol, maxiter=maxiter, normalize=normalize,
-                                 outside=outside, threads=threads, device=device, t0=t0)
-
-
-def _prepared(p: "protocol.PointProblem"):
+def _prepared(p: "PointProblem"):
     """The embedders, the virtual grid's nodes, the blending matrix (rows sorted) and the sorted
     samples of an embedder fit (the ridge and penalised solvers)."""
     pts, D = p.points, p.ndim
     if p.embedders is None:
         embs = auto_embedders(np.clip(pts.astype(np.float64), 0.0, 1.0))
     else:
-        embs = _embedders(p.embedders, D)
+        embs = embedder_list(p.embedders, D)
         if any(e is None for e in embs):
             raise ValueError("embedders must be embedders (or None as a whole), got None for an axis")
     if p.grid is None:  # the default grid follows the embedders: check it before making its nodes
-        _check_fit_budget(_default_grid(embs), embs, p.channels)
-    nodes = _grid_nodes(_default_grid(embs) if p.grid is None else p.grid, D)
-    _check_fit_budget([n.size for n in nodes], embs, p.channels)
+        check_fit_budget(default_grid(embs), embs, p.channels)
+    nodes = grid_nodes(default_grid(embs) if p.grid is None else p.grid, D)
+    check_fit_budget([n.size for n in nodes], embs, p.channels)
     pts = validate_points(pts, p.outside, nodes)
     s = p.values.reshape(pts.shape[0], -1).astype(np.float64)
-    B, order = _sorted_matrix(pts, nodes, embs, p.normalize, p.threads)
+    B, order = sorted_matrix(pts, nodes, embs, p.normalize, p.threads)
     return embs, nodes, pts, B, np.ascontiguousarray(s[order])
 
 
-def fit_penalised(p: "protocol.PointProblem") -> PointModel:
+def fit_penalised(p: "PointProblem") -> PointModel:
     """The "penalised" solver: lambda weighs a difference penalty, solved in K-space."""
     embs, nodes, pts, B, s_sorted = _prepared(p)
     system = penalised.PointSystem(B, [np.asarray(e(g), np.float64) for e, g in zip(embs, nodes)])
     z, lam, info = penalised.fit(system, s_sorted, p.penalty, p.ridge, p.tol, p.maxiter)
-    return _finish(z, lam, info, embs, nodes, p.normalize, p.values.dtype, p.channels, p.t0,
+    return finished_model(z, lam, info, embs, nodes, p.normalize, p.values.dtype, p.channels, p.t0,
                    "the separable sum-form preconditioner (kronpe.solvers.krylov)")
 
 
-def fit_ridge(p: "protocol.PointProblem") -> PointModel:
+def fit_ridge(p: "PointProblem") -> PointModel:
     """The "ridge" solver: the exact ridge fit in the per-axis SVD basis (module docstring)."""
     embs, nodes, pts, B, s_sorted = _prepared(p)
-    prob = _problem(B, embs, np.float32 if p.tol >= MIXED_PRECISION_TOL else np.float64)
+    prob = ridge_problem(B, embs, np.float32 if p.tol >= MIXED_PRECISION_TOL else np.float64)
     maxiter = p.maxiter
     if maxiter is None:
         maxiter = max(500, 10 * sum(u.shape[1] for u in prob.US))
@@ -484,12 +417,12 @@ def fit_ridge(p: "protocol.PointProblem") -> PointModel:
             info.update(extra)
     else:
         lam = p.ridge
-    z = _solve(prob, s_sorted, lam, p.tol, maxiter, info)
-    return _finish(_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, p.normalize, p.values.dtype,
+    z = ridge_solve(prob, s_sorted, lam, p.tol, maxiter, info)
+    return finished_model(leading_chain(z, [vt.T for vt in prob.Vt]), lam, info, embs, nodes, p.normalize, p.values.dtype,
                    p.channels, p.t0, info["preconditioner"])
 
 
-def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info: Dict[str, Any]) -> np.ndarray:
+def ridge_solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info: Dict[str, Any]) -> np.ndarray:
     """The CG solve of one fit in the SVD basis (module docstring), its report added to ``info``.
     ``prob.B`` may be any blending operator (kronpe.dask passes one partitioned over workers)."""
     rhs = prob.adjoint(s_sorted, precise=True)
@@ -519,14 +452,14 @@ def _solve(prob: _Problem, s_sorted, lam: float, tol: float, maxiter: int, info:
     return z
 
 
-def fit_smooth(p: "protocol.PointProblem", lattice) -> PointModel:
+def fit_smooth(p: "PointProblem", lattice) -> PointModel:
     """The "lattice" and "blended" solvers (kronpe.solvers.smooth): on the points' lattice when
     they lie on one (every point on a node: a diagonal data term), else (``lattice`` None) on a grid
     of a few nodes per mean sample spacing, blended multilinearly (a sparse data term). The CUDA
     device of the points, if any, solves a lattice fit where it can."""
     pts, vals, channels, normalize, threads, t0, device = (p.points, p.values, p.channels, p.normalize, p.threads,
                                                           p.t0, p.device)
-    nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in smooth.density_grid(pts)]
+    nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in density_grid(pts)]
     # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
     _validate.check_array_budget("points", [n.size for n in nodes] + [12 + 2 * max(1, math.prod(channels))], 4,
                                  "the default fit's grid follows the sample density: give embedders and a grid, "
@@ -534,21 +467,21 @@ def fit_smooth(p: "protocol.PointProblem", lattice) -> PointModel:
     s = vals.reshape(pts.shape[0], -1).astype(np.float32)
     if lattice is not None:
         shape = tuple(n.size for n in lattice)
-        counts, rhs = smooth.lattice_sums(pts, shape, s)
-        W, lam, info = smooth.fit(smooth.DataTerm(shape, counts, total=pts.shape[0]), rhs, None,
+        counts, rhs = lattice_sums(pts, shape, s)
+        W, lam, info = smooth.fit(DataTerm(shape, counts, total=pts.shape[0]), rhs, None,
                                   value_range=smooth.sample_range(s), device=device)
     else:
         B = BlendingMatrix(pts, nodes, None, normalize=normalize, outside="clamp", threads=threads).store()
         shape = B.grid_shape
         rhs = B.rmatvec(s).reshape(shape + (s.shape[1],))
-        W, lam, info = smooth.fit(smooth.DataTerm(shape, blend=B), rhs, None, samples=(B, s),
+        W, lam, info = smooth.fit(DataTerm(shape, blend=B), rhs, None, samples=(B, s),
                                   value_range=smooth.sample_range(s))
     info["grid"] = "the points' lattice" if lattice is not None else "NODES_PER_SPACING nodes per mean sample spacing"
-    return _finish(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
+    return finished_model(W, lam, info, (None,) * len(nodes), nodes, normalize, vals.dtype, channels, t0,
                    info["preconditioner"])
 
 
-def _finish(W: np.ndarray, lam: float, info: Dict[str, Any], embs, nodes, normalize: bool, dtype, channels,
+def finished_model(W: np.ndarray, lam: float, info: Dict[str, Any], embs, nodes, normalize: bool, dtype, channels,
             t0: float, preconditioner: str) -> PointModel:
     """The PointModel of weights W (K..., C), after a ConvergenceWarning when CG stopped early."""
     info["preconditioner"] = preconditioner

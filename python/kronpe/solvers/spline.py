@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
+from .. import io as _io
 from .._adapters import validate as _validate
 
 __all__ = ["SplineModel", "fit", "penalty_stencil", "axis_grams", "subdivide", "restrict"]
@@ -359,6 +360,7 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
 # ---- the model ----------------------------------------------------------------------------------
 
 
+@_io.model_kind("spline")
 @dataclass
 class SplineModel:
     """A cubic B-spline fitted to scattered samples (``kronpe.fit_points`` off a lattice,
@@ -420,9 +422,7 @@ class SplineModel:
 
     def save(self, path) -> None:
         """Write the model to ``path`` (``.npz``, no pickle; ``kronpe.load`` reads it back)."""
-        from .saving import save_model
-
-        save_model(self, path)
+        _io.save_model(self, path)
 
     def predict(self, points) -> np.ndarray:
         """Values at points (P, D) inside the fitted box: (P, *channels)."""

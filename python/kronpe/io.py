@@ -23,11 +23,14 @@ import json
 import numbers
 import os
 import zipfile
-from typing import Any, Dict, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import numpy as np
 
-__all__ = ["save_model", "load", "ModelFileError", "ModelVersionError", "FORMAT_VERSION"]
+from . import _core
+from ._adapters import validate as _validate
+
+__all__ = ["save_model", "load", "ModelFileError", "ModelVersionError", "FORMAT_VERSION", "model_kind"]
 
 FORMAT = "kronpe-model"
 #: Bumped whenever the layout changes; ``load`` refuses any other.
@@ -42,10 +45,28 @@ class ModelVersionError(ModelFileError):
     """A kronpe model file written in another format version."""
 
 
+#: The model classes by the kind their files name ("grid", "points", "spline"), filled by
+#: ``model_kind`` as the model modules are imported (``import kronpe`` imports all of them): this
+#: module reads and writes the models without importing the modules that define them.
+_KINDS: Dict[str, type] = {}
+
+
+def model_kind(kind: str) -> Callable[[type], type]:
+    """Class decorator: the model class whose files carry ``kind`` (``save_model``, ``load``)."""
+
+    def register(cls: type) -> type:
+        _KINDS[kind] = cls
+        return cls
+
+    return register
+
+
+def _kind_of(model) -> Optional[str]:
+    return next((kind for kind, cls in _KINDS.items() if isinstance(model, cls)), None)
+
+
 def _path_arg(path) -> str:
     if not isinstance(path, (str, os.PathLike)):
-        from .._adapters import validate as _validate
-
         raise TypeError(f"path must be a file path, got {_validate.describe(path)}")
     return os.fspath(path)
 
@@ -74,42 +95,38 @@ def _scalars(info: Dict[str, Any]) -> Dict[str, Any]:
 def save_model(model, path) -> None:
     """Write ``model`` (a GridModel or a PointModel) to ``path`` (exactly that name; ``.npz``
     format, no pickle). See the module docstring for the layout."""
-    from .. import __version__
-    from .fit import GridModel
-    from .points import PointModel
-    from .spline import SplineModel
-
-    if not isinstance(model, (GridModel, PointModel, SplineModel)):
+    kind = _kind_of(model)
+    if kind is None:
         raise TypeError(f"model must be a kronpe GridModel, PointModel or SplineModel, got {type(model).__name__}")
     p = _path_arg(path)
-    if isinstance(model, SplineModel):
+    version = _core.build_info()["version"]  # kronpe.__version__
+    if kind == "spline":
         header = {"kind": "spline", "embedders": [None] * model.ndim, "lo": [float(v) for v in model.lo],
                   "scale": [float(v) for v in model.scale], "h": float(model.h),
                   "info": _scalars(getattr(model, "info", {}) or {})}
         with open(p, "wb") as f:
             np.savez(f, format=np.array(FORMAT), format_version=np.array(FORMAT_VERSION),
-                     kronpe_version=np.array(str(__version__)), header=np.array(json.dumps(header)),
+                     kronpe_version=np.array(str(version)), header=np.array(json.dumps(header)),
                      weights=np.asarray(model.coef), ridge=np.asarray(model.ridge, float))
         return
     arrays: Dict[str, np.ndarray] = {"weights": np.asarray(model.weights), "ridge": np.asarray(model.ridge, float)}
     header: Dict[str, Any] = {"embedders": [_embedder_entry(e) for e in model.embedders],
                               "info": _scalars(getattr(model, "info", {}) or {})}
-    if isinstance(model, GridModel):
-        header["kind"] = "grid"
+    header["kind"] = kind
+    if kind == "grid":
         if model.gcv is not None:
             arrays["gcv"] = np.asarray(model.gcv, float)
     else:
-        header["kind"] = "points"
         header["normalize"] = bool(model.normalize)
         for i, g in enumerate(model.grid_coords):
             arrays[f"grid_{i}"] = np.asarray(g, np.float64)
     with open(p, "wb") as f:
         np.savez(f, format=np.array(FORMAT), format_version=np.array(FORMAT_VERSION),
-                 kronpe_version=np.array(str(__version__)), header=np.array(json.dumps(header)), **arrays)
+                 kronpe_version=np.array(str(version)), header=np.array(json.dumps(header)), **arrays)
 
 
 def _rebuild_embedder(entry, where: str):
-    from .. import embedders as E
+    from . import embedders as E
 
     if entry is None:
         return None
@@ -140,9 +157,6 @@ def load(path: Union[str, "os.PathLike[str]"]):
     ModelVersionError
         It was written in another format version.
     """
-    from .fit import GridModel
-    from .points import PointModel
-
     p = _path_arg(path)
     where = repr(p)
     if not os.path.isfile(p):
@@ -192,7 +206,7 @@ def load(path: Union[str, "os.PathLike[str]"]):
         gcv = entries.get("gcv")
         if gcv is not None:
             gcv = float(gcv) if gcv.ndim == 0 else gcv
-        return GridModel(weights, embs, ridge_value, gcv, info=info)
+        return _KINDS["grid"](weights, embs, ridge_value, gcv, info=info)
     if kind == "points":
         try:
             grid = tuple(np.asarray(entries[f"grid_{i}"], np.float64) for i in range(D))
@@ -203,11 +217,9 @@ def load(path: Union[str, "os.PathLike[str]"]):
             if g.ndim != 1 or weights.shape[i] != n:
                 raise ModelFileError(f"{where} is damaged: axis {i} of the weights ({weights.shape[i]}) does not "
                                      f"match its {'grid' if e is None else 'embedder'} ({n})")
-        return PointModel(weights=weights, embedders=tuple(embs), grid_coords=grid, ridge=float(np.asarray(ridge)),
+        return _KINDS["points"](weights=weights, embedders=tuple(embs), grid_coords=grid, ridge=float(np.asarray(ridge)),
                           info=info, normalize=bool(header.get("normalize", True)))
     if kind == "spline":
-        from .spline import SplineModel
-
         try:
             lo = tuple(float(v) for v in header["lo"])
             scale = tuple(float(v) for v in header["scale"])
@@ -221,5 +233,5 @@ def load(path: Union[str, "os.PathLike[str]"]):
         if any(n < 4 for n in weights.shape[:D]):
             raise ModelFileError(f"{where} is damaged: a spline has at least 4 coefficients per axis, got "
                                  f"{weights.shape[:D]}")
-        return SplineModel(coef=weights, lo=lo, scale=scale, h=h, ridge=float(np.asarray(ridge)), info=info)
+        return _KINDS["spline"](coef=weights, lo=lo, scale=scale, h=h, ridge=float(np.asarray(ridge)), info=info)
     raise ModelFileError(f"{where} is damaged: unknown model kind {kind!r}")

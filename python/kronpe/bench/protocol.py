@@ -1,16 +1,18 @@
-"""The papers' evaluation protocol (seed 000 sec. 6), shared by the CLI, the demo, the benchmarks
-and :mod:`kronpe.torch.train`.
+"""The papers' evaluation protocol ("Trading Positional Complexity vs. Deepness in Coordinate
+Networks", Zheng, Ramasinghe, Li, Lucey, ECCV 2022, sec. 6), shared by the benchmarks and the
+command line (``kronpe fit``, ``kronpe demo``, the jobs).
 
 A signal of shape (N_1, ..., N_D[, C]) sampled at coordinates x_i = linspace(0, 1, N_i + 1)[:-1]
 (:func:`kronpe.data.grid_coords`) is trained on its regular subsample (every s-th sample per
 axis, channels untouched) or on a random fraction of its samples, and judged on the samples
 that were left out ("held-out" PSNR; "train" PSNR is measured on the training samples). A
 :class:`Case` holds one such signal; the papers' settings (``PAPER_SETTINGS``) and embedders
-are here too.
+are here too, and the peers' cubic-spline baseline of a grid case (``cubic_spline``).
 """
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -20,7 +22,7 @@ from .._adapters import validate as _validate
 from ..data import grid_coords, psnr
 
 __all__ = [
-    "Case", "PAPER_SETTINGS", "check_stride", "fmt", "grid_coords", "heldout_mask", "mask_psnr",
+    "Case", "PAPER_SETTINGS", "check_stride", "cubic_spline", "fmt", "grid_coords", "heldout_mask", "mask_psnr",
     "paper_embedder", "paper_rcond", "paper_settings", "psnr", "random_mask", "split_psnr", "subsample",
 ]
 
@@ -82,7 +84,7 @@ def split_psnr(
     return train, held
 
 
-# ---- the papers' closed-form settings (seed 000, Tables 1 and 3; official scripts) ---------------
+# ---- the papers' closed-form settings (Tables 1 and 3; official scripts) -------------------------
 
 #: The papers' closed-form settings. 2-D: ``2D_separable_points.py`` of the official code, section
 #: "Closed Form Complex Encoding" (K = 256 per axis for a 256 x 256 training grid). 3-D:
@@ -213,3 +215,26 @@ def fmt(x: float, digits: int) -> str:
     if np.isnan(x):
         return "n/a"
     return "inf" if np.isinf(x) else f"{x:.{digits}f}"
+
+
+def cubic_spline(case: Case) -> Tuple[np.ndarray, float, float]:
+    """The peers' baseline of a grid case: cubic-spline interpolation of its training grid
+    (scipy.ndimage, order 3, mirror boundary) at every sample. Returns (the prediction in the full
+    grid's shape and dtype, seconds to prefilter, seconds in all)."""
+    from scipy import ndimage
+
+    t0 = time.perf_counter()
+    train = case.train.reshape(case.train.shape[: case.ndim] + (-1,))
+    coeffs = [
+        ndimage.spline_filter(train[..., c], order=3, mode="mirror", output=np.float64)
+        for c in range(train.shape[-1])
+    ]
+    t1 = time.perf_counter()
+    # full-grid sample j along an axis sits at training index j / stride
+    idx = np.meshgrid(*[np.arange(n) / case.stride for n in case.full.shape[: case.ndim]], indexing="ij")
+    pred = np.stack(
+        [ndimage.map_coordinates(c, idx, order=3, mode="mirror", prefilter=False) for c in coeffs],
+        axis=-1,
+    )
+    t2 = time.perf_counter()
+    return pred.reshape(case.full.shape).astype(case.full.dtype), t1 - t0, t2 - t0
