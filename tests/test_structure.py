@@ -39,11 +39,7 @@ OPTIONAL = ("torch", "cupy", "dask", "xarray")  # third-party packages a module 
 PRIVATE_HOMES = ("kronpe._shared", "kronpe._core", "kronpe._adapters")
 # kronpe.torch still imports these under their old names (aliases kept beside their new homes
 # until it imports them from kronpe._shared and kronpe.operators.blending)
-TRANSITIONAL = {
-    ("kronpe.torch.fit", "kronpe.solvers.grid", "_guess_ndim"),
-    ("kronpe.torch.modules", "kronpe.solvers.blending", "_grid_nodes"),
-    ("kronpe.torch.modules", "kronpe.solvers.points", "_default_grid"),
-}
+TRANSITIONAL: set = set()
 
 
 # ---- the modules and their imports, from the source -----------------------------------------------

@@ -20,9 +20,6 @@ from .._shared import guess_ndim
 from ..data import grid_coords
 from ..embedders import Embedder, ShiftedBasis
 
-# kronpe.torch.fit imports the guess from here under this name (its home is kronpe._shared)
-_guess_ndim = guess_ndim
-
 
 # ---- argument checks ------------------------------------------------------------------------
 

@@ -63,10 +63,6 @@ from .smooth_system import DataTerm
 
 __all__ = ["PointModel", "PointProblem"]
 
-# kronpe.torch.modules imports the default grid from here under this name (its home is
-# kronpe.operators.blending)
-_default_grid = default_grid
-
 SVD_CUTOFF = 1e-10  # relative singular-value cutoff of the per-axis bases
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0

@@ -37,7 +37,7 @@ from torch import nn
 
 from .._adapters import validate as _validate
 from ..embedders import Embedder
-from ..solvers.grid import _guess_ndim
+from .._shared import guess_ndim
 from . import _checks
 from ._checks import real_tensor
 from ._ops import multi_mode_product
@@ -169,7 +169,7 @@ def _embedder_list(embedders, shape) -> list:
         return embs
     if embedders is None:
         raise TypeError("embedders must be a kronpe Embedder, a callable, or a list of one per grid axis, got None")
-    return [embedders] * _guess_ndim(tuple(shape))
+    return [embedders] * guess_ndim(tuple(shape))
 
 
 def _coords(coords, shape, device) -> List[torch.Tensor]:
@@ -304,7 +304,7 @@ class GridFit(nn.Module):
 
     def _list(self, ndim_from) -> list:
         embs = list(self.embedders)
-        return embs * _guess_ndim(tuple(ndim_from)) if self._single else embs
+        return embs * guess_ndim(tuple(ndim_from)) if self._single else embs
 
     def forward(self, signal: torch.Tensor) -> torch.Tensor:
         real_tensor("signal", signal, floating=True)

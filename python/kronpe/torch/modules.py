@@ -221,16 +221,15 @@ class ComplexEncoding(nn.Module):
         self.embed = nn.ModuleList(EmbedderModule(e) for e in embedders)
         self.weight = nn.Parameter(torch.zeros(K + self.out_shape, dtype=dtype))
         self.normalize = bool(normalize)
-        from ..solvers.blending import _grid_nodes
-        from ..solvers.points import _default_grid
+        from ..operators.blending import default_grid, grid_nodes
 
         #: the virtual grid's node coordinates per axis (default: fit_points' grid, K_base + 1
         #: nodes per axis over [0, 1], i.e. one node per centre spacing)
         if grid is None:
-            grid = _default_grid(embedders)
+            grid = default_grid(embedders)
         elif isinstance(grid, tuple):
             grid = list(grid)
-        self.grid_coords: Tuple[np.ndarray, ...] = tuple(_grid_nodes(grid, self.ndim))
+        self.grid_coords: Tuple[np.ndarray, ...] = tuple(grid_nodes(grid, self.ndim))
         for i, (e, g) in enumerate(zip(embedders, self.grid_coords)):
             # Psi_i(g_i) (M_i, K_i) in W's dtype, pruned once (not at every step)
             _checks.budget("grid", (g.size, int(e.K), 3), torch.float64, torch.device("cpu"),
@@ -283,7 +282,7 @@ class ComplexEncoding(nn.Module):
 
     def plan(self, points: torch.Tensor) -> BlendPlan:
         """The blending matrix of ``points`` (P, D) in [0, 1] (computed by kronpe, in NumPy)."""
-        from ..solvers.blending import BlendingMatrix
+        from ..operators.blending import BlendingMatrix
 
         B = BlendingMatrix(_points_numpy(points, self.ndim), list(self.grid_coords), self.embedders,
                            normalize=self.normalize)
