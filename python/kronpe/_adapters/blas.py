@@ -16,6 +16,7 @@ taking its address, so a changed SciPy fails loudly instead of corrupting memory
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -154,16 +155,50 @@ def _thread_controls():
         except (OSError, ImportError, AttributeError):  # pragma: no cover
             return None
         return _controls_in(lib, [(f"{p}openblas_", s) for p, s in _ILP64_NAMES])
+    return _scipy_controls(_address(cython_blas.__pyx_capi__, "sgemm"))
+
+
+def _scipy_controls(address: int):
+    """(set, get) of the OpenBLAS threads of the library holding ``address`` (one of SciPy's
+    functions: the dynamic loader names its file, dladdr), or None."""
     try:
         libc = ctypes.CDLL(None)
         libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
         info = _DlInfo()
-        if not libc.dladdr(ctypes.c_void_p(_address(cython_blas.__pyx_capi__, "sgemm")), ctypes.byref(info)):
+        if not libc.dladdr(ctypes.c_void_p(address), ctypes.byref(info)):
             return None
         lib = ctypes.CDLL(info.dli_fname.decode())
     except (OSError, AttributeError, TypeError):  # pragma: no cover - no dladdr (not glibc/macOS)
         return None
     return _controls_in(lib, [("scipy_openblas_", ""), ("openblas_", "")])
+
+
+@functools.lru_cache(maxsize=None)
+def _lapack_controls():
+    """(set, get) of the threads of the LAPACK that ``scipy.linalg`` calls, or None."""
+    from scipy.linalg import cython_lapack
+
+    capsule = cython_lapack.__pyx_capi__.get("dpotrf")
+    if capsule is None:  # pragma: no cover
+        return None
+    return _scipy_controls(int(_get_pointer(capsule, _get_name(capsule))))
+
+
+@contextlib.contextmanager
+def one_lapack_thread():
+    """Run ``scipy.linalg`` factorisations inside on one thread. For small ones (a few ms):
+    threads gain little there, and a pool that waits for a descheduled worker loses a great deal
+    on a busy machine (a 289 x 289 Cholesky: 0.7 ms on one thread, up to a second on two)."""
+    controls = _lapack_controls()
+    if controls is None:
+        yield
+        return
+    before = int(controls[1]())
+    controls[0](1)
+    try:
+        yield
+    finally:
+        controls[0](before)
 
 
 def _controls_in(lib, names):

@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import _core
 from .. import io as _io
-from .._adapters import validate as _validate
+from .._adapters import blas as _blas, validate as _validate
 
 __all__ = ["SplineModel", "fit", "penalty_stencil", "axis_grams", "subdivide", "restrict"]
 
@@ -264,7 +264,7 @@ class _Level:
 
     def solve_exact(self, b: np.ndarray) -> np.ndarray:
         """A x = b by a Cholesky factorisation, banded (LAPACK pbtrf) or dense (potrf) whichever
-        costs less, kept for the next call."""
+        costs less, kept for the next call; on one LAPACK thread (every direct level is small)."""
         import scipy.linalg as sl
 
         if self._chol is None:
@@ -285,7 +285,8 @@ class _Level:
                     if 0 <= shift <= bw and shift < N:  # upper form: ab[bw + i - j, j] = A[i, j], j = i + shift
                         ab[bw - shift, shift:] += self.A[o, :N - shift]  # (wrapped offsets add zeros)
                 ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
-                self._chol = ("banded", sl.cholesky_banded(ab, lower=False, check_finite=False))
+                with _blas.one_lapack_thread():
+                    self._chol = ("banded", sl.cholesky_banded(ab, lower=False, check_finite=False))
             else:
                 M = np.zeros((N, N))
                 j = np.arange(N)
@@ -293,11 +294,13 @@ class _Level:
                     ok = (j + shift >= 0) & (j + shift < N)
                     M[j[ok], j[ok] + shift] += self.A[o, ok]
                 M[j, j] += 1e-13 * max(float(M[j, j].max()), 1e-300)
-                self._chol = ("dense", sl.cho_factor(M, lower=False, check_finite=False))
+                with _blas.one_lapack_thread():
+                    self._chol = ("dense", sl.cho_factor(M, lower=False, check_finite=False))
         kind, factor = self._chol
-        if kind == "banded":
-            return sl.cho_solve_banded((factor, False), b, check_finite=False)
-        return sl.cho_solve(factor, b, check_finite=False)
+        with _blas.one_lapack_thread():
+            if kind == "banded":
+                return sl.cho_solve_banded((factor, False), b, check_finite=False)
+            return sl.cho_solve(factor, b, check_finite=False)
 
     def smooth(self, b: np.ndarray, x: np.ndarray) -> np.ndarray:
         """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax]."""
