@@ -7,7 +7,8 @@ memory layout (:data:`LAYOUTS`), and back. Each kernel family has one generator 
 describes its inputs; the tests build them on the ``device`` fixture's device with the ``dtype``
 fixture's dtype, so a GPU run tests exactly the inputs the CPU run tests.
 
-Tolerances: :func:`tolerance` (the ``tol`` fixture of conftest.py).
+Tolerances: :func:`tolerance` (the ``tol`` and ``sum_tol`` fixtures of conftest.py) for kernels
+against their references, :func:`assert_close` for solvers' results (:data:`CLOSE`).
 """
 from __future__ import annotations
 
@@ -238,10 +239,16 @@ def use_device(device: Device) -> Device:
 
 
 CPU = Device("cpu", "numpy")
-#: The public API's devices: NumPy on the host, CuPy and torch on a GPU.
+#: The public API's devices: NumPy on the host, CuPy and torch on a GPU (the ``device`` fixture).
 DEVICES = [CPU, Device("cuda-cupy", "cupy"), Device("cuda-torch", "torch")]
-#: The torch ops' devices.
+#: The GPU ones (the ``cuda_device`` fixture: checks only a GPU can make, such as a device result
+#: against the host's).
+CUDA_DEVICES = [d for d in DEVICES if d.is_cuda]
+#: torch tensors on the CPU and on a GPU (the ``torch_device`` fixture).
 TORCH_DEVICES = [Device("cpu", "torch"), Device("cuda-torch", "torch")]
+#: The torch tests that need a GPU (CUDA graphs, inductor's GPU code, CUDA tensors) take
+#: ``torch_device`` on the GPU alone.
+TORCH_CUDA_ONLY = pytest.mark.parametrize("torch_device", device_params(TORCH_DEVICES[1:]), indirect=True)
 
 # ---- tolerances -------------------------------------------------------------------------------------
 
@@ -273,6 +280,43 @@ def tolerance(device: Device, dtype, kind: str = "values") -> Tol:
     """The Tol of a ``kind`` ("values" or "sums") result of ``dtype`` computed on ``device``."""
     dt = np_dtype(dtype).type
     return Tol(*_TOLERANCES[("cuda" if device.is_cuda else "cpu", kind)][dt])
+
+
+@dataclass(frozen=True)
+class Close:
+    """How a solver's result is held to its reference (:func:`assert_close`): every element within
+    ``rtol * max(max |want|, floor)`` of it, plus ``rtol * |want|`` of its own when ``pointwise``.
+    ``rtols``: the rtol by dtype when a test gives a dtype instead of a number."""
+
+    rtols: dict
+    floor: float = 0.0
+    pointwise: bool = True
+
+
+#: "solves": direct solves (the grid fits' closed form, on the host or a GPU, against a float64
+#: reference or the host's fit); "stencils": the thin-plate operator's kernels, transfers and
+#: smoothers (float32 sums of up to 25 terms; values relative to at least 1); "max": relative to the
+#: largest value alone (a GPU's multigrid against the host's, whose sums run in other orders).
+CLOSE = {
+    "solves": Close({np.float32: 1e-4, np.float64: 1e-10}),
+    "stencils": Close({np.float32: 2e-4, np.float64: 1e-11}, floor=1.0, pointwise=False),
+    "max": Close({}, pointwise=False),
+}
+
+
+def assert_close(got, want, rtol, kind: str = "solves", factor: float = 1.0, *, floor: float | None = None,
+                 pointwise: bool | None = None) -> None:
+    """Assert ``got`` equals ``want`` as the ``kind`` of :data:`CLOSE` holds results: ``rtol`` is a
+    number or a dtype (the kind's rtol for it), scaled by ``factor``; ``floor`` and ``pointwise``
+    override the kind's."""
+    how = CLOSE[kind]
+    if not isinstance(rtol, (int, float)):
+        rtol = how.rtols[np_dtype(rtol).type]
+    rtol = rtol * factor
+    want = np.asarray(want)
+    scale = max(float(np.abs(want).max()) if want.size else 0.0, how.floor if floor is None else floor)
+    pointwise = how.pointwise if pointwise is None else pointwise
+    np.testing.assert_allclose(got, want, rtol=rtol if pointwise else 0.0, atol=rtol * scale)
 
 
 def random_values(rng, shape, dtype, layout: str = "contiguous") -> np.ndarray:
@@ -559,6 +603,208 @@ def blend_cases() -> Iterator[BlendCase]:
     yield BlendCase("no-points", (4, 5), kronpe.Gaussian(8, 0.1), 0, (3,))
     yield BlendCase("no-points-no-channels", (4, 5), kronpe.Gaussian(8, 0.1), 0, ())
     yield BlendCase("no-channel", (4, 4), None, 12, (0,))
+
+
+# ---- thin-plate stencils and the multigrid ---------------------------------------------------------
+
+#: Grids of the stencil kernels: one to three axes, empty ones, extents 1 and 2 (every boundary row).
+STENCIL_SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (2, 9), (3, 8), (4, 5),
+                  (5, 5), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
+#: The penalty forms: (reflect, order, weights of 3 axes or None, top, tail); the Laplacian-power
+#: forms (order 3, weighted, polynomials top L_w^order + tail L_w^(order - 1)) are mirrored only.
+PENALTIES = {"natural": (False, 2, None, 1.0, 0.0), "reflect": (True, 2, None, 1.0, 0.0),
+             "weighted2": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.0), "order3": (True, 3, None, 1.0, 0.0),
+             "order3w": (True, 3, (0.6, 1.0, 1.4), 1.0, 0.0),
+             # the squared Laplacian plus a tenth of the third power (DifferencePenalty(2, ..., higher=0.1)),
+             # and a weighted squared Laplacian with tension
+             "poly3": (True, 3, None, 0.1, 1.0), "poly2w": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.5)}
+#: Rows of every width around the 16 floats of an AVX-512 vector (the planes' Laplacian passes take
+#: their neighbours from the vectors loaded and mask the last partial vector).
+ROW_WIDTHS = [2, 3, 5, 15, 16, 17, 18, 31, 32, 33, 47, 48, 49, 63, 64, 65]
+#: Grids of the compiled hierarchy (levels down to the coarsest grid).
+HIERARCHY_SHAPES = [(1,), (2,), (5,), (70,), (300,), (3, 70), (30, 17), (2, 40), (1, 1, 90), (9, 10, 11), (4, 3, 30)]
+#: Grids large enough that the smoother splits its rows among 3 threads (32k nodes per thread and
+#: blocks at least as long as the boundary gaps, 2 lag (stages - 1) rows: 2-D lag 2 rows, 3-D lag
+#: two planes; (24, 2731) and (36, 2731) are the shortest blocks allowed for 2 and 3 threads).
+THREADED_SHAPES = [(400, 260), (140, 5, 200), (256, 16, 24), (24, 2731), (36, 2731), (32, 64, 64)]
+#: Grids of the device hierarchy against the host's.
+DEVICE_STENCIL_SHAPES = [(37,), (33, 47), (2, 6), (3, 5), (64, 64), (9, 10, 11)]
+
+
+def penalty_form(name: str, ndim: int) -> tuple:
+    """(reflect, order, weights of ndim axes, top, tail) of a PENALTIES entry."""
+    reflect, order, w, top, tail = PENALTIES[name]
+    return reflect, order, None if w is None else list(w[3 - ndim:]), top, tail
+
+
+def penalty_kwargs(pen: tuple) -> dict:
+    """A penalty_form as the kernels' and ThinPlateMG's keyword arguments."""
+    return dict(reflect=pen[0], order=pen[1], weights=pen[2], top=pen[3], tail=pen[4])
+
+
+def stencil_inputs(rng, shape, dtype):
+    """(x, m, b) of a thin-plate system: x and b standard normal, m a data term that is zero at
+    about 60% of the nodes."""
+    x = rng.standard_normal(shape).astype(dtype)
+    m = (rng.random(shape) < 0.4).astype(dtype) * rng.random(shape).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    return x, m, b
+
+
+def device_stencil_problem(shape, seed: int = 0):
+    """(m, b, x) in float32 for the device hierarchy: data at about 30% of the nodes, weights in
+    [0.5, 2), b zero off the data."""
+    rng = np.random.default_rng(seed)
+    m = (rng.random(shape) < 0.3).astype(np.float32) * rng.uniform(0.5, 2.0, shape).astype(np.float32)
+    b = (m * rng.standard_normal(shape)).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    return m, b, x
+
+
+@dataclass(frozen=True)
+class StencilCase:
+    """The thin-plate operator of a penalty (PENALTIES) on a grid with weight ``lam``, x and m in
+    memory layouts (m contiguous when x is broadcast)."""
+
+    id: str
+    shape: tuple[int, ...]
+    penalty: str
+    lam: float
+    layout: str = "contiguous"
+
+    @property
+    def form(self) -> tuple:
+        return penalty_form(self.penalty, len(self.shape))
+
+    @property
+    def kwargs(self) -> dict:
+        return penalty_kwargs(self.form)
+
+    def inputs(self, rng, dtype):
+        """(x, m, b) as host arrays (x constant along axis 0 for the broadcast layout)."""
+        x, m, b = stencil_inputs(rng, self.shape, dtype)
+        if self.layout == "broadcast":
+            x = np.ascontiguousarray(np.broadcast_to(x[:1], self.shape))
+        return x, m, b
+
+    def views(self, x, m):
+        """x and m in the case's layouts (CPU arrays)."""
+        return CPU.view(x, self.layout), CPU.view(m, "contiguous" if self.layout == "broadcast" else self.layout)
+
+
+def stencil_cases() -> Iterator[StencilCase]:
+    """Every penalty form on every STENCIL_SHAPES grid (contiguous), lambda 0.37 (second order) or
+    0.037 (third)."""
+    for penalty, form in PENALTIES.items():
+        for shape in STENCIL_SHAPES:
+            yield StencilCase(f"{penalty}-{'x'.join(map(str, shape))}", shape, penalty, 0.37 if form[1] == 2 else 0.037)
+
+
+def stencil_layout_cases() -> Iterator[StencilCase]:
+    """The operator on planes at row widths around the 16-lane vectors (the factored rows: L v of the
+    next row and L (L v) of this one in one pass) in strided layouts, and on a volume in every
+    layout."""
+    for layout in ("contiguous", "fortran", "stepped", "reversed"):
+        for penalty in ("natural", "reflect"):
+            for width in (15, 16, 17, 31, 32, 33, 48):
+                yield StencilCase(f"rows-{width}-{penalty}-{layout}", (7, width), penalty, 0.37, layout)
+    for layout in LAYOUTS:
+        for penalty in ("natural", "order3w", "poly3"):
+            yield StencilCase(f"volume-{penalty}-{layout}", (6, 7, 5), penalty, 0.5, layout)
+
+
+# ---- grid fits ----------------------------------------------------------------------------------
+
+
+#: The embedder families of the grid fits' problems (by index; width about one centre spacing).
+GRID_FAMILIES = [
+    lambda K, m: kronpe.Gaussian(K, 0.8 / K, margin=m),
+    lambda K, m: kronpe.Triangle(K, 1.5 / K, margin=m),
+    lambda K, m: kronpe.BSpline(K, 3, margin=m),
+]
+
+
+class GridProblem(NamedTuple):
+    """A grid fit's inputs: per-axis coordinates, embedders and the signal, and the per-axis bases
+    (float64) of the dense references."""
+
+    coords: list
+    embedders: list
+    signal: np.ndarray
+    bases: list
+
+
+def grid_problem(rng, shape, Ks, channels=(), *, batch=(), dtype=np.float64, family=None, margin: int = 1,
+                 smooth: bool = False) -> GridProblem:
+    """Coordinates on each axis of ``shape``, an embedder of K_i centres per axis and a signal of
+    ``shape + channels + batch``.
+
+    family: None (the GRID_FAMILIES in turn, axis by axis), an index into GRID_FAMILIES, or a
+    function (K, margin) -> embedder. smooth: coordinates jittered about the grid (i + U[0, 0.5)) / n
+    and a smooth signal plus noise whose channel and batch entries differ in scale (a clear GCV
+    minimum, well conditioned fits); otherwise sorted uniform coordinates and standard normal
+    values."""
+    if family is None or isinstance(family, int):
+        families = [GRID_FAMILIES[(i if family is None else family) % len(GRID_FAMILIES)] for i in range(len(Ks))]
+    else:
+        families = [family] * len(Ks)
+    extra = tuple(channels) + tuple(batch)
+    if smooth:
+        coords = [(np.arange(n) + rng.uniform(0, 0.5, n)) / n for n in shape]
+    else:
+        coords = [np.sort(rng.uniform(0, 1, n)) for n in shape]
+    embs = [f(K, margin) for f, K in zip(families, Ks)]
+    if smooth:
+        wave = np.ones(())
+        for i, c in enumerate(coords):
+            wave = np.multiply.outer(wave, np.sin(3.0 * c + i))
+        scale = 1.0 + np.arange(int(np.prod(extra, dtype=np.int64))).reshape(extra)
+        S = np.multiply.outer(wave, scale) + 0.1 * rng.standard_normal(tuple(shape) + extra)
+    else:
+        S = rng.standard_normal(tuple(shape) + extra)
+    return GridProblem(coords, embs, S.astype(dtype), [np.asarray(e(c), np.float64) for e, c in zip(embs, coords)])
+
+
+@dataclass(frozen=True)
+class GridFitCase:
+    """``fit_grid`` of a signal of ``shape + channels`` (in a memory layout) with K_i embedders."""
+
+    id: str
+    shape: tuple[int, ...]
+    Ks: tuple[int, ...]
+    channels: tuple[int, ...] = ()
+    layout: str = "contiguous"
+
+    def problem(self, rng, dtype=np.float64) -> GridProblem:
+        """The problem; its signal constant along axis 0 for the broadcast layout (the test views
+        it in the case's layout)."""
+        p = grid_problem(rng, self.shape, self.Ks, self.channels, dtype=dtype)
+        if self.layout == "broadcast":
+            p = p._replace(signal=np.ascontiguousarray(np.broadcast_to(p.signal[:1], p.signal.shape)))
+        return p
+
+
+def grid_fit_cases() -> Iterator[GridFitCase]:
+    """One to three axes, more or fewer centres than samples, channels; the signal in every layout."""
+    base = [("1d", (7,), (5,), (2,)), ("2d", (6, 5), (4, 8), (2,)), ("3d", (4, 5, 3), (6, 3, 4), (2,))]
+    for name, shape, Ks, channels in base:
+        yield GridFitCase(name, shape, Ks, channels)
+    for layout in LAYOUTS[1:]:
+        yield GridFitCase(f"2d-{layout}", (6, 5), (4, 8), (2,), layout)
+    yield GridFitCase("3d-no-channels-stepped", (4, 5, 3), (6, 3, 4), (), "stepped")
+
+
+#: (grid shape, K per axis, channels) of the device fits: Gaussians of width 0.6 / K at jittered
+#: grid coordinates (``grid_problem(smooth=True)``) are well conditioned (the singular values of
+#: each axis within a factor 5), so that float32 fits of different summation orders agree to about
+#: 1e-6, the pseudo-inverse included.
+DEVICE_GRID_FITS = [((24, 20), (16, 14), (2,)), ((10, 9, 8), (8, 7, 6), ())]
+
+
+def device_grid_problem(shape, Ks, channels=(), batch=(), dtype=np.float64, seed: int = 0, margin: int = 0):
+    """The device fits' problems (DEVICE_GRID_FITS): smooth, Gaussians of width 0.6 / K."""
+    return grid_problem(np.random.default_rng(seed), shape, Ks, channels, batch=batch, dtype=dtype,
+                        family=lambda K, m: kronpe.Gaussian(K, 0.6 / K, margin=m), margin=margin, smooth=True)
 
 
 # ---- torch ops ------------------------------------------------------------------------------------
