@@ -713,6 +713,42 @@ def stencil_layout_cases() -> Iterator[StencilCase]:
             yield StencilCase(f"volume-{penalty}-{layout}", (6, 7, 5), penalty, 0.5, layout)
 
 
+# ---- cubic B-spline kernels ------------------------------------------------------------------------
+
+#: (intervals per axis, lower corner, node spacing) of the spline kernels' grids: one to three axes,
+#: an axis of one interval.
+SPLINE_GRIDS = [((5,), (0.25,), 0.3), ((3, 4), (0.1, -1.0), 0.3), ((2, 3, 2), (0.0, 2.0, -1.0), 0.5),
+                ((1, 6), (0.0, 0.0), 1.0)]
+
+
+def spline_points(rng, nint, lo, h, P: int) -> np.ndarray:
+    """P uniform points in the box of a spline grid (C-contiguous float64, as the kernels take)."""
+    return np.asarray(lo) + rng.random((P, len(nint))) * np.asarray(nint) * h
+
+
+@dataclass(frozen=True)
+class SplineCase:
+    """A spline grid (SPLINE_GRIDS) with P points in its box and C value channels."""
+
+    id: str
+    nint: tuple[int, ...]
+    lo: tuple[float, ...]
+    h: float
+    P: int
+    C: int
+
+    def points(self, rng) -> np.ndarray:
+        return spline_points(rng, self.nint, self.lo, self.h, self.P)
+
+
+def spline_cases(sizes=((0, 1), (1, 1), (37, 1), (200, 3))) -> Iterator[SplineCase]:
+    """Every SPLINE_GRIDS grid with each (P, C) of ``sizes`` (by default: no point, one, several and
+    many points with channels)."""
+    for nint, lo, h in SPLINE_GRIDS:
+        for P, C in sizes:
+            yield SplineCase(f"{'x'.join(map(str, nint))}-P{P}-C{C}", nint, lo, h, P, C)
+
+
 # ---- grid fits ----------------------------------------------------------------------------------
 
 
