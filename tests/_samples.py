@@ -605,6 +605,49 @@ def blend_cases() -> Iterator[BlendCase]:
     yield BlendCase("no-channel", (4, 4), None, 12, (0,))
 
 
+# ---- BLAS --------------------------------------------------------------------------------------------
+
+#: (m, k, n) of C = op(A) op(B) through the BLAS: a single element, odd sizes, empty products.
+GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (64, 33, 17), (0, 4, 3), (5, 0, 2), (3, 4, 0)]
+#: ... through kronpe's packed AVX-512 GEMM: odd sizes (partial register tiles), a contraction
+#: longer than one k block, empty products; with m >= n and a transposed B the small operand's panels
+#: are packed by 16 x 16 transposes, k in whole blocks of 16 and with a remainder, full and partial
+#: 32-column panels.
+PACKED_GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37), (0, 4, 3), (5, 0, 2),
+                      (3, 4, 0), (1, 300, 1), (2, 9, 50), (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32)]
+#: Layouts the GEMMs take: rows contiguous in memory, packed or padded (rows of a wider array).
+GEMM_LAYOUTS = ("contiguous", "padded")
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    """C (m x n) = op(A) op(B), op a transpose where ``ta`` / ``tb``; A, B and C in a layout."""
+
+    id: str
+    m: int
+    k: int
+    n: int
+    ta: bool
+    tb: bool
+    layout: str = "contiguous"
+
+    def operands(self, rng, dtype):
+        """(A, B) as host arrays."""
+        a = rng.standard_normal((self.k, self.m) if self.ta else (self.m, self.k)).astype(dtype)
+        b = rng.standard_normal((self.n, self.k) if self.tb else (self.k, self.n)).astype(dtype)
+        return a, b
+
+
+def gemm_cases(shapes=GEMM_SHAPES, layouts=GEMM_LAYOUTS) -> Iterator[GemmCase]:
+    """Every shape with each transpose of A and B, operands and result in each layout."""
+    for m, k, n in shapes:
+        for ta in (False, True):
+            for tb in (False, True):
+                for layout in layouts:
+                    ops = ("AT" if ta else "A") + ("BT" if tb else "B")
+                    yield GemmCase(f"{m}x{k}x{n}-{ops}-{layout}", m, k, n, ta, tb, layout)
+
+
 # ---- thin-plate stencils and the multigrid ---------------------------------------------------------
 
 #: Grids of the stencil kernels: one to three axes, empty ones, extents 1 and 2 (every boundary row).
