@@ -886,6 +886,44 @@ def device_grid_problem(shape, Ks, channels=(), batch=(), dtype=np.float64, seed
                         family=lambda K, m: kronpe.Gaussian(K, 0.6 / K, margin=m), margin=margin, smooth=True)
 
 
+# ---- point fits -----------------------------------------------------------------------------------
+
+#: Node counts per axis of the point fits' grids, by number of axes.
+POINT_FIT_GRIDS = {1: (9,), 2: (6, 5), 3: (4, 4, 3)}
+
+
+def point_fit_embedders(D: int, K: int = 4) -> list:
+    """Gaussians of K centres per axis, widths 0.18 + 0.03 i, one centre of margin."""
+    return [kronpe.Gaussian(K, 0.18 + 0.03 * i, margin=1) for i in range(D)]
+
+
+@dataclass(frozen=True)
+class PointFitCase:
+    """``fit_points`` of P random points in [0, 1]^D with values of ``channels`` trailing axes, both
+    in a memory layout, on a POINT_FIT_GRIDS grid with point_fit_embedders."""
+
+    id: str
+    D: int
+    channels: tuple[int, ...] = ()
+    layout: str = "contiguous"
+    P: int = 80
+
+    def problem(self, rng, dtype=np.float64):
+        """(points, values) as host arrays (points float64, values of ``dtype``)."""
+        return rng.random((self.P, self.D)), rng.standard_normal((self.P,) + self.channels).astype(dtype)
+
+
+def point_fit_cases() -> Iterator[PointFitCase]:
+    """One to three axes, with and without channels, and points and values in every layout but
+    broadcast (points all in one place)."""
+    for D in (1, 2, 3):
+        for channels in ((), (2,)):
+            yield PointFitCase(f"{D}d-c{'x'.join(map(str, channels))}", D, channels)
+    for layout in LAYOUTS[1:-1]:
+        yield PointFitCase(f"2d-c2-{layout}", 2, (2,), layout)
+    yield PointFitCase("3d-stepped", 3, (), "stepped")
+
+
 # ---- torch ops ------------------------------------------------------------------------------------
 
 
