@@ -605,6 +605,40 @@ def blend_cases() -> Iterator[BlendCase]:
     yield BlendCase("no-channel", (4, 4), None, 12, (0,))
 
 
+#: Grids of the factored blending matrix, by number of axes (four: the kernels' generic version).
+BLEND_FACTOR_GRIDS = {1: (23,), 2: (9, 7), 3: (6, 5, 7), 4: (4, 5, 3, 4)}
+
+
+@dataclass(frozen=True)
+class BlendFactorCase:
+    """The factored form of a blending matrix: Gaussian weights (the kernels' closed form) on a grid
+    of D axes (BLEND_FACTOR_GRIDS) whose axis 0 has nodes off the even spacing, (non-)normalised."""
+
+    id: str
+    D: int
+    normalize: bool = True
+
+    @property
+    def embedder(self):
+        return kronpe.Gaussian(8, 0.09)
+
+    def matrix(self, rng, P: int, dtype=np.float64):
+        """(matrix, points, nodes, distances): the matrix of P random points of ``dtype`` (weights on
+        the fly), its points, per-axis node coordinates and the distances of the dense references."""
+        grid = list(BLEND_FACTOR_GRIDS[self.D])
+        nodes0 = np.sort(np.r_[0.0, rng.uniform(0.05, 0.95, grid[0] - 2), 1.0])
+        B = kronpe.BlendingMatrix(rng.random((P, self.D)).astype(dtype), [nodes0] + grid[1:], self.embedder,
+                                  normalize=self.normalize, cache_weights=False)
+        return B, B.points, list(B.grid_coords), [self.embedder.distance] * self.D
+
+
+def blend_factor_cases(normalize=(True, False)) -> Iterator[BlendFactorCase]:
+    """Every BLEND_FACTOR_GRIDS dimension, normalised and not."""
+    for D in BLEND_FACTOR_GRIDS:
+        for norm in normalize:
+            yield BlendFactorCase(f"{D}d-{'normalized' if norm else 'raw'}", D, norm)
+
+
 # ---- BLAS --------------------------------------------------------------------------------------------
 
 #: (m, k, n) of C = op(A) op(B) through the BLAS: a single element, odd sizes, empty products.
