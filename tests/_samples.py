@@ -376,6 +376,24 @@ PLANNER_CHAINS = [
 ]
 
 
+#: Chains big enough for several blocks per GEMM step (and a contraction longer than a k block; the
+#: last: steps over 16 MiB, read with prefetches and written with streaming stores by the packed
+#: GEMM): (shape of T, rows of the matrices of modes 0, 1, ...).
+LARGE_CHAINS = [((40, 30, 20), (33, 31, 29)), ((9, 600, 7), (5, 400, 6)), ((70, 70, 70, 2), (64, 64, 64)),
+                ((66, 64, 64, 64), (64, 64, 64, 64))]
+#: Chains of at least 4 MFLOP whose steps are each too small for a team of their own: (shape of T,
+#: rows, modes or None for 0, 1, ...); the test gives the (24, 50, 50) chain Fortran-ordered operands
+#: and takes every second slab of the (64, 32, 32) tensor (a strided T).
+TEAM_CHAINS = [
+    ((32, 32, 32), (32, 32, 32), None),  # the bench's D = 3 32 -> 32: three 2.1 MFLOP steps
+    ((40, 36, 44), (38, 30, 41), None),
+    ((24, 50, 50), (20, 48, 49), (2, 0, 1)),
+    ((16, 20, 24, 20), (13, 17), (0, 1)),  # order C: a step split by columns (13 x 9600), one by batches (13)
+    ((300, 40, 8), (30, 8), (1, 2)),
+    ((64, 32, 32), (32, 32, 32), None),
+]
+
+
 def mode_product_cases() -> Iterator[ChainCase]:
     """Chains over shapes, layouts of T and of the matrices, extent-1 and empty axes."""
     for name, shape, modes, rows in PLANNER_CHAINS:

@@ -1,5 +1,7 @@
 """kronpe.torch modules: embedder modules, ComplexEncoding (grid and points, compile, training),
-SimpleEncoding, LearnableFourierFeatures (seed 002) and SinusoidalEmbedding (seed 004); on a GPU,
+SimpleEncoding, LearnableFourierFeatures (Algorithm 1 of "Learnable Fourier Features for
+Multi-Dimensional Spatial Positional Encoding", Li, Si, Li, Hsieh, Bengio; NeurIPS 2021) and
+SinusoidalEmbedding (the sinusoidal-embedding tutorial's transformer and NeRF styles); on a GPU,
 inductor, CUDA graphs and training (``torch_device`` on "cuda-torch" alone)."""
 import math
 import os
@@ -379,7 +381,7 @@ def test_simple_encoding_four_directions():
         kt.SimpleEncoding(e)
 
 
-# ---- seed 002: learnable Fourier features -------------------------------------------------------------
+# ---- learnable Fourier features ----------------------------------------------------------------------
 
 
 def test_lff_shapes_and_groups():
@@ -422,7 +424,7 @@ def test_lff_initial_statistics(gamma):
     assert abs(float(w.std()) * gamma - 1.0) < 0.03  # Normal(0, gamma^-2): std 1/gamma
     assert abs(float(w.mean()) * gamma) < 0.03
     # r_x . r_y = (1/F) sum_j cos((x - y) w_j): 1/2 at x = y and, for w ~ N(0, gamma^-2 I),
-    # close to exp(-|x - y|^2 / (2 gamma^2)) / 2 (seed 002 eq. 4 writes the kernel without the
+    # close to exp(-|x - y|^2 / (2 gamma^2)) / 2 (the paper's eq. 4 writes the kernel without the
     # factors 2)
     x = torch.zeros(1, 1, 2)
     d = torch.tensor([[[0.3, -0.4]]]) * gamma  # |d| = 0.5 gamma
@@ -443,15 +445,15 @@ def test_lff_bad_arguments():
         kt.LearnableFourierFeatures(2, 8, 4, 4, activation="tanh")
 
 
-# ---- seed 004: sinusoidal embeddings ------------------------------------------------------------------
+# ---- sinusoidal embeddings (the tutorial's formulas) ------------------------------------------------
 
 
 def _tutorial_x():
-    """seed 004's domain: 1000 points of [0, 2 pi], shape (N, 1)."""
+    """The tutorial's domain: 1000 points of [0, 2 pi], shape (N, 1)."""
     return torch.linspace(0, 2 * torch.pi, 1000, dtype=torch.float64).reshape(-1, 1)
 
 
-def test_seed004_transformer_values():
+def test_tutorial_transformer_values():
     x = _tutorial_x()
     L, P = 3, 1000
     out = kt.SinusoidalEmbedding(1, L, "transformer", max_positions=P)(x)
@@ -506,16 +508,16 @@ def test_neuralop_convention(embedding_type, dtype):
     torch.testing.assert_close(emb(x[0]), _neuralop_sinusoidal(x[0], L, embedding_type, P), rtol=0, atol=0)
 
 
-def test_neuralop_and_seed_conventions_differ_for_two_or_more_frequencies():
+def test_neuralop_and_tutorial_conventions_differ_for_two_or_more_frequencies():
     x = torch.linspace(0, 6, 30, dtype=torch.float64).reshape(-1, 1)
-    seed = kt.SinusoidalEmbedding(1, 1, "transformer", 100)
+    tut = kt.SinusoidalEmbedding(1, 1, "transformer", 100)
     nop = kt.SinusoidalEmbedding(1, 1, "transformer", 100, convention="neuralop")
-    torch.testing.assert_close(seed(x), nop(x))  # L = 1: only w_0 = 1
-    seed3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100)
+    torch.testing.assert_close(tut(x), nop(x))  # L = 1: only w_0 = 1
+    tut3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100)
     nop3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100, convention="neuralop")
-    np.testing.assert_allclose(_np(seed3.freqs), [1, 100 ** (-1 / 3), 100 ** (-2 / 3)], rtol=1e-15)
+    np.testing.assert_allclose(_np(tut3.freqs), [1, 100 ** (-1 / 3), 100 ** (-2 / 3)], rtol=1e-15)
     np.testing.assert_allclose(_np(nop3.freqs), [1, 100 ** (-2 / 3), 100 ** (-4 / 3)], rtol=1e-6)
-    assert not torch.allclose(seed3(x), nop3(x))
+    assert not torch.allclose(tut3(x), nop3(x))
     with pytest.raises(ValueError, match="convention must be one of"):
         kt.SinusoidalEmbedding(1, 3, convention="neuraloperator")
 
@@ -529,7 +531,7 @@ def test_neuralop_package_agrees_when_installed():
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
-def test_seed004_nerf_values_and_modulation():
+def test_tutorial_nerf_values_and_modulation():
     x = _tutorial_x()
     L, m = 3, 2.5
     emb = kt.SinusoidalEmbedding(1, L, "nerf")
@@ -549,7 +551,7 @@ def test_seed004_nerf_values_and_modulation():
     np.testing.assert_allclose(_np(ob[1]), m * _np(ob[0]), atol=1e-15)
 
 
-def test_seed004_nyquist():
+def test_tutorial_nyquist():
     # the tutorial: L = 3 with N = 1000 is fine; NeRF needs 2^(L-1) m < N / 2
     assert kt.SinusoidalEmbedding(1, 3, "nerf").satisfies_nyquist(1000)
     assert kt.SinusoidalEmbedding(1, 9, "nerf").satisfies_nyquist(1000)  # 256 < 500
@@ -558,7 +560,7 @@ def test_seed004_nyquist():
     assert kt.SinusoidalEmbedding(1, 3, "transformer", 1000).satisfies_nyquist(1000, modulation=2.5)
 
 
-def test_seed004_multichannel_layout():
+def test_tutorial_multichannel_layout():
     x = torch.rand(4, 7, 3, dtype=torch.float64)
     emb = kt.SinusoidalEmbedding(3, 2, "nerf", include_input=True)
     out = emb(x)
