@@ -1,8 +1,11 @@
 """Inputs shared by the CPU and the CUDA tests.
 
 A :class:`Device` turns host (NumPy) values into arrays of one library on one device, in a named
-memory layout (:data:`LAYOUTS`), and back. Each kernel family has one generator of cases:
-:func:`mode_product_cases`, :func:`embed_cases`, :func:`blend_cases` and, for the torch ops,
+memory layout (:data:`LAYOUTS`), and back. Each kernel family draws its cases from here:
+:func:`mode_product_cases` (and the chain lists), :func:`embed_cases`, :func:`blend_cases` and
+:func:`blend_factor_cases`, :func:`gemm_cases`, :func:`stencil_cases` and
+:func:`stencil_layout_cases` (the thin-plate kernels and the multigrid), :func:`spline_cases`,
+:func:`grid_fit_cases` and :func:`grid_problem`, :func:`point_fit_cases` and, for the torch ops,
 :func:`torch_op_samples`. A case is a frozen dataclass with an ``id`` (the pytest id) that only
 describes its inputs; the tests build them on the ``device`` fixture's device with the ``dtype``
 fixture's dtype, so a GPU run tests exactly the inputs the CPU run tests.
@@ -806,6 +809,27 @@ def stencil_layout_cases() -> Iterator[StencilCase]:
     for layout in LAYOUTS:
         for penalty in ("natural", "order3w", "poly3"):
             yield StencilCase(f"volume-{penalty}-{layout}", (6, 7, 5), penalty, 0.5, layout)
+
+
+# ---- difference penalties and the penalised fits ---------------------------------------------------
+
+#: The difference penalties' (order, mixed, boundary) forms.
+PENALTY_ORDERS = [(1, False, "natural"), (2, False, "natural"), (2, True, "natural"), (3, False, "natural"),
+                  (3, True, "natural"), (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect"),
+                  (3, False, "reflect"), (3, True, "reflect")]
+#: (grid shape, K per axis) of the penalised grid fits, by number of axes.
+PENALTY_GRIDS = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
+#: Per-axis weights of the penalty, by number of axes.
+PENALTY_WEIGHTS = {1: (2.5,), 2: (0.6, 1.7), 3: (0.5, 1.0, 2.0)}
+#: Layouts of the penalties' inputs (weights of a grid).
+PENALTY_LAYOUTS = ("contiguous", "fortran", "stepped", "reversed")
+
+
+def penalty_problem(rng, D: int, dtype=np.float64, channels=(2,)) -> GridProblem:
+    """A penalised grid fit on PENALTY_GRIDS[D] with Gaussians of width 1 / K (grid_problem)."""
+    shape, Ks = PENALTY_GRIDS[D]
+    return grid_problem(rng, shape, Ks, channels, dtype=dtype,
+                        family=lambda K, m: kronpe.Gaussian(K, 1.0 / K, margin=m))
 
 
 # ---- cubic B-spline kernels ------------------------------------------------------------------------

@@ -5,20 +5,8 @@ import pytest
 
 import kronpe
 from kronpe import DifferencePenalty, Gaussian, GridPlan, Triangle, fit_grid, fit_points, reference
-from _samples import assert_close, grid_problem
-
-SHAPES = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
-ORDERS = [(1, False, "natural"), (2, False, "natural"), (2, True, "natural"), (3, False, "natural"),
-          (3, True, "natural"), (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect"),
-          (3, False, "reflect"), (3, True, "reflect")]
-#: per-axis weights of the penalty, by number of axes
-WEIGHTS = {1: (2.5,), 2: (0.6, 1.7), 3: (0.5, 1.0, 2.0)}
-
-
-def penalty_problem(rng, D, dtype=np.float64, channels=(2,)):
-    """A grid fit of SHAPES[D] with Gaussians of width 1 / K (tests/_samples.py: grid_problem)."""
-    shape, Ks = SHAPES[D]
-    return grid_problem(rng, shape, Ks, channels, dtype=dtype, family=lambda K, m: Gaussian(K, 1.0 / K, margin=m))
+from _samples import (CPU, PENALTY_GRIDS, PENALTY_LAYOUTS, PENALTY_ORDERS, PENALTY_WEIGHTS, assert_close,
+                      penalty_problem)
 
 
 # ---- the penalty -------------------------------------------------------------------------------
@@ -38,17 +26,19 @@ def test_matrix_is_the_difference_matrix(order):
     assert np.abs(P.matrix(7) @ x**order).min() > 0
 
 
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 @pytest.mark.parametrize("Ks", [(6,), (5, 4), (4, 1, 3), (7, 6, 5)])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks, weighted):
-    weights = WEIGHTS[len(Ks)] if weighted else None
+@pytest.mark.parametrize("layout", PENALTY_LAYOUTS)
+def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks, weighted, layout):
+    weights = PENALTY_WEIGHTS[len(Ks)] if weighted else None
     P = DifferencePenalty(order, mixed, boundary, weights=weights)
     W = rng.standard_normal(tuple(Ks) + (2,))
     R = reference.penalty_matrix(Ks, order, mixed, boundary, weights)
-    np.testing.assert_allclose(P.apply(W, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
-    np.testing.assert_allclose(P.energy(W, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
-                                                               W.reshape(-1, 2)), rtol=1e-12)
+    Wv = CPU.view(W, layout)  # the same values in a memory layout
+    np.testing.assert_allclose(P.apply(Wv, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
+    np.testing.assert_allclose(P.energy(Wv, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
+                                                                W.reshape(-1, 2)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("args,exc,name", [
@@ -67,7 +57,7 @@ def test_mirrored_mixed_penalty_is_a_power_of_the_weighted_laplacian(order, Ks):
     DCT-II basis the diagonal (sum_i w_i (2 - 2 cos(pi k_i / K_i)))^q."""
     from scipy.fft import dctn, idctn
 
-    w = WEIGHTS[len(Ks)]
+    w = PENALTY_WEIGHTS[len(Ks)]
     P = DifferencePenalty(order, mixed=True, boundary="reflect", weights=w)
     mu = sum(np.meshgrid(*[wi * (2 - 2 * np.cos(np.pi * np.arange(K) / K)) for wi, K in zip(w, Ks)],
                          indexing="ij"))
@@ -122,8 +112,7 @@ def test_exported():
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 def test_grid_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
     coords, embs, S, phis = penalty_problem(rng, D, dtype)
     m = fit_grid(S, embs, coords, ridge=0.1, penalty=DifferencePenalty(order, mixed, boundary))
@@ -134,7 +123,7 @@ def test_grid_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 def test_masked_grid_fit_matches_dense(rng, D, order, mixed, boundary):
     coords, embs, S, phis = penalty_problem(rng, D)
     mask = rng.random(S.shape[:D]) < 0.6
@@ -150,18 +139,19 @@ def test_masked_grid_fit_matches_dense(rng, D, order, mixed, boundary):
 def test_weighted_fits_match_dense(rng, D, order, mixed, boundary):
     """Grid, masked-grid and scattered fits with per-axis weights against dense solves."""
     coords, embs, S, phis = penalty_problem(rng, D)
-    P = DifferencePenalty(order, mixed, boundary, weights=WEIGHTS[D])
+    P = DifferencePenalty(order, mixed, boundary, weights=PENALTY_WEIGHTS[D])
     m = fit_grid(S, embs, coords, ridge=0.1, penalty=P)
     assert_close(m.weights, reference.grid_penalised_fit(S, phis, 0.1, order, mixed, boundary=boundary,
-                                                   weights=WEIGHTS[D]), 1e-6)
+                                                   weights=PENALTY_WEIGHTS[D]), 1e-6)
     mask = rng.random(S.shape[:D]) < 0.6
     m = fit_grid(S, embs, coords, ridge=0.05, penalty=P, mask=mask)
-    assert_close(m.weights, reference.grid_penalised_fit(S, phis, 0.05, order, mixed, mask, boundary, WEIGHTS[D]), 1e-6)
+    assert_close(m.weights, reference.grid_penalised_fit(S, phis, 0.05, order, mixed, mask, boundary,
+                                                         PENALTY_WEIGHTS[D]), 1e-6)
     pts = rng.random((50 * D, D))
     vals = rng.standard_normal((50 * D, 2))
     m = fit_points(pts, vals, embs, grid=[e.K + 1 for e in embs], ridge=0.05, penalty=P, tol=1e-12)
     assert_close(m.weights, reference.points_penalised_fit(pts, vals, embs, list(m.grid_coords), 0.05, order, mixed,
-                                                     boundary=boundary, weights=WEIGHTS[D]), 1e-6)
+                                                     boundary=boundary, weights=PENALTY_WEIGHTS[D]), 1e-6)
 
 
 def test_masked_ridge_matches_closed_form(rng):
@@ -245,10 +235,9 @@ def test_bad_penalty_type(rng):
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 def test_points_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
-    _, Ks = SHAPES[D]
+    _, Ks = PENALTY_GRIDS[D]
     embs = [Gaussian(K, 1.0 / K, margin=1) for K in Ks]
     pts = rng.random((50 * D, D))
     vals = rng.standard_normal((50 * D, 2)).astype(dtype)
