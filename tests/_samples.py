@@ -1,13 +1,17 @@
 """Inputs shared by the CPU and the CUDA tests.
 
 A :class:`Device` turns host (NumPy) values into arrays of one library on one device, in a named
-memory layout (:data:`LAYOUTS`), and back. Each kernel family has one generator of cases:
-:func:`mode_product_cases`, :func:`embed_cases`, :func:`blend_cases` and, for the torch ops,
+memory layout (:data:`LAYOUTS`), and back. Each kernel family draws its cases from here:
+:func:`mode_product_cases` (and the chain lists), :func:`embed_cases`, :func:`blend_cases` and
+:func:`blend_factor_cases`, :func:`gemm_cases`, :func:`stencil_cases` and
+:func:`stencil_layout_cases` (the thin-plate kernels and the multigrid), :func:`spline_cases`,
+:func:`grid_fit_cases` and :func:`grid_problem`, :func:`point_fit_cases` and, for the torch ops,
 :func:`torch_op_samples`. A case is a frozen dataclass with an ``id`` (the pytest id) that only
 describes its inputs; the tests build them on the ``device`` fixture's device with the ``dtype``
 fixture's dtype, so a GPU run tests exactly the inputs the CPU run tests.
 
-Tolerances: :func:`tolerance` (the ``tol`` fixture of conftest.py).
+Tolerances: :func:`tolerance` (the ``tol`` and ``sum_tol`` fixtures of conftest.py) for kernels
+against their references, :func:`assert_close` for solvers' results (:data:`CLOSE`).
 """
 from __future__ import annotations
 
@@ -238,10 +242,16 @@ def use_device(device: Device) -> Device:
 
 
 CPU = Device("cpu", "numpy")
-#: The public API's devices: NumPy on the host, CuPy and torch on a GPU.
+#: The public API's devices: NumPy on the host, CuPy and torch on a GPU (the ``device`` fixture).
 DEVICES = [CPU, Device("cuda-cupy", "cupy"), Device("cuda-torch", "torch")]
-#: The torch ops' devices.
+#: The GPU ones (the ``cuda_device`` fixture: checks only a GPU can make, such as a device result
+#: against the host's).
+CUDA_DEVICES = [d for d in DEVICES if d.is_cuda]
+#: torch tensors on the CPU and on a GPU (the ``torch_device`` fixture).
 TORCH_DEVICES = [Device("cpu", "torch"), Device("cuda-torch", "torch")]
+#: The torch tests that need a GPU (CUDA graphs, inductor's GPU code, CUDA tensors) take
+#: ``torch_device`` on the GPU alone.
+TORCH_CUDA_ONLY = pytest.mark.parametrize("torch_device", device_params(TORCH_DEVICES[1:]), indirect=True)
 
 # ---- tolerances -------------------------------------------------------------------------------------
 
@@ -273,6 +283,43 @@ def tolerance(device: Device, dtype, kind: str = "values") -> Tol:
     """The Tol of a ``kind`` ("values" or "sums") result of ``dtype`` computed on ``device``."""
     dt = np_dtype(dtype).type
     return Tol(*_TOLERANCES[("cuda" if device.is_cuda else "cpu", kind)][dt])
+
+
+@dataclass(frozen=True)
+class Close:
+    """How a solver's result is held to its reference (:func:`assert_close`): every element within
+    ``rtol * max(max |want|, floor)`` of it, plus ``rtol * |want|`` of its own when ``pointwise``.
+    ``rtols``: the rtol by dtype when a test gives a dtype instead of a number."""
+
+    rtols: dict
+    floor: float = 0.0
+    pointwise: bool = True
+
+
+#: "solves": direct solves (the grid fits' closed form, on the host or a GPU, against a float64
+#: reference or the host's fit); "stencils": the thin-plate operator's kernels, transfers and
+#: smoothers (float32 sums of up to 25 terms; values relative to at least 1); "max": relative to the
+#: largest value alone (a GPU's multigrid against the host's, whose sums run in other orders).
+CLOSE = {
+    "solves": Close({np.float32: 1e-4, np.float64: 1e-10}),
+    "stencils": Close({np.float32: 2e-4, np.float64: 1e-11}, floor=1.0, pointwise=False),
+    "max": Close({}, pointwise=False),
+}
+
+
+def assert_close(got, want, rtol, kind: str = "solves", factor: float = 1.0, *, floor: float | None = None,
+                 pointwise: bool | None = None) -> None:
+    """Assert ``got`` equals ``want`` as the ``kind`` of :data:`CLOSE` holds results: ``rtol`` is a
+    number or a dtype (the kind's rtol for it), scaled by ``factor``; ``floor`` and ``pointwise``
+    override the kind's."""
+    how = CLOSE[kind]
+    if not isinstance(rtol, (int, float)):
+        rtol = how.rtols[np_dtype(rtol).type]
+    rtol = rtol * factor
+    want = np.asarray(want)
+    scale = max(float(np.abs(want).max()) if want.size else 0.0, how.floor if floor is None else floor)
+    pointwise = how.pointwise if pointwise is None else pointwise
+    np.testing.assert_allclose(got, want, rtol=rtol if pointwise else 0.0, atol=rtol * scale)
 
 
 def random_values(rng, shape, dtype, layout: str = "contiguous") -> np.ndarray:
@@ -329,6 +376,24 @@ PLANNER_CHAINS = [
     ("shrinking", (30, 30, 30, 2), (0, 1, 2), (4, 5, 6)),  # intermediates larger than the result
     ("vector", (300,), (0,), (7,)),
     ("greedy-planner", (2, 2, 2, 2, 2, 2, 2, 2, 2, 3), tuple(range(9)), (3,) * 9),
+]
+
+
+#: Chains big enough for several blocks per GEMM step (and a contraction longer than a k block; the
+#: last: steps over 16 MiB, read with prefetches and written with streaming stores by the packed
+#: GEMM): (shape of T, rows of the matrices of modes 0, 1, ...).
+LARGE_CHAINS = [((40, 30, 20), (33, 31, 29)), ((9, 600, 7), (5, 400, 6)), ((70, 70, 70, 2), (64, 64, 64)),
+                ((66, 64, 64, 64), (64, 64, 64, 64))]
+#: Chains of at least 4 MFLOP whose steps are each too small for a team of their own: (shape of T,
+#: rows, modes or None for 0, 1, ...); the test gives the (24, 50, 50) chain Fortran-ordered operands
+#: and takes every second slab of the (64, 32, 32) tensor (a strided T).
+TEAM_CHAINS = [
+    ((32, 32, 32), (32, 32, 32), None),  # the bench's D = 3 32 -> 32: three 2.1 MFLOP steps
+    ((40, 36, 44), (38, 30, 41), None),
+    ((24, 50, 50), (20, 48, 49), (2, 0, 1)),
+    ((16, 20, 24, 20), (13, 17), (0, 1)),  # order C: a step split by columns (13 x 9600), one by batches (13)
+    ((300, 40, 8), (30, 8), (1, 2)),
+    ((64, 32, 32), (32, 32, 32), None),
 ]
 
 
@@ -559,6 +624,380 @@ def blend_cases() -> Iterator[BlendCase]:
     yield BlendCase("no-points", (4, 5), kronpe.Gaussian(8, 0.1), 0, (3,))
     yield BlendCase("no-points-no-channels", (4, 5), kronpe.Gaussian(8, 0.1), 0, ())
     yield BlendCase("no-channel", (4, 4), None, 12, (0,))
+
+
+#: Grids of the factored blending matrix, by number of axes (four: the kernels' generic version).
+BLEND_FACTOR_GRIDS = {1: (23,), 2: (9, 7), 3: (6, 5, 7), 4: (4, 5, 3, 4)}
+
+
+@dataclass(frozen=True)
+class BlendFactorCase:
+    """The factored form of a blending matrix: Gaussian weights (the kernels' closed form) on a grid
+    of D axes (BLEND_FACTOR_GRIDS) whose axis 0 has nodes off the even spacing, (non-)normalised."""
+
+    id: str
+    D: int
+    normalize: bool = True
+
+    @property
+    def embedder(self):
+        return kronpe.Gaussian(8, 0.09)
+
+    def matrix(self, rng, P: int, dtype=np.float64):
+        """(matrix, points, nodes, distances): the matrix of P random points of ``dtype`` (weights on
+        the fly), its points, per-axis node coordinates and the distances of the dense references."""
+        grid = list(BLEND_FACTOR_GRIDS[self.D])
+        nodes0 = np.sort(np.r_[0.0, rng.uniform(0.05, 0.95, grid[0] - 2), 1.0])
+        B = kronpe.BlendingMatrix(rng.random((P, self.D)).astype(dtype), [nodes0] + grid[1:], self.embedder,
+                                  normalize=self.normalize, cache_weights=False)
+        return B, B.points, list(B.grid_coords), [self.embedder.distance] * self.D
+
+
+def blend_factor_cases(normalize=(True, False)) -> Iterator[BlendFactorCase]:
+    """Every BLEND_FACTOR_GRIDS dimension, normalised and not."""
+    for D in BLEND_FACTOR_GRIDS:
+        for norm in normalize:
+            yield BlendFactorCase(f"{D}d-{'normalized' if norm else 'raw'}", D, norm)
+
+
+# ---- BLAS --------------------------------------------------------------------------------------------
+
+#: (m, k, n) of C = op(A) op(B) through the BLAS: a single element, odd sizes, empty products.
+GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (64, 33, 17), (0, 4, 3), (5, 0, 2), (3, 4, 0)]
+#: ... through kronpe's packed AVX-512 GEMM: odd sizes (partial register tiles), a contraction
+#: longer than one k block, empty products; with m >= n and a transposed B the small operand's panels
+#: are packed by 16 x 16 transposes, k in whole blocks of 16 and with a remainder, full and partial
+#: 32-column panels.
+PACKED_GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37), (0, 4, 3), (5, 0, 2),
+                      (3, 4, 0), (1, 300, 1), (2, 9, 50), (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32)]
+#: Layouts the GEMMs take: rows contiguous in memory, packed or padded (rows of a wider array).
+GEMM_LAYOUTS = ("contiguous", "padded")
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    """C (m x n) = op(A) op(B), op a transpose where ``ta`` / ``tb``; A, B and C in a layout."""
+
+    id: str
+    m: int
+    k: int
+    n: int
+    ta: bool
+    tb: bool
+    layout: str = "contiguous"
+
+    def operands(self, rng, dtype):
+        """(A, B) as host arrays."""
+        a = rng.standard_normal((self.k, self.m) if self.ta else (self.m, self.k)).astype(dtype)
+        b = rng.standard_normal((self.n, self.k) if self.tb else (self.k, self.n)).astype(dtype)
+        return a, b
+
+
+def gemm_cases(shapes=GEMM_SHAPES, layouts=GEMM_LAYOUTS) -> Iterator[GemmCase]:
+    """Every shape with each transpose of A and B, operands and result in each layout."""
+    for m, k, n in shapes:
+        for ta in (False, True):
+            for tb in (False, True):
+                for layout in layouts:
+                    ops = ("AT" if ta else "A") + ("BT" if tb else "B")
+                    yield GemmCase(f"{m}x{k}x{n}-{ops}-{layout}", m, k, n, ta, tb, layout)
+
+
+# ---- thin-plate stencils and the multigrid ---------------------------------------------------------
+
+#: Grids of the stencil kernels: one to three axes, empty ones, extents 1 and 2 (every boundary row).
+STENCIL_SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (2, 9), (3, 8), (4, 5),
+                  (5, 5), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
+#: The penalty forms: (reflect, order, weights of 3 axes or None, top, tail); the Laplacian-power
+#: forms (order 3, weighted, polynomials top L_w^order + tail L_w^(order - 1)) are mirrored only.
+PENALTIES = {"natural": (False, 2, None, 1.0, 0.0), "reflect": (True, 2, None, 1.0, 0.0),
+             "weighted2": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.0), "order3": (True, 3, None, 1.0, 0.0),
+             "order3w": (True, 3, (0.6, 1.0, 1.4), 1.0, 0.0),
+             # the squared Laplacian plus a tenth of the third power (DifferencePenalty(2, ..., higher=0.1)),
+             # and a weighted squared Laplacian with tension
+             "poly3": (True, 3, None, 0.1, 1.0), "poly2w": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.5)}
+#: Rows of every width around the 16 floats of an AVX-512 vector (the planes' Laplacian passes take
+#: their neighbours from the vectors loaded and mask the last partial vector).
+ROW_WIDTHS = [2, 3, 5, 15, 16, 17, 18, 31, 32, 33, 47, 48, 49, 63, 64, 65]
+#: Grids of the compiled hierarchy (levels down to the coarsest grid).
+HIERARCHY_SHAPES = [(1,), (2,), (5,), (70,), (300,), (3, 70), (30, 17), (2, 40), (1, 1, 90), (9, 10, 11), (4, 3, 30)]
+#: Grids large enough that the smoother splits its rows among 3 threads (32k nodes per thread and
+#: blocks at least as long as the boundary gaps, 2 lag (stages - 1) rows: 2-D lag 2 rows, 3-D lag
+#: two planes; (24, 2731) and (36, 2731) are the shortest blocks allowed for 2 and 3 threads).
+THREADED_SHAPES = [(400, 260), (140, 5, 200), (256, 16, 24), (24, 2731), (36, 2731), (32, 64, 64)]
+#: Grids of the device hierarchy against the host's.
+DEVICE_STENCIL_SHAPES = [(37,), (33, 47), (2, 6), (3, 5), (64, 64), (9, 10, 11)]
+
+
+def penalty_form(name: str, ndim: int) -> tuple:
+    """(reflect, order, weights of ndim axes, top, tail) of a PENALTIES entry."""
+    reflect, order, w, top, tail = PENALTIES[name]
+    return reflect, order, None if w is None else list(w[3 - ndim:]), top, tail
+
+
+def penalty_kwargs(pen: tuple) -> dict:
+    """A penalty_form as the kernels' and ThinPlateMG's keyword arguments."""
+    return dict(reflect=pen[0], order=pen[1], weights=pen[2], top=pen[3], tail=pen[4])
+
+
+def stencil_inputs(rng, shape, dtype):
+    """(x, m, b) of a thin-plate system: x and b standard normal, m a data term that is zero at
+    about 60% of the nodes."""
+    x = rng.standard_normal(shape).astype(dtype)
+    m = (rng.random(shape) < 0.4).astype(dtype) * rng.random(shape).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    return x, m, b
+
+
+def device_stencil_problem(shape, seed: int = 0):
+    """(m, b, x) in float32 for the device hierarchy: data at about 30% of the nodes, weights in
+    [0.5, 2), b zero off the data."""
+    rng = np.random.default_rng(seed)
+    m = (rng.random(shape) < 0.3).astype(np.float32) * rng.uniform(0.5, 2.0, shape).astype(np.float32)
+    b = (m * rng.standard_normal(shape)).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    return m, b, x
+
+
+@dataclass(frozen=True)
+class StencilCase:
+    """The thin-plate operator of a penalty (PENALTIES) on a grid with weight ``lam``, x and m in
+    memory layouts (m contiguous when x is broadcast)."""
+
+    id: str
+    shape: tuple[int, ...]
+    penalty: str
+    lam: float
+    layout: str = "contiguous"
+
+    @property
+    def form(self) -> tuple:
+        return penalty_form(self.penalty, len(self.shape))
+
+    @property
+    def kwargs(self) -> dict:
+        return penalty_kwargs(self.form)
+
+    def inputs(self, rng, dtype):
+        """(x, m, b) as host arrays (x constant along axis 0 for the broadcast layout)."""
+        x, m, b = stencil_inputs(rng, self.shape, dtype)
+        if self.layout == "broadcast":
+            x = np.ascontiguousarray(np.broadcast_to(x[:1], self.shape))
+        return x, m, b
+
+    def views(self, x, m):
+        """x and m in the case's layouts (CPU arrays)."""
+        return CPU.view(x, self.layout), CPU.view(m, "contiguous" if self.layout == "broadcast" else self.layout)
+
+
+def stencil_cases() -> Iterator[StencilCase]:
+    """Every penalty form on every STENCIL_SHAPES grid (contiguous), lambda 0.37 (second order) or
+    0.037 (third)."""
+    for penalty, form in PENALTIES.items():
+        for shape in STENCIL_SHAPES:
+            yield StencilCase(f"{penalty}-{'x'.join(map(str, shape))}", shape, penalty, 0.37 if form[1] == 2 else 0.037)
+
+
+def stencil_layout_cases() -> Iterator[StencilCase]:
+    """The operator on planes at row widths around the 16-lane vectors (the factored rows: L v of the
+    next row and L (L v) of this one in one pass) in strided layouts, and on a volume in every
+    layout."""
+    for layout in ("contiguous", "fortran", "stepped", "reversed"):
+        for penalty in ("natural", "reflect"):
+            for width in (15, 16, 17, 31, 32, 33, 48):
+                yield StencilCase(f"rows-{width}-{penalty}-{layout}", (7, width), penalty, 0.37, layout)
+    for layout in LAYOUTS:
+        for penalty in ("natural", "order3w", "poly3"):
+            yield StencilCase(f"volume-{penalty}-{layout}", (6, 7, 5), penalty, 0.5, layout)
+
+
+# ---- difference penalties and the penalised fits ---------------------------------------------------
+
+#: The difference penalties' (order, mixed, boundary) forms.
+PENALTY_ORDERS = [(1, False, "natural"), (2, False, "natural"), (2, True, "natural"), (3, False, "natural"),
+                  (3, True, "natural"), (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect"),
+                  (3, False, "reflect"), (3, True, "reflect")]
+#: (grid shape, K per axis) of the penalised grid fits, by number of axes.
+PENALTY_GRIDS = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
+#: Per-axis weights of the penalty, by number of axes.
+PENALTY_WEIGHTS = {1: (2.5,), 2: (0.6, 1.7), 3: (0.5, 1.0, 2.0)}
+#: Layouts of the penalties' inputs (weights of a grid).
+PENALTY_LAYOUTS = ("contiguous", "fortran", "stepped", "reversed")
+
+
+def penalty_problem(rng, D: int, dtype=np.float64, channels=(2,)) -> GridProblem:
+    """A penalised grid fit on PENALTY_GRIDS[D] with Gaussians of width 1 / K (grid_problem)."""
+    shape, Ks = PENALTY_GRIDS[D]
+    return grid_problem(rng, shape, Ks, channels, dtype=dtype,
+                        family=lambda K, m: kronpe.Gaussian(K, 1.0 / K, margin=m))
+
+
+# ---- cubic B-spline kernels ------------------------------------------------------------------------
+
+#: (intervals per axis, lower corner, node spacing) of the spline kernels' grids: one to three axes,
+#: an axis of one interval.
+SPLINE_GRIDS = [((5,), (0.25,), 0.3), ((3, 4), (0.1, -1.0), 0.3), ((2, 3, 2), (0.0, 2.0, -1.0), 0.5),
+                ((1, 6), (0.0, 0.0), 1.0)]
+
+
+def spline_points(rng, nint, lo, h, P: int) -> np.ndarray:
+    """P uniform points in the box of a spline grid (C-contiguous float64, as the kernels take)."""
+    return np.asarray(lo) + rng.random((P, len(nint))) * np.asarray(nint) * h
+
+
+@dataclass(frozen=True)
+class SplineCase:
+    """A spline grid (SPLINE_GRIDS) with P points in its box and C value channels."""
+
+    id: str
+    nint: tuple[int, ...]
+    lo: tuple[float, ...]
+    h: float
+    P: int
+    C: int
+
+    def points(self, rng) -> np.ndarray:
+        return spline_points(rng, self.nint, self.lo, self.h, self.P)
+
+
+def spline_cases(sizes=((0, 1), (1, 1), (37, 1), (200, 3))) -> Iterator[SplineCase]:
+    """Every SPLINE_GRIDS grid with each (P, C) of ``sizes`` (by default: no point, one, several and
+    many points with channels)."""
+    for nint, lo, h in SPLINE_GRIDS:
+        for P, C in sizes:
+            yield SplineCase(f"{'x'.join(map(str, nint))}-P{P}-C{C}", nint, lo, h, P, C)
+
+
+# ---- grid fits ----------------------------------------------------------------------------------
+
+
+#: The embedder families of the grid fits' problems (by index; width about one centre spacing).
+GRID_FAMILIES = [
+    lambda K, m: kronpe.Gaussian(K, 0.8 / K, margin=m),
+    lambda K, m: kronpe.Triangle(K, 1.5 / K, margin=m),
+    lambda K, m: kronpe.BSpline(K, 3, margin=m),
+]
+
+
+class GridProblem(NamedTuple):
+    """A grid fit's inputs: per-axis coordinates, embedders and the signal, and the per-axis bases
+    (float64) of the dense references."""
+
+    coords: list
+    embedders: list
+    signal: np.ndarray
+    bases: list
+
+
+def grid_problem(rng, shape, Ks, channels=(), *, batch=(), dtype=np.float64, family=None, margin: int = 1,
+                 smooth: bool = False) -> GridProblem:
+    """Coordinates on each axis of ``shape``, an embedder of K_i centres per axis and a signal of
+    ``shape + channels + batch``.
+
+    family: None (the GRID_FAMILIES in turn, axis by axis), an index into GRID_FAMILIES, or a
+    function (K, margin) -> embedder. smooth: coordinates jittered about the grid (i + U[0, 0.5)) / n
+    and a smooth signal plus noise whose channel and batch entries differ in scale (a clear GCV
+    minimum, well conditioned fits); otherwise sorted uniform coordinates and standard normal
+    values."""
+    if family is None or isinstance(family, int):
+        families = [GRID_FAMILIES[(i if family is None else family) % len(GRID_FAMILIES)] for i in range(len(Ks))]
+    else:
+        families = [family] * len(Ks)
+    extra = tuple(channels) + tuple(batch)
+    if smooth:
+        coords = [(np.arange(n) + rng.uniform(0, 0.5, n)) / n for n in shape]
+    else:
+        coords = [np.sort(rng.uniform(0, 1, n)) for n in shape]
+    embs = [f(K, margin) for f, K in zip(families, Ks)]
+    if smooth:
+        wave = np.ones(())
+        for i, c in enumerate(coords):
+            wave = np.multiply.outer(wave, np.sin(3.0 * c + i))
+        scale = 1.0 + np.arange(int(np.prod(extra, dtype=np.int64))).reshape(extra)
+        S = np.multiply.outer(wave, scale) + 0.1 * rng.standard_normal(tuple(shape) + extra)
+    else:
+        S = rng.standard_normal(tuple(shape) + extra)
+    return GridProblem(coords, embs, S.astype(dtype), [np.asarray(e(c), np.float64) for e, c in zip(embs, coords)])
+
+
+@dataclass(frozen=True)
+class GridFitCase:
+    """``fit_grid`` of a signal of ``shape + channels`` (in a memory layout) with K_i embedders."""
+
+    id: str
+    shape: tuple[int, ...]
+    Ks: tuple[int, ...]
+    channels: tuple[int, ...] = ()
+    layout: str = "contiguous"
+
+    def problem(self, rng, dtype=np.float64) -> GridProblem:
+        """The problem; its signal constant along axis 0 for the broadcast layout (the test views
+        it in the case's layout)."""
+        p = grid_problem(rng, self.shape, self.Ks, self.channels, dtype=dtype)
+        if self.layout == "broadcast":
+            p = p._replace(signal=np.ascontiguousarray(np.broadcast_to(p.signal[:1], p.signal.shape)))
+        return p
+
+
+def grid_fit_cases() -> Iterator[GridFitCase]:
+    """One to three axes, more or fewer centres than samples, channels; the signal in every layout."""
+    base = [("1d", (7,), (5,), (2,)), ("2d", (6, 5), (4, 8), (2,)), ("3d", (4, 5, 3), (6, 3, 4), (2,))]
+    for name, shape, Ks, channels in base:
+        yield GridFitCase(name, shape, Ks, channels)
+    for layout in LAYOUTS[1:]:
+        yield GridFitCase(f"2d-{layout}", (6, 5), (4, 8), (2,), layout)
+    yield GridFitCase("3d-no-channels-stepped", (4, 5, 3), (6, 3, 4), (), "stepped")
+
+
+#: (grid shape, K per axis, channels) of the device fits: Gaussians of width 0.6 / K at jittered
+#: grid coordinates (``grid_problem(smooth=True)``) are well conditioned (the singular values of
+#: each axis within a factor 5), so that float32 fits of different summation orders agree to about
+#: 1e-6, the pseudo-inverse included.
+DEVICE_GRID_FITS = [((24, 20), (16, 14), (2,)), ((10, 9, 8), (8, 7, 6), ())]
+
+
+def device_grid_problem(shape, Ks, channels=(), batch=(), dtype=np.float64, seed: int = 0, margin: int = 0):
+    """The device fits' problems (DEVICE_GRID_FITS): smooth, Gaussians of width 0.6 / K."""
+    return grid_problem(np.random.default_rng(seed), shape, Ks, channels, batch=batch, dtype=dtype,
+                        family=lambda K, m: kronpe.Gaussian(K, 0.6 / K, margin=m), margin=margin, smooth=True)
+
+
+# ---- point fits -----------------------------------------------------------------------------------
+
+#: Node counts per axis of the point fits' grids, by number of axes.
+POINT_FIT_GRIDS = {1: (9,), 2: (6, 5), 3: (4, 4, 3)}
+
+
+def point_fit_embedders(D: int, K: int = 4) -> list:
+    """Gaussians of K centres per axis, widths 0.18 + 0.03 i, one centre of margin."""
+    return [kronpe.Gaussian(K, 0.18 + 0.03 * i, margin=1) for i in range(D)]
+
+
+@dataclass(frozen=True)
+class PointFitCase:
+    """``fit_points`` of P random points in [0, 1]^D with values of ``channels`` trailing axes, both
+    in a memory layout, on a POINT_FIT_GRIDS grid with point_fit_embedders."""
+
+    id: str
+    D: int
+    channels: tuple[int, ...] = ()
+    layout: str = "contiguous"
+    P: int = 80
+
+    def problem(self, rng, dtype=np.float64):
+        """(points, values) as host arrays (points float64, values of ``dtype``)."""
+        return rng.random((self.P, self.D)), rng.standard_normal((self.P,) + self.channels).astype(dtype)
+
+
+def point_fit_cases() -> Iterator[PointFitCase]:
+    """One to three axes, with and without channels, and points and values in every layout but
+    broadcast (points all in one place)."""
+    for D in (1, 2, 3):
+        for channels in ((), (2,)):
+            yield PointFitCase(f"{D}d-c{'x'.join(map(str, channels))}", D, channels)
+    for layout in LAYOUTS[1:-1]:
+        yield PointFitCase(f"2d-c2-{layout}", 2, (2,), layout)
+    yield PointFitCase("3d-stepped", 3, (), "stepped")
 
 
 # ---- torch ops ------------------------------------------------------------------------------------

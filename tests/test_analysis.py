@@ -1,4 +1,5 @@
-"""kronpe.analysis: stable rank, embedded distance, the theory of MATH.md section 2, plot helpers."""
+"""kronpe.analysis: stable rank, embedded distance, the theory of the embedders' widths and stable
+ranks, plot helpers."""
 import math
 
 import matplotlib
@@ -77,7 +78,7 @@ def test_stable_rank_exact_on_degenerate_spectra():
     ],
 )
 def test_stable_rank_bad_input(A, match):
-    # strings are a wrong type (TypeError), the rest wrong values (issue 10)
+    # strings are a wrong type (TypeError), the rest wrong values
     with pytest.raises(TypeError if "real" in match else ValueError, match=match):
         stable_rank(A)
 
@@ -112,7 +113,7 @@ def test_distance_curves_normalised():
     assert raw["g"][0] == pytest.approx(math.sqrt(math.pi) * 0.02)
 
 
-# ---- theory of MATH.md section 2 --------------------------------------------------------------------
+# ---- theory: widths for a spacing, stable-rank bounds ------------------------------------------------
 
 
 def test_sigma_for_spacing_rule():

@@ -41,10 +41,7 @@ from hypothesis import strategies as st
 import kronpe
 from kronpe import data as kdata
 
-try:  # the CLI entry point (kronpe.cli.main; kronpe.app.cli.main after the package layout)
-    from kronpe.cli import main as cli_main
-except ImportError:  # pragma: no cover
-    from kronpe.app.cli import main as cli_main
+from kronpe.app.cli import main as cli_main
 
 try:
     import torch

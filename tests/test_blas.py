@@ -1,4 +1,5 @@
-"""The CPU BLAS wired into the core: the gemm kernel against NumPy."""
+"""The CPU BLAS wired into the core: the gemm kernels against NumPy, over the cases of
+tests/_samples.py (gemm_cases)."""
 import json
 import os
 import sys
@@ -9,6 +10,10 @@ import pytest
 import kronpe
 from kronpe import _core, reference
 from kronpe._adapters.arrays import Array, describe
+from _samples import CPU, LAYOUTS, PACKED_GEMM_SHAPES, gemm_cases, ids, out_view
+
+CASES = list(gemm_cases())
+PACKED_CASES = list(gemm_cases(PACKED_GEMM_SHAPES))
 
 
 def _gemm(a, b, ta, tb, alpha=1.0, beta=0.0, c=None):
@@ -28,48 +33,54 @@ def test_blas_is_loaded():
     assert isinstance(info["cuda"], bool)
 
 
-@pytest.mark.parametrize("ta", [False, True])
-@pytest.mark.parametrize("tb", [False, True])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 3), (64, 33, 17), (0, 4, 3), (5, 0, 2), (3, 4, 0)])
-def test_gemm_matches_numpy(rng, dtype, ta, tb, shape):
-    m, k, n = shape
-    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
-    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
-    c = _gemm(a, b, ta, tb)
-    ref = reference.gemm(a, b, ta, tb)
+def _case_product(kernel, case, rng, dtype, *args):
+    """The case's product by ``kernel`` (gemm or packed_gemm) with operands and C in its layout, C
+    filled with -7 first (every element must be written, nothing around it), and its reference."""
+    a, b = case.operands(rng, dtype)
+    c, outside = out_view(CPU, (case.m, case.n), dtype, case.layout)
+    kernel(describe(CPU.view(a, case.layout)), describe(CPU.view(b, case.layout)), describe(c), case.ta, case.tb,
+           *args)
+    assert (outside() == -7).all()
+    return c, reference.gemm(a, b, case.ta, case.tb)
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_gemm_matches_numpy(rng, dtype, case):
+    c, ref = _case_product(_core.gemm, case, rng, dtype, 1.0, 0.0)
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(c, ref, rtol=tol, atol=tol * max(1, k))
+    np.testing.assert_allclose(c, ref, rtol=tol, atol=tol * max(1, case.k))
+
+
+@pytest.mark.parametrize("layout", [lay for lay in LAYOUTS if lay not in ("contiguous", "padded", "broadcast")])
+def test_gemm_refuses_rows_that_are_not_contiguous(rng, layout):
+    """The GEMMs take operands whose rows are contiguous in memory (any leading dimension): other
+    layouts are a named error, not a wrong product."""
+    a, b = rng.standard_normal((5, 7)), rng.standard_normal((7, 3))
+    for kernel, args in ((_core.gemm, (1.0, 0.0)), (_core.packed_gemm, (1,))):
+        with pytest.raises(ValueError, match="a must have contiguous rows"):
+            kernel(describe(CPU.view(a, layout)), describe(b), describe(np.zeros((5, 3))), False, False, *args)
 
 
 needs_packed = pytest.mark.skipif(not _core.packed_gemm_supported(), reason="no AVX-512 on this CPU")
 
 
-def _packed(a, b, ta, tb, threads=1, pad=0):
-    """op(a) op(b) by kronpe's packed GEMM into a C whose rows are `pad` elements longer."""
+def _packed(a, b, ta, tb, threads=1):
+    """op(a) op(b) by kronpe's packed GEMM."""
     m = a.shape[1] if ta else a.shape[0]
     n = b.shape[0] if tb else b.shape[1]
-    c = np.full((m, n + pad), np.nan, a.dtype)[:, :n]  # NaNs: every element must be written
+    c = np.full((m, n), np.nan, a.dtype)  # NaNs: every element must be written
     _core.packed_gemm(describe(a), describe(b), describe(c), ta, tb, threads)
     return c
 
 
 @needs_packed
-@pytest.mark.parametrize("ta", [False, True])
-@pytest.mark.parametrize("tb", [False, True])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37),
-                                   (0, 4, 3), (5, 0, 2), (3, 4, 0), (1, 300, 1), (2, 9, 50),
-                                   (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32)])
-def test_packed_gemm_matches_numpy(rng, dtype, ta, tb, shape):
-    """The AVX-512 packed GEMM against float64 NumPy: odd sizes (partial register tiles), a
-    contraction longer than one k block, empty products; operands with padded rows. (m >= n with
-    tb: the small operand's panels are packed by 16 x 16 transposes, k in whole blocks of 16 and
-    with a remainder, full and partial 32-column panels.)"""
-    m, k, n = shape
-    a = rng.standard_normal((k, m + 3) if ta else (m, k + 3)).astype(dtype)[:, : m if ta else k]
-    b = rng.standard_normal((n, k + 2) if tb else (k, n + 2)).astype(dtype)[:, : k if tb else n]
-    c = _packed(a, b, ta, tb, pad=2)
+@pytest.mark.parametrize("case", PACKED_CASES, ids=ids(PACKED_CASES))
+def test_packed_gemm_matches_numpy(rng, dtype, case):
+    """The AVX-512 packed GEMM against float64 NumPy (tests/_samples.py: PACKED_GEMM_SHAPES), packed
+    and padded rows."""
+    c, ref = _case_product(_core.packed_gemm, case, rng, dtype, 1)
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(c, reference.gemm(a, b, ta, tb), rtol=tol, atol=tol * max(1, k) ** 0.5 * 4)
+    np.testing.assert_allclose(c, ref, rtol=tol, atol=tol * max(1, case.k) ** 0.5 * 4)
 
 
 @needs_packed

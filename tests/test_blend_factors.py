@@ -1,54 +1,38 @@
 """The factored form of the blending matrix (kronpe/blend.h compute_factors, blend_factored,
 blend_transpose_factored; ``BlendingMatrix(cache_weights=)``): each point's first corner and its
-per-axis weight pairs, against kronpe.reference and, bit for bit, against the on-the-fly kernels."""
+per-axis weight pairs, against kronpe.reference and, bit for bit, against the on-the-fly kernels,
+over the cases of tests/_samples.py (blend_factor_cases) and memory layouts of points, factors and
+values."""
 import numpy as np
 import pytest
 
 from kronpe import BlendingMatrix, _core, embedders, reference
+from _samples import CPU, blend_factor_cases, ids
 
-GRIDS = {1: (23,), 2: (9, 7), 3: (6, 5, 7), 4: (4, 5, 3, 4)}
-
-
-def layout(a, how):
-    """``a`` (2-D) as a C-contiguous, Fortran-ordered or column-strided (stride 2) array."""
-    if how == "fortran":
-        return np.asfortranarray(a)
-    if how == "strided":
-        wide = np.zeros((a.shape[0], 2 * a.shape[1]), a.dtype)
-        wide[:, ::2] = a
-        return wide[:, ::2]
-    return np.ascontiguousarray(a)
+CASES = list(blend_factor_cases())
+NORMALIZED = [c for c in CASES if c.normalize]
+BY_DIM = {c.D: c for c in NORMALIZED}
+#: every layout but broadcast (inputs and outputs alike)
+LAYOUTS = ("contiguous", "fortran", "stepped", "padded", "reversed")
 
 
-def setup(rng, D, P, normalize=True, dtype=np.float64):
-    """Points on a grid with nodes off the even spacing on axis 0, Gaussian weights; the matrix
-    (weights on the fly), its points in the given dtype and the dense references' inputs."""
-    grid = list(GRIDS[D])
-    nodes0 = np.sort(np.r_[0.0, rng.uniform(0.05, 0.95, grid[0] - 2), 1.0])
-    B = BlendingMatrix(rng.random((P, D)).astype(dtype), [nodes0] + grid[1:], embedders.Gaussian(8, 0.09),
-                       normalize=normalize, cache_weights=False)
-    dist = [embedders.Gaussian(8, 0.09).distance] * D
-    return B, B.points, list(B.grid_coords), dist
-
-
-def factors(B, pts, rows=None, base_layout="C", pairs_layout="C"):
+def factors(B, pts, rows=None, base_layout="contiguous", pairs_layout="contiguous"):
     P, D = pts.shape
-    base = layout(np.zeros((P, 1), np.int64), base_layout)
-    pairs = layout(np.zeros((P, 2 * D)), pairs_layout)
+    base = CPU.view(np.zeros((P, 1), np.int64), base_layout)
+    pairs = CPU.view(np.zeros((P, 2 * D)), pairs_layout)
     _core.blend_factors(B._axes, B.normalize, pts, base, pairs, 0, rows)
     return base, pairs
 
 
-@pytest.mark.parametrize("D", [1, 2, 3, 4])
-@pytest.mark.parametrize("normalize", [True, False])
-@pytest.mark.parametrize("points_layout", ["C", "fortran", "strided"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_factors_match_the_reference(rng, D, normalize, points_layout, dtype):
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+@pytest.mark.parametrize("points_layout", LAYOUTS)
+def test_factors_match_the_reference(rng, case, points_layout, dtype):
+    D, normalize = case.D, case.normalize
     for P in (301, 1, 0):
-        B, pts, nodes, dist = setup(rng, D, P, normalize, dtype)
+        B, pts, nodes, dist = case.matrix(rng, P, dtype)
         base_ref, pairs_ref = reference.blend_factors(pts, nodes, dist, normalize)
-        p = layout(pts, points_layout)
-        for out_layout in ("C", "strided"):
+        p = CPU.view(pts, points_layout)
+        for out_layout in ("contiguous", "stepped"):
             base, pairs = factors(B, p, None, out_layout, out_layout)
             np.testing.assert_array_equal(base, base_ref)
             np.testing.assert_allclose(pairs, pairs_ref, rtol=1e-12, atol=1e-13)
@@ -58,7 +42,7 @@ def test_factors_match_the_reference(rng, D, normalize, points_layout, dtype):
         np.testing.assert_array_equal(base_r, base[rows])
         np.testing.assert_array_equal(pairs_r, pairs[rows])
         # the stored corner weights are the pairs' products, axis 0 first: the same bits
-        S = BlendingMatrix(pts, nodes, embedders.Gaussian(8, 0.09), normalize=normalize).store()
+        S = BlendingMatrix(pts, nodes, case.embedder, normalize=normalize).store()
         for c in range(2**D):
             bits = [(c >> (D - 1 - i)) & 1 for i in range(D)]
             w = pairs[:, bits[0]].copy()
@@ -69,30 +53,29 @@ def test_factors_match_the_reference(rng, D, normalize, points_layout, dtype):
                                           S.indices[:, c])
 
 
-@pytest.mark.parametrize("D", [1, 2, 3, 4])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("values_layout", ["C", "fortran", "strided"])
-@pytest.mark.parametrize("pairs_layout", ["C", "strided"])
-def test_factored_products_give_the_bits_of_the_on_the_fly_ones(rng, D, dtype, values_layout, pairs_layout):
+@pytest.mark.parametrize("case", NORMALIZED, ids=ids(NORMALIZED))
+@pytest.mark.parametrize("values_layout", LAYOUTS)
+@pytest.mark.parametrize("pairs_layout", ["contiguous", "stepped"])
+def test_factored_products_give_the_bits_of_the_on_the_fly_ones(rng, case, dtype, values_layout, pairs_layout):
     # gathers and transposes from factors against blend_fly / blend_transpose_fly (the same
     # bits: the corners formed with the same products in the same order) and the dense reference;
     # packed factors and values take the fused kernels (D <= 3), strided ones the block loops
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
     for P in (257, 3, 0):
-        B, pts, nodes, dist = setup(rng, D, P)
+        B, pts, nodes, dist = case.matrix(rng, P)
         dense = reference.blend_matrix(pts, nodes, dist) if P else np.zeros((0, B.grid_size))
         perm, ptr, _, _ = B._order()
         sorted_pts = np.ascontiguousarray(pts[perm])
-        base, pairs = factors(B, pts, perm, "C", pairs_layout)
+        base, pairs = factors(B, pts, perm, "contiguous", pairs_layout)
         for C in (1, 3, 5):
-            v = layout(rng.standard_normal((B.grid_size, C)).astype(dtype), values_layout)
-            r = layout(rng.standard_normal((P, C)).astype(dtype), values_layout)
-            got, want = layout(np.empty((P, C), dtype), values_layout), np.empty((P, C), dtype)
+            v = CPU.view(rng.standard_normal((B.grid_size, C)).astype(dtype), values_layout)
+            r = CPU.view(rng.standard_normal((P, C)).astype(dtype), values_layout)
+            got, want = CPU.view(np.empty((P, C), dtype), values_layout), np.empty((P, C), dtype)
             _core.blend_factored(B._axes, True, base, pairs, v, got, 0, perm)
             _core.blend_fly(B._axes, True, sorted_pts, v, want, 0, perm)
             np.testing.assert_array_equal(got, want)
             np.testing.assert_allclose(got, dense @ v.astype(np.float64), **tol)
-            gt, wt = layout(np.empty((B.grid_size, C), dtype), values_layout), np.empty((B.grid_size, C), dtype)
+            gt, wt = CPU.view(np.empty((B.grid_size, C), dtype), values_layout), np.empty((B.grid_size, C), dtype)
             _core.blend_transpose_factored(B._axes, True, base, pairs, r, gt, 0, perm, ptr, True)
             _core.blend_transpose_fly(B._axes, True, sorted_pts, r, wt, 0, perm, ptr, True)
             np.testing.assert_array_equal(gt, wt)
@@ -108,7 +91,7 @@ def test_factored_products_give_the_bits_of_the_on_the_fly_ones(rng, D, dtype, v
 
 
 def test_factored_transpose_is_the_same_for_any_thread_count(rng):
-    B, pts, _, _ = setup(rng, 3, 5000)
+    B, pts, _, _ = BY_DIM[3].matrix(rng, 5000)
     perm, ptr, _, _ = B._order()
     base, pairs = factors(B, pts, perm)
     r = rng.standard_normal((5000, 3))
@@ -126,15 +109,15 @@ def test_factors_outside_the_grid_are_refused(rng, packed):
     # the fused kernels (FactorRows::outside), the block loops with packed values (outside_row)
     # and with strided values (bases_outside); the transposes with their own plan and, sorted,
     # with the matrix's (each slab's range: [s L, (s + 2) L))
-    B, pts, _, _ = setup(rng, 2, 200)
+    B, pts, _, _ = BY_DIM[2].matrix(rng, 200)
     perm, ptr, _, _ = B._order()
     base, pairs = factors(B, pts)
     sbase, spairs = factors(B, pts, perm)
-    lay = "strided" if packed == "strided values" else "C"
+    lay = "stepped" if packed == "strided values" else "contiguous"
     if packed == "strided pairs":
-        pairs, spairs = layout(pairs, "strided"), layout(spairs, "strided")
-    v, r = layout(rng.standard_normal((B.grid_size, 3)), lay), layout(rng.standard_normal((200, 3)), lay)
-    out, g = layout(np.empty((200, 3)), lay), layout(np.empty((B.grid_size, 3)), lay)
+        pairs, spairs = CPU.view(pairs, "stepped"), CPU.view(spairs, "stepped")
+    v, r = CPU.view(rng.standard_normal((B.grid_size, 3)), lay), CPU.view(rng.standard_normal((200, 3)), lay)
+    out, g = CPU.view(np.empty((200, 3)), lay), CPU.view(np.empty((B.grid_size, 3)), lay)
     last_cell = B.grid_size - 1 - B.span  # the largest base whose corners are all in the grid
     for bad in (-1, last_cell + 1, B.grid_size, -2**63, 2**63 - 1):
         b, sb = base.copy(), sbase.copy()
@@ -168,7 +151,7 @@ def test_factors_outside_the_grid_are_refused(rng, packed):
 def test_bad_plans_are_refused(rng):
     # the CPU transposes' plans (perm, slab offsets) and the gathers' rows: lengths, layouts and
     # offsets that do not cut [0, P) in order give named errors (the kernels would read beyond them)
-    B, pts, _, _ = setup(rng, 2, 200)
+    B, pts, _, _ = BY_DIM[2].matrix(rng, 200)
     S = BlendingMatrix(pts, B.grid_coords, embedders.Gaussian(8, 0.09)).store()
     perm, ptr, _, _ = B._order()
     base, pairs = factors(B, pts, perm)

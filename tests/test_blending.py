@@ -1,4 +1,5 @@
-"""The blending matrix (MATH.md 3.3): weights, kernels (on the fly and stored), BlendingMatrix."""
+"""The blending matrix (each point a weighted sum of the 2^D corners of its grid cell, the weights
+from the embedders' distance): weights, kernels (on the fly and stored), BlendingMatrix."""
 import math
 
 import numpy as np
@@ -14,7 +15,7 @@ from _samples import blend_cases, ids
 CASES = list(blend_cases())
 
 
-# ---- MATH.md section 2 closed forms, written out independently of the package -------------
+# ---- the embedders' distance in closed form, written out independently of the package -------
 
 
 def gauss_D(sigma):
@@ -39,7 +40,7 @@ def rect_D(w):
     return lambda d: w * np.maximum(1 - np.abs(d) / w, 0)
 
 
-# (kind, param) of the compiled kernels and the matching MATH.md distance
+# (kind, param) of the compiled kernels and the matching closed-form distance
 KINDS = {
     "linear": ((blending.LINEAR, 0.0), None),
     "gaussian": ((blending.GAUSSIAN, 1 / (4 * 0.07**2)), gauss_D(0.07)),
@@ -573,7 +574,7 @@ def test_outside_check_in_any_layout(rng, layout):
 def test_bad_arguments(kwargs, match):
     args = dict(points=np.array([[0.2, 0.3]]), grid=(4, 4), embedders=None)
     args.update(kwargs)
-    # a wrong type (strings here) is a TypeError, a wrong value a ValueError (issue 10)
+    # a wrong type (strings here) is a TypeError, a wrong value a ValueError
     kind = TypeError if "real numbers" in match or "grid must be a shape" in match else ValueError
     with pytest.raises(kind, match=match):
         BlendingMatrix(**args)
@@ -589,7 +590,7 @@ def test_wrong_row_counts(device, rng):
 
 def test_bad_products(rng):
     B = BlendingMatrix(rng.random((10, 2)), (4, 4), None)
-    with pytest.raises(TypeError, match="v must hold real numbers"):  # a wrong type (issue 10)
+    with pytest.raises(TypeError, match="v must hold real numbers"):  # a wrong type
         B @ np.array(["x"] * 16)
     with pytest.raises(ValueError, match="out must be"):
         B.matvec(np.ones(16), out=np.empty(10, np.float32))
@@ -623,7 +624,7 @@ def test_torch_in_torch_out(rng):
 
 
 def test_threads_beyond_the_cap_are_refused(rng):
-    # issue 10: threads=100000 used to crash the OpenMP runtime; Python and the kernels refuse it.
+    # threads beyond the cap (1024) would overrun the OpenMP runtime: Python and the kernels refuse them.
     pts = rng.random((50, 2))
     with pytest.raises(ValueError, match="threads must be"):
         BlendingMatrix(pts, (8, 8), embedders.Gaussian(8, 0.1), threads=100000)
@@ -634,7 +635,7 @@ def test_threads_beyond_the_cap_are_refused(rng):
 
 
 def test_subclass_declares_its_kernel(rng):
-    # issue 10: a user's subclass is recognised by what it declares (Embedder.blend_kernel), not
+    # a user's subclass is recognised by what it declares (Embedder.blend_kernel), not
     # by its class name; a declaration that disagrees with its distance is not used.
     class MyGaussian(embedders.Gaussian):
         pass

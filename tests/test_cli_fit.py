@@ -91,7 +91,7 @@ def test_demo_quick(tmp_path, capsys):
     ],
 )
 def test_fit_bad_input(argv, match, tmp_path, capsys):
-    # a user error: one line "kronpe: error: ..." and exit 2, no traceback (issue 10)
+    # a user error: one line "kronpe: error: ..." and exit 2, no traceback
     assert main(argv + ["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kronpe: error: ") and re.search(match, err), err

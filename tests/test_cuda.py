@@ -7,9 +7,11 @@ Two parts:
   kernels, a device, and CuPy or CUDA torch): the strided-copy kernel, a non-default stream, and
   sizes past 2^31 elements where the device memory allows (``slow``).
 
-Every kernel family's GPU tests are the CPU tests themselves: test_mode_product.py,
-test_embedders.py, test_blending.py and test_torch_ops.py run their cases (tests/_samples.py) on
-the ``device`` fixture's "cpu", "cuda-cupy" and "cuda-torch".
+Every kernel family's GPU tests live in its own file: test_mode_product.py, test_embedders.py,
+test_blending.py and test_torch_ops.py run their cases (tests/_samples.py) on the ``device`` (or
+``torch_device``) fixture's "cpu", "cuda-cupy" and "cuda-torch"; test_fit_grid.py,
+test_multigrid.py, test_spline.py and test_torch_modules.py hold their device-only checks (a GPU
+result against the host's) on the ``cuda_device`` fixture or ``torch_device`` on the GPU alone.
 """
 from __future__ import annotations
 

@@ -134,12 +134,12 @@ def test_user_files_bad_input(tmp_path):
     with pytest.raises(ValueError, match="finite"):
         data.load_array(tmp_path / "nan.npy")
     np.save(tmp_path / "c.npy", np.ones(3, dtype=complex))
-    with pytest.raises(TypeError, match="real numbers"):  # a wrong type (issue 10)
+    with pytest.raises(TypeError, match="real numbers"):  # a wrong type
         data.load_array(tmp_path / "c.npy")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="folder holds no images"):
         data.load_frames(tmp_path / "empty")
-    with pytest.raises(TypeError, match="path must be a file path"):  # a wrong type (issue 10)
+    with pytest.raises(TypeError, match="path must be a file path"):  # a wrong type
         data.load_file(42)
     with pytest.raises(ValueError, match="expected \\[0, 1\\]"):
         data.to_unit_float(np.full((2, 2), 1.5))

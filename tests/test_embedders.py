@@ -1,5 +1,6 @@
-"""Embedders: the compiled kernel against the NumPy reference, the closed forms of MATH.md
-section 2 against the sampled embedders, seed 004's formulas value by value, bad input."""
+"""Embedders: the compiled kernel against the NumPy reference, the closed forms of the embedded
+distance (the inner product of two embeddings as a function of their offset) against the sampled
+embedders, the sinusoidal-embedding tutorial's formulas value by value, bad input."""
 import math
 import warnings
 
@@ -197,10 +198,10 @@ def test_fourier_features_formulas():
     np.testing.assert_allclose(RandomFourier(12, 2.5, seed=5).frequencies, 2.5 * z)
 
 
-# ---- seed 004 value by value ------------------------------------------------------------------
+# ---- the sinusoidal-embedding tutorial, value by value ---------------------------------------
 
 
-def test_seed004_integer_frequencies_example():
+def test_tutorial_integer_frequencies_example():
     # g(x') = [sin(x'), cos(x'), ..., sin(L x'), cos(L x')], x' = 2 pi x; LinearFourier(2L, log2 L) in blocks
     L, x = 3, np.linspace(0, 1, 1000)
     xn = 2 * np.pi * x
@@ -216,7 +217,7 @@ def test_seed004_integer_frequencies_example():
         np.testing.assert_allclose(fm[:, L + l - 1], np.sin(l * xn * m), atol=1e-12)
 
 
-def test_seed004_nerf_and_transformer():
+def test_tutorial_nerf_and_transformer():
     L, x = 3, np.linspace(0, 1, 1000)
     xn = 2 * np.pi * x
     nerf = NeRF(L, include_input=True)(x)
@@ -241,7 +242,7 @@ def test_seed004_nerf_and_transformer():
 
 
 def test_nyquist_checks():
-    # seed 004: L < N/2 for integer frequencies, 2^(L-1) < N/2 for NeRF, bounds divided by m
+    # the tutorial's bounds: L < N/2 for integer frequencies, 2^(L-1) < N/2 for NeRF, divided by m
     assert NeRF(3).check_nyquist(1000) and NeRF(3, frequency_mod=2.5).check_nyquist(1000)
     assert NeRF(9).check_nyquist(1000)  # 256 < 500
     assert NeRF(10).nyquist_limit(1000) == 500 and NeRF(10, frequency_mod=2.5).nyquist_limit(1000) == 200
@@ -352,7 +353,8 @@ def test_sampled_distance_forms(rng):
 
 
 # ---- stable rank against theory -----------------------------------------------------------------
-# The theory (seed 000 Props. 2-5) treats the embedding matrix as circulant with a continuous
+# The theory ("Trading Positional Complexity vs. Deepness in Coordinate Networks", Zheng,
+# Ramasinghe, Li, Lucey; Props. 2-5) treats the embedding matrix as circulant with a continuous
 # spectrum: it needs the basis resolved by both samplings (width >= ~10 centre spacings and
 # >= ~10 coordinate spacings) and a stable rank well below N (few border rows; the circulant
 # approximation ignores the ends of [0, 1]). N = K = 512 with widths of 10-25 spacings keeps the
@@ -377,8 +379,9 @@ def test_stable_rank_within_5_percent_of_theory(emb, N):
     assert measured == pytest.approx(emb.stable_rank_bound(N), rel=0.05)
 
 
-def test_math_md_gaussian_check_at_2048():
-    # MATH.md section 2: Gaussian sigma = 0.01 with N = K = 2048 gives 28.08 against 28.21
+def test_gaussian_stable_rank_at_2048():
+    # Gaussian sigma = 0.01 with N = K = 2048: a measured stable rank of 28.08 against 28.21 from the
+    # closed form (sqrt(pi) sigma exp(-delta^2 / (4 sigma^2)) as a circulant spectrum)
     g = Gaussian(2048, 0.01)
     assert stable_rank(g(grid(2048))) == pytest.approx(28.08, abs=0.01)
     assert g.stable_rank_bound(2048) == pytest.approx(28.21, abs=0.01)
@@ -407,11 +410,11 @@ def test_stable_rank_bounds_saturate_at_N():
         (np.array([-0.01]), r"x must lie in \[0, 1\]"),
         (np.zeros((2, 2)), "x must be a 1-D"),
         (np.array(0.5), "x must be a 1-D"),
-        (np.array([0.1j]), "x must hold real numbers"),  # a TypeError (issue 10)
+        (np.array([0.1j]), "x must hold real numbers"),  # a TypeError
     ],
 )
 def test_bad_coordinates(device, x, match):
-    kind = TypeError if np.iscomplexobj(x) else ValueError  # wrong type / wrong value (issue 10)
+    kind = TypeError if np.iscomplexobj(x) else ValueError  # wrong type / wrong value
     for emb in (Gaussian(8, 0.1), NeRF(2), Random(3)):
         with pytest.raises(kind, match=match):
             emb(device.put(x))
@@ -422,7 +425,7 @@ def test_bad_coordinates(device, x, match):
     [
         (lambda: Gaussian(0, 0.1), "K must"),
         (lambda: Gaussian(-3, 0.1), "K must"),
-        (lambda: Gaussian(2.5, 0.1), "K must"),  # a TypeError (issue 10)
+        (lambda: Gaussian(2.5, 0.1), "K must"),  # a TypeError
         (lambda: Gaussian(8, 0.0), "sigma must"),
         (lambda: Gaussian(8, -1.0), "sigma must"),
         (lambda: Gaussian(8, float("nan")), "sigma must"),
@@ -453,7 +456,7 @@ def test_bad_coordinates(device, x, match):
 def test_bad_parameters(make, match):
     with pytest.raises((TypeError, ValueError), match=match) as info:
         make()
-    # a float where an integer is expected is a wrong type (issue 10); the rest are wrong values
+    # a float where an integer is expected is a wrong type; the rest are wrong values
     assert info.type is (TypeError if "2.5" in repr(info.value) else ValueError)
     with pytest.raises((TypeError, ValueError), match=match):
         make()
@@ -495,7 +498,7 @@ def test_core_rejects_bad_arguments():
         _core.embed_basis(xa._replace(dtype="int8"), oa._replace(dtype="int8"), "gaussian", 0, 1.0, 1.0, 3, 0)
     with pytest.raises(ValueError, match="layout"):
         _core.embed_fourier(xa, describe(np.zeros((1, 2))), xa, "x", False, 1.0)
-    # wrong Python types are TypeErrors, wrong values ValueErrors (issue 10)
+    # wrong Python types are TypeErrors, wrong values ValueErrors
     with pytest.raises(TypeError):
         _core.embed_basis("float64", oa, "gaussian", 0, 1.0, 1.0, 3, 0)
     with pytest.raises(TypeError):

@@ -1,4 +1,5 @@
-"""fit_points: exact ridge fits at scattered points against a dense least-squares oracle."""
+"""fit_points: exact ridge fits at scattered points against a dense least-squares oracle, over the
+cases of tests/_samples.py (point_fit_cases)."""
 import warnings
 
 import numpy as np
@@ -9,43 +10,26 @@ from kronpe import reference
 from kronpe import BlendingMatrix
 from kronpe.embedders import Gaussian, Triangle
 from kronpe import ConvergenceWarning, PointModel, fit_points
+from _samples import CPU, POINT_FIT_GRIDS, assert_close, ids, point_fit_cases, point_fit_embedders
 
-SHAPES = {1: [9], 2: [6, 5], 3: [4, 4, 3]}
-
-
-def _embs(D, K=4):
-    return [Gaussian(K, 0.18 + 0.03 * i, margin=1) for i in range(D)]
+CASES = list(point_fit_cases())
 
 
-def _dense(pts, vals, embs, nodes, ridge, normalize=True):
-    return reference.fit_points(pts, vals, embs, nodes, ridge, normalize)
-
-
-@pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("channels", [(), (2,)])
-def test_matches_dense_ridge_lstsq(rng, D, channels):
-    P = 80
-    pts = rng.random((P, D))
-    vals = rng.standard_normal((P,) + channels)
-    embs = _embs(D)
-    m = fit_points(pts, vals, embs, grid=SHAPES[D], ridge=1e-3, tol=1e-12)
-    W = _dense(pts, vals, embs, list(m.grid_coords), 1e-3)
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_matches_dense_ridge_lstsq(rng, case, dtype):
+    """Points and values in any layout, float32 or float64 values (weights and predictions of
+    their dtype): the dense ridge least-squares fit."""
+    pts, vals = case.problem(rng, dtype)
+    embs = point_fit_embedders(case.D)
+    m = fit_points(CPU.view(pts, case.layout), CPU.view(vals, case.layout), embs, grid=POINT_FIT_GRIDS[case.D],
+                   ridge=1e-3, tol=1e-12)
+    W = reference.fit_points(pts, vals.astype(np.float64), embs, list(m.grid_coords), 1e-3)
     assert isinstance(m, PointModel)
-    assert m.weights.shape == tuple(e.K for e in embs) + channels
-    np.testing.assert_allclose(m.weights, W, rtol=1e-8, atol=1e-8 * np.abs(W).max())
+    assert m.weights.shape == tuple(e.K for e in embs) + case.channels and m.weights.dtype == dtype
+    assert_close(m.weights, W, 1e-8 if dtype == np.float64 else 1e-5)
     assert m.info["converged"] and m.info["residual"] <= 1e-12 and m.info["iterations"] > 0
     assert m.ridge == 1e-3
-
-
-def test_float32_values(rng):
-    pts = rng.random((60, 2))
-    vals = rng.standard_normal((60, 3)).astype(np.float32)
-    embs = _embs(2)
-    m = fit_points(pts, vals, embs, grid=(6, 5), ridge=1e-2, tol=1e-10)
-    assert m.weights.dtype == np.float32
-    W = _dense(pts, vals.astype(np.float64), embs, list(m.grid_coords), 1e-2)
-    np.testing.assert_allclose(m.weights, W, rtol=1e-5, atol=1e-5 * np.abs(W).max())
-    assert m.predict(pts).dtype == np.float32
+    assert m.predict(pts).dtype == dtype
 
 
 def test_unnormalised_and_nonuniform_grid(rng):
@@ -54,7 +38,7 @@ def test_unnormalised_and_nonuniform_grid(rng):
     embs = [Triangle(5, width=0.3, margin=1), Gaussian(4, 0.2)]
     grid = [np.array([0.0, 0.2, 0.45, 0.5, 0.8, 1.0]), 5]
     m = fit_points(pts, vals, embs, grid=grid, ridge=1e-2, tol=1e-12, normalize=False)
-    W = _dense(pts, vals, embs, list(m.grid_coords), 1e-2, normalize=False)
+    W = reference.fit_points(pts, vals, embs, list(m.grid_coords), 1e-2, normalize=False)
     np.testing.assert_allclose(m.weights, W, rtol=1e-8, atol=1e-9)
 
 
@@ -63,9 +47,9 @@ def test_points_on_nodes_boundary_and_repeated(rng):
     on_nodes = np.stack(np.meshgrid(*nodes, indexing="ij"), -1).reshape(-1, 2)  # includes (1, 1)
     pts = np.concatenate([on_nodes, on_nodes[:5], rng.random((10, 2)), [[1.0, 1.0]] * 3])
     vals = rng.standard_normal((pts.shape[0], 2))
-    embs = _embs(2)
+    embs = point_fit_embedders(2)
     m = fit_points(pts, vals, embs, grid=nodes, ridge=1e-4, tol=1e-13)
-    W = _dense(pts, vals, embs, nodes, 1e-4)
+    W = reference.fit_points(pts, vals, embs, nodes, 1e-4)
     np.testing.assert_allclose(m.weights, W, rtol=1e-7, atol=1e-8 * np.abs(W).max())
 
 
@@ -75,7 +59,7 @@ def test_ridge_zero_is_least_squares(rng):
     vals = rng.standard_normal(200)
     embs = [Gaussian(3, 0.15, margin=0)] * 2
     m = fit_points(pts, vals, embs, grid=(5, 5), ridge=0.0, tol=1e-13)
-    W = _dense(pts, vals, embs, list(m.grid_coords), 0.0)
+    W = reference.fit_points(pts, vals, embs, list(m.grid_coords), 0.0)
     np.testing.assert_allclose(m.weights, W, rtol=1e-7, atol=1e-9)
     assert m.ridge == 0.0
 
@@ -83,7 +67,7 @@ def test_ridge_zero_is_least_squares(rng):
 def test_predictions_go_through_the_fitted_blend(rng):
     pts = rng.random((100, 2))
     vals = np.sin(4 * pts[:, 0]) + pts[:, 1] ** 2
-    m = fit_points(pts, vals, _embs(2, K=6), grid=(8, 7), ridge=1e-4, tol=1e-10)
+    m = fit_points(pts, vals, point_fit_embedders(2, K=6), grid=(8, 7), ridge=1e-4, tol=1e-10)
     B = BlendingMatrix(pts, list(m.grid_coords), list(m.embedders))
     np.testing.assert_allclose(m.predict(pts), B @ m.grid_values.reshape(-1), rtol=1e-12, atol=1e-12)
     # the grid values are W x_i Psi(g_i)
@@ -131,7 +115,7 @@ def test_not_converged_warns(rng):
     pts = rng.random((100, 2))
     vals = rng.standard_normal(100)
     with pytest.warns(ConvergenceWarning, match="maxiter=1"):
-        m = fit_points(pts, vals, _embs(2, K=6), grid=(8, 8), ridge=1e-8, tol=1e-12, maxiter=1)
+        m = fit_points(pts, vals, point_fit_embedders(2, K=6), grid=(8, 8), ridge=1e-8, tol=1e-12, maxiter=1)
     assert not m.info["converged"] and m.info["iterations"] == 1
     assert kronpe.ConvergenceWarning is ConvergenceWarning
 
@@ -139,8 +123,8 @@ def test_not_converged_warns(rng):
 def test_tol_is_honoured(rng):
     pts = rng.random((300, 2))
     vals = rng.standard_normal(300)
-    loose = fit_points(pts, vals, _embs(2, K=8), grid=(10, 10), ridge=1e-6, tol=1e-2)
-    tight = fit_points(pts, vals, _embs(2, K=8), grid=(10, 10), ridge=1e-6, tol=1e-10)
+    loose = fit_points(pts, vals, point_fit_embedders(2, K=8), grid=(10, 10), ridge=1e-6, tol=1e-2)
+    tight = fit_points(pts, vals, point_fit_embedders(2, K=8), grid=(10, 10), ridge=1e-6, tol=1e-10)
     assert loose.info["residual"] <= 1e-2 * 1.0001 and tight.info["residual"] <= 1e-10 * 1.0001
     assert loose.info["iterations"] < tight.info["iterations"]
 
@@ -190,7 +174,7 @@ def test_mixed_precision_products(rng):
     # tol >= 1e-4: float32 products, float64 CG vectors; the reported residual is float64's
     pts = rng.random((400, 2))
     vals = np.sin(5 * pts[:, 0]) * pts[:, 1]
-    embs = _embs(2, K=8)
+    embs = point_fit_embedders(2, K=8)
     fast = fit_points(pts, vals, embs, grid=(10, 10), ridge=1e-3, tol=1e-4)
     exact = fit_points(pts, vals, embs, grid=(10, 10), ridge=1e-3, tol=1e-12)
     assert fast.info["products"] == "float32" and exact.info["products"] == "float64"

@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import kronpe
 from kronpe import _core, ops, reference
-from _samples import CPU, LAYOUTS, PLANNER_CHAINS, ids, mode_product_cases, random_values, tolerance
+from _samples import (CPU, LARGE_CHAINS, LAYOUTS, PLANNER_CHAINS, TEAM_CHAINS, ids, mode_product_cases, random_values,
+                      tolerance)
 
 CASES = list(mode_product_cases())
 
@@ -60,9 +61,7 @@ def test_chain_gemms_match_einsum(case, chain_gemm, dtype, rng):
         check_product(CPU, kronpe.multi_mode_product(T, mats, case.modes, order=order), expected, dtype, k, order)
 
 
-@pytest.mark.parametrize("shape, rows", [((40, 30, 20), (33, 31, 29)), ((9, 600, 7), (5, 400, 6)),
-                                         ((70, 70, 70, 2), (64, 64, 64)),
-                                         ((66, 64, 64, 64), (64, 64, 64, 64))])
+@pytest.mark.parametrize("shape, rows", LARGE_CHAINS)
 def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
     """Chains big enough for several blocks per GEMM step (and a contraction longer than a k
     block; the last: steps over 16 MiB, read with prefetches and written with streaming stores by
@@ -86,14 +85,7 @@ def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
         check_product(CPU, two, expected, dtype, sum(shape[m] for m in modes), "K")
 
 
-@pytest.mark.parametrize("shape, rows, modes", [
-    ((32, 32, 32), (32, 32, 32), None),  # the bench's D = 3 32 -> 32: three 2.1 MFLOP steps
-    ((40, 36, 44), (38, 30, 41), None),
-    ((24, 50, 50), (20, 48, 49), (2, 0, 1)),  # Fortran-ordered operands below
-    ((16, 20, 24, 20), (13, 17), (0, 1)),  # order C: a step split by columns (13 x 9600), one by batches (13)
-    ((300, 40, 8), (30, 8), (1, 2)),
-    ((64, 32, 32), (32, 32, 32), None),  # T[::2] below: a strided tensor
-])
+@pytest.mark.parametrize("shape, rows, modes", TEAM_CHAINS)
 @pytest.mark.parametrize("order", ["K", "C"])
 def test_small_chains_on_one_team(chain_gemm, dtype, shape, rows, modes, order):
     """Chains of at least 4 MFLOP whose steps are each too small for a team of their own run every
@@ -282,7 +274,7 @@ def test_errors_name_the_argument(device):
         kronpe.multi_mode_product(T, [np.zeros((2, 4)), np.zeros((2, 4))], (0, 0))
 
 
-# Wrong types raise TypeError, wrong values ValueError (issue 10); both name the argument.
+# Wrong types raise TypeError, wrong values ValueError; both name the argument.
 @pytest.mark.parametrize(
     "call, match, kind",
     [

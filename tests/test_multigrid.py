@@ -1,105 +1,75 @@
-"""The thin-plate operator's kernels and the multigrid transfers against kronpe.reference, and the
-multigrid-preconditioned CG of kronpe.solvers.multigrid against dense solves."""
+"""The thin-plate operator's kernels and the multigrid transfers against kronpe.reference, the
+multigrid-preconditioned CG of kronpe.solvers.multigrid against dense solves, over the cases of
+tests/_samples.py (stencil_cases, stencil_layout_cases); and the hierarchy on a CUDA device
+(kronpe/cuda.h DeviceThinPlate, smooth_fill) against the host's, then the default fills of device
+arrays against the same fills of host arrays (the ``cuda_device`` fixture: skipped without a GPU)."""
+from __future__ import annotations
+
 import numpy as np
 import pytest
 
-from _samples import CPU, LAYOUTS
+import kronpe
+from _samples import (DEVICE_STENCIL_SHAPES, HIERARCHY_SHAPES, PENALTIES, ROW_WIDTHS, STENCIL_SHAPES,
+                      THREADED_SHAPES, assert_close, device_stencil_problem, ids, penalty_form, penalty_kwargs,
+                      stencil_cases, stencil_inputs, stencil_layout_cases)
 from kronpe import _core, reference
-from kronpe.solvers import multigrid
-from kronpe.solvers.multigrid import ThinPlateMG
+from kronpe.solvers import multigrid, smooth
+from kronpe.solvers.multigrid import COARSEST, ThinPlateMG, chebyshev_lmax, thin_plate_apply
 
-SHAPES = [(0,), (1,), (2,), (3,), (7,), (0, 4), (1, 6), (2, 3), (5, 6), (9, 4), (2, 9), (3, 8), (4, 5), (5, 5), (3, 0, 2), (1, 1, 5), (4, 5, 6), (2, 7, 3)]
-RTOL = {np.float32: 2e-5, np.float64: 1e-12}
-#: the penalty forms: (reflect, order, weights of 3 axes or None, top, tail); the Laplacian-power
-#: forms (order 3, weighted, polynomials top L_w^order + tail L_w^(order - 1)) are mirrored only
-PENALTIES = {"natural": (False, 2, None, 1.0, 0.0), "reflect": (True, 2, None, 1.0, 0.0),
-             "weighted2": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.0), "order3": (True, 3, None, 1.0, 0.0),
-             "order3w": (True, 3, (0.6, 1.0, 1.4), 1.0, 0.0),
-             # the squared Laplacian plus a tenth of the third power (DifferencePenalty(2, ..., higher=0.1)),
-             # and a weighted squared Laplacian with tension
-             "poly3": (True, 3, None, 0.1, 1.0), "poly2w": (True, 2, (0.6, 1.7, 1.2), 1.0, 0.5)}
+CASES = list(stencil_cases())
+LAYOUT_CASES = list(stencil_layout_cases())
 
 
-def _pen(name, ndim):
-    """(reflect, order, weights of ndim axes, top, tail) of a PENALTIES entry."""
-    reflect, order, w, top, tail = PENALTIES[name]
-    return reflect, order, None if w is None else list(w[3 - ndim:]), top, tail
-
-
-def _kw(pen):
-    return dict(reflect=pen[0], order=pen[1], weights=pen[2], top=pen[3], tail=pen[4])
-
-
-def _case(rng, shape, dtype):
-    x = rng.standard_normal(shape).astype(dtype)
-    m = (rng.random(shape) < 0.4).astype(dtype) * rng.random(shape).astype(dtype)
-    b = rng.standard_normal(shape).astype(dtype)
-    return x, m, b
-
-
-def _close(got, want, dtype):
-    scale = max(float(np.abs(want).max()) if want.size else 0.0, 1.0)
-    np.testing.assert_allclose(got, want, rtol=0, atol=RTOL[dtype] * scale * 10)
-
-
-@pytest.mark.parametrize("penalty", list(PENALTIES))
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_apply_residual_diag_match_reference(rng, shape, dtype, penalty):
-    x, m, b = _case(rng, shape, dtype)
-    pen = _pen(penalty, len(shape))
-    lam = 0.37 if pen[1] == 2 else 0.037
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_apply_residual_diag_match_reference(rng, case, dtype):
+    x, m, b = case.inputs(rng, dtype)
+    pen, lam, shape = case.form, case.lam, case.shape
     want = reference.thin_plate_apply(x, m, lam, *pen)
-    _close(multigrid.thin_plate_apply(x, m, lam, **_kw(pen)), want, dtype)
+    assert_close(multigrid.thin_plate_apply(x, m, lam, **case.kwargs), want, dtype, "stencils")
     out = np.empty_like(x)
-    _core.thin_plate(x, m, lam, out, "residual", b, **_kw(pen))
-    _close(out, b - want, dtype)
-    _core.thin_plate_diag(m, lam, out, **_kw(pen))
-    _close(out, np.diag(reference.thin_plate_matrix(shape, m, lam, *pen)).reshape(shape), dtype)
-
-
-# rows of every width around the 16 floats of an AVX-512 vector (the planes' Laplacian passes take
-# their neighbours from the vectors loaded and mask the last partial vector)
-ROW_WIDTHS = [2, 3, 5, 15, 16, 17, 18, 31, 32, 33, 47, 48, 49, 63, 64, 65]
+    _core.thin_plate(x, m, lam, out, "residual", b, **case.kwargs)
+    assert_close(out, b - want, dtype, "stencils")
+    _core.thin_plate_diag(m, lam, out, **case.kwargs)
+    assert_close(out, np.diag(reference.thin_plate_matrix(shape, m, lam, *pen)).reshape(shape), dtype, "stencils")
 
 
 @pytest.mark.parametrize("penalty", ["natural", "reflect", "poly3", "order3"])
 @pytest.mark.parametrize("width", ROW_WIDTHS)
 def test_apply_matches_reference_at_every_row_width(rng, width, dtype, penalty):
     for shape in ((6, width), (1, 5, width)):
-        x, m, b = _case(rng, shape, dtype)
-        pen = _pen(penalty, len(shape))
+        x, m, b = stencil_inputs(rng, shape, dtype)
+        pen = penalty_form(penalty, len(shape))
         lam = 0.37 if pen[1] == 2 else 0.037
         want = reference.thin_plate_apply(x, m, lam, *pen)
-        _close(multigrid.thin_plate_apply(x, m, lam, **_kw(pen)), want, dtype)
+        assert_close(multigrid.thin_plate_apply(x, m, lam, **penalty_kwargs(pen)), want, dtype, "stencils")
         # a row of x offset by one float in memory (unaligned rows) gives the same values
         buf = np.empty(x.size + 1, dtype)[1:].reshape(shape)
         buf[...] = x
-        np.testing.assert_array_equal(multigrid.thin_plate_apply(buf, m, lam, **_kw(pen)),
-                                      multigrid.thin_plate_apply(x, m, lam, **_kw(pen)))
+        np.testing.assert_array_equal(multigrid.thin_plate_apply(buf, m, lam, **penalty_kwargs(pen)),
+                                      multigrid.thin_plate_apply(x, m, lam, **penalty_kwargs(pen)))
 
 
-@pytest.mark.parametrize("penalty", list(PENALTIES))
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_chebyshev_kernels_match_reference(rng, shape, dtype, penalty):
-    x, m, b = _case(rng, shape, dtype)
-    pen = _pen(penalty, len(shape))
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_chebyshev_kernels_match_reference(rng, case, dtype):
+    x, m, b = case.inputs(rng, dtype)
+    pen = case.form
     lam, theta, c1, c2 = 0.21 if pen[1] == 2 else 0.021, 2.25, 0.4, 0.7
     for x0 in (x, None):
         r, d = np.empty_like(x), np.empty_like(x)
-        _core.thin_plate_cheb_start(x0, b, m, lam, theta, r, d, **_kw(pen))
+        _core.thin_plate_cheb_start(x0, b, m, lam, theta, r, d, **penalty_kwargs(pen))
         r_ref, d_ref = reference.thin_plate_cheb_start(x0, b, m, lam, theta, *pen)
-        _close(r, r_ref, dtype)
-        _close(d, d_ref, dtype)
+        assert_close(r, r_ref, dtype, "stencils")
+        assert_close(d, d_ref, dtype, "stencils")
     d_out = np.empty_like(x)
     x2 = x.copy()
-    _core.thin_plate_cheb_step(d, r, x2, m, lam, c1, c2, d_out, **_kw(pen))
+    _core.thin_plate_cheb_step(d, r, x2, m, lam, c1, c2, d_out, **penalty_kwargs(pen))
     r_ref, x_ref, d_ref = reference.thin_plate_cheb_step(d_ref, r_ref, x, m, lam, c1, c2, *pen)
-    _close(r, r_ref, dtype)
-    _close(x2, x_ref, dtype)
-    _close(d_out, d_ref, dtype)
+    assert_close(r, r_ref, dtype, "stencils")
+    assert_close(x2, x_ref, dtype, "stencils")
+    assert_close(d_out, d_ref, dtype, "stencils")
 
 
-@pytest.mark.parametrize("shape", [s for s in SHAPES if all(n > 0 for n in s)] + [(0, 5), (4, 0, 3)], ids=str)
+@pytest.mark.parametrize("shape", [s for s in STENCIL_SHAPES if all(n > 0 for n in s)] + [(0, 5), (4, 0, 3)], ids=str)
 def test_grid_transfers_match_reference(rng, shape, dtype):
     for axis in range(len(shape)):
         n = shape[axis]
@@ -110,13 +80,13 @@ def test_grid_transfers_match_reference(rng, shape, dtype):
             continue
         c = np.empty(cs, dtype)
         _core.grid_transfer(f, c, axis, True)
-        _close(c, reference.grid_transfer(f, axis, True, n), dtype)
+        assert_close(c, reference.grid_transfer(f, axis, True, n), dtype, "stencils")
         back = np.empty(shape, dtype)
         _core.grid_transfer(c, back, axis, False)
-        _close(back, reference.grid_transfer(c, axis, False, n), dtype)
+        assert_close(back, reference.grid_transfer(c, axis, False, n), dtype, "stencils")
         acc = f.copy()  # add=True: the correction added in place
         _core.grid_transfer(c, acc, axis, False, True)
-        _close(acc, f + reference.grid_transfer(c, axis, False, n), dtype)
+        assert_close(acc, f + reference.grid_transfer(c, axis, False, n), dtype, "stencils")
 
 
 @pytest.mark.parametrize("shape", [(513,), (130, 97), (20, 24, 18)], ids=str)
@@ -141,30 +111,14 @@ def test_full_multigrid_start_is_close_to_the_solution(rng, shape):
     assert it_fmg < it_zero
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "fortran", "stepped", "reversed"])
-@pytest.mark.parametrize("penalty", ["natural", "reflect"])
-@pytest.mark.parametrize("width", [15, 16, 17, 31, 32, 33, 48])
-def test_factored_rows_match_reference(rng, width, penalty, layout, dtype):
-    """The thin-plate form on a plane (the factored rows: L v of the next row and L (L v) of this one
-    in one pass) at row widths around the 16-lane vectors, any layout, against the reference."""
-    shape = (7, width)
-    x, m, _ = _case(rng, shape, dtype)
-    pen = _pen(penalty, 2)
-    got = multigrid.thin_plate_apply(CPU.view(x, layout), CPU.view(m, layout), 0.37, **_kw(pen))
-    _close(got, reference.thin_plate_apply(x, m, 0.37, *pen), dtype)
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("penalty", ["natural", "order3w", "poly3"])
-def test_apply_takes_any_layout(rng, layout, dtype, penalty):
-    shape = (6, 7, 5)
-    x, m, _ = _case(rng, shape, dtype)
-    if layout == "broadcast":
-        x = np.ascontiguousarray(np.broadcast_to(x[:1], shape))
-    pen = _pen(penalty, 3)
-    got = multigrid.thin_plate_apply(CPU.view(x, layout), CPU.view(m, "contiguous" if layout == "broadcast" else layout), 0.5,
-                                     **_kw(pen))
-    _close(got, reference.thin_plate_apply(x, m, 0.5, *pen), dtype)
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=ids(LAYOUT_CASES))
+def test_apply_takes_any_layout(rng, case, dtype):
+    """The thin-plate form of x and m in any layout against the reference: on planes at row widths
+    around the 16-lane vectors (the factored rows: L v of the next row and L (L v) of this one in
+    one pass), and on a volume."""
+    x, m, _ = case.inputs(rng, dtype)
+    got = multigrid.thin_plate_apply(*case.views(x, m), case.lam, **case.kwargs)
+    assert_close(got, reference.thin_plate_apply(x, m, case.lam, *case.form), dtype, "stencils")
 
 
 def test_kernels_refuse_bad_arrays(rng):
@@ -192,9 +146,9 @@ def test_kernels_refuse_bad_arrays(rng):
 def test_pcg_matches_dense_solve(rng, shape, lam, penalty):
     m = (rng.random(shape) < 0.3).astype(np.float64)
     b = m * rng.standard_normal(shape)
-    pen = _pen(penalty, len(shape))
+    pen = penalty_form(penalty, len(shape))
     want = np.linalg.solve(reference.thin_plate_matrix(shape, m, lam, *pen), b.ravel()).reshape(shape)
-    mg = ThinPlateMG(m, lam, dtype=np.float64, **_kw(pen))
+    mg = ThinPlateMG(m, lam, dtype=np.float64, **penalty_kwargs(pen))
     assert len(mg.levels) > 1 or np.prod(shape) <= multigrid.COARSEST
     x, its, rel = mg.solve(b, None, 1e-10, 200)
     assert rel <= 1e-10
@@ -255,9 +209,6 @@ def test_smooth_defaults_on_a_lattice_volume():
     assert np.sqrt(np.mean((filled[~mask] - vol[~mask]) ** 2)) < 0.02
 
 
-HIERARCHY_SHAPES = [(1,), (2,), (5,), (70,), (300,), (3, 70), (30, 17), (2, 40), (1, 1, 90), (9, 10, 11), (4, 3, 30)]
-
-
 @pytest.mark.parametrize("penalty", list(PENALTIES))
 @pytest.mark.parametrize("shape", HIERARCHY_SHAPES, ids=str)
 def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype, penalty):
@@ -267,13 +218,13 @@ def test_compiled_vcycle_and_fmg_match_reference(rng, shape, dtype, penalty):
     m = (rng.random(shape) < 0.4) * rng.random(shape)
     b = rng.standard_normal(shape)
     lam = 0.05
-    pen = _pen(penalty, len(shape))
-    mg = ThinPlateMG(m, lam, dtype=dtype, **_kw(pen))
+    pen = penalty_form(penalty, len(shape))
+    mg = ThinPlateMG(m, lam, dtype=dtype, **penalty_kwargs(pen))
     want_levels = reference.thin_plate_hierarchy(m, multigrid.COARSEST)
     assert mg.levels == [lv[0].shape for lv in want_levels]
     for lev, (mm, _) in enumerate(want_levels):
-        _close(np.array(mg._h.data_term(lev)).reshape(mm.shape), mm, dtype)
-    kw = dict(degree=mg.degree, lmax=mg.lmax, alpha=mg.alpha, coarsest=multigrid.COARSEST, **_kw(pen))
+        assert_close(np.array(mg._h.data_term(lev)).reshape(mm.shape), mm, dtype, "stencils")
+    kw = dict(degree=mg.degree, lmax=mg.lmax, alpha=mg.alpha, coarsest=multigrid.COARSEST, **penalty_kwargs(pen))
     v = reference.thin_plate_vcycle(b, m, lam, **kw)
     f = reference.thin_plate_fmg(b, m, lam, **kw)
     tol = 1e-9 if dtype == np.float64 else 2e-3
@@ -295,9 +246,9 @@ def test_cycles_are_relaxed_vcycles_from_x(rng, shape, degree, dtype, penalty):
     m = (rng.random(shape) < 0.4) * rng.random(shape)
     b, x0 = rng.standard_normal(shape), rng.standard_normal(shape)
     lam = 0.05
-    pen = _pen(penalty, len(shape))
-    mg = ThinPlateMG(m, lam, dtype=dtype, degree=degree, **_kw(pen))
-    kw = dict(degree=mg.degree, lmax=mg.lmax, alpha=mg.alpha, coarsest=multigrid.COARSEST, **_kw(pen))
+    pen = penalty_form(penalty, len(shape))
+    mg = ThinPlateMG(m, lam, dtype=dtype, degree=degree, **penalty_kwargs(pen))
+    kw = dict(degree=mg.degree, lmax=mg.lmax, alpha=mg.alpha, coarsest=multigrid.COARSEST, **penalty_kwargs(pen))
     tol = 1e-9 if dtype == np.float64 else 2e-3
     for omega in (1.0, 1.3):
         want = x0.copy()
@@ -425,12 +376,6 @@ def test_pcg_predicted_stop_skips_only_the_measuring_vcycle(rng, shape, lam, dty
     assert predicted >= 3 if len(shape) > 1 else predicted == 0
 
 
-# grids large enough that the smoother splits its rows among 3 threads (32k nodes per thread and
-# blocks at least as long as the boundary gaps, 2 lag (stages - 1) rows: 2-D lag 2 rows, 3-D lag two
-# planes; (24, 2731) and (36, 2731) are the shortest blocks allowed for 2 and 3 threads)
-THREADED_SHAPES = [(400, 260), (140, 5, 200), (256, 16, 24), (24, 2731), (36, 2731), (32, 64, 64)]
-
-
 @pytest.mark.parametrize("penalty", list(PENALTIES))
 @pytest.mark.parametrize("shape", THREADED_SHAPES, ids=str)
 def test_smoother_wavefront_same_bits_for_any_thread_count(rng, shape, penalty):
@@ -442,7 +387,7 @@ def test_smoother_wavefront_same_bits_for_any_thread_count(rng, shape, penalty):
     b = rng.standard_normal(shape).astype(np.float32)
     outs = []
     for threads in (1, 2, 3):
-        pen = _pen(penalty, len(shape))
+        pen = penalty_form(penalty, len(shape))
         h = _core.ThinPlateHierarchy32(m, multigrid.DEGREE, multigrid.chebyshev_lmax(len(shape), pen[1], pen[2]),
                                        multigrid.ALPHA, multigrid.COARSEST, pen[0], threads, pen[1], pen[2])
         h.set_lambda(0.01)
@@ -1037,3 +982,199 @@ def test_held_out_fill_sweep_refuses_bad_arrays(rng):
     with pytest.raises(ValueError, match="at least one node"):
         call(m=np.zeros((0, 3), np.float32), y=np.zeros((0, 3), np.float32), hold=np.zeros(0, np.int64),
              x=np.zeros((0, 3), np.float32))
+
+
+# ---- the hierarchy on a CUDA device against the host's ------------------------------------------------
+# The device's sums run in another order, so values agree to float32 rounding (relative 1e-5 for one
+# operator pass, more after many); the fills must make the host's choices and reach its held-out
+# accuracy.
+
+
+def _hierarchies(shape, reflect, lam, seed=0):
+    m, b, x = device_stencil_problem(shape, seed)
+    degree, alpha = smooth.DIAGONAL_SMOOTHER
+    host = ThinPlateMG(m, lam, reflect=reflect, degree=degree, alpha=alpha)
+    dev = _core.CudaThinPlate32(0, m, reflect, degree, chebyshev_lmax(m.ndim, 2), alpha, COARSEST)
+    dev.set_lambda(lam)
+    return m, b, x, host, dev
+
+
+@pytest.mark.parametrize("shape", DEVICE_STENCIL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("reflect", [False, True], ids=["natural", "mirrored"])
+def test_device_operator_and_cycles_match_the_host(cuda_device, shape, reflect):
+    lam = 0.37
+    m, b, x, host, dev = _hierarchies(shape, reflect, lam)
+    assert dev.levels == len(host.levels)
+    out = np.empty_like(x)
+    dev.apply(x, out)
+    assert_close(out, thin_plate_apply(x, m, lam, reflect=reflect), 2e-6, "max")
+    if reflect:  # the sweep's higher-order system, R + h L^3
+        dev.apply(x, out, 0.1)
+        assert_close(out, thin_plate_apply(x, m, lam, reflect=True, order=3, top=0.1, tail=1.0), 2e-6, "max")
+    dev.vcycle(b, out)
+    assert_close(out, host.vcycle(b), 1e-4, "max")
+    if x.size <= 2000:  # the NumPy references (dense matrices, float64)
+        m64 = m.astype(np.float64)
+        assert_close(out, reference.thin_plate_vcycle(b.astype(np.float64), m64, lam, degree=host.degree,
+                                                      alpha=host.alpha, reflect=reflect), 1e-4, "max")
+        dev.apply(x, out)
+        assert_close(out, reference.thin_plate_apply(x.astype(np.float64), m64, lam, reflect=reflect), 2e-6, "max")
+    dev.fmg(b, out, 1)
+    assert_close(out, host.fmg(b), 1e-4, "max")
+    start = host.fmg(b)
+    got = start.copy()
+    dev.cycles(b, got, True, 2, 1.3)
+    assert_close(got, host.cycles(b, start, 2, 1.3), 1e-4, "max")
+
+
+@pytest.mark.parametrize("shape", [(33, 47), (64, 64), (9, 10, 11)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("higher", [0.0, 0.1])
+def test_device_pcg_matches_the_host(cuda_device, shape, higher):
+    lam = 1e-3
+    m, b, x, host, dev = _hierarchies(shape, True, lam)
+    got = np.empty_like(b)
+    its, err = dev.pcg(b, got, False, 1e-6, 200, 0.0, higher)
+    op = None
+    if higher:
+        def op(v):
+            return thin_plate_apply(v, m, lam, reflect=True, order=3, top=higher, tail=1.0)
+    want, its_h, err_h = host.solve(b, None, 1e-6, 200, operator=op)
+    assert err <= 1e-6 and err_h <= 1e-6
+    assert abs(its - its_h) <= 2
+    assert_close(got, want, 2e-4, "max")
+    # the same bits run to run (fixed-order sums, no atomics)
+    again = np.empty_like(b)
+    assert dev.pcg(b, again, False, 1e-6, 200, 0.0, higher) == (its, err)
+    np.testing.assert_array_equal(again, got)
+
+
+def test_device_hierarchy_rejects_bad_input(cuda_device):
+    m = np.ones((8, 8), np.float32)
+    with pytest.raises(ValueError, match="m must be finite and >= 0"):
+        _core.CudaThinPlate32(0, -m, False, 2, 4.0, 4.0, COARSEST)
+    dev = _core.CudaThinPlate32(0, m, False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="grid's shape"):
+        dev.vcycle(np.ones((8, 9), np.float32), np.empty((8, 9), np.float32))
+    with pytest.raises(ValueError, match="lam"):
+        dev.set_lambda(float("nan"))
+    with pytest.raises(ValueError, match="coarsest"):
+        _core.CudaThinPlate32(0, m, False, 2, 4.0, 4.0, 4096)
+
+
+def _photo(n, channels, seed=0):
+    img = kronpe.data.load_sample("astronaut").astype(np.float32)
+    img = img[100:100 + n, 150:150 + n]
+    return img if channels == 3 else img.mean(-1)
+
+
+def _held_out_psnr(pred, truth):
+    return float(10 * np.log10(1.0 / np.mean((np.asarray(pred, np.float64) - truth) ** 2)))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_fit_points_of_device_arrays_solves_on_the_device(cuda_device, channels):
+    n = 96
+    img = _photo(n, channels)
+    rng = np.random.default_rng(1)
+    keep = rng.random((n, n)) < 0.25
+    ij = np.argwhere(keep)
+    pts = ij / n
+    vals = img[keep]
+    host = kronpe.fit_points(pts, vals)
+    dev = kronpe.fit_points(cuda_device.put(pts), cuda_device.put(vals))
+    assert dev.info["device"] == "cuda:0" and "device" not in host.info
+    for key in ("interpolating", "boundary"):
+        assert dev.info[key] == host.info[key], key
+    assert dev.ridge == pytest.approx(host.ridge, rel=1e-6)
+    np.testing.assert_allclose(dev.info["holdout_errors"], host.info["holdout_errors"], rtol=1e-3)
+    held = np.argwhere(~keep)
+    truth = img[~keep].astype(np.float64)
+    p_host = host.predict(held / n)
+    p_dev = cuda_device.host(dev.predict(cuda_device.put(held / n)))
+    # both solves stop at the same tolerance from iterates that differ by rounding: they land within
+    # it of each other, not on the same values
+    assert dev.info["converged"] and host.info["converged"]
+    assert abs(_held_out_psnr(p_dev, truth) - _held_out_psnr(p_host, truth)) < 0.05
+    diff = np.asarray(dev.grid_values, np.float64) - np.asarray(host.grid_values, np.float64)
+    assert float(np.sqrt(np.mean(diff ** 2))) < 2e-3
+
+
+def test_fit_grid_mask_of_a_device_signal_solves_on_the_device(cuda_device):
+    n = 80
+    img = _photo(n, 3)
+    rng = np.random.default_rng(2)
+    mask = rng.random((n, n)) < 0.5
+    host = kronpe.fit_grid(img, mask=mask)
+    dev = kronpe.fit_grid(cuda_device.put(img), mask=mask)
+    assert dev.info["device"] == "cuda:0"
+    assert dev.info["boundary"] == host.info["boundary"] and dev.ridge == pytest.approx(host.ridge, rel=1e-6)
+    w = cuda_device.host(dev.weights)
+    truth = img[~mask].astype(np.float64)
+    assert dev.info["converged"] and host.info["converged"]
+    assert abs(_held_out_psnr(w[~mask], truth) - _held_out_psnr(np.asarray(host.weights)[~mask], truth)) < 0.05
+    diff = w.astype(np.float64) - np.asarray(host.weights, np.float64)
+    assert float(np.sqrt(np.mean(diff ** 2))) < 2e-3
+
+
+def test_graphs_give_the_bits_of_single_launches(cuda_device, monkeypatch):
+    """The V-cycles and full multigrid replayed from CUDA graphs (updated when the arrays change)
+    give the values of the same kernels launched one by one (KRONPE_CUDA_GRAPHS=0)."""
+    shape = (65, 70)
+    m, b, x, _, _ = _hierarchies(shape, False, 0.01)
+    degree, alpha = smooth.DIAGONAL_SMOOTHER
+    out = {}
+    for graphs in ("1", "0"):
+        monkeypatch.setenv("KRONPE_CUDA_GRAPHS", graphs)
+        dev = _core.CudaThinPlate32(0, m, False, degree, chebyshev_lmax(2, 2), alpha, COARSEST)
+        res = []
+        for lam in (0.01, 1e-4):  # (a graph outlives set_lambda)
+            dev.set_lambda(lam)
+            for reflect in (False, True, False):  # (and is made again for the other boundary)
+                dev.set_reflect(reflect)
+                v = np.empty_like(b)
+                dev.vcycle(b, v)
+                f = np.empty_like(b)
+                dev.fmg(b, f, 1)
+                c = f.copy()
+                dev.cycles(b, c, True, 3, 1.3)
+                s = np.empty_like(b)
+                its, err = dev.pcg(b, s, False, 1e-5, 50, 0.0, 0.0)
+                res += [v, f, c, s, np.array([its, err])]
+        out[graphs] = res
+    for a, b_ in zip(out["1"], out["0"]):
+        np.testing.assert_array_equal(a, b_)
+
+
+def test_empty_cache_frees_the_fills_blocks(cuda_device):
+    """The fills' device blocks are kept for the next fill of those sizes until empty_cache."""
+    img = _photo(48, 1)
+    mask = np.random.default_rng(3).random(img.shape) < 0.5
+    kronpe.fit_grid(cuda_device.put(img), mask=mask)
+    kept = _core.cuda_multigrid_cache()
+    assert kept > 48 * 48 * 4
+    assert kronpe.cuda.empty_cache() == kept
+    assert _core.cuda_multigrid_cache() == 0
+
+
+def test_device_bindings_check_arguments_before_the_device():
+    """Shapes, layouts and dtypes are refused with ValueError naming the argument, before any
+    device work (so also in a module built without CUDA, which then raises RuntimeError)."""
+    m = np.ones((8, 8), np.float32)
+    with pytest.raises(ValueError, match="m must be C-contiguous"):
+        _core.CudaThinPlate32(0, np.ones((8, 16), np.float32)[:, ::2], False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="m must have at least one node"):
+        _core.CudaThinPlate32(0, np.ones((0, 4), np.float32), False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="m"):
+        _core.CudaThinPlate32(0, m.astype(np.float64), False, 2, 4.0, 4.0, COARSEST)
+    with pytest.raises(ValueError, match="m must have 1 to 3 axes"):
+        _core.CudaThinPlate32(0, np.ones((2, 2, 2, 2), np.float32), False, 2, 4.0, 4.0, COARSEST)
+    args = dict(lams=[1.0], ratio=3.0, flat=0.01, count=1, omega=1.3, boundary_margin=0.01, higher=0.0,
+                higher_margin=0.0, degree=2, lmax=4.0, alpha=4.0, coarsest=COARSEST, lam_interpolating=1e-6,
+                tol=1e-3, tol_interpolating=3e-4, maxiter=10, lead=True)
+    hold = np.arange(3, dtype=np.int64)
+    with pytest.raises(ValueError, match="one array per channel"):
+        _core.cuda_smooth_fill(0, m, [m, m], m, hold, [np.empty_like(m)], **args)
+    with pytest.raises(ValueError, match="planes must have m's shape"):
+        _core.cuda_smooth_fill(0, m, [np.ones((8, 9), np.float32)], m, hold, [np.empty_like(m)], **args)
+    with pytest.raises(ValueError, match="out"):
+        _core.cuda_smooth_fill(0, m, [m], m, hold, [np.empty((8, 8), np.float64)], **args)

@@ -5,25 +5,8 @@ import pytest
 
 import kronpe
 from kronpe import DifferencePenalty, Gaussian, GridPlan, Triangle, fit_grid, fit_points, reference
-
-SHAPES = {1: ((12,), (8,)), 2: ((9, 8), (6, 5)), 3: ((6, 5, 5), (4, 4, 3))}
-ORDERS = [(1, False, "natural"), (2, False, "natural"), (2, True, "natural"), (3, False, "natural"),
-          (3, True, "natural"), (1, False, "reflect"), (2, False, "reflect"), (2, True, "reflect"),
-          (3, False, "reflect"), (3, True, "reflect")]
-#: per-axis weights of the penalty, by number of axes
-WEIGHTS = {1: (2.5,), 2: (0.6, 1.7), 3: (0.5, 1.0, 2.0)}
-
-
-def _grid_problem(rng, D, dtype=np.float64, channels=(2,)):
-    shape, Ks = SHAPES[D]
-    coords = [np.sort(rng.uniform(0, 1, n)) for n in shape]
-    embs = [Gaussian(K, 1.0 / K, margin=1) for K in Ks]
-    S = rng.standard_normal(shape + channels).astype(dtype)
-    return coords, embs, S, [np.asarray(e(c), np.float64) for e, c in zip(embs, coords)]
-
-
-def _close(W, ref, rtol):
-    np.testing.assert_allclose(W, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+from _samples import (CPU, PENALTY_GRIDS, PENALTY_LAYOUTS, PENALTY_ORDERS, PENALTY_WEIGHTS, assert_close,
+                      penalty_problem)
 
 
 # ---- the penalty -------------------------------------------------------------------------------
@@ -43,17 +26,19 @@ def test_matrix_is_the_difference_matrix(order):
     assert np.abs(P.matrix(7) @ x**order).min() > 0
 
 
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 @pytest.mark.parametrize("Ks", [(6,), (5, 4), (4, 1, 3), (7, 6, 5)])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks, weighted):
-    weights = WEIGHTS[len(Ks)] if weighted else None
+@pytest.mark.parametrize("layout", PENALTY_LAYOUTS)
+def test_apply_matches_dense_kronecker_sum(rng, order, mixed, boundary, Ks, weighted, layout):
+    weights = PENALTY_WEIGHTS[len(Ks)] if weighted else None
     P = DifferencePenalty(order, mixed, boundary, weights=weights)
     W = rng.standard_normal(tuple(Ks) + (2,))
     R = reference.penalty_matrix(Ks, order, mixed, boundary, weights)
-    np.testing.assert_allclose(P.apply(W, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
-    np.testing.assert_allclose(P.energy(W, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
-                                                               W.reshape(-1, 2)), rtol=1e-12)
+    Wv = CPU.view(W, layout)  # the same values in a memory layout
+    np.testing.assert_allclose(P.apply(Wv, len(Ks)).reshape(-1, 2), R @ W.reshape(-1, 2), atol=1e-12)
+    np.testing.assert_allclose(P.energy(Wv, len(Ks)), np.einsum("ic,ij,jc->c", W.reshape(-1, 2), R,
+                                                                W.reshape(-1, 2)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("args,exc,name", [
@@ -72,7 +57,7 @@ def test_mirrored_mixed_penalty_is_a_power_of_the_weighted_laplacian(order, Ks):
     DCT-II basis the diagonal (sum_i w_i (2 - 2 cos(pi k_i / K_i)))^q."""
     from scipy.fft import dctn, idctn
 
-    w = WEIGHTS[len(Ks)]
+    w = PENALTY_WEIGHTS[len(Ks)]
     P = DifferencePenalty(order, mixed=True, boundary="reflect", weights=w)
     mu = sum(np.meshgrid(*[wi * (2 - 2 * np.cos(np.pi * np.arange(K) / K)) for wi, K in zip(w, Ks)],
                          indexing="ij"))
@@ -127,26 +112,25 @@ def test_exported():
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 def test_grid_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
-    coords, embs, S, phis = _grid_problem(rng, D, dtype)
+    coords, embs, S, phis = penalty_problem(rng, D, dtype)
     m = fit_grid(S, embs, coords, ridge=0.1, penalty=DifferencePenalty(order, mixed, boundary))
     ref = reference.grid_penalised_fit(S.astype(np.float64), phis, 0.1, order, mixed, boundary=boundary)
     assert m.weights.dtype == dtype and m.weights.shape == ref.shape
-    _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
+    assert_close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
     assert m.info["converged"] and m.info["iterations"] > 0 and m.ridge == 0.1
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 def test_masked_grid_fit_matches_dense(rng, D, order, mixed, boundary):
-    coords, embs, S, phis = _grid_problem(rng, D)
+    coords, embs, S, phis = penalty_problem(rng, D)
     mask = rng.random(S.shape[:D]) < 0.6
     S[~mask] = np.nan  # ignored
     m = fit_grid(S, embs, coords, ridge=0.05, penalty=DifferencePenalty(order, mixed, boundary), mask=mask)
     ref = reference.grid_penalised_fit(np.nan_to_num(S), phis, 0.05, order, mixed, mask, boundary)
-    _close(m.weights, ref, 1e-6)
+    assert_close(m.weights, ref, 1e-6)
 
 
 @pytest.mark.parametrize("D", [2, 3])
@@ -154,42 +138,43 @@ def test_masked_grid_fit_matches_dense(rng, D, order, mixed, boundary):
                                                   (3, True, "reflect")])
 def test_weighted_fits_match_dense(rng, D, order, mixed, boundary):
     """Grid, masked-grid and scattered fits with per-axis weights against dense solves."""
-    coords, embs, S, phis = _grid_problem(rng, D)
-    P = DifferencePenalty(order, mixed, boundary, weights=WEIGHTS[D])
+    coords, embs, S, phis = penalty_problem(rng, D)
+    P = DifferencePenalty(order, mixed, boundary, weights=PENALTY_WEIGHTS[D])
     m = fit_grid(S, embs, coords, ridge=0.1, penalty=P)
-    _close(m.weights, reference.grid_penalised_fit(S, phis, 0.1, order, mixed, boundary=boundary,
-                                                   weights=WEIGHTS[D]), 1e-6)
+    assert_close(m.weights, reference.grid_penalised_fit(S, phis, 0.1, order, mixed, boundary=boundary,
+                                                   weights=PENALTY_WEIGHTS[D]), 1e-6)
     mask = rng.random(S.shape[:D]) < 0.6
     m = fit_grid(S, embs, coords, ridge=0.05, penalty=P, mask=mask)
-    _close(m.weights, reference.grid_penalised_fit(S, phis, 0.05, order, mixed, mask, boundary, WEIGHTS[D]), 1e-6)
+    assert_close(m.weights, reference.grid_penalised_fit(S, phis, 0.05, order, mixed, mask, boundary,
+                                                         PENALTY_WEIGHTS[D]), 1e-6)
     pts = rng.random((50 * D, D))
     vals = rng.standard_normal((50 * D, 2))
     m = fit_points(pts, vals, embs, grid=[e.K + 1 for e in embs], ridge=0.05, penalty=P, tol=1e-12)
-    _close(m.weights, reference.points_penalised_fit(pts, vals, embs, list(m.grid_coords), 0.05, order, mixed,
-                                                     boundary=boundary, weights=WEIGHTS[D]), 1e-6)
+    assert_close(m.weights, reference.points_penalised_fit(pts, vals, embs, list(m.grid_coords), 0.05, order, mixed,
+                                                     boundary=boundary, weights=PENALTY_WEIGHTS[D]), 1e-6)
 
 
 def test_masked_ridge_matches_closed_form(rng):
     """All samples observed, identity penalty: the CG path gives the closed-form ridge fit."""
-    coords, embs, S, phis = _grid_problem(rng, 2)
+    coords, embs, S, phis = penalty_problem(rng, 2)
     full = fit_grid(S, embs, coords, ridge=0.3)
     masked = fit_grid(S, embs, coords, ridge=0.3, mask=np.ones(S.shape[:2], bool))
-    _close(masked.weights, full.weights, 1e-7)
+    assert_close(masked.weights, full.weights, 1e-7)
 
 
 def test_penalty_none_is_the_ridge(rng):
-    coords, embs, S, _ = _grid_problem(rng, 2)
+    coords, embs, S, _ = penalty_problem(rng, 2)
     np.testing.assert_array_equal(fit_grid(S, embs, coords, ridge=0.2, penalty=None).weights,
                                   fit_grid(S, embs, coords, ridge=0.2).weights)
 
 
 def test_plan_with_penalty_and_batches(rng):
-    coords, embs, S, phis = _grid_problem(rng, 2, channels=(2, 3))
+    coords, embs, S, phis = penalty_problem(rng, 2, channels=(2, 3))
     plan = GridPlan(coords, embs, ridge=0.1, penalty=DifferencePenalty(2))
     m = plan.fit(S, batch_axes=1)
     for b in range(3):
         ref = reference.grid_penalised_fit(S[..., b], phis, 0.1, 2)
-        _close(m.weights[..., b], ref, 1e-6)
+        assert_close(m.weights[..., b], ref, 1e-6)
 
 
 def test_grid_auto_ridge_with_penalty(rng):
@@ -212,13 +197,13 @@ def test_grid_auto_ridge_with_penalty(rng):
     (np.zeros((9, 8), bool), ValueError, "mask marks no observed value"),
 ])
 def test_bad_masks(rng, mask, exc, match):
-    coords, embs, S, _ = _grid_problem(rng, 2)
+    coords, embs, S, _ = penalty_problem(rng, 2)
     with pytest.raises(exc, match=match):
         fit_grid(S, embs, coords, ridge=0.1, mask=mask)
 
 
 def test_nan_where_observed_is_named(rng):
-    coords, embs, S, _ = _grid_problem(rng, 2)
+    coords, embs, S, _ = penalty_problem(rng, 2)
     mask = np.ones(S.shape[:2], bool)
     S[3, 4, 0] = np.nan
     with pytest.raises(ValueError, match="signal .*where mask is True.* finite"):
@@ -239,7 +224,7 @@ def test_penalty_boundary_arguments():
 
 
 def test_bad_penalty_type(rng):
-    coords, embs, S, _ = _grid_problem(rng, 2)
+    coords, embs, S, _ = penalty_problem(rng, 2)
     with pytest.raises(TypeError, match="penalty"):
         fit_grid(S, embs, coords, ridge=0.1, penalty=2)
     with pytest.raises(TypeError, match="penalty"):
@@ -250,10 +235,9 @@ def test_bad_penalty_type(rng):
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])
-@pytest.mark.parametrize("order,mixed,boundary", ORDERS)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order,mixed,boundary", PENALTY_ORDERS)
 def test_points_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
-    _, Ks = SHAPES[D]
+    _, Ks = PENALTY_GRIDS[D]
     embs = [Gaussian(K, 1.0 / K, margin=1) for K in Ks]
     pts = rng.random((50 * D, D))
     vals = rng.standard_normal((50 * D, 2)).astype(dtype)
@@ -262,7 +246,7 @@ def test_points_fit_matches_dense(rng, D, order, mixed, boundary, dtype):
     ref = reference.points_penalised_fit(pts, vals.astype(np.float64), embs, list(m.grid_coords), 0.05, order,
                                          mixed, boundary=boundary)
     assert m.weights.dtype == dtype
-    _close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
+    assert_close(m.weights, ref, 1e-6 if dtype == np.float64 else 1e-5)
     assert m.info["converged"] and m.info["iterations"] > 0
 
 

@@ -9,6 +9,7 @@ import pytest
 import kronpe
 from kronpe import _core, reference as R
 from kronpe.solvers import spline as S
+from _samples import CPU, LAYOUTS, SPLINE_GRIDS, TORCH_CUDA_ONLY, ids, spline_cases, spline_points
 
 
 def franke(x, y):
@@ -16,50 +17,53 @@ def franke(x, y):
             + 0.5 * np.exp(-((9 * x - 7) ** 2 + (9 * y - 3) ** 2) / 4) - 0.2 * np.exp(-(9 * x - 4) ** 2 - (9 * y - 7) ** 2))
 
 
-GRIDS = [((5,), (0.25,), 0.3), ((3, 4), (0.1, -1.0), 0.3), ((2, 3, 2), (0.0, 2.0, -1.0), 0.5), ((1, 6), (0.0, 0.0), 1.0)]
+NORMAL_CASES = list(spline_cases())
+WEIGHTED_CASES = list(spline_cases([(50, 2)]))
+VALUE_CASES = list(spline_cases([(60, 1), (60, 2)]))
 
 
-def _points(rng, nint, lo, h, P):
-    return np.asarray(lo) + rng.random((P, len(nint))) * np.asarray(nint) * h
-
-
-@pytest.mark.parametrize("nint,lo,h", GRIDS)
-@pytest.mark.parametrize("P,C", [(0, 1), (1, 1), (37, 1), (200, 3)])
-def test_normal_equations_match_the_dense_reference(rng, nint, lo, h, P, C):
-    g = S.Grid(nint, lo, h)
-    pts = _points(rng, nint, lo, h, P)
-    vals = rng.standard_normal((P, C))
+@pytest.mark.parametrize("case", NORMAL_CASES, ids=ids(NORMAL_CASES))
+def test_normal_equations_match_the_dense_reference(rng, case):
+    g = S.Grid(case.nint, case.lo, case.h)
+    pts = case.points(rng)
+    vals = rng.standard_normal((case.P, case.C))
     st, rhs = S.normal_equations(g, pts, vals)
-    st_ref, rhs_ref = R.spline_normal(pts, vals, nint, lo, h)
+    st_ref, rhs_ref = R.spline_normal(pts, vals, case.nint, case.lo, case.h)
     np.testing.assert_allclose(st, st_ref, rtol=0, atol=1e-13)
     np.testing.assert_allclose(rhs, rhs_ref, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("nint,lo,h", GRIDS)
-def test_weighted_normal_equations(rng, nint, lo, h):
-    g = S.Grid(nint, lo, h)
-    pts = _points(rng, nint, lo, h, 50)
-    vals, w = rng.standard_normal((50, 2)), rng.random(50)
-    st = np.zeros((7 ** len(nint), math.prod(g.shape)))
-    rhs = np.zeros((st.shape[1], 2))
+@pytest.mark.parametrize("case", WEIGHTED_CASES, ids=ids(WEIGHTED_CASES))
+def test_weighted_normal_equations(rng, case):
+    g = S.Grid(case.nint, case.lo, case.h)
+    pts = case.points(rng)
+    vals, w = rng.standard_normal((case.P, case.C)), rng.random(case.P)
+    st = np.zeros((7 ** len(case.nint), math.prod(g.shape)))
+    rhs = np.zeros((st.shape[1], case.C))
     _core.spline_normal(g.args(), pts, vals, w, st, rhs)
-    st_ref, rhs_ref = R.spline_normal(pts, vals, nint, lo, h, weights=w)
+    st_ref, rhs_ref = R.spline_normal(pts, vals, case.nint, case.lo, case.h, weights=w)
     np.testing.assert_allclose(st, st_ref, atol=1e-13)
     np.testing.assert_allclose(rhs, rhs_ref, atol=1e-12)
 
 
-@pytest.mark.parametrize("nint,lo,h", GRIDS)
-@pytest.mark.parametrize("C", [1, 2])
-def test_values_and_stencil_products_match_the_reference(rng, nint, lo, h, C):
+@pytest.mark.parametrize("case", VALUE_CASES, ids=ids(VALUE_CASES))
+def test_values_and_stencil_products_match_the_reference(rng, case, dtype):
+    """The spline's values at points, and stencil products with a stencil of either dtype (the
+    smoother's float32 copy of an operator: products in float64 of the float32 entries), against
+    the reference; an empty grid is nothing to do."""
+    nint, lo, h = case.nint, case.lo, case.h
     g = S.Grid(nint, lo, h)
-    pts = _points(rng, nint, lo, h, 60)
-    coef = rng.standard_normal((math.prod(g.shape), C))
+    pts = case.points(rng)
+    coef = rng.standard_normal((math.prod(g.shape), case.C))
     np.testing.assert_allclose(S.values_at(g, coef, pts), R.spline_values(pts, coef, nint, lo, h), atol=1e-13)
     st = rng.standard_normal((7 ** len(nint), coef.shape[0]))
-    st = R.stencil_from_dense(_dense_of(st, g.shape), g.shape)  # entries beyond the grid zeroed
+    st = R.stencil_from_dense(_dense_of(st, g.shape), g.shape).astype(dtype)  # entries beyond the grid zeroed
     y = np.empty_like(coef)
     _core.stencil_apply(list(g.shape), st, coef, y)
-    np.testing.assert_allclose(y, R.stencil_apply(st, coef, g.shape), atol=1e-12)
+    np.testing.assert_allclose(y, R.stencil_apply(st.astype(np.float64), coef, g.shape), atol=1e-12)
+    empty = np.empty((0, case.C))
+    _core.stencil_apply([0] + [3] * (len(nint) - 1), np.zeros((7 ** len(nint), 0), dtype), empty,
+                        np.empty_like(empty))
 
 
 def _dense_of(st, shape):
@@ -76,7 +80,7 @@ def _dense_of(st, shape):
     return A
 
 
-@pytest.mark.parametrize("nint,lo,h", GRIDS)
+@pytest.mark.parametrize("nint,lo,h", SPLINE_GRIDS)
 def test_penalty_is_the_thin_plate_energy(nint, lo, h):
     g = S.Grid(nint, lo, h)
     ref = R.stencil_from_dense(R.thin_plate_spline_energy(list(nint), h), g.shape)
@@ -104,7 +108,7 @@ def test_subdivision_keeps_the_spline_and_restriction_is_its_transpose(rng, axis
     c = rng.standard_normal(coarse.shape)
     f = S.subdivide(c, axis)
     f = S.subdivide(f, 1 - axis)
-    pts = _points(rng, coarse.nint, coarse.lo, coarse.h, 80)
+    pts = spline_points(rng, coarse.nint, coarse.lo, coarse.h, 80)
     np.testing.assert_allclose(S.values_at(fine, f.reshape(-1, 1), pts),
                                S.values_at(coarse, c.reshape(-1, 1), pts), atol=1e-12)
     a = S.subdivide(c, axis)
@@ -291,15 +295,7 @@ def test_results_do_not_depend_on_the_thread_count():
     np.testing.assert_array_equal(one[1], two[1])
 
 
-# ---- the device twin (kronpe.solvers.spline_torch): on CPU torch here, on the GPU where there is one --
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def torch_device(request):
-    torch = pytest.importorskip("torch")
-    if request.param == "cuda" and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    return request.param
+# ---- the device twin (kronpe.solvers.spline_torch): on CPU torch and on a GPU (``torch_device``) ------
 
 
 @pytest.mark.parametrize("P,noise,D", [(900, 0.0, 2), (3000, 0.02, 2), (600, 0.0, 1), (3000, 0.0, 3)])
@@ -312,7 +308,8 @@ def test_device_fit_chooses_and_fits_as_the_host(torch_device, P, noise, D):
     pts = rng.random((P, D))
     vals = (np.cos(3 * pts).prod(axis=1) + pts.sum(axis=1))[:, None] + noise * rng.standard_normal((P, 1))
     host = S.fit(pts, vals)
-    dev = spline_torch.fit(torch, torch.tensor(pts, device=torch_device), torch.tensor(vals, device=torch_device))
+    dev = spline_torch.fit(torch, torch.tensor(pts, device=torch_device.torch),
+                           torch.tensor(vals, device=torch_device.torch))
     if dev is None:  # the data want finer levels than the device solves densely: the host's call
         assert math.prod(S.Grid(tuple(host.info["grid"]), (0.0,) * D, host.h).shape) > spline_torch.MAX_COEFFICIENTS \
             or host.info["limited_by"] == "representation"
@@ -331,13 +328,14 @@ def test_device_fit_wants_the_host_for_detailed_signals(torch_device):
     rng = np.random.default_rng(13)
     pts = rng.random((20000, 2))
     vals = (np.sin(90 * pts[:, 0]) * np.cos(70 * pts[:, 1]))[:, None]
-    assert spline_torch.fit(torch, torch.tensor(pts, device=torch_device), torch.tensor(vals, device=torch_device)) is None
+    assert spline_torch.fit(torch, torch.tensor(pts, device=torch_device.torch),
+                            torch.tensor(vals, device=torch_device.torch)) is None
 
 
-def test_fit_spline_of_cuda_tensors():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
+@TORCH_CUDA_ONLY
+def test_fit_spline_of_cuda_tensors(torch_device):
+    import torch
+
     rng = np.random.default_rng(14)
     pts = rng.random((5000, 2))
     y = franke(pts[:, 0], pts[:, 1])
@@ -393,10 +391,10 @@ def test_named_solvers_refuse_problems_they_cannot_take():
     assert kronpe.fit_points(pts, pts[:, 0], solver="blended").info["solver"] == "blended"
 
 
-@pytest.mark.parametrize("layout", ["float32", "fortran", "strided"])
+@pytest.mark.parametrize("layout", ["float32"] + [lay for lay in LAYOUTS[1:] if lay != "broadcast"])
 def test_fit_spline_takes_any_real_layout(layout):
-    """float32 inputs are fitted in float64; Fortran-ordered and strided arrays give the bits of
-    C-contiguous ones."""
+    """float32 inputs are fitted in float64; points in any other layout (and strided values) give
+    the bits of C-contiguous ones (broadcast points would all be one)."""
     rng = np.random.default_rng(18)
     base = rng.random((1200, 4))
     pts = np.ascontiguousarray(base[:, :2])
@@ -407,9 +405,9 @@ def test_fit_spline_takes_any_real_layout(layout):
         q = pts[:50].astype(np.float32).astype(np.float64)
         np.testing.assert_allclose(got.predict(q), want.predict(q), atol=1e-5)
         return
-    given = np.asfortranarray(pts) if layout == "fortran" else np.repeat(pts, 2, axis=0)[::2]  # a strided view
+    given = CPU.view(pts, layout)
     assert not given.flags.c_contiguous
-    got = kronpe.fit_spline(given, np.repeat(y, 2)[::2])
+    got = kronpe.fit_spline(given, CPU.view(y, "stepped"))
     np.testing.assert_array_equal(got.coef, want.coef)
 
 
@@ -441,18 +439,3 @@ def test_overflowing_extents_and_named_solver_options_are_named():
         kronpe.fit_points(pts, pts[:, 0], solver="blended", ridge=1e-3)
     with pytest.raises(ValueError, match="1 to 3 axes"):
         kronpe.fit_points(rng.random((300, 4)), pts[:, 0], solver="blended")
-
-
-@pytest.mark.parametrize("nint,lo,h", GRIDS)
-def test_float32_stencil_products_match_the_reference(rng, nint, lo, h):
-    """The smoother's float32 copy of an operator: products in float64 of the float32 entries."""
-    g = S.Grid(nint, lo, h)
-    coef = rng.standard_normal((math.prod(g.shape), 2))
-    st = R.stencil_from_dense(_dense_of(rng.standard_normal((7 ** len(nint), coef.shape[0])), g.shape), g.shape)
-    st32 = st.astype(np.float32)
-    y = np.empty_like(coef)
-    _core.stencil_apply(list(g.shape), st32, coef, y)
-    np.testing.assert_allclose(y, R.stencil_apply(st32.astype(np.float64), coef, g.shape), atol=1e-12)
-    empty = np.empty((0, 2))
-    _core.stencil_apply([0] + [3] * (len(nint) - 1), np.zeros((7 ** len(nint), 0), np.float32), empty,
-                        np.empty_like(empty))  # an empty grid: nothing to do

@@ -10,14 +10,7 @@ torch = pytest.importorskip("torch")
 
 import kronpe  # noqa: E402
 import kronpe.torch as kt  # noqa: E402
-from _samples import TORCH_DEVICES, device_params, use_device  # noqa: E402
-
-
-@pytest.fixture(params=device_params(TORCH_DEVICES))
-def device(request):
-    return use_device(request.param).torch
-
-
+from _samples import assert_close  # noqa: E402
 class Gauss(torch.nn.Module):
     """A Gaussian basis with a learnable width: (N,) -> (N, K)."""
 
@@ -44,15 +37,14 @@ CASES = [
 
 @pytest.mark.parametrize("shape, K, ridge", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_equals_numpy_fit_grid(device, shape, K, ridge, dtype):
+def test_equals_numpy_fit_grid(torch_device, shape, K, ridge, dtype):
     rng = np.random.default_rng(1)
     S = rng.standard_normal(shape)
     embs = [kronpe.Gaussian(k, 1.2 / k) for k in K]
     expected = kronpe.fit_grid(S, embs, ridge=ridge).weights
-    W = kt.fit_grid(torch.tensor(S, dtype=dtype, device=device), embs, ridge=ridge)
-    assert W.shape == expected.shape and W.dtype == dtype and W.device.type == device
-    rtol = 1e-5 if dtype == torch.float32 else 1e-10
-    np.testing.assert_allclose(W.detach().cpu().double().numpy(), expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+    W = kt.fit_grid(torch.tensor(S, dtype=dtype, device=torch_device.torch), embs, ridge=ridge)
+    assert W.shape == expected.shape and W.dtype == dtype and W.device.type == torch_device.torch
+    assert_close(W.detach().cpu().double().numpy(), expected, 1e-5 if dtype == torch.float32 else 1e-10)
 
 
 def test_coords_and_strided_signal():

@@ -1,5 +1,8 @@
 """kronpe.torch modules: embedder modules, ComplexEncoding (grid and points, compile, training),
-SimpleEncoding, LearnableFourierFeatures (seed 002) and SinusoidalEmbedding (seed 004)."""
+SimpleEncoding, LearnableFourierFeatures (Algorithm 1 of "Learnable Fourier Features for
+Multi-Dimensional Spatial Positional Encoding", Li, Si, Li, Hsieh, Bengio; NeurIPS 2021) and
+SinusoidalEmbedding (the sinusoidal-embedding tutorial's transformer and NeRF styles); on a GPU,
+inductor, CUDA graphs and training (``torch_device`` on "cuda-torch" alone)."""
 import math
 import os
 
@@ -14,6 +17,7 @@ from kronpe import embedders as E  # noqa: E402
 from kronpe import reference  # noqa: E402
 from kronpe.app import demo as kdemo  # noqa: E402
 from kronpe.torch import train as ktrain  # noqa: E402
+from _samples import TORCH_CUDA_ONLY  # noqa: E402
 
 ALL_EMBEDDERS = [
     E.Gaussian(16, 0.05),
@@ -221,11 +225,12 @@ def test_prune_basis():
 
 
 class _Small(torch.nn.Module):
-    """A small model around ComplexEncoding: both paths, a head and a non-linearity."""
+    """A small model around ComplexEncoding (``enc``, by default ``_encoding``'s): both paths, a
+    grid (forward_grid) and points (a plan), a head and a non-linearity."""
 
-    def __init__(self):
+    def __init__(self, enc=None):
         super().__init__()
-        self.enc = _encoding(out_features=4, dtype=torch.float32)
+        self.enc = _encoding(out_features=4, dtype=torch.float32) if enc is None else enc
         self.head = torch.nn.Linear(4, 2)
 
     def forward(self, cx, cy, indices, weights):
@@ -292,19 +297,27 @@ def test_fit_points_adam_learns():
     assert ktrain.psnr(pred, torch.from_numpy(img.reshape(-1))) > 23
 
 
-def test_adam_step_on_cpu_runs_eagerly():
-    w = torch.nn.Parameter(torch.zeros(3))
-    target = torch.arange(3.0)
+def test_adam_step_captures_cuda_parameters_by_default(torch_device):
+    """adam_step captures the step in a CUDA graph by default when every parameter is on a GPU, and
+    runs eagerly on the CPU (where a graph asked for is a named error)."""
+    dev = torch_device.torch
+    w = torch.nn.Parameter(torch.zeros(3, device=dev))
+    target = torch.arange(3.0, device=dev)
     step = ktrain.adam_step([w], lambda: w * 1.0, target, lr=0.1)
-    assert step.cuda_graph is False
-    losses = [float(step()) for _ in range(5)]
+    assert step.cuda_graph is torch_device.is_cuda
+    losses = [float(step()) for _ in range(6)]  # on a GPU: three eager, one capture, two replays
     assert losses[-1] < losses[0]
-    with pytest.raises(ValueError, match="cuda_graph=True needs every trainable parameter on a CUDA device"):
-        ktrain.adam_step([w], lambda: w, target, cuda_graph=True)
+    if not torch_device.is_cuda:
+        with pytest.raises(ValueError, match="cuda_graph=True needs every trainable parameter on a CUDA device"):
+            ktrain.adam_step([w], lambda: w, target, cuda_graph=True)
+        return
+    assert ktrain.adam_step([w], lambda: w * 1.0, target, cuda_graph=False).cuda_graph is False
+    c = torch.nn.Parameter(torch.zeros(3))
+    assert ktrain.adam_step([w, c], lambda: w * c, target).cuda_graph is False  # not all on the GPU: eager
 
 
 class _Case:
-    """The parts of kronpe.app.protocol.Case the demo rows read (2-D, stride 2)."""
+    """The parts of kronpe.bench.protocol.Case the demo rows read (2-D, stride 2)."""
 
     def __init__(self, full):
         self.full, self.ndim, self.stride, self.peak = full, 2, 2, 1.0
@@ -368,7 +381,7 @@ def test_simple_encoding_four_directions():
         kt.SimpleEncoding(e)
 
 
-# ---- seed 002: learnable Fourier features -------------------------------------------------------------
+# ---- learnable Fourier features ----------------------------------------------------------------------
 
 
 def test_lff_shapes_and_groups():
@@ -411,7 +424,7 @@ def test_lff_initial_statistics(gamma):
     assert abs(float(w.std()) * gamma - 1.0) < 0.03  # Normal(0, gamma^-2): std 1/gamma
     assert abs(float(w.mean()) * gamma) < 0.03
     # r_x . r_y = (1/F) sum_j cos((x - y) w_j): 1/2 at x = y and, for w ~ N(0, gamma^-2 I),
-    # close to exp(-|x - y|^2 / (2 gamma^2)) / 2 (seed 002 eq. 4 writes the kernel without the
+    # close to exp(-|x - y|^2 / (2 gamma^2)) / 2 (the paper's eq. 4 writes the kernel without the
     # factors 2)
     x = torch.zeros(1, 1, 2)
     d = torch.tensor([[[0.3, -0.4]]]) * gamma  # |d| = 0.5 gamma
@@ -432,15 +445,15 @@ def test_lff_bad_arguments():
         kt.LearnableFourierFeatures(2, 8, 4, 4, activation="tanh")
 
 
-# ---- seed 004: sinusoidal embeddings ------------------------------------------------------------------
+# ---- sinusoidal embeddings (the tutorial's formulas) ------------------------------------------------
 
 
 def _tutorial_x():
-    """seed 004's domain: 1000 points of [0, 2 pi], shape (N, 1)."""
+    """The tutorial's domain: 1000 points of [0, 2 pi], shape (N, 1)."""
     return torch.linspace(0, 2 * torch.pi, 1000, dtype=torch.float64).reshape(-1, 1)
 
 
-def test_seed004_transformer_values():
+def test_tutorial_transformer_values():
     x = _tutorial_x()
     L, P = 3, 1000
     out = kt.SinusoidalEmbedding(1, L, "transformer", max_positions=P)(x)
@@ -495,16 +508,16 @@ def test_neuralop_convention(embedding_type, dtype):
     torch.testing.assert_close(emb(x[0]), _neuralop_sinusoidal(x[0], L, embedding_type, P), rtol=0, atol=0)
 
 
-def test_neuralop_and_seed_conventions_differ_for_two_or_more_frequencies():
+def test_neuralop_and_tutorial_conventions_differ_for_two_or_more_frequencies():
     x = torch.linspace(0, 6, 30, dtype=torch.float64).reshape(-1, 1)
-    seed = kt.SinusoidalEmbedding(1, 1, "transformer", 100)
+    tut = kt.SinusoidalEmbedding(1, 1, "transformer", 100)
     nop = kt.SinusoidalEmbedding(1, 1, "transformer", 100, convention="neuralop")
-    torch.testing.assert_close(seed(x), nop(x))  # L = 1: only w_0 = 1
-    seed3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100)
+    torch.testing.assert_close(tut(x), nop(x))  # L = 1: only w_0 = 1
+    tut3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100)
     nop3 = kt.SinusoidalEmbedding(1, 3, "transformer", 100, convention="neuralop")
-    np.testing.assert_allclose(_np(seed3.freqs), [1, 100 ** (-1 / 3), 100 ** (-2 / 3)], rtol=1e-15)
+    np.testing.assert_allclose(_np(tut3.freqs), [1, 100 ** (-1 / 3), 100 ** (-2 / 3)], rtol=1e-15)
     np.testing.assert_allclose(_np(nop3.freqs), [1, 100 ** (-2 / 3), 100 ** (-4 / 3)], rtol=1e-6)
-    assert not torch.allclose(seed3(x), nop3(x))
+    assert not torch.allclose(tut3(x), nop3(x))
     with pytest.raises(ValueError, match="convention must be one of"):
         kt.SinusoidalEmbedding(1, 3, convention="neuraloperator")
 
@@ -518,7 +531,7 @@ def test_neuralop_package_agrees_when_installed():
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
-def test_seed004_nerf_values_and_modulation():
+def test_tutorial_nerf_values_and_modulation():
     x = _tutorial_x()
     L, m = 3, 2.5
     emb = kt.SinusoidalEmbedding(1, L, "nerf")
@@ -538,7 +551,7 @@ def test_seed004_nerf_values_and_modulation():
     np.testing.assert_allclose(_np(ob[1]), m * _np(ob[0]), atol=1e-15)
 
 
-def test_seed004_nyquist():
+def test_tutorial_nyquist():
     # the tutorial: L = 3 with N = 1000 is fine; NeRF needs 2^(L-1) m < N / 2
     assert kt.SinusoidalEmbedding(1, 3, "nerf").satisfies_nyquist(1000)
     assert kt.SinusoidalEmbedding(1, 9, "nerf").satisfies_nyquist(1000)  # 256 < 500
@@ -547,7 +560,7 @@ def test_seed004_nyquist():
     assert kt.SinusoidalEmbedding(1, 3, "transformer", 1000).satisfies_nyquist(1000, modulation=2.5)
 
 
-def test_seed004_multichannel_layout():
+def test_tutorial_multichannel_layout():
     x = torch.rand(4, 7, 3, dtype=torch.float64)
     emb = kt.SinusoidalEmbedding(3, 2, "nerf", include_input=True)
     out = emb(x)
@@ -575,3 +588,137 @@ def test_complex_encoding_points_in_inference_mode():
         again = enc(pts.clone())
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
     np.testing.assert_allclose(again.numpy(), want.numpy(), rtol=1e-12)
+
+
+# ---- on a GPU: what only CUDA can show ------------------------------------------------------------
+# The values, gradcheck and opcheck of every op on CUDA are test_torch_ops.py's own cases; here
+# torch.compile with inductor (the backend that generates GPU code), capture in a CUDA graph, and
+# training of the benchmark's models on CUDA.
+
+
+def _both_inputs(model, dev, seed=0):
+    """Grid coordinates and a plan of points for _Small on a GPU."""
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    cx = torch.rand(40, device=dev, dtype=torch.float64, generator=gen)
+    cy = torch.rand(24, device=dev, dtype=torch.float64, generator=gen)
+    plan = model.enc.plan(torch.rand(300, 2, device=dev, dtype=torch.float64, generator=gen))
+    assert plan.indices.is_cuda and plan.weights.is_cuda
+    return cx, cy, plan.indices, plan.weights
+
+
+def _both_model(dev):
+    """_Small with Gaussians of width 0.04, weights of standard deviation 0.1, on a device."""
+    g = kronpe.Gaussian(16, 0.04)
+    enc = kt.ComplexEncoding([g, g], out_features=4)
+    torch.nn.init.normal_(enc.weight, std=0.1)
+    return _Small(enc).to(dev)
+
+
+def _grads(model):
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+@TORCH_CUDA_ONLY
+def test_compile_fullgraph_inductor_on_cuda(torch_device):
+    dev = torch_device.torch
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = _both_model(dev)
+    args = _both_inputs(model, dev)
+    eager = model(*args)
+    eager.backward()
+    g_eager = _grads(model)
+    model.zero_grad(set_to_none=True)
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")  # a graph break would raise
+    out = compiled(*args)
+    out.backward()
+    assert out.is_cuda
+    torch.testing.assert_close(out.detach(), eager.detach(), rtol=1e-5, atol=1e-5)
+    for g, h in zip(_grads(model), g_eager):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-5)
+
+
+@TORCH_CUDA_ONLY
+def test_cuda_graph_capture_and_replay(torch_device):
+    """Forward + backward captured once, replayed on new inputs: the eager results each time."""
+    dev = torch_device.torch
+    torch.manual_seed(0)
+    model = _both_model(dev)
+    static = [a.clone() for a in _both_inputs(model, dev, seed=1)]
+    grads = [torch.zeros_like(p) for p in model.parameters()]
+
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        loss = model(*static)
+        loss.backward()
+        for g, p in zip(grads, model.parameters()):
+            g.copy_(p.grad)
+        return loss
+
+    side = torch.cuda.Stream()  # warm-up on a side stream, as torch.cuda.graph asks
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step()
+    for seed in (2, 3):
+        new = _both_inputs(model, dev, seed=seed)
+        for s, n in zip(static, new):
+            s.copy_(n)
+        graph.replay()
+        torch.cuda.synchronize()
+        for p in model.parameters():
+            p.grad = None
+        ref = model(*new)
+        ref.backward()
+        torch.testing.assert_close(static_loss, ref.detach(), rtol=1e-5, atol=1e-5)
+        for g, p in zip(grads, model.parameters()):
+            torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+
+
+@TORCH_CUDA_ONLY
+@pytest.mark.parametrize("case", ["grid", "points"])
+def test_equal_loss_after_200_adam_steps_on_cuda(torch_device, case):
+    """200 Adam steps of the benchmark's models (kronpe.bench.torch_steps): kronpe's and the
+    official formulation end at the same loss."""
+    pytest.importorskip("skimage")
+    from kronpe.bench import torch_steps as ts
+
+    losses = {}
+    for name, (model, target) in ts.make_models(case, device=torch_device.torch).items():
+        assert target.is_cuda and all(p.is_cuda for p in model.parameters())
+        step = ts.stepper(model, target)
+        losses[name] = [step().detach() for _ in range(200)]
+    a, b = float(losses["kronpe"][-1]), float(losses["official"][-1])
+    assert a < 0.2 * float(losses["kronpe"][0])
+    assert abs(a - b) <= 1e-3 * abs(b), f"loss after 200 steps: kronpe {a}, official {b}"
+    np.testing.assert_allclose(float(losses["kronpe"][0]), float(losses["official"][0]), rtol=1e-5)
+
+
+@TORCH_CUDA_ONLY
+@pytest.mark.parametrize("path", ["grid", "points"])
+def test_training_in_a_cuda_graph_matches_eager(torch_device, path):
+    """kronpe.torch.train captures the step in a CUDA graph by default on CUDA: same losses."""
+    n = 32
+    x = np.arange(n) / n
+    img = _smooth_image(n)
+    emb = kronpe.Gaussian(16, 0.05)
+    hists = {}
+    for graph in (False, True):
+        torch.manual_seed(0)
+        if path == "grid":
+            _, hists[graph] = ktrain.fit_grid_adam(img[::2, ::2], [emb, emb], steps=60, lr=0.05, log_every=20,
+                                                   progress=False, device=torch_device.torch, cuda_graph=graph)
+        else:
+            mesh = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)
+            pick = np.random.default_rng(0).choice(n * n, 300, replace=False)
+            _, hists[graph] = ktrain.fit_points_adam(mesh[pick], img.reshape(-1)[pick], [emb, emb], steps=60,
+                                                     lr=0.05, log_every=20, progress=False,
+                                                     device=torch_device.torch, cuda_graph=graph)
+    assert hists[True].step == hists[False].step == [20, 40, 60]
+    assert hists[True].loss[-1] < 0.5 * hists[True].loss[0]
+    np.testing.assert_allclose(hists[True].loss, hists[False].loss, rtol=1e-4)

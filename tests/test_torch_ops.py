@@ -10,8 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 kt = pytest.importorskip("kronpe.torch")
 
-from _samples import (
-    TORCH_DEVICES, device_params, ids, torch_dtype, torch_op_sample, torch_op_samples, use_device)
+from _samples import ids, torch_dtype, torch_op_sample, torch_op_samples  # noqa: E402
 
 OPS = {
     "multi_mode_product": torch.ops.kronpe.multi_mode_product.default,
@@ -23,10 +22,11 @@ SAMPLE_IDS = ids(SAMPLES)
 GRAD_IDS = [s.id for s in SAMPLES if not s.overlapping]  # gradcheck perturbs inputs in place
 
 
-@pytest.fixture(params=device_params(TORCH_DEVICES))
-def device(request):
-    """The torch ops run on torch tensors: on the CPU and on a GPU."""
-    return use_device(request.param)
+@pytest.fixture
+def device(torch_device):
+    """The torch ops run on torch tensors, on the CPU and on a GPU (conftest's ``torch_device``;
+    the ``tol`` fixtures follow this device)."""
+    return torch_device
 
 
 # ---- NumPy references --------------------------------------------------------------------------

@@ -79,7 +79,7 @@ if has sanitize; then
     [ "$tool" = racecheck ] && mg_k="cupy and pcg and 33x47 and 0.0"
     run_step "san_${tool}_multigrid" "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
       --target-processes all $py -m pytest -q -p no:cacheprovider -x -m "gpu and not slow" -k "$mg_k" \
-      tests/test_multigrid_cuda.py
+      tests/test_multigrid.py
   done
   unset PYTORCH_NO_CUDA_MEMORY_CACHING KRONPE_TEST_NO_POOL
 fi
