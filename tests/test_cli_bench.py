@@ -273,3 +273,59 @@ def test_cold_fit_rows_factorise_every_time(monkeypatch):
     cold.fn(state)
     cold.fn(state)
     assert len(calls) - before == 2 * warm_first  # each cold call factorises anew
+
+
+def test_flush_evicts_the_caches_right_before_each_timed_call(monkeypatch):
+    """With flush=True every timed call comes right after a flush (the settle's warm call, if any,
+    before it), the records say so, and without it they say 'warm'."""
+    from kronpe.bench import harness
+
+    events = []
+    monkeypatch.setattr(harness, "settle", lambda limit: 0.0)
+    monkeypatch.setattr(harness, "flush_caches", lambda: events.append("flush") or 0)
+    case = Case("t", "g", lambda: {}, [Method("kronpe", lambda s: events.append("kronpe"), peer=False),
+                                       Method("peer", lambda s: events.append("peer"))], None, rounds=3)
+    recs = measure(case, flush=True)
+    assert events[:2] == ["kronpe", "peer"]  # the checked first calls
+    timed = events[2:]
+    # per timed call: the warm call, the flush, the timed call
+    assert len(timed) == 6 * 3 and all(timed[i + 1] == "flush" and timed[i] == timed[i + 2]
+                                       for i in range(0, len(timed), 3))
+    assert {r["extra_info"]["caches"] for r in recs} == {"flushed"}
+    events.clear()
+    assert {r["extra_info"]["caches"] for r in measure(case)} == {"warm"} and "flush" not in events
+
+
+def test_flush_writes_twice_the_largest_cache():
+    """The flush reads and writes a buffer at least twice the largest CPU cache the system names
+    (every cache line of it loaded and dirtied), so nothing a method touched stays cached."""
+    import glob
+
+    from kronpe.bench import harness
+
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu*/cache/index*/size"):
+        text = open(path).read().strip()
+        sizes.append(int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text))
+    n = harness.cache_bytes()
+    assert n >= 2 * max(sizes, default=0) and n >= harness.FLUSH_MIN_BYTES
+    assert harness.flush_caches() == n
+    buf = harness._FLUSH["buffer"]
+    before = float(buf[0]) + float(buf[-1])
+    harness.flush_caches()
+    assert float(buf[0]) + float(buf[-1]) == before + 2.0  # both ends written
+
+
+def test_rows_record_every_librarys_threads():
+    """Every record names the threads of kronpe's kernels and of the BLAS libraries (and torch's
+    where loaded); the table's machine line repeats them."""
+    case = Case("t", "g", lambda: {}, [Method("kronpe", lambda s: 1, peer=False), Method("peer", lambda s: 1)],
+                None, rounds=1)
+    recs = measure(case)
+    threads = recs[0]["extra_info"]["threads"]
+    assert threads["kronpe"] == kronpe.get_num_threads() and recs[1]["extra_info"]["threads"] == threads
+    assert len(threads) >= 2  # at least one BLAS beside kronpe
+    doc = {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "benchmarks": recs,
+           "caches": {"flushed": False}}
+    line = report.machine_line(doc)
+    assert f"kronpe {threads['kronpe']}" in line and "caches warm" in line

@@ -27,7 +27,8 @@ def run_bench(args) -> int:
         return 0
     suites = [s for item in (args.suite or []) for s in item.split(",") if s] or None
     doc = bench.run(suites, quick=args.quick, match=args.match, rounds=args.rounds,
-                    progress=not args.no_progress and sys.stderr.isatty(), argv=sys.argv[1:])
+                    progress=not args.no_progress and sys.stderr.isatty(), argv=sys.argv[1:],
+                    flush=args.flush)
     os.makedirs(args.out, exist_ok=True)
     table = report.markdown(doc)
     with open(os.path.join(args.out, "bench.json"), "w") as f:

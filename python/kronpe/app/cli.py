@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--match", default=None, metavar="REGEX",
                    help="run only the groups whose name matches REGEX (e.g. 'D=3')")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: per case)")
+    p.add_argument("--flush", action="store_true",
+                   help="evict the CPU caches before every timed call (twice the largest cache; else the "
+                        "figures are warm: each method's inputs may still be cached from its last call)")
     p.add_argument("--compare", nargs="+", metavar="JSON",
                    help="OLD.json: print what got faster or slower than that run; OLD.json NEW.json: compare "
                         "two runs without measuring")

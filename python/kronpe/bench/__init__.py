@@ -18,7 +18,7 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import report
-from .harness import Case, Method, copy_bandwidth, gemm_rate, gpu_gemm_rate, machine_info, measure
+from .harness import Case, Method, cache_bytes, copy_bandwidth, gemm_rate, gpu_gemm_rate, machine_info, measure
 
 __all__ = ["SUITES", "Case", "Method", "cases", "measure", "report", "run"]
 
@@ -77,9 +77,11 @@ def cases(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Op
 
 
 def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Optional[str] = None,
-        rounds: Optional[int] = None, progress: bool = False, argv: Optional[Sequence[str]] = None) -> dict:
+        rounds: Optional[int] = None, progress: bool = False, argv: Optional[Sequence[str]] = None,
+        flush: bool = False) -> dict:
     """Measure the machine's GEMM rate and copy bandwidth, then every selected case; returns the
-    document that ``kronpe bench`` writes as JSON (pytest-benchmark's ``benchmarks`` layout)."""
+    document that ``kronpe bench`` writes as JSON (pytest-benchmark's ``benchmarks`` layout).
+    ``flush``: the CPU caches evicted before every timed call (else the figures are warm)."""
     selected = cases(suites, quick, match)
     if not selected:
         raise ValueError(f"no benchmark matches suites={list(suites or SUITES)} quick={quick} match={match!r}")
@@ -94,7 +96,7 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         for case in bar:
             bar.set_postfix_str(case.group[:40])
             probes.append(gemm_rate(side, rounds=2)["best"])
-            records += measure(case, rounds)
+            records += measure(case, rounds, flush=flush)
     gemm_after, copy_after = gemm_rate(side), copy_bandwidth()
     gemm = gemm_before if gemm_before["best"] >= gemm_after["best"] else gemm_after
     gemm = dict(gemm, best=max([gemm["best"]] + probes))
@@ -105,6 +107,7 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         "datetime": started,
         "argv": list(argv) if argv is not None else None,
         "quick": quick,
+        "caches": {"flushed": True, "flush_bytes": cache_bytes()} if flush else {"flushed": False},
         "machine_info": machine_info(),
         "rates": {"gemm_flops": gemm["best"], "gemm": {"before": gemm_before, "after": gemm_after,
                                                                    "per_case": probes},

@@ -25,6 +25,7 @@ The files of ``benches/`` run the same cases under pytest-benchmark (``benches/c
 """
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import statistics
@@ -125,6 +126,7 @@ def timings(fn: Callable[[], Any], rounds: int = 1, *, warmup: int = 0, batch: i
 SETTLE_SECONDS = 0.3
 SETTLE_POLL = 0.002
 WARM_SECONDS = 0.05
+FLUSH_MIN_BYTES = 64 << 20  # a flush writes at least this much (where /sys names no cache)
 
 
 def settle_seconds() -> float:
@@ -176,15 +178,73 @@ def settle(limit: float) -> float:
     return time.perf_counter() - t0
 
 
-def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
-    """Records (pytest-benchmark's layout) of every method of ``case``, timed interleaved."""
+def cache_bytes() -> int:
+    """The bytes a flush writes: twice the largest CPU cache the system reports (the last level,
+    shared or not, /sys/devices/system/cpu/cpu*/cache), at least FLUSH_MIN_BYTES."""
+    largest = 0
+    for path in glob.glob("/sys/devices/system/cpu/cpu*/cache/index*/size"):
+        try:
+            with open(path) as f:
+                text = f.read().strip().upper()
+        except OSError:  # pragma: no cover - a cache entry that vanished
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            largest = max(largest, int(digits) * unit)
+    return max(2 * largest, FLUSH_MIN_BYTES)
+
+
+_FLUSH: Dict[str, Any] = {}
+
+
+def flush_caches() -> int:
+    """Evict the CPU caches: read and write a buffer of ``cache_bytes()`` (every line loaded and
+    left dirty, so what a method touched before is gone from every level). Returns its size."""
+    import numpy as np
+
+    buf = _FLUSH.get("buffer")
+    if buf is None:
+        buf = _FLUSH["buffer"] = np.zeros(cache_bytes() // 8, np.float64)
+    buf += 1.0
+    return buf.nbytes
+
+
+def thread_settings() -> Dict[str, Any]:
+    """The threads each library would use now: kronpe's kernels, the BLAS libraries loaded
+    (threadpoolctl when installed, else the one kronpe calls), torch's pool where torch is loaded."""
+    import sys
+
+    import kronpe
+
+    out: Dict[str, Any] = {"kronpe": kronpe.get_num_threads()}
+    blas = [b for b in _blas_libraries() if isinstance(b, dict) and "num_threads" in b]
+    if blas:
+        for b in blas:
+            out[f"{b.get('internal_api')} {b.get('version')}"] = b.get("num_threads")
+    else:
+        from .._adapters import blas as _blas
+
+        out["blas"] = _blas.blas_threads()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = torch.get_num_threads()
+    return out
+
+
+def measure(case: Case, rounds: Optional[int] = None, flush: bool = False) -> List[dict]:
+    """Records (pytest-benchmark's layout) of every method of ``case``, timed interleaved.
+    ``flush``: the caches evicted (``flush_caches``) right before every timed call; the records
+    say ``caches``: "flushed" or "warm", and the threads of every library (``thread_settings``)."""
     state = case.setup()
+    threads = thread_settings()
     live: List[Method] = []
     records: Dict[str, dict] = {}
     short = set()  # methods called once more, untimed, right before each timed call
     for m in case.methods:
         rec = {"group": case.group, "name": m.name, "suite": case.suite, "params": dict(case.params),
-               "extra_info": {"method": m.name, "peer": m.peer, "size": case.size}}
+               "extra_info": {"method": m.name, "peer": m.peer, "size": case.size,
+                              "caches": "flushed" if flush else "warm", "threads": dict(threads)}}
         work = state.get("work", {}).get(m.name, {})
         for key in ("flops", "bytes"):
             value = work.get(key, state.get(key))
@@ -222,6 +282,8 @@ def measure(case: Case, rounds: Optional[int] = None) -> List[dict]:
                 settle(limit)
                 if m.name in short:
                     m.fn(state)
+            if flush:
+                flush_caches()
             times[m.name] += timings(lambda: m.fn(state))
     for name, ts in times.items():
         records[name]["stats"] = _stats(ts)

@@ -101,6 +101,13 @@ def _ms(t: float) -> str:
     return f"{t * 1e3:.{digits}f}"
 
 
+def _threads_of(doc: dict) -> dict:
+    """The libraries' threads the rows recorded, when every row recorded the same (else {})."""
+    seen = {str(sorted(r["extra_info"]["threads"].items())): r["extra_info"]["threads"]
+            for r in doc.get("benchmarks", []) if "threads" in r.get("extra_info", {})}
+    return next(iter(seen.values())) if len(seen) == 1 else {}
+
+
 def machine_line(doc: dict) -> str:
     m = doc.get("machine_info", {})
     gemm, copy = rates(doc)
@@ -120,6 +127,13 @@ def machine_line(doc: dict) -> str:
         parts.append(f"kronpe chain GEMM: {chain_gemm}")
     if env:
         parts.append(env)
+    threads = _threads_of(doc)
+    if threads:
+        parts.append("threads: " + ", ".join(f"{k} {v}" for k, v in threads.items()))
+    caches = doc.get("caches")
+    if caches is not None:
+        parts.append(f"caches flushed before every timed call ({caches.get('flush_bytes', 0) >> 20} MiB written)"
+                     if caches.get("flushed") else "caches warm (no --flush)")
     parts.append(f"GEMM rate {gemm / 1e9:.1f} GFLOP/s (float32, fastest round), copy {copy / 1e9:.1f} GB/s")
     if math.isfinite(gpu_gemm(doc)):
         parts.append(f"GPU GEMM rate {gpu_gemm(doc) / 1e12:.1f} TFLOP/s (cuBLAS float32, TF32 off; the CUDA rows' "
