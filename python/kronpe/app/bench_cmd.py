@@ -4,6 +4,10 @@ Writes ``bench.md`` (the table), ``bench.json`` (every timing and the machine) a
 (time against size, per method; with matplotlib) into ``--out``; prints the table (``--json``: the
 JSON document instead) and, with ``--compare OLD.json``, what got faster or slower. Exits 1 when one
 of kronpe's own rows failed or gave a wrong result (after writing everything).
+
+A study (``kronpe.bench.STUDIES``: ``validation``) runs only when ``--suite`` names it, and writes
+``<study>.md`` and ``<study>.json`` instead (with ``--quick`` and ``-k``; the timing flags do not
+apply to it). Named beside timed suites, both run: the suites first.
 """
 from __future__ import annotations
 
@@ -25,7 +29,48 @@ def run_bench(args) -> int:
     if len(old) == 2:  # two files: compare them, measure nothing
         print(report.compare(old[0], old[1], args.threshold))
         return 0
+    from .._adapters import validate
+
     suites = [s for item in (args.suite or []) for s in item.split(",") if s] or None
+    for name in suites or []:
+        validate.choice("suite", name, tuple(bench.SUITES) + tuple(bench.STUDIES))
+    studies = [s for s in suites or [] if s in bench.STUDIES]
+    timed = [s for s in suites or [] if s not in bench.STUDIES] or (None if not studies else [])
+    if old and not timed and studies:
+        raise ValueError("--compare compares timings: name a timed suite beside the study")
+    status = run_timed(args, timed, old) if timed != [] else 0
+    for name in studies:
+        run_study(args, name)
+    return status
+
+
+def run_study(args, name: str) -> None:
+    """Run the study ``name`` and write ``<name>.md`` and ``<name>.json`` into ``--out``; print
+    its table (``--json``: its document)."""
+    from .. import bench
+    from ..bench import report
+
+    module = bench.study(name)
+    doc = module.run(quick=args.quick, match=args.match, progress=not args.no_progress and sys.stderr.isatty(),
+                     argv=sys.argv[1:])
+    os.makedirs(args.out, exist_ok=True)
+    table = module.markdown(doc)
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
+        f.write(report.dumps(doc))
+    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
+        f.write(table + "\n")
+    if args.json:
+        print(report.dumps(doc))
+    else:
+        print(table)
+        print(f"wrote {os.path.join(args.out, name + '.md')}, {name}.json")
+
+
+def run_timed(args, suites, old) -> int:
+    """The timed suites ``suites`` (None: all): bench.md, bench.json, the plots, --compare."""
+    from .. import bench
+    from ..bench import report
+
     doc = bench.run(suites, quick=args.quick, match=args.match, rounds=args.rounds,
                     progress=not args.no_progress and sys.stderr.isatty(), argv=sys.argv[1:],
                     flush=args.flush)

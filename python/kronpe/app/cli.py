@@ -114,9 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the small cases only (under a minute)")
     p.add_argument("--suite", action="append", metavar="NAME",
                    help="run only these suites (repeat or comma-separate): chains, fits, blend, scattered, "
-                        "field, torch, cuda (default: all)")
+                        "field, torch, cuda (default: all); and validation, run only when named (the fill's "
+                        "tuned defaults on images they were not tuned on: PSNR margins with 95%% intervals, "
+                        "minutes long; writes validation.md and validation.json)")
     p.add_argument("-k", "--match", default=None, metavar="REGEX",
-                   help="run only the groups whose name matches REGEX (e.g. 'D=3')")
+                   help="run only the groups whose name matches REGEX (e.g. 'D=3'); validation: the images "
+                        "whose name matches")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: per case)")
     p.add_argument("--flush", action="store_true",
                    help="evict the CPU caches before every timed call (twice the largest cache; else the "

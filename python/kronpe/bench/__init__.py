@@ -7,6 +7,10 @@ inpaint_biharmonic), ``field`` (kronpe.grid of scattered samples of smooth field
 RBFInterpolator and verde), ``torch`` (Adam steps of kronpe.torch against the official formulation; needs
 torch), ``cuda`` (mode-n chains on the GPU; only where torch sees one).
 
+Studies (each a module with ``run()``, ``markdown()``; they run only when named): ``validation``
+(the fill's tuned defaults on photographs and fields they were not tuned on: PSNR margins with
+95% intervals, minutes long).
+
 >>> from kronpe import bench
 >>> doc = bench.run(["chains"], quick=True, match="D=2")      # doctest: +SKIP
 >>> print(bench.report.markdown(doc))                          # doctest: +SKIP
@@ -20,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from . import report
 from .harness import Case, Method, cache_bytes, copy_bandwidth, gemm_rate, gpu_gemm_rate, machine_info, measure
 
-__all__ = ["SUITES", "Case", "Method", "cases", "measure", "report", "run"]
+__all__ = ["STUDIES", "SUITES", "Case", "Method", "cases", "measure", "report", "run", "study"]
 
 
 def _suite(module: str) -> Callable[[], List[Case]]:
@@ -54,6 +58,18 @@ SUITES: Dict[str, Callable[[], List[Case]]] = {
     "torch": _torch_cases,
     "cuda": _cuda_cases,
 }
+
+#: study name -> its module (run(quick=, match=, progress=, argv=) -> document; markdown(document)):
+#: PSNR studies, not timings, outside "all suites"
+STUDIES: Dict[str, str] = {"validation": f"{__name__}.validation"}
+
+
+def study(name: str):
+    """The module of the study ``name`` (STUDIES)."""
+    import importlib
+    from .._adapters import validate
+
+    return importlib.import_module(STUDIES[validate.choice("study", name, tuple(STUDIES))])
 
 
 def cases(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Optional[str] = None) -> List[Case]:
