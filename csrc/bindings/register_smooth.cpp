@@ -7,9 +7,11 @@
 
 #include "args.h"
 #include "kronpe/channels.h"
+#include "kronpe/gcv.h"
 #include "kronpe/cuda.h"
 #include "kronpe/masked.h"
 #include "kronpe/multigrid.h"
+#include "kronpe/reductions.h"
 #include "kronpe/smooth.h"
 
 namespace py = pybind11;
