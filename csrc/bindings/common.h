@@ -169,6 +169,12 @@ void register_blas(pybind11::module_& m);
 void register_embed(pybind11::module_& m);
 void register_mode_product(pybind11::module_& m);
 void register_blend(pybind11::module_& m);
-void register_smooth(pybind11::module_& m);
+// The grid families; `tuning`: where their tuning hooks go (module.cpp).
+void register_smooth(pybind11::module_& m, pybind11::module_& tuning);
+void register_multigrid(pybind11::module_& m, pybind11::module_& tuning);
+void register_multigrid_cuda(pybind11::module_& m);
+void register_masked(pybind11::module_& m);
+void register_reductions(pybind11::module_& m);
+void register_channels(pybind11::module_& m);
 void register_spline(pybind11::module_& m);
 void register_cuda(pybind11::module_& m);

@@ -68,7 +68,12 @@ PYBIND11_MODULE(_core, m) {
   register_embed(m);
   register_mode_product(m);
   register_blend(m);
-  register_smooth(m);
+  register_multigrid_cuda(m);
+  register_multigrid(m, m);
+  register_masked(m);
+  register_smooth(m, m);
+  register_reductions(m);
+  register_channels(m);
   register_spline(m);
   register_cuda(m);
 }
