@@ -64,8 +64,8 @@ def median_ms(fn, rounds: int = 40) -> float:
 
 
 def main() -> None:
-    before = _core.blend_set_simd(2)
-    top = _core.blend_set_simd(2)
+    before = _core._tuning.blend_set_simd(2)
+    top = _core._tuning.blend_set_simd(2)
     names = ["portable", "AVX2", "AVX-512"][: top + 1][::-1]
     print(f"kronpe {kronpe.__version__}; threads {kronpe.get_num_threads()}; vector paths: {', '.join(names)}")
     print("\n| weights | " + " | ".join(f"{n} ns per axis and point" for n in names) + " |\n|---|"
@@ -74,11 +74,11 @@ def main() -> None:
     for name, kind, param in KINDS:
         row = []
         for level in range(top, -1, -1):
-            _core.blend_set_simd(level)
+            _core._tuning.blend_set_simd(level)
             row.append(axis_cost(kind, param) * 1e9)
         cost[name] = row[0]
         print(f"| {name} | " + " | ".join(f"{c:.2f}" for c in row) + " |")
-    _core.blend_set_simd(before)
+    _core._tuning.blend_set_simd(before)
 
     _, fly, stored = matrices((M, M), 1.0)
     P, G = fly.shape

@@ -14,7 +14,7 @@
 6. ``overhead``: host time per call of kronpe's CUDA chain (64^3 x 3) and of its parts, against
    torch's tensordot chain, torch.mm and torch.empty;
 7. ``rule``: the smoothing kernels' team rule beyond two threads (one thread per 2^k nodes,
-   ``_core.set_nodes_per_extra_thread``; k from DIAG_RULES, default 15,16,17) against the thread
+   ``_core._tuning.set_nodes_per_extra_thread``; k from DIAG_RULES, default 15,16,17) against the thread
    counts of DIAG_COUNTS: the scattered fit's median ms and the busy marks added, fits interleaved
    over the pairs (rule, threads) in 7 rounds;
 8. ``lead``: the leading component's solve beside the sweep on large grids (smooth.py's
@@ -109,9 +109,9 @@ def busy(s):
     for t in COUNTS:
         kronpe.set_num_threads(t)
         kronpe_points(s)
-        m0 = _core.busy_cores()[1]
+        m0 = _core._tuning.busy_cores()[1]
         ms = _median_ms(lambda: kronpe_points(s), 7)
-        now, m1 = _core.busy_cores()
+        now, m1 = _core._tuning.busy_cores()
         print(f"threads {t:2d}: {ms:6.1f} ms, {m1 - m0} marks, busy {now}")
     kronpe.set_num_threads(None)
 
@@ -124,20 +124,20 @@ def rule(s):
     pairs = [(k, t) for k in rules for t in COUNTS]
     times = {p: [] for p in pairs}
     marks = dict.fromkeys(pairs, 0)
-    previous = _core.set_nodes_per_extra_thread(1 << rules[0])
+    previous = _core._tuning.set_nodes_per_extra_thread(1 << rules[0])
     try:
         for r in range(8):
             for k, t in pairs:
-                _core.set_nodes_per_extra_thread(1 << k)
+                _core._tuning.set_nodes_per_extra_thread(1 << k)
                 kronpe.set_num_threads(t)
-                m0 = _core.busy_cores()[1]
+                m0 = _core._tuning.busy_cores()[1]
                 t0 = time.perf_counter()
                 kronpe_points(s)
                 if r:  # the first round warms up
                     times[(k, t)].append(time.perf_counter() - t0)
-                marks[(k, t)] += _core.busy_cores()[1] - m0
+                marks[(k, t)] += _core._tuning.busy_cores()[1] - m0
     finally:
-        _core.set_nodes_per_extra_thread(previous)
+        _core._tuning.set_nodes_per_extra_thread(previous)
         kronpe.set_num_threads(None)
     print("## team rule: one thread per 2^k nodes beyond two; fit_points 25% astronaut, median ms (busy marks)")
     print("k   " + "".join(f"{t:>14d}" for t in COUNTS))
