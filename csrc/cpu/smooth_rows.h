@@ -1,7 +1,7 @@
-// kronpe C++ core, private to csrc/cpu/smooth.cpp (its one includer): (R v) and diag(R) of the
-// thin-plate penalty row by row (kronpe/smooth.h), the penalty's bands, and the stencil rings of
-// the factored and Laplacian-power forms. Internal linkage, as if written in smooth.cpp, so that
-// the kernels there inline them; kept apart by job.
+// kronpe C++ core: (R v) and diag(R) of the thin-plate penalty row by row on the CPU
+// (kronpe/smooth.h), the penalty's bands, and the stencil rings of the factored and
+// Laplacian-power forms. Included by csrc/cpu/smooth.cpp alone, in an unnamed namespace (internal
+// linkage, as if written there), so that its kernels inline these rows.
 #pragma once
 #include <algorithm>
 #include <cmath>

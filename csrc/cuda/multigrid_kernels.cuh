@@ -1,5 +1,5 @@
-// The CUDA kernels of the thin-plate multigrid solver (csrc/cuda/multigrid.cu, their one
-// includer: internal linkage, as if written there; kept apart by job): the penalty applied from
+// The CUDA kernels of the thin-plate multigrid solver, included by csrc/cuda/multigrid.cu alone (an
+// unnamed namespace: internal linkage, as if written there): the penalty applied from
 // per-axis band tables, one thread per node in a fixed order; the smoother's steps; the grid
 // transfers; the coarsest grid's factorisation and solve; the Krylov vectors' updates and their
 // dot products reduced in float64 by blocks in a fixed order (no atomics: the same bits run to
