@@ -26,7 +26,7 @@ def _gemm(a, b, ta, tb, alpha=1.0, beta=0.0, c=None):
 
 
 def test_blas_is_loaded():
-    assert _core.blas_ready()
+    assert _core._tuning.blas_ready()
     info = kronpe.build_info()
     assert "openblas" in info["blas"].lower() or "mkl" in info["blas"].lower() or info["blas"]
     assert set(info) >= {"version", "compiler", "blas", "cuda"}
@@ -61,7 +61,7 @@ def test_gemm_refuses_rows_that_are_not_contiguous(rng, layout):
             kernel(describe(CPU.view(a, layout)), describe(b), describe(np.zeros((5, 3))), False, False, *args)
 
 
-needs_packed = pytest.mark.skipif(not _core.packed_gemm_supported(), reason="no AVX-512 on this CPU")
+needs_packed = pytest.mark.skipif(not _core._tuning.packed_gemm_supported(), reason="no AVX-512 on this CPU")
 
 
 def _packed(a, b, ta, tb, threads=1):
@@ -143,22 +143,22 @@ def test_chain_gemm_setting():
     """The chains' GEMM: 'auto' resolves to the packed one exactly where AVX-512 runs; 'packed'
     is refused elsewhere; bad names are named."""
     try:
-        _core.set_chain_gemm("blas")
+        _core._tuning.set_chain_gemm("blas")
         assert _core.chain_gemm() == "blas"
         assert kronpe.build_info()["chain_gemm"] == "BLAS"
-        _core.set_chain_gemm("auto")
-        assert _core.chain_gemm() == ("packed" if _core.packed_gemm_supported() else "blas")
-        assert kronpe.build_info()["chain_gemm"] == ("packed AVX-512" if _core.packed_gemm_supported() else "BLAS")
-        if _core.packed_gemm_supported():
-            _core.set_chain_gemm("packed")
+        _core._tuning.set_chain_gemm("auto")
+        assert _core.chain_gemm() == ("packed" if _core._tuning.packed_gemm_supported() else "blas")
+        assert kronpe.build_info()["chain_gemm"] == ("packed AVX-512" if _core._tuning.packed_gemm_supported() else "BLAS")
+        if _core._tuning.packed_gemm_supported():
+            _core._tuning.set_chain_gemm("packed")
             assert _core.chain_gemm() == "packed"
         else:
             with pytest.raises(ValueError, match="AVX-512"):
-                _core.set_chain_gemm("packed")
+                _core._tuning.set_chain_gemm("packed")
         with pytest.raises(ValueError, match="'auto', 'blas' or 'packed'"):
-            _core.set_chain_gemm("fast")
+            _core._tuning.set_chain_gemm("fast")
     finally:
-        _core.set_chain_gemm("auto")
+        _core._tuning.set_chain_gemm("auto")
 
 
 def test_gemm_alpha_beta(rng):
@@ -192,13 +192,18 @@ def test_numpy_array_is_its_own_descriptor():
 
 
 def test_core_stubs_cover_the_module():
-    # python/kronpe/_core.pyi (shipped in the wheel) names every function and class of the compiled module
+    # python/kronpe/_core.pyi (shipped in the wheel) names every function and class of the compiled module,
+    # and in its class _tuning every function of the submodule _core._tuning
     import ast
     import pathlib
 
     stub = pathlib.Path(kronpe.__file__).with_name("_core.pyi")
-    names = {n.name for n in ast.parse(stub.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    assert names == {n for n in dir(_core) if not n.startswith("_")}
+    body = ast.parse(stub.read_text()).body
+    names = {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert names - {"_tuning"} == {n for n in dir(_core) if not n.startswith("_")}
+    tuning = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == "_tuning")
+    hooks = {n.name for n in tuning.body if isinstance(n, ast.FunctionDef)}
+    assert hooks == {n for n in dir(_core._tuning) if not n.startswith("_")}
 
 
 def test_numpy_blas_is_preferred():
@@ -207,7 +212,7 @@ def test_numpy_blas_is_preferred():
 
     if blas._numpy_ilp64() is None:
         pytest.skip("NumPy is not linked to an ILP64 OpenBLAS here")
-    assert blas.which() == "numpy" and _core.blas_int_bits() == 64
+    assert blas.which() == "numpy" and _core._tuning.blas_int_bits() == 64
     assert "NumPy's" in kronpe.build_info()["blas"]
 
 
@@ -231,7 +236,7 @@ def test_kronpe_blas_variable(choice):
         rng = np.random.default_rng(0)
         T = rng.standard_normal((9, 8, 7)); A = [rng.standard_normal((5, 9)), rng.standard_normal((6, 8))]
         err = np.abs(kronpe.multi_mode_product(T, A) - np.einsum("abc,xa,yb->xyc", T, *A)).max()
-        print(blas.which(), _core.blas_int_bits(), err)
+        print(blas.which(), _core._tuning.blas_int_bits(), err)
     """)
     env = dict(os.environ, KRONPE_BLAS=choice)
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kronpe.__file__)), env.get("PYTHONPATH", "")])
@@ -253,7 +258,7 @@ def test_kronpe_simd_caps_the_vector_paths(value, want):
     import subprocess
 
     code = "import kronpe, json; from kronpe import _core; print(json.dumps([kronpe.build_info()['simd'], " \
-           "_core.blend_set_simd(2)]))"
+           "_core._tuning.blend_set_simd(2)]))"
     env = dict(os.environ, KRONPE_SIMD=value)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
     simd, blend_level = json.loads(out.stdout.strip().splitlines()[-1])

@@ -305,13 +305,13 @@ def test_products_do_not_depend_on_point_order(rng, store):
 def simd_levels():
     """The blend kernels' vector levels this CPU has (2 AVX-512, 1 AVX2, 0 portable; skips where it
     has none but the portable one), and a setter; restores the level."""
-    before = _core.blend_set_simd(2)
-    top = _core.blend_set_simd(2)
+    before = _core._tuning.blend_set_simd(2)
+    top = _core._tuning.blend_set_simd(2)
     if top == 0:
-        _core.blend_set_simd(before)
+        _core._tuning.blend_set_simd(before)
         pytest.skip("this CPU has neither AVX2 nor AVX-512")
-    yield list(range(top, -1, -1)), _core.blend_set_simd
-    _core.blend_set_simd(before)
+    yield list(range(top, -1, -1)), _core._tuning.blend_set_simd
+    _core._tuning.blend_set_simd(before)
 
 
 @pytest.mark.parametrize("D", [1, 2, 3])

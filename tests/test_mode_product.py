@@ -44,11 +44,11 @@ def test_chain_matches_einsum(case, device, dtype, rng):
 @pytest.fixture(params=["blas", "packed"])
 def chain_gemm(request):
     """The CPU chains on the BLAS and on kronpe's packed AVX-512 GEMM (where the CPU runs it)."""
-    if request.param == "packed" and not _core.packed_gemm_supported():
+    if request.param == "packed" and not _core._tuning.packed_gemm_supported():
         pytest.skip("no AVX-512 on this CPU")
-    _core.set_chain_gemm(request.param)
+    _core._tuning.set_chain_gemm(request.param)
     yield request.param
-    _core.set_chain_gemm("auto")
+    _core._tuning.set_chain_gemm("auto")
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
@@ -209,7 +209,7 @@ def test_planner_uses_every_step_kind():
     for _, shape, modes, rows in PLANNER_CHAINS:
         strides = [int(np.prod(shape[i + 1 :])) for i in range(len(shape))]
         for any_layout in (False, True):
-            plan = _core.mode_chain_plan(list(shape), strides, list(modes), list(rows), 4, any_layout)
+            plan = _core._tuning.mode_chain_plan(list(shape), strides, list(modes), list(rows), 4, any_layout)
             for part in plan.split("; "):
                 seen.update(part.split(":")[-1].split("+"))
     expected = {"FrontKeep", "FrontRotate", "BackKeep", "BackRotate", "Batched", "copy_output",
@@ -299,10 +299,10 @@ def test_bad_input(call, match, kind):
 
 def test_planner_sizes_never_wrap():
     # intermediates of 2^80 elements along one order: the planner takes the other order
-    plan = _core.mode_chain_plan([1, 2**40], [2**40, 1], [0, 1], [2**40, 1], 4, False)
+    plan = _core._tuning.mode_chain_plan([1, 2**40], [2**40, 1], [0, 1], [2**40, 1], 4, False)
     assert plan.index("1:") < plan.index("0:")
     with pytest.raises(ValueError, match="overflows 64-bit"):
-        _core.mode_chain_plan([2**32, 2**32], [2**32, 1], [0], [3], 4, False)
+        _core._tuning.mode_chain_plan([2**32, 2**32], [2**32, 1], [0], [3], 4, False)
 
 
 @pytest.mark.parametrize("layouts", ["fixed", "measured"])
@@ -317,15 +317,15 @@ def test_chain_layout_modes_agree(layouts):
     want = np.einsum("abcd,ia,jb,kc->ijkd", T.astype(np.float64), *[a.astype(np.float64) for a in mats])
     try:
         ops._chain_layouts(layouts)
-        assert _core.mode_cost_model()["layout_measured"] == (layouts == "measured")
+        assert _core._tuning.mode_cost_model()["layout_measured"] == (layouts == "measured")
         got = kronpe.multi_mode_product(T, mats)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
         if layouts == "measured":
-            table = _core.mode_layout_table()
+            table = _core._tuning.mode_layout_table()
             assert table and all(len(r) == 8 and min(r[4:]) == 1.0 for r in table)
     finally:
         ops._chain_layouts("")
-    assert not _core.mode_cost_model()["layout_measured"]
+    assert not _core._tuning.mode_cost_model()["layout_measured"]
 
 
 def test_chain_layout_mode_bad_value():

@@ -578,17 +578,17 @@ def test_work_cache_reuses_a_hierarchy_memory(rng):
     of the same grid takes them (no fresh pages to fault in); results unchanged."""
     m = (rng.random((300, 260)) < 0.5).astype(np.float32)
     b = rng.standard_normal(m.shape).astype(np.float32)
-    _core.work_cache(clear=True)
-    assert _core.work_cache() == 0
+    _core._tuning.work_cache(clear=True)
+    assert _core._tuning.work_cache() == 0
     first = ThinPlateMG(m, 0.01).vcycle(b)  # the hierarchy is dropped at once
-    kept = _core.work_cache()
+    kept = _core._tuning.work_cache()
     assert kept >= 9 * m.size * 4  # at least the finest level's arrays
     mg = ThinPlateMG(m, 0.01)
-    assert _core.work_cache() < kept  # taken back
+    assert _core._tuning.work_cache() < kept  # taken back
     np.testing.assert_array_equal(mg.vcycle(b), first)
     del mg
-    assert _core.work_cache(clear=True) == 0
-    assert _core.work_cache() <= 256 << 20
+    assert _core._tuning.work_cache(clear=True) == 0
+    assert _core._tuning.work_cache() <= 256 << 20
 
 
 # ---- the Laplacian-power form (order 3, axis weights) ----------------------------------------------

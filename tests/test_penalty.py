@@ -613,7 +613,7 @@ def test_large_grids_speculate_on_many_threads(monkeypatch, task, noise):
     fill = _two_channel_fill(np.random.default_rng(9), base, 0.4 * base - 0.3 * x2, noise, task)
 
     monkeypatch.setattr(smooth, "SPECULATE_MAX_NODES", 1000)  # this grid (2200 nodes) counts as large
-    monkeypatch.setattr(smooth._core, "busy_cores", lambda: (False, 0))  # 8 threads on a small host
+    monkeypatch.setattr(smooth._core._tuning, "busy_cores", lambda: (False, 0))  # 8 threads on a small host
     made = []
     monkeypatch.setattr(smooth, "_lead_solve", lambda *a, _f=smooth._lead_solve: made.append(_f(*a)) or made[-1])
     try:

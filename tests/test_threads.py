@@ -61,17 +61,17 @@ def test_smoothing_team_rule_round_trips_and_refuses_tiny_shares(restore_threads
     b = (m * rng.standard_normal((300, 300))).astype(np.float32)
     kronpe.set_num_threads(4)
     fits = []
-    previous = _core.set_nodes_per_extra_thread(1 << 13)
+    previous = _core._tuning.set_nodes_per_extra_thread(1 << 13)
     try:
         assert previous == 1 << 16
         for k in (13, 17):
-            assert _core.set_nodes_per_extra_thread(1 << k) in (1 << 13, 1 << 17)
+            assert _core._tuning.set_nodes_per_extra_thread(1 << k) in (1 << 13, 1 << 17)
             fits.append(ThinPlateMG(m, 1e-2).solve(b, tol=1e-6)[0])
         with pytest.raises(ValueError, match="nodes must be at least 8192"):
-            _core.set_nodes_per_extra_thread(100)
-        assert _core.set_nodes_per_extra_thread(1 << 16) == 1 << 17
+            _core._tuning.set_nodes_per_extra_thread(100)
+        assert _core._tuning.set_nodes_per_extra_thread(1 << 16) == 1 << 17
     finally:
-        _core.set_nodes_per_extra_thread(previous)
+        _core._tuning.set_nodes_per_extra_thread(previous)
     np.testing.assert_array_equal(fits[0], fits[1])
 
 
@@ -140,7 +140,7 @@ def test_clear_caches_forgets_what_kronpe_keeps():
     kronpe.fit_grid(rng.random((64, 64)), mask=mask)
     assert grid._FACTORS
     kronpe.clear_caches()
-    assert not grid._FACTORS and _core.work_cache() == 0
+    assert not grid._FACTORS and _core._tuning.work_cache() == 0
     from kronpe import resampling
 
     assert not resampling._CACHE

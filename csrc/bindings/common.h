@@ -165,10 +165,16 @@ struct type_caster<kronpe::bindings::Array> {
 };
 }  // namespace pybind11::detail
 
-void register_blas(pybind11::module_& m);
+// `tuning`: the submodule kronpe._core._tuning, where a family's tuning hooks go (module.cpp).
+void register_blas(pybind11::module_& m, pybind11::module_& tuning);
 void register_embed(pybind11::module_& m);
-void register_mode_product(pybind11::module_& m);
-void register_blend(pybind11::module_& m);
-void register_smooth(pybind11::module_& m);
+void register_mode_product(pybind11::module_& m, pybind11::module_& tuning);
+void register_blend(pybind11::module_& m, pybind11::module_& tuning);
+void register_smooth(pybind11::module_& m, pybind11::module_& tuning);
+void register_multigrid(pybind11::module_& m, pybind11::module_& tuning);
+void register_multigrid_cuda(pybind11::module_& m);
+void register_masked(pybind11::module_& m);
+void register_reductions(pybind11::module_& m);
+void register_channels(pybind11::module_& m);
 void register_spline(pybind11::module_& m);
 void register_cuda(pybind11::module_& m);

@@ -1,4 +1,7 @@
-// kronpe._core: one PYBIND11_MODULE, one register_<family>() per binding file.
+// kronpe._core: one PYBIND11_MODULE, one register_<family>() per binding file. The kernels and what
+// kronpe's public functions stand on are module functions; the hooks that only tune, report or
+// force the kernels' internal choices (tests, benches and tools) are in the private submodule
+// kronpe._core._tuning.
 #include "common.h"
 #include "kronpe/cuda.h"
 #include "kronpe/mode_product_plan.h"
@@ -26,6 +29,10 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "kronpe compiled core (C++ kernels; CUDA kernels when built with CUDA)";
+  py::module_ tuning = m.def_submodule(
+      "_tuning",
+      "The kernels' tuning hooks: team rules, vector paths, GEMM and planner choices, caches and "
+      "counters (internal: for kronpe's solvers, tests, benches and tools; not part of kronpe's API).");
   m.def("build_info", []() {
     py::dict d;
     d["version"] = KRONPE_VERSION;
@@ -56,19 +63,24 @@ PYBIND11_MODULE(_core, m) {
         "see kronpe.set_num_threads).");
   m.def("get_num_threads", &kronpe::default_threads,
         "Threads of kronpe's CPU kernels when a call gives none (internal).");
-  m.def("kernel_threads", &kronpe::kernel_threads,
+  tuning.def("kernel_threads", &kronpe::kernel_threads,
         "Threads a kernel's team takes now when its call gives none: get_num_threads(), fewer while "
         "the cores are marked busy (internal; kronpe/threads.h).");
-  m.def(
+  tuning.def(
       "busy_cores", [] { return py::make_tuple(kronpe::cores_busy(), kronpe::busy_marks()); },
       "(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's "
       "back-off (the default teams halved by every late team) while another library's threads hold the cores "
       "(internal).");
-  register_blas(m);
+  register_blas(m, tuning);
   register_embed(m);
-  register_mode_product(m);
-  register_blend(m);
-  register_smooth(m);
+  register_mode_product(m, tuning);
+  register_blend(m, tuning);
+  register_multigrid_cuda(m);
+  register_multigrid(m, tuning);
+  register_masked(m);
+  register_smooth(m, tuning);
+  register_reductions(m);
+  register_channels(m);
   register_spline(m);
   register_cuda(m);
 }

@@ -43,7 +43,7 @@ void gemm_call(const char* name, const Array& a, const Array& b, const Array& c,
 
 }  // namespace
 
-void register_blas(py::module_& m) {
+void register_blas(py::module_& m, py::module_& tuning) {
   // set_blas / set_blas64: two addresses in, checked non-null, handed to `set` as `Fn`s.
   auto setter = [&m](const char* name, auto set, const char* doc) {
     using S = decltype(set);
@@ -69,8 +69,8 @@ void register_blas(py::module_& m) {
   setter("set_blas64", Ilp64{},
          "Hand over the addresses of an ILP64 Fortran BLAS sgemm and dgemm (64-bit integers; "
          "internal).");
-  m.def("blas_ready", &blas_ready, "Whether set_blas or set_blas64 was called.");
-  m.def("blas_int_bits", &blas_int_bits,
+  tuning.def("blas_ready", &blas_ready, "Whether set_blas or set_blas64 was called.");
+  tuning.def("blas_int_bits", &blas_int_bits,
         "64 (ILP64 BLAS), 32 (LP64) or 0 (none set): the integers of the BLAS in use.");
   m.def(
       "gemm",
@@ -101,9 +101,9 @@ void register_blas(py::module_& m) {
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("trans_a") = false,
       py::arg("trans_b") = false, py::arg("threads") = 0,
       "c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal).");
-  m.def("packed_gemm_supported", &packed_gemm_supported,
+  tuning.def("packed_gemm_supported", &packed_gemm_supported,
         "Whether this build and CPU run kronpe's packed AVX-512 GEMM.");
-  m.def(
+  tuning.def(
       "set_chain_gemm",
       [](const std::string& which) {
         require(which == "auto" || which == "blas" || which == "packed",

@@ -240,8 +240,8 @@ Gpu gpu(const Array& ref, const OptArray& workspace) { return Gpu{bindings::cont
 
 }  // namespace
 
-void register_blend(py::module_& m) {
-  m.def("blend_set_simd", &blend::set_simd, py::arg("level"),
+void register_blend(py::module_& m, py::module_& tuning) {
+  tuning.def("blend_set_simd", &blend::set_simd, py::arg("level"),
         "The blend kernels' vector paths: 2 AVX-512, 1 AVX2, 0 portable, at most the CPU's (the "
         "default); returns the previous level (tests compare the bits of every level).");
   // ---- the grid (host) ----

@@ -66,7 +66,7 @@ void copy_call(const Array& src, const Array& dst, Run run) {
 
 }  // namespace
 
-void register_mode_product(py::module_& m) {
+void register_mode_product(py::module_& m, py::module_& tuning) {
   m.def(
       "multi_mode_product",
       [](const Array& src, const std::vector<Array>& matrices, const std::vector<int>& modes,
@@ -150,14 +150,14 @@ void register_mode_product(py::module_& m) {
       },
       py::arg("src"), py::arg("dst"),
       "dst[...] = src[...] over a strided box on the device, on src's stream (internal).");
-  m.def(
+  tuning.def(
       "set_mode_cost_model",
       [](double rate_f32, double half, double call, double copy_f32) {
         set_mode_cost_model(rate_f32, half, call, copy_f32);
       },
       py::arg("rate_f32"), py::arg("half"), py::arg("call"), py::arg("copy_f32"),
       "Replace the planner's cost model (internal, for tuning).");
-  m.def(
+  tuning.def(
       "set_mode_layout_penalty",
       [](const std::vector<double>& penalty) {
         require(penalty.size() == 5,
@@ -167,15 +167,15 @@ void register_mode_product(py::module_& m) {
       },
       py::arg("penalty"),
       "Replace the CPU planner's layout penalties (internal; kronpe.ops measures them).");
-  m.def("set_mode_layout_measured", &set_mode_layout_measured, py::arg("on"),
+  tuning.def("set_mode_layout_measured", &set_mode_layout_measured, py::arg("on"),
         "Measure the CPU planner's GEMM layouts per shape class (on) or use fixed penalties "
         "(internal; kronpe.ops turns it on).");
-  m.def("mode_layout_table", &mode_layout_table,
+  tuning.def("mode_layout_table", &mode_layout_table,
         "The layout measurements: (m, k, rest, elem_size, FrontKeep, FrontRotate, BackKeep, "
         "BackRotate time / fastest) per shape class (internal).");
-  m.def("clear_mode_layout_table", &clear_mode_layout_table,
+  tuning.def("clear_mode_layout_table", &clear_mode_layout_table,
         "Forget the layout measurements (internal).");
-  m.def(
+  tuning.def(
       "mode_cost_model",
       []() {
         const bool packed = chain_uses_packed_gemm();
@@ -227,7 +227,7 @@ void register_mode_product(py::module_& m) {
       "('copy', src, dst, shape, src_strides, dst_strides) or ('gemm', src, dst, matrix, "
       "matrix_left, matrix_trans, buffer_trans, M, N, K, ld_buffer, ldc, batch, stride_buffer, "
       "stride_c), as kronpe::ChainOp (internal).");
-  m.def(
+  tuning.def(
       "mode_chain_plan",
       [](const std::vector<index_t>& shape, const std::vector<index_t>& strides,
          const std::vector<int>& modes, const std::vector<index_t>& out_rows, int elem_size,

@@ -1,6 +1,7 @@
 // kronpe C++ core: the multigrid solver of the thin-plate systems (kronpe/multigrid.h).
 #include "kronpe/multigrid.h"
 #include "kronpe/multigrid_steps.h"
+#include "kronpe/reductions.h"
 #include "kronpe/sweep.h"
 #include "kronpe/threads.h"
 

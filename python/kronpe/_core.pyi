@@ -13,12 +13,6 @@ from kronpe._adapters.arrays import Descriptor
 #: a grid axis of the blending kernels: (nodes, kind, param), nodes 1-D float64 host memory
 Axis = Tuple[Descriptor, int, float]
 
-def blas_int_bits() -> int:
-    """64 (ILP64 BLAS), 32 (LP64) or 0 (none set): the integers of the BLAS in use."""
-
-def blas_ready() -> bool:
-    """Whether set_blas or set_blas64 was called."""
-
 def blend_axis_weights(axes: Sequence[Axis], normalize: bool, axis: int, q: Descriptor, cell: Descriptor, w0: Descriptor, w1: Descriptor) -> None:
     """Per-axis cells and weight pairs of contiguous float64 coordinates (internal)."""
 
@@ -100,23 +94,6 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """Threads of kronpe's CPU kernels when a call gives none (internal)."""
 
-def kernel_threads() -> int:
-    """Threads a kernel's team takes now when its call gives none: get_num_threads(), fewer while the cores are
-    marked busy (internal; kronpe/threads.h)."""
-
-def busy_cores() -> Tuple[bool, int]:
-    """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
-    (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
-
-def blend_set_simd(level: int) -> int:
-    """The blend kernels' vector paths: 2 AVX-512 (uniform axes' cell search, gathers of 2-4 channels), 1 AVX2
-    (the cell search), 0 portable, at most what the CPU has (the default); returns the previous level (internal:
-    tests compare every level's bits)."""
-
-def set_nodes_per_extra_thread(nodes: int) -> int:
-    """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
-    2^13); returns the previous value (internal: tools/gpu_host_diag.py)."""
-
 def spline_normal(grid: Tuple[List[int], List[float], List[float]], points: Descriptor, values: Descriptor,
                   weights: Optional[Descriptor], stencil: Descriptor, rhs: Descriptor) -> None:
     """stencil (7^D, coefs) += B^T W B and rhs (coefs, C) += B^T W values of the points on the cubic B-spline grid
@@ -171,21 +148,12 @@ def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, tra
 def packed_gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, threads: int = 0) -> None:
     """c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal)."""
 
-def packed_gemm_supported() -> bool:
-    """Whether this build and CPU run kronpe's packed AVX-512 GEMM."""
-
-def set_chain_gemm(which: str) -> None:
-    """The GEMM of the CPU chains: "auto", "blas" or "packed" (internal)."""
-
 def chain_gemm() -> str:
     """The GEMM the CPU chains run now: "packed" or "blas" (internal)."""
 
 def mode_chain_program(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False, model: str = "cpu") -> Tuple[List[tuple], int, List[int], int, int]:
     """The lowered program of a chain for an executor outside the core: (ops, workspace,
     out_order, in_size, out_size); model "cpu", "packed" or "library" (internal)."""
-
-def mode_chain_plan(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False) -> str:
-    """The planned steps of a mode-product chain, as text (internal)."""
 
 def multi_mode_product(src: Descriptor, matrices: Sequence[Descriptor], modes: Sequence[int], out: Descriptor, any_layout: bool = False) -> List[int]:
     """out = src x_modes[0] matrices[0] ... on the CPU. Returns the axis order in which out was written (C order unless any_layout) (internal, see kronpe.ops.multi_mode_product)."""
@@ -195,25 +163,6 @@ def set_blas(sgemm: int, dgemm: int) -> None:
 
 def set_blas64(sgemm: int, dgemm: int) -> None:
     """Hand over the addresses of an ILP64 Fortran BLAS sgemm and dgemm (64-bit integers; internal)."""
-
-def set_mode_layout_penalty(penalty: Sequence[float]) -> None:
-    """Replace the CPU planner's layout penalties (internal; kronpe.ops measures them)."""
-
-def set_mode_layout_measured(on: bool) -> None:
-    """Measure the CPU planner's GEMM layouts per shape class (on) or use fixed penalties (internal; kronpe.ops turns it on)."""
-
-def mode_layout_table() -> List[List[float]]:
-    """The layout measurements: (m, k, rest, elem_size, FrontKeep, FrontRotate, BackKeep, BackRotate time / fastest) per shape class (internal)."""
-
-def clear_mode_layout_table() -> None:
-    """Forget the layout measurements (internal)."""
-
-def mode_cost_model() -> Dict[str, Any]:
-    """The CPU planner's cost model in force, for the GEMM the chains run ("gemm": "packed" or
-    "blas"; internal)."""
-
-def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
-    """Replace the planner's cost model (internal, for tuning)."""
 
 def strided_copy(src: Descriptor, dst: Descriptor) -> None:
     """dst[...] = src[...] over a strided box (internal)."""
@@ -261,9 +210,6 @@ def lattice_index(points: Descriptor, n: List[int], origin: List[float], scale: 
 
 def lattice_sums(flat: Descriptor, values: Descriptor, counts: Descriptor, sums: Descriptor) -> None:
     """counts[g] = how many points have flat index g, sums[c, g] = the sum of their values[:, c] (kronpe/masked.h) (internal)."""
-
-def work_cache(clear: bool = False) -> int:
-    """The bytes of solver work memory kept for the next fit; clear=True frees them first (internal)."""
 
 
 class ThinPlateHierarchy32:
@@ -374,3 +320,78 @@ def cuda_smooth_fill(device: int, m: Descriptor, planes: List[Descriptor], y: De
     """The default fill of a diagonal data term on a CUDA device (kronpe/cuda.h smooth_fill; internal:
     kronpe.solvers.smooth): the held-out sweep, then every channel's PCG; host arrays, the solutions written into out.
     The sweep's dict with lam, iterations and errors."""
+
+
+class _tuning:
+    """kronpe._core._tuning, a submodule: the kernels' tuning hooks (team rules, vector paths, GEMM and planner
+    choices, caches and counters; internal: for kronpe's solvers, tests, benches and tools; not part of kronpe's API)."""
+
+    @staticmethod
+    def kernel_threads() -> int:
+        """Threads a kernel's team takes now when its call gives none: get_num_threads(), fewer while the cores are
+        marked busy (internal; kronpe/threads.h)."""
+
+    @staticmethod
+    def busy_cores() -> Tuple[bool, int]:
+        """(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's back-off
+        (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
+
+    @staticmethod
+    def set_nodes_per_extra_thread(nodes: int) -> int:
+        """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
+        2^13); returns the previous value (internal: tools/gpu_host_diag.py)."""
+
+    @staticmethod
+    def work_cache(clear: bool = False) -> int:
+        """The bytes of solver work memory kept for the next fit; clear=True frees them first (internal)."""
+
+    @staticmethod
+    def blend_set_simd(level: int) -> int:
+        """The blend kernels' vector paths: 2 AVX-512 (uniform axes' cell search, gathers of 2-4 channels), 1 AVX2
+        (the cell search), 0 portable, at most what the CPU has (the default); returns the previous level (internal:
+        tests compare every level's bits)."""
+
+    @staticmethod
+    def blas_ready() -> bool:
+        """Whether set_blas or set_blas64 was called."""
+
+    @staticmethod
+    def blas_int_bits() -> int:
+        """64 (ILP64 BLAS), 32 (LP64) or 0 (none set): the integers of the BLAS in use."""
+
+    @staticmethod
+    def packed_gemm_supported() -> bool:
+        """Whether this build and CPU run kronpe's packed AVX-512 GEMM."""
+
+    @staticmethod
+    def set_chain_gemm(which: str) -> None:
+        """The GEMM of the CPU chains: "auto", "blas" or "packed" (internal)."""
+
+    @staticmethod
+    def mode_cost_model() -> Dict[str, Any]:
+        """The CPU planner's cost model in force, for the GEMM the chains run ("gemm": "packed" or
+        "blas"; internal)."""
+
+    @staticmethod
+    def set_mode_cost_model(rate_f32: float, half: float, call: float, copy_f32: float) -> None:
+        """Replace the planner's cost model (internal, for tuning)."""
+
+    @staticmethod
+    def set_mode_layout_penalty(penalty: Sequence[float]) -> None:
+        """Replace the CPU planner's layout penalties (internal; kronpe.ops measures them)."""
+
+    @staticmethod
+    def set_mode_layout_measured(on: bool) -> None:
+        """Measure the CPU planner's GEMM layouts per shape class (on) or use fixed penalties (internal; kronpe.ops turns it on)."""
+
+    @staticmethod
+    def mode_layout_table() -> List[List[float]]:
+        """The layout measurements: (m, k, rest, elem_size, FrontKeep, FrontRotate, BackKeep, BackRotate time / fastest) per shape class (internal)."""
+
+    @staticmethod
+    def clear_mode_layout_table() -> None:
+        """Forget the layout measurements (internal)."""
+
+    @staticmethod
+    def mode_chain_plan(shape: Sequence[int], strides: Sequence[int], modes: Sequence[int], out_rows: Sequence[int], elem_size: int = 4, any_layout: bool = False) -> str:
+        """The planned steps of a mode-product chain, as text (internal)."""

@@ -49,7 +49,7 @@ def _chain_layouts(mode: str) -> None:
     mode = mode.strip().lower() or "fixed"
     if mode not in ("measured", "fixed"):
         raise ValueError(f"KRONPE_CHAIN_LAYOUTS must be 'measured' or 'fixed', got {mode!r}")
-    _core.set_mode_layout_measured(mode == "measured")
+    _core._tuning.set_mode_layout_measured(mode == "measured")
 
 
 _chain_layouts(os.environ.get("KRONPE_CHAIN_LAYOUTS", ""))

@@ -1,6 +1,6 @@
 // kronpe C++ core: the per-axis math of the blending weights (MATH.md 3.3), written once for the
-// CPU kernels (csrc/cpu/blend.cpp) and the CUDA kernels (csrc/cuda/blend.cu). No allocation, no
-// exceptions: every function is KRONPE_HD.
+// CPU weight function (csrc/cpu/blend_search.cpp) and the CUDA kernels (csrc/cuda/blend.cu). No
+// allocation, no exceptions: every function is KRONPE_HD.
 //
 // Along one axis, a coordinate q in the cell [g0, g1] (spacing h, q = g0 + beta h) gets the weight
 // pair alpha = [[D(0), D(h)], [D(h), D(0)]]^-1 [D(beta h), D((1 - beta) h)], optionally divided by

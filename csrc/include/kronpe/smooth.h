@@ -30,7 +30,6 @@
 //   prolong_axis   f[2j] = c[j],  f[2j + 1] = (c[j] + c[j + 1]) / 2   (P; or f += P c)
 #pragma once
 #include <memory>
-#include <functional>
 
 #include "kronpe/common.h"
 
@@ -41,7 +40,7 @@ namespace kronpe::smooth {
 // The Laplacian-power form (power(): order 3, or weighted): R = (sum_i w_i L_i)^order, L_i the
 // Neumann Laplacian along axis i (mirrored boundary only: reflect must be true), the penalty
 // DifferencePenalty(order, mixed=True, boundary="reflect", weights=w). It is applied by `order`
-// weighted 7-point Laplacian passes over rings of rows (PowerRows in smooth.cpp).
+// weighted 7-point Laplacian passes over rings of rows (PowerRows, csrc/cpu/smooth_rows.h).
 struct Grid {
   index_t n[3] = {1, 1, 1};
   bool reflect = false;   // the boundary of the penalty: natural (false) or mirrored (true)
@@ -117,38 +116,6 @@ void restrict_axis(index_t outer, index_t n, index_t inner, const T* f, T* c, in
 template <typename T>
 void prolong_axis(index_t outer, index_t n, index_t inner, const T* c, T* f, bool add,
                   int threads);
-
-// sum_i a[i] b[i] over n contiguous values, accumulated in double (the Krylov solvers' inner
-// products: no BLAS call, whose threads would spin against the kernels), in blocks of 32k values
-// whose sums are added in order: the same result for any thread count.
-template <typename T>
-double dot(index_t n, const T* a, const T* b, int threads = 0);
-// Every inner product of c arrays of n values (S[i * c + j] = S[j * c + i] = dot(n, a_i, a_j)),
-// one pass over each block of them, with dot's sums (the same values).
-template <typename T>
-void dots(index_t n, int c, const T* const* a, double* S, int threads = 0);
-
-// a . b and c . d in one pass over the four arrays, into out[0], out[1]: the same blocks and the
-// same bits as two calls of dot (CG's (r, z) and (z, z) after each V-cycle).
-template <typename T>
-void dot2(index_t n, const T* a, const T* b, const T* c, const T* d, double out[2], int threads = 0);
-
-// CG's update x += alpha p, r -= alpha q, and x . x after it in the same pass (the same bits as
-// dot(n, x, x) after the update).
-template <typename T>
-double cg_update_norm(index_t n, T alpha, const T* p, const T* q, T* x, T* r, int threads = 0);
-
-// GCV scores of a separable fit at L ridges (MATH.md 3.2; kronpe.solvers.gcv): over the r
-// products m of squared singular values (counts c, squared projections w), f = lam / (m + lam),
-// rss = rss0 + sum f^2 w, dof = n - (total - sum f c), scores[l] = n rss / max(dof, 1e-300)^2;
-// each sum in dot's blocks, added in order (the same result for any thread count).
-void gcv_scores(index_t r, const double* m, const double* c, const double* w, index_t L,
-                const double* ridges, double rss0, double n, double total, double* scores,
-                int threads = 0);
-
-// f(lo, hi) over [0, n) split into contiguous ranges among threads (one range below 32k elements
-// per thread): the elementwise vector updates of the Krylov loops.
-void for_range(index_t n, int threads, const std::function<void(index_t, index_t)>& f);
 
 // The team rule of these kernels beyond two threads: one thread per `nodes` (default 2^16, at
 // least 2^13); returns the previous value. For measuring the rule on many-core hosts.

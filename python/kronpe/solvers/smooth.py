@@ -459,7 +459,7 @@ def _lead_solve(data: DataTerm, b: Array, maxiter: int) -> Tuple[Optional[Any], 
     if not (D in (1, 2) and ORDER.get(D, 2) == 2 and SWEEP_OMEGA is not None and size > 0
             and maxiter > 0 and data.rho > 0):
         return None, 0
-    n, busy = _core.get_num_threads(), _core.busy_cores()[0]
+    n, busy = _core.get_num_threads(), _core._tuning.busy_cores()[0]
     if size <= SPECULATE_MAX_NODES:
         threads = 1 if n >= 2 and not busy else 0
     elif n >= 2 * SPECULATE_TEAM and not busy:
