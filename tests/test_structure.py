@@ -322,7 +322,6 @@ def test_python_files_are_short():
     assert _long_files(PACKAGE, {".py"}, LONG_ALLOWED) == []
 
 
-@pytest.mark.xfail(strict=False, reason="the C++ and CUDA sources are being split into shorter files")
 def test_native_files_are_short():
     if not CSRC.is_dir():
         pytest.skip("no csrc/ beside the tests (an installed kronpe)")
