@@ -202,7 +202,7 @@ def _image(torch, N: int, batch: int = 1):
 def bench_fits(torch, kronpe, results, quick: bool) -> None:
     print("fits (float32 data, factors in float64 then float32)")
     K = 256
-    emb = kronpe.Gaussian(K, 0.0025)  # the papers' closed-form width (MATH.md section 4)
+    emb = kronpe.Gaussian(K, 0.0025)  # the papers' closed-form width (docs/math/encodings.rst)
     batch = 8 if quick else 64
     full = _image(torch, 512, batch)  # ground truth (512, 512, batch)
     S = full[::2, ::2].contiguous()  # the 256x256 training grid

@@ -1,9 +1,9 @@
-"""Bad input (issue 10): named errors, never a crash, never a wrong answer.
+"""Bad input: named errors, never a crash, never a wrong answer.
 
 Two parts:
 
-- explicit regression tests, one per defect found by calling the public API as a new user
-  would (each failed before its fix);
+- explicit tests, one per mistake a new user of the public API makes (each with the named error it
+  expects);
 - a property-based suite (hypothesis, fixed example budgets, derandomized) that drives every
   public function and class with wrong shapes, dtypes, NaN/Inf, negative and huge sizes, empty
   and non-contiguous arrays and wrong types, and asserts that each call either succeeds with
@@ -864,7 +864,7 @@ def _tensor_mutations(t, finite=True):
         if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" and v.dtype.isnative and not tag.startswith("huge"):
             v = torch.from_numpy(np.array(v))
         # no clean version where the array's has none (the huge broadcast: 128 GiB as float64,
-        # which a machine with that much memory set out to write, 2026-11-26)
+        # which a machine with that much memory would set out to write)
         out.append((tag, v, e, (lambda x: torch.from_numpy(_f64(x.numpy() if isinstance(x, torch.Tensor) else x)))
                     if e == "ok" and clean is not None else None))
     return out
@@ -1021,7 +1021,7 @@ def test_cli_bad_command_lines(data, files, tmp_path_factory):
     check_cli(argv + ["--out", out, "--no-progress"])
 
 
-# ---- regression tests: one per defect found -------------------------------------------------------
+# ---- explicit cases: one per mistake ---------------------------------------------------------------
 
 
 def _subprocess(code: str) -> subprocess.CompletedProcess:
@@ -1289,7 +1289,7 @@ def test_cli_debug_shows_the_traceback(files, tmp_path):
 
 
 def test_more_named_errors():
-    """Bad calls that used to end in another library's message now name the argument."""
+    """Bad calls that another library would reject in its own words name the argument."""
     rng = np.random.default_rng(0)
     P = rng.random((300, 2))
     with pytest.raises(ValueError, match="at least one value per point"):

@@ -1,4 +1,7 @@
-"""Closed forms of MATH.md section 2, shared by kronpe.embedders and kronpe.analysis.
+"""Closed forms of docs/math/analysis.rst, shared by kronpe.embedders and kronpe.analysis.
+
+The propositions cited are those of "Trading Positional Complexity vs. Deepness in Coordinate
+Networks" (Zheng, Ramasinghe, Li, Lucey; ECCV 2022), "the complex-encoding paper" below.
 
 Everything here is vectorised NumPy in float64 with no validation (callers validate).
 Distances are the continuous ones, D(delta) = integral over t of psi(t - x1) psi(t - x2) with
@@ -66,30 +69,31 @@ def bspline_truncated_power(u, degree: int, where):
 
 
 def gaussian_distance(delta, sigma: float) -> np.ndarray:
-    """sqrt(pi) sigma exp(-delta^2 / (4 sigma^2)) (seed 000 Prop. 2, eq. 24)."""
+    """sqrt(pi) sigma exp(-delta^2 / (4 sigma^2)) (complex-encoding paper, Prop. 2, eq. 24)."""
     delta = np.asarray(delta, dtype=np.float64)
     return SQRT_PI * sigma * np.exp(-(delta * delta) / (4.0 * sigma * sigma))
 
 
 def rff_distance(delta, sigma: float) -> np.ndarray:
-    """sqrt(2 pi) sigma exp(-2 pi^2 sigma^2 delta^2) (seed 000 Prop. 3, eq. 29)."""
+    """sqrt(2 pi) sigma exp(-2 pi^2 sigma^2 delta^2) (complex-encoding paper, Prop. 3, eq. 29)."""
     delta = np.asarray(delta, dtype=np.float64)
     return SQRT_2PI * sigma * np.exp(-2.0 * math.pi**2 * sigma**2 * (delta * delta))
 
 
 def rectangle_distance(delta, width: float) -> np.ndarray:
-    """width * tri(delta / width) (seed 000 Prop. 4, eq. 34)."""
+    """width * tri(delta / width) (complex-encoding paper, Prop. 4, eq. 34)."""
     delta = np.asarray(delta, dtype=np.float64)
     return width * np.maximum(1.0 - np.abs(delta) / width, 0.0)
 
 
 def triangle_distance(delta, half_width: float) -> np.ndarray:
-    """Exact autocorrelation of a triangle of half-width h: h * B3(delta / h) (MATH.md 2)."""
+    """Exact autocorrelation of a triangle of half-width h: h * B3(delta / h)."""
     return half_width * bspline(np.asarray(delta, dtype=np.float64) / half_width, 3)
 
 
 def triangle_distance_paper(delta, half_width: float) -> np.ndarray:
-    """Seed 000 Prop. 5 (an approximation): (sigma^2 / 4) max(1 - |delta| / sigma, 0)^2, sigma = 2h."""
+    """Prop. 5 of the complex-encoding paper (an approximation), with sigma = 2h:
+    (sigma^2 / 4) max(1 - |delta| / sigma, 0)^2."""
     delta = np.asarray(delta, dtype=np.float64)
     sigma = 2.0 * half_width
     return 0.25 * sigma**2 * np.maximum(1.0 - np.abs(delta) / sigma, 0.0) ** 2
@@ -100,7 +104,7 @@ def bspline_distance(delta, degree: int, width: float) -> np.ndarray:
     return width * bspline(np.asarray(delta, dtype=np.float64) / width, 2 * degree + 1)
 
 
-# ---- theoretical stable ranks (seed 000 Props. 2-5) ------------------------------------------
+# ---- theoretical stable ranks (the complex-encoding paper, Props. 2-5) ---------------------
 
 
 def gaussian_stable_rank(sigma: float, N: float = math.inf) -> float:
@@ -142,7 +146,9 @@ def sigma_for_interval(interval: float, k: float = 1.6) -> float:
 
 
 def sigma_for_spacing(spacing: float, k: float = 1.6) -> float:
-    """Seed 001 sec. 4.3: preserve the distance over half the sample spacing, l = spacing / 2.
+    """Preserve the distance over half the sample spacing, l = spacing / 2.
+
+    The rule of "Rethinking Positional Encoding" (Zheng, Ramasinghe, Lucey; 2021), section 4.3.
 
     With spacing 1/N this is sigma = 1 / (4 N sqrt(k ln 10)).
     """
@@ -153,10 +159,10 @@ def rff_sigma_for_gaussian(sigma_gaussian: float) -> float:
     """RFF sigma with the stable rank and distance of a Gaussian embedder of width sigma_g.
 
     Equating 1 / (2 sqrt(pi) sigma_g) (Prop. 2) with sqrt(2 pi) sigma_f (Prop. 3) gives
-    sigma_g sigma_f = 1 / (2 sqrt(2) pi). Seed 000 (and MATH.md after it) write 1 / (2 sqrt(2 pi)),
+    sigma_g sigma_f = 1 / (2 sqrt(2) pi). The complex-encoding paper prints 1 / (2 sqrt(2 pi)),
     which does not follow from the two propositions; with 1 / (2 sqrt(2) pi) the normalised
     distances exp(-delta^2 / (4 sigma_g^2)) and exp(-2 pi^2 sigma_f^2 delta^2) coincide as well,
-    which is the equivalence the seed claims.
+    which is the equivalence the paper claims.
     """
     return 1.0 / (2.0 * math.sqrt(2.0) * math.pi * _validate.positive_float("sigma_gaussian", sigma_gaussian))
 

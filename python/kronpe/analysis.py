@@ -1,11 +1,13 @@
-"""What governs an embedder: stable rank and distance preservation (MATH.md section 2).
+"""What governs an embedder: stable rank and distance preservation (docs/math/analysis.rst).
 
-Numbers: ``stable_rank``, ``embedded_distance``, the theoretical bounds of seed 000 (Props. 2-5),
-``sigma_for_spacing`` (seed 001's rule) and the Gaussian/RFF equivalence. Plots: helpers that take
-``ax=`` and return it, redrawing seed 000's figures 2 (stable rank against sigma), 3 (stable rank
+Numbers: ``stable_rank``, ``embedded_distance``, the theoretical bounds (Props. 2-5) of "Trading
+Positional Complexity vs. Deepness in Coordinate Networks" (Zheng et al., ECCV 2022; "the
+complex-encoding paper" below), ``sigma_for_spacing`` (the rule of "Rethinking Positional Encoding",
+Zheng et al., 2021) and the Gaussian/RFF equivalence. Plots: helpers that take ``ax=`` and return
+it, redrawing the complex-encoding paper's figures 2 (stable rank against sigma), 3 (stable rank
 against N and distance preservation of several embedders) and 4 (the same for Gaussian and RFF
-across widths) from computed data. ``run_analyze`` (the ``kronpe analyze`` command) writes them
-as PNG files and prints the numbers behind them.
+across widths) from computed data. ``run_analyze`` (the ``kronpe analyze`` command) writes them as
+PNG files and prints the numbers behind them.
 
 Coordinates are the papers' grid x = linspace(0, 1, N + 1)[:-1] unless given.
 """
@@ -141,7 +143,10 @@ def _largest_gram_eigenvalue(A: np.ndarray, steps: int = 8) -> float:
 
 
 def stable_rank(A) -> float:
-    """Stable rank ||A||_F^2 / ||A||_2^2 of a 2-D array (seed 000 sec. 4; the square is meant).
+    """Stable rank ||A||_F^2 / ||A||_2^2 of a 2-D array.
+
+    As in section 4 of the complex-encoding paper (Zheng et al., ECCV 2022), the spectral norm
+    squared in the denominator (docs/math/analysis.rst, "Stable rank").
 
     Parameters
     ----------
@@ -257,7 +262,7 @@ def distance_curves(
 
 
 def has_closed_form_distance(emb: Embedder) -> bool:
-    """Whether ``emb.distance`` is a closed form of MATH.md section 2 (not the sampled fallback)."""
+    """Whether ``emb.distance`` is a closed form (docs/math/analysis.rst), not a sampled one."""
     return type(emb).distance is not Embedder.distance
 
 
@@ -307,7 +312,9 @@ def plot_stable_rank_vs_sigma(
     data: Optional[np.ndarray] = None,
     progress: bool = False,
 ):
-    """Seed 000 figure 2: Gaussian stable rank against sigma for several N, theory dashed.
+    """Gaussian stable rank against sigma for several N, theory dashed.
+
+    Figure 2 of the complex-encoding paper (Zheng et al., ECCV 2022).
 
     ``data`` is ``stable_rank_vs_sigma(Ns, sigmas, K)`` when already computed. Returns ``ax``.
     """
@@ -333,7 +340,9 @@ def plot_stable_rank_vs_n(
     theory: bool = True,
     progress: bool = False,
 ):
-    """Stable rank against the number of coordinates N (seed 000 figures 3a and 4 left).
+    """Stable rank against the number of coordinates N.
+
+    Figures 3a and 4 (left) of the complex-encoding paper (Zheng et al., ECCV 2022).
 
     Theory (where the embedder has one) is drawn dashed in the same colour. Returns ``ax``.
     """
@@ -360,9 +369,11 @@ def plot_distance(
     data: Optional[Mapping[str, np.ndarray]] = None,
     theory: bool = True,
 ):
-    """Normalised embedded distance D(delta) / D(0) (seed 000 figures 3b and 4 right).
+    """Normalised embedded distance D(delta) / D(0).
 
-    Solid: the sampled embedder; dashed: the closed form where MATH.md has one. Returns ``ax``.
+    Figures 3b and 4 (right) of the complex-encoding paper (Zheng et al., ECCV 2022).
+
+    Solid: the sampled embedder; dashed: the closed form where there is one. Returns ``ax``.
     """
     embedders = _as_dict(embedders)
     deltas = np.linspace(-0.5, 0.5, 401) if deltas is None else np.asarray(deltas, dtype=np.float64)

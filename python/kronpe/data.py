@@ -14,7 +14,8 @@ dependency), so no download is ever needed:
 - ``load_video(name)`` builds a real video (T, H, W, 3) (or (T, H, W) with ``color=False``) from
   one photograph by a slow camera move: a square window pans across the photograph while
   zooming in, as a hand-held camera sweeping over a still scene would record it. See
-  ``load_video`` for the exact path. The papers' video experiments (seed 000 Table 3) use
+  ``load_video`` for the exact path. The papers' video experiments (Table 3 of "Trading
+  Positional Complexity vs. Deepness in Coordinate Networks", Zheng et al., ECCV 2022) use
   128 x 128 x 128 crops of real videos, trained on their 64^3 regular subsample; the default
   arguments give that shape.
 - ``load_image(path)``, ``load_array(path)``, ``load_nifti(path)``, ``load_frames(folder)`` and

@@ -1,4 +1,4 @@
-"""Compiled tensor operations: mode-n products (MATH.md 3.1).
+"""Compiled tensor operations: mode-n products (docs/math/encodings.rst, "Mode-n products").
 
 ``mode_product(T, A, k)`` multiplies every mode-k fibre of ``T`` by ``A``; ``multi_mode_product``
 chains such products over several modes. The chain is planned in C++ (the order that costs the
@@ -42,10 +42,9 @@ def _chain_layouts(mode: str) -> None:
     penalties, plans never depend on timings) or "measured" (a short timing per shape class, the
     first time a plan needs it, kept for the process). From ``KRONPE_CHAIN_LAYOUTS``.
 
-    "measured" is not the default because on the 2-core EPYC of benches/README.md (OpenBLAS,
-    Haswell kernels) the layouts differ by 10% or less at the measured size, the plans it picks
-    were 1.6x-1.8x slower on two chain rows and no faster elsewhere, and at default BLAS threads
-    on a loaded machine each new shape class cost ~0.3 s of stalled timings."""
+    "measured" is not the default: the layouts differ by 10% or less at the measured size, so
+    short timings on a busy machine pick worse plans (up to 1.8x slower chains on 2 cores) and
+    nothing faster, and each new shape class stalls the first call that meets it."""
     mode = mode.strip().lower() or "fixed"
     if mode not in ("measured", "fixed"):
         raise ValueError(f"KRONPE_CHAIN_LAYOUTS must be 'measured' or 'fixed', got {mode!r}")
@@ -206,8 +205,8 @@ def _numpy_chain(T: np.ndarray, matrices: Any, modes: Any, order: Any):
     """The chain when T and the matrices (a list or tuple of at least one) are NumPy arrays of one
     native float dtype, T not broadcast, the modes and shapes valid (straight to host_chain),
     else None: the general path then checks, converts and names any error. Small chains are
-    mostly call overhead: a 32^3 x 3 chain took 79 us through the general path, 65 us of it in
-    the core (8^3: 17.6 us, 5 in the core)."""
+    mostly call overhead: through the general path an 8^3 x 3 chain spends 70% of its time outside
+    the core."""
     dt = T.dtype
     if (dt != _F32 and dt != _F64) or (order != "K" and order != "C"):
         return None
@@ -225,8 +224,8 @@ def _torch_cuda_chain(T: Any, matrices: Any, modes: Any, order: Any):
     """The chain when T and the matrices (a list or tuple of at least one) are CUDA torch tensors
     of one float dtype on one device and the modes and shapes are valid (read off the tensors
     directly), else None: the general path then checks, converts and names any error. The usual
-    call inside torch models: the general path's checks took 29 us of a 64^3 x 3 chain's 121 us on
-    an H100 machine's host."""
+    call inside torch models: the general path's checks would take a quarter of a 64^3 x 3 chain's
+    time on a GPU machine's host."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(T, torch.Tensor) or not T.is_cuda or (order != "K" and order != "C"):
         return None

@@ -1,7 +1,7 @@
 """NumPy oracles: slow, obvious implementations that every compiled kernel is tested against.
 
 Nothing here is on a hot path. Dense Kronecker products and dense blending matrices are
-allowed here and in tests only (DESIGN.md).
+allowed here and in tests only (docs/design.rst, "The habits these follow").
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def gemm(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = Fa
 
 
 # ---- embedders ---------------------------------------------------------------------------
-# The obvious NumPy formulas of MATH.md section 1, evaluated in float64 and rounded once to the
-# input's dtype (as the compiled kernels do). Arguments mirror kronpe._core.embed_basis /
+# The obvious NumPy formulas of docs/math/embedders.rst, evaluated in float64 and rounded once to
+# the input's dtype (as the compiled kernels do). Arguments mirror kronpe._core.embed_basis /
 # embed_fourier; kronpe.embedders builds them from an embedder (``Embedder._kernel_args``).
 
 
@@ -211,7 +211,9 @@ def blend_axis_weights(q: np.ndarray,  # (P,) coordinates
                        nodes: np.ndarray,  # (M,) increasing grid nodes
                        distance=None, normalize: bool = True, rcond: float = 1e-8,
                        tiny: float = 1e-12):
-    """MATH.md 3.3 along one axis, one 2x2 solve per point: cell j (P,), weights (P, 2).
+    """The blending weights (docs/math/scattered.rst) along one axis: cell j (P,), weights (P, 2).
+
+    One 2x2 solve per point.
 
     Between g0 = nodes[j] <= q <= g1 = nodes[j + 1] (j capped at M - 2, q clamped onto the
     nodes' range), h = g1 - g0, beta = (q - g0) / h:

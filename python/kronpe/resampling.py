@@ -12,8 +12,8 @@ The coefficients are fitted so that the pixel means of f reproduce the samples e
 at input resolution whose box averages give the input). Beyond each end the coefficients mirror
 as the samples do (c_{-1-k} = c_k, the samples extended by ``numpy.pad(mode="symmetric")``), so
 constants are reproduced exactly and the system stays n x n: A c = y with
-A[j, k] = B_3(j - k) folded at the ends (the mean of B_2 over a unit pixel is B_3, MATH.md's
-B-spline convolution identity), tridiagonal and diagonally dominant.
+A[j, k] = B_3(j - k) folded at the ends (the mean of B_2 over a unit pixel is B_3, the B-spline
+convolution identity of docs/math/embedders.rst), tridiagonal and diagonally dominant.
 Output sample J of N is the mean of f over its own pixel [J / N, (J + 1) / N) (exact, through
 the antiderivative of B_2: sum_i B_3(u - 1/2 - i)). So
 
@@ -25,8 +25,8 @@ the antiderivative of B_2: sum_i B_3(u - 1/2 - i)). So
 
 Measured (benches/bench_upsample.py, the table in benches/README.md): 2x box-downsample and back
 on the sample photographs, this model beats Pillow's bicubic resize and SciPy's cubic spline at
-the right pixel centres on every photograph. Orders 1-4 and a ridge were measured too; order 2
-was best or within 0.02 dB on each photograph, and any ridge lost (interpolating the pixel means
+the right pixel centres on every photograph. Of the spline orders 1-4, order 2 is the best or
+within 0.02 dB of it on each photograph, and any ridge loses (interpolating the pixel means
 exactly is what the forward model asks for).
 """
 from __future__ import annotations

@@ -1,18 +1,18 @@
-"""Hand the C++ core a BLAS the process already loaded (DESIGN.md, "Decisions taken").
+"""Hand the C++ core a BLAS the process already loaded (docs/design.rst, "One BLAS").
 
 First choice: NumPy's own OpenBLAS. NumPy's wheels link an ILP64 OpenBLAS whose symbols carry the
-suffix ``64_`` (``scipy_sgemm_64_``); SciPy's wheels load a second, LP64 copy. Two copies mean
-two thread pools, and on a small machine the idle threads of one spin while the other works
-(benches/README.md: 0.50 ms alone, 75.6 ms right after a NumPy call). So kronpe looks the symbols
-up through NumPy's extension module (``dlsym`` searches the libraries it depends on), and takes
-them only when the library says it was built with 64-bit integers (``openblas_get_config``
+suffix ``64_`` (``scipy_sgemm_64_``); SciPy's wheels load a second, LP64 copy. Two copies mean two
+thread pools, and on a small machine the idle threads of one spin while the other works (on 2 cores
+a sub-millisecond product took 150 times as long right after a NumPy call). So kronpe looks the
+symbols up through NumPy's extension module (``dlsym`` searches the libraries it depends on), and
+takes them only when the library says it was built with 64-bit integers (``openblas_get_config``
 names ``USE64BITINT``): a NumPy user then has one BLAS and one pool.
 
-Otherwise (NumPy built against another BLAS, MKL, Accelerate...): SciPy's BLAS, which SciPy
-exports as PyCapsules in ``scipy.linalg.cython_blas.__pyx_capi__``. We check each capsule's
-signature string (LP64 Fortran ``?gemm``: 32-bit ``int`` counts, arguments by pointer) before
-taking its address, so a changed SciPy fails loudly instead of corrupting memory.
-``KRONPE_BLAS=scipy`` forces SciPy's (``numpy`` asks for NumPy's and fails if it is not found).
+Otherwise (NumPy built against another BLAS, MKL, Accelerate...): SciPy's BLAS, which SciPy exports
+as PyCapsules in ``scipy.linalg.cython_blas.__pyx_capi__``. kronpe checks each capsule's signature
+string (LP64 Fortran ``?gemm``: 32-bit ``int`` counts, arguments by pointer) before taking its
+address, so a changed SciPy fails loudly instead of corrupting memory. ``KRONPE_BLAS=scipy`` forces
+SciPy's (``numpy`` asks for NumPy's and fails if it is not found).
 """
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def compact(arr: np.ndarray) -> np.ndarray:
 def column_range(arr: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """(min, max) of every column of a 2-D array with at least one row, one strided 1-D reduction
     per column (NumPy's axis-0 reduction of a C-ordered (P, D) array runs a D-long inner loop per
-    row: 511 against 18 us for 12k points in 2-D, 4.3 against 0.17 ms for 200k in 3-D)."""
+    row: 25 times slower for 200k points in 3-D)."""
     cols = range(arr.shape[1])
     return np.array([arr[:, i].min() for i in cols]), np.array([arr[:, i].max() for i in cols])
 

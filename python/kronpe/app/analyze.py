@@ -1,5 +1,6 @@
-"""``kronpe analyze``: redraw seed 000 figures 2, 3 and 4 (stable rank and distance preservation of
-the embedders) from computed data, and print the numbers behind them."""
+"""``kronpe analyze``: redraw figures 2, 3 and 4 of "Trading Positional Complexity vs. Deepness in
+Coordinate Networks" (Zheng et al., ECCV 2022; stable rank and distance preservation of the
+embedders) from computed data, and print the numbers behind them."""
 from __future__ import annotations
 
 import math
@@ -76,11 +77,11 @@ def _save(fig, out: str, name: str) -> str:
 
 
 def run_analyze(out: str, progress: bool = True) -> int:
-    """``kronpe analyze``: redraw seed 000 figures 2, 3 and 4 from computed data.
+    """``kronpe analyze``: redraw the paper's figures 2, 3 and 4 from computed data.
 
     Writes ``fig2_gaussian_stable_rank_vs_sigma.png``, ``fig3_embedders.png`` and
-    ``fig4_gaussian_vs_rff.png`` into ``out`` and prints the numbers behind them, then a few
-    checks of MATH.md section 2 at N = K = 1024. Returns the exit status (0).
+    ``fig4_gaussian_vs_rff.png`` into ``out`` and prints the numbers behind them, then a few checks
+    of the closed forms (docs/math/analysis.rst) at N = K = 1024. Returns the exit status (0).
     """
     import matplotlib
 
@@ -138,9 +139,9 @@ def run_analyze(out: str, progress: bool = True) -> int:
         axes[row, 1].set_title(f"{title}: distance preservation")
     written.append(_save(fig, out, "fig4_gaussian_vs_rff.png"))
 
-    # -- MATH.md section 2 checks -----------------------------------------------------------------
+    # -- checks of the closed forms of docs/math/analysis.rst ----------------------------------
     n = 1024
-    print(f"\nMATH.md section 2 checks, N = K = {n} grid points (RFF: {n // 2} frequencies):")
+    print(f"\nClosed-form checks, N = K = {n} grid points (RFF: {n // 2} frequencies):")
     x = grid(n)
     checks = [Gaussian(n, 0.01), Triangle(n, 0.005), RandomFourier(n, 30.0)]
     with progress_bar(len(checks), progress, "checks") as bar:

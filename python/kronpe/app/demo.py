@@ -155,7 +155,8 @@ def demo_cases(quick: bool = False) -> List[Case]:
     video = data.load_video()
     cases = [Case(f"{name} 512x512", img, 2) for name, img in images]
     cases.append(Case(f"video {data.DEFAULT_VIDEO} 128^3", video, 3))
-    # seed 000 Tables 2 and 4: 25% random pixels in 2-D, 12.5% random samples in 3-D
+    # Tables 2 and 4 of "Trading Positional Complexity vs. Deepness in Coordinate Networks":
+    # 25% random pixels in 2-D, 12.5% random samples in 3-D
     cases += [Case(f"{name} 512x512, 25% random", img, 2, fraction=0.25) for name, img in images]
     cases.append(Case(f"video {data.DEFAULT_VIDEO} 128^3, 12.5% random", video, 3, fraction=0.125))
     return cases
@@ -249,8 +250,9 @@ def run_demo(args) -> int:
 
 # ---- the papers' gradient-descent rows (kronpe demo --adam; torch) -------------------------------
 
-#: the papers' gradient-descent embedder widths at K = 256 (2-D): MATH.md 4 for the grid rows,
-#: the official 2D_random_points.py for the scattered rows.
+#: the papers' gradient-descent embedder widths at K = 256 (2-D): the settings of docs/math/
+#: encodings.rst ("The papers' settings and numbers") for the grid rows, the official
+#: 2D_random_points.py for the scattered rows.
 GD_GRID = {"Gau": 0.004, "Tri": 2 / 256}
 GD_POINTS = {"Gau": 0.005, "Tri": 2.5 / 256}
 

@@ -8,14 +8,12 @@ method once, in an order rotated by r), so that every method sees the same load 
 machine; before each timed call the harness waits (``settle``) until no other thread of the
 process is running, at most SETTLE_SECONDS (0.3 s; env ``KRONPE_BENCH_SETTLE``; a plain sleep of
 that long where /proc/self/task is not there), so that the threads the previous method left
-spinning have gone to sleep: OpenBLAS's workers spin ~0.1 s after a threaded call (measured here:
-running for 100 ms after a 600^2 NumPy matmul, torch's for 10 ms). Without it, kronpe's 32^3 chain
-took 175 us after the peers' calls against 40 us alone, on one thread, and a fill of chelsea a
-median of 66-80 ms right after a matmul against 29-36 ms alone (before kronpe learned to back off,
-kronpe/threads.h). After the wait, a method whose first call took less than WARM_SECONDS (50 ms) is
-called once more, untimed, just before its timed call: the wait lets thread pools fall asleep, and
-waking them (torch's, OpenMP's) cost tiny calls up to 10 ms (a 32^3 chain: torch 9.9 ms median
-against 0.12 ms warm). Every method, kronpe's and the peers', gets the same treatment, outside its
+spinning have gone to sleep: OpenBLAS's workers spin ~0.1 s after a threaded call (torch's about
+a tenth of that), and a method timed among them is timed against the previous method's threads
+(a 32^3 chain takes four times as long right after the peers' calls). After the wait, a method
+whose first call took less than WARM_SECONDS (50 ms) is called once more, untimed, just before its
+timed call: the wait lets thread pools fall asleep, and waking them (torch's, OpenMP's) costs tiny
+calls up to 10 ms. Every method, kronpe's and the peers', gets the same treatment, outside its
 timing. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
 the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
 ``extra_info``), so ``benches/report.py`` and ``--compare`` read both. Every timed call

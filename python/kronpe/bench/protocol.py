@@ -90,11 +90,11 @@ def split_psnr(
 #: "Closed Form Complex Encoding" (K = 256 per axis for a 256 x 256 training grid). 3-D:
 #: ``3D_separable_points_GD.py``: K = 64 per axis for a 64^3 training grid; its closed-form loop
 #: iterates over the list of the gradient-descent section (it zips ``encoding_methods, params``,
-#: which that section assigned last), so Table 3's closed-form numbers come from these values,
-#: not from the list declared just above the loop (LinF 4, Gau 0.009, Tri 3/64): we use the ones
-#: that ran. Gau is the Gaussian's sigma, Tri the triangle's half-width d, LinF/LogF the exponent
-#: of the largest frequency 2^sigma, RFF the standard deviation of the random frequencies; the
-#: Fourier families use K/2 frequencies (cos and sin).
+#: which that section assigned last), so Table 3's closed-form numbers come from these values, not
+#: from the list declared just above the loop (LinF 4, Gau 0.009, Tri 3/64): kronpe uses the ones
+#: that ran. Gau is the Gaussian's sigma, Tri the triangle's half-width d, LinF/LogF the exponent of
+#: the largest frequency 2^sigma, RFF the standard deviation of the random frequencies; the Fourier
+#: families use K/2 frequencies (cos and sin).
 PAPER_SETTINGS: Dict[int, Dict[str, float]] = {
     2: {"K": 256, "Gau": 0.0025, "Tri": 1 / 256, "LinF": 6.0, "LogF": 6.5, "RFF": 42.0},
     3: {"K": 64, "Gau": 0.015, "Tri": 2 / 64, "LinF": 3.0, "LogF": 3.0, "RFF": 6.0},

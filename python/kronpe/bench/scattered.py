@@ -14,14 +14,13 @@ Photographs of scikit-image (kronpe.data.load_sample), float32 in [0, 1]:
   every pixel centre; kronpe against griddata cubic and RBF thin-plate (30).
 - ``volume`` (a 32 x 64 x 64 grayscale video, ``kronpe.data.load_video``, 25% random voxels as
   points): kronpe against griddata linear (Qhull has no cubic in 3-D) and RBF thin-plate (30);
-  inpaint_biharmonic is left out here (measured once: 27.44 dB in 727 s, its 3-D sparse LU).
+  inpaint_biharmonic is left out here (its 3-D sparse LU takes 727 s on this volume).
 
 Time = fit + predict; the held-out PSNR is in every row. Only the public API is called. Every
 method gets the same prepared inputs (``task_inputs``: the samples' coordinates and values, the
 held-out pixels' coordinates and flat indices), made once outside the timing; a method that fills
-the whole grid takes its held-out pixels with ``held_out`` (np.take of the flat indices: the boolean
-index ``image[~mask]`` it replaced took 1.2 ms of every call at 451 x 300 RGB, as long as a third of
-the fill itself).
+the whole grid takes its held-out pixels with ``held_out`` (np.take of the flat indices: a boolean
+index ``image[~mask]`` would add a third of the fill's own time at 451 x 300 RGB).
 """
 from __future__ import annotations
 

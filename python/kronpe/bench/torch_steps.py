@@ -3,10 +3,13 @@ formulation and against the step's matrix products alone (the ``torch`` suite of
 
 Signal: the astronaut photograph (skimage.data.astronaut, RGB, 512 x 512, values in [0, 1]).
 
-- grid: the 256 x 256 regular subsample (seed 000 Table 1 protocol), K = 256 Gaussians per axis
-  (sigma = 0.004, the papers' gradient-descent setting). The model is W x_1 Psi_1 x_2 Psi_2.
-- points: 25% of the 512 x 512 pixels at random (seed 000 Table 2), K = 256 (sigma = 0.005, the
-  official random-points script), blended from a virtual grid of 257 x 257 nodes.
+- grid: the 256 x 256 regular subsample (the protocol of Table 1 of "Trading Positional
+  Complexity vs. Deepness in Coordinate Networks", Zheng et al., ECCV 2022), K = 256 Gaussians
+  per axis (sigma = 0.004, the papers' gradient-descent setting). The model is
+  W x_1 Psi_1 x_2 Psi_2.
+- points: 25% of the 512 x 512 pixels at random (the same paper's Table 2), K = 256
+  (sigma = 0.005, the official random-points script), blended from a virtual grid of 257 x 257
+  nodes.
 
 Methods (CPU, float32): kronpe's ``ComplexEncoding`` through torch.ops.kronpe, backward through the
 ops' adjoints, Adam; the official formulation written as the official code writes it (our own code,

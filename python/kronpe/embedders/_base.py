@@ -206,8 +206,8 @@ class Embedder:
     def distance(self, delta) -> np.ndarray:
         """Embedded distance D(delta) = <Psi(x1), Psi(x2)> as a function of delta = x1 - x2.
 
-        Families with a closed form in MATH.md section 2 override this with it (the continuous
-        integral over centres or frequencies). The others return
+        Families with a closed form (docs/math/analysis.rst, "Embedded distance") override this
+        with it (the continuous integral over centres or frequencies). The others return
         ``sampled_distance(delta, scaled=True)``. Vectorised over any shape of ``delta``.
         """
         return self.sampled_distance(delta, scaled=True)
@@ -282,7 +282,8 @@ class Embedder:
 
 
 class _Nyquist:
-    """Nyquist check (seed 004) for embedders with a highest frequency.
+    """Nyquist check (of the neuraloperator sinusoidal-embeddings tutorial) for embedders with a
+    highest frequency.
 
     Subclasses define ``_base_frequency()`` -> (the highest frequency before frequency
     modulation, in cycles over [0, 1], and the formula that gives it), ``_modulation`` and

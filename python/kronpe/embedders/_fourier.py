@@ -15,7 +15,8 @@ from ._base import Embedder, _BYTES_PER_FREQUENCY, _CHUNK_ELEMENTS, _Nyquist, _e
 
 @dataclass(frozen=True, init=False, repr=False)
 class FourierFeatures(_Nyquist, Embedder):
-    """sin/cos features at frequencies f_j (cycles over [0, 1]), with seed 004's modulations.
+    """sin/cos features at frequencies f_j (cycles over [0, 1]), with the modulations of the
+    sinusoidal-embeddings tutorial of the neuraloperator library.
 
     Psi(x) = [x]? + a * g(m x), g made of cos(2 pi f_j x) and sin(2 pi f_j x); ``amplitude_mod``
     is a, ``frequency_mod`` is m (> 0). The raw coordinate (``include_input``) is not modulated.
@@ -120,7 +121,8 @@ def _fourier_sigma(sigma) -> float:
 class LinearFourier(FourierFeatures):
     """``LinF``: K/2 frequencies b = linspace(2^0, 2^sigma, K/2); Psi = [cos(2 pi b x), sin(2 pi b x)].
 
-    LinearFourier(2 L, log2(L)) has the integer frequencies 1..L of seed 004's first example.
+    LinearFourier(2 L, log2(L)) has the integer frequencies 1..L of the sinusoidal-embeddings
+    tutorial's first example.
     """
 
     K: int = 0
@@ -210,10 +212,11 @@ class RandomFourier(FourierFeatures):
 
 @_fourier
 class NeRF(FourierFeatures):
-    """NeRF style (seed 004): [x]? , sin(2^k pi u), cos(2^k pi u), k = 0..L-1, u = 2 x.
+    """NeRF style: [x]? , sin(2^k pi u), cos(2^k pi u), k = 0..L-1, u = 2 x.
 
     u = 2 x spans a domain of length 2 like NeRF's [-1, 1], so frequency k makes 2^k cycles over
-    [0, 1] (= sin(2^k x') with x' = 2 pi x) and the Nyquist bound is seed 004's 2^(L-1) m < N/2.
+    [0, 1] (= sin(2^k x') with x' = 2 pi x) and the Nyquist bound is 2^(L-1) m < N/2, as in the
+    sinusoidal-embeddings tutorial of the neuraloperator library.
     """
 
     L: int = 0
@@ -241,7 +244,10 @@ class NeRF(FourierFeatures):
 
 @_fourier
 class Transformer(FourierFeatures):
-    """Transformer style (seed 004, seed 002 eq. 1): sin(x' / P^(k/L)), cos(x' / P^(k/L)), x' = 2 pi x.
+    """Transformer style: sin(x' / P^(k/L)), cos(x' / P^(k/L)), x' = 2 pi x.
+
+    As in the sinusoidal-embeddings tutorial of the neuraloperator library and eq. 1 of "Learnable
+    Fourier Features for Multi-Dimensional Spatial Positional Encoding" (Li et al.).
 
     P = max_positions. The frequencies 1 / P^(k/L) are at most one cycle over [0, 1]; to embed
     integer positions 0..N-1 as the transformer does, use frequency_mod = N / (2 pi).

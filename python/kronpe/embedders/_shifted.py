@@ -113,9 +113,10 @@ class Gaussian(ShiftedBasis):
 class Triangle(ShiftedBasis):
     """Hat functions psi(u) = max(1 - |u| / d, 0), d the half-width (default 1 / K).
 
-    Distance: the exact autocorrelation d * B3(delta / d); ``paper_distance=True`` uses seed 000's
-    Prop. 5 instead, (sigma^2 / 4) max(1 - |delta| / sigma, 0)^2 with sigma = 2 d (the official
-    code's). Stable rank min(N, 4 / (3 sigma)), sigma = 2 d the full width.
+    Distance: the exact autocorrelation d * B3(delta / d); ``paper_distance=True`` uses Prop. 5 of
+    "Trading Positional Complexity vs. Deepness in Coordinate Networks" (Zheng et al.) instead,
+    (sigma^2 / 4) max(1 - |delta| / sigma, 0)^2 with sigma = 2 d (the official code's). Stable rank
+    min(N, 4 / (3 sigma)), sigma = 2 d the full width.
     """
 
     width: float = 0.0
@@ -214,7 +215,10 @@ class Sine(_Nyquist, ShiftedBasis):
 
 @_shifted
 class Square(_Nyquist, ShiftedBasis):
-    """psi_k(x) = sign(sin(f (t_k - x))): a square wave, mostly its first harmonic (seed 000 sec. 4)."""
+    """psi_k(x) = sign(sin(f (t_k - x))): a square wave, mostly its first harmonic.
+
+    As in section 4 of the complex-encoding paper (Zheng et al., ECCV 2022).
+    """
 
     freq: float = 0.0
     _basis: ClassVar[str] = "square"
@@ -234,7 +238,7 @@ class BSpline(ShiftedBasis):
 
     ``order`` 1 is the Triangle of half-width w, 3 the cubic B-spline (with w = 1/K, cubic-spline
     regression); ``width`` defaults to the centre spacing 1/K. Distance w * B_{2p+1}(delta / w);
-    stable rank min(N, B_{2p+1}(0) / w), the argument of seed 000 Props. 4-5.
+    stable rank min(N, B_{2p+1}(0) / w), the argument of Props. 4-5 of the complex-encoding paper.
     """
 
     order: int = 3
@@ -265,7 +269,8 @@ class BSpline(ShiftedBasis):
 
 @dataclass(frozen=True, init=False, repr=False)
 class Random(Embedder):
-    """i.i.d. uniform noise in [-1, 1) per (x, k) (seed 001's random embedder).
+    """i.i.d. uniform noise in [-1, 1) per (x, k) (the random embedder of "Rethinking Positional
+    Encoding", Zheng et al.).
 
     The value is a hash of (seed, the float64 bits of x, k): the same x always gets the same row
     (in float32 and float64, in any batch), a different x an independent one.

@@ -1,12 +1,12 @@
-"""Difference penalties of the weights (P-splines; MATH.md 3.6).
+"""Difference penalties of the weights (P-splines; docs/math/penalties.rst).
 
 ``DifferencePenalty(q)`` weighs ``lambda * sum_i ||W x_i D_i||^2`` with D_i the (K_i - q) x K_i
 matrix of q-th differences along weight axis i (q = 1: rows [-1, 1]; q = 2: [1, -2, 1];
 q = 3: [-1, 3, -3, 1]), i.e. ``lambda * vec(W)^T R vec(W)`` with the Kronecker sum
 ``R = sum_i I (x) ... (x) D_i^T D_i (x) ... (x) I``. ``mixed=True`` (q = 2 or 3) adds every mixed
 difference of order q: for q = 2, ``2 * sum_{i<j} ||W x_i D1_i x_j D1_j||^2`` (D1 first
-differences), so the penalty is the thin-plate energy f_xx^2 + 2 f_xy^2 + f_yy^2 and no longer
-prefers the grid's axes; in general R = sum over the multi-indices a (a_i >= 0, sum a_i = q) of
+differences), so the penalty is the thin-plate energy f_xx^2 + 2 f_xy^2 + f_yy^2 and does not
+prefer the grid's axes; in general R = sum over the multi-indices a (a_i >= 0, sum a_i = q) of
 ``q! / prod(a_i!) * (x)_i G_i^(a_i)`` with G^(a) = D_a^T D_a (G^(0) = I), the discrete form of
 ``sum_|a|=q q!/a! (d^a f)^2``. ``weights=(w_1, ..., w_D)`` weighs the differences along axis i as
 if its spacing were 1 / sqrt(w_i): the term of multi-index a gets ``prod_i w_i^(a_i)`` (without
@@ -26,11 +26,11 @@ R = (sum_i w_i L_i)^q. Decisions (documented once, here):
   u[-1] = u[0], u[K] = u[K-1]; D is then (K, K) for a = 2 and D1 L for a = 3), so with ``mixed``
   the penalty is (sum_i w_i L_i)^q: for q = 2 the squared Laplacian that scikit-image's
   inpaint_biharmonic solves (with its mirrored border stencils), and for any q what the DCT-II
-  diagonalises. Only constants are free.
-  Measured on photographs with 50% missing pixels at lambda -> 0: the natural boundary lost
-  0.3 dB to inpaint_biharmonic in the outermost pixel row (rocket 23.72 vs 24.03 dB; 0.008 dB over
-  the whole image), the mirrored one matches it (28.2264 dB both).
-- ``penalty=None`` everywhere means the identity (ridge), the fits' historical behaviour.
+  diagonalises. Only constants are free. On photographs with 50% missing pixels at
+  lambda -> 0 the mirrored boundary matches inpaint_biharmonic, where the natural one loses
+  0.3 dB to it in the outermost pixel row.
+- ``penalty=None`` everywhere means the identity (ridge): the closed forms of the grid and
+  scattered fits.
 """
 from __future__ import annotations
 

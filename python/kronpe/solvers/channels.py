@@ -25,8 +25,8 @@ def as_planes(rhs) -> List[Array]:
 
 
 def channel_planes(X: Array) -> List[Array]:
-    """The channels of X (..., C) as C contiguous float32 arrays (mixing strided channels took
-    5 ms for a 512^2 RGB image; copied once, 1 ms)."""
+    """The channels of X (..., C) as C contiguous float32 arrays (copied once: mixing strided
+    channels would cost five times as much for a 512^2 RGB image)."""
     return [np.ascontiguousarray(X[..., c], dtype=np.float32) for c in range(X.shape[-1])]
 
 
@@ -43,8 +43,8 @@ def mix_planes(planes: List[Array], V: Array) -> List[Array]:
 def unmix(planes: List[Array], V: Array, out: Array, value_range: Optional[Tuple[Array, Array]]) -> float:
     """out[..., c] = sum_k V[k, c] planes[k] (out C-contiguous (N..., C)), each channel clipped to
     its (min, max) of ``value_range`` (None: not clipped) on the way: one compiled pass
-    (``_core.mix_channels``; NumPy's multiply-adds, clips and counts per channel took 1.1 ms at 451 x
-    300 RGB). Returns the fraction of values clipped."""
+    (``_core.mix_channels``; NumPy's multiply-adds, clips and counts per channel would take 1.1 ms
+    at 451 x 300 RGB). Returns the fraction of values clipped."""
     C = V.shape[1]
     if not out.flags.c_contiguous:  # (reshape would copy: the writes would be lost)
         tmp = np.empty(out.shape, out.dtype)
@@ -85,14 +85,14 @@ def selection_signal(planes: List[Array], count: float, moments: Optional[Array]
     cancel the channels (the sum's variance less than SELECTION_SUM_SHARE of the leading
     principal component's of the covariance, over the ``count`` samples; the planes are sums of
     samples at nodes, or the samples themselves): then that centred component. (Channels a and
-    1 - a sum to a constant, which any lambda fits: the choice was left to rounding noise. On
+    1 - a sum to a constant, which any lambda fits: the choice would be left to rounding noise. On
     photographs the sum holds 90%+ of the leading centred component's variance; that component
     itself chose another lambda on rocket, 25% of its pixels, 0.08 dB worse. The sum and the
     leading component of the second moments chose the same lambda, boundary and lead penalty on
     the twelve photograph rows.) ``moments``: ``second_moments(planes)`` when the caller has them.
-    The means are float32 sums (float64 ones took 70 us per 451 x 300 channel). ``leading``: that
-    component itself (``mix_planes``' first), when the caller has it: the same values, not mixed
-    again (a pass of 0.1 ms at 451 x 300 RGB)."""
+    The means are float32 sums (float64 ones would cost 70 us per 451 x 300 channel). ``leading``:
+    that component itself (``mix_planes``' first), when the caller has it: the same values, not
+    mixed again (a pass of 0.1 ms at 451 x 300 RGB)."""
     C = len(planes)
     if C == 1:
         return planes[0], True

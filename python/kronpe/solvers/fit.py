@@ -1,5 +1,5 @@
 """Grid fits in one call: ``fit_grid`` and the choices it makes when the caller leaves them open
-(MATH.md 3.2 and 3.5).
+(docs/math/encodings.rst: the grid fit in closed form, borders).
 
 ``fit_grid`` checks its arguments, then hands the signal to the closed form of
 :class:`~.grid_plan.GridPlan` (or, for a dask signal, to :mod:`kronpe.dask`); a grid with holes
@@ -9,9 +9,9 @@ and no other option goes to the default fill of :mod:`.smooth`. Its model is a
 - **Embedders** (``embedders=None``, ``default_embedders``): cubic B-splines
   ``BSpline(K, 3, margin=2)`` with centres at the spacing of the training samples
   (``K = round(1 / median sample spacing)``) and two extra centres beyond each end so the basis
-  covers the domain (MATH.md 3.5), the signal padded by 2 point-reflected samples per end, the
-  ridge by GCV. The width is a fixed rule: widths chosen by GCV predicted held-out photographs
-  worse (``default_embedders`` says by how much).
+  covers the domain (docs/math/encodings.rst, "Borders"), the signal padded by 2 point-reflected
+  samples per end, the ridge by GCV. The width is a fixed rule: widths chosen by GCV predicted
+  held-out photographs worse (``default_embedders`` says by how much).
 - **Widths** (``width="gcv"``): the embedders' width parameters (``emb.width_param``: sigma,
   width) chosen by GCV too, the ridge re-optimised for every trial (:mod:`.gcv`).
 - **Coordinates** are in [0, 1]; the default for an axis of N samples is
@@ -49,21 +49,20 @@ def default_embedders(coords: Sequence[np.ndarray]) -> List[Embedder]:
 
     One ``BSpline(K, order=3, margin=2)`` per axis (width 1 / K: the cubic-spline space) with
     K = round(1 / h), h the median spacing of the sorted coordinates (K = N for the default
-    coordinates; 1 for a single sample): cubic B-splines centred at the sample spacing over
-    [0, 1], plus two beyond each end (MATH.md 3.5). ``fit_grid`` pairs them with a padding of 2
-    samples per end (``GridPlan(pad=2)``) and a GCV ridge.
+    coordinates; 1 for a single sample): cubic B-splines centred at the sample spacing over [0, 1],
+    plus two beyond each end (docs/math/encodings.rst, "Borders"). ``fit_grid`` pairs them with a
+    padding of 2 samples per end (``GridPlan(pad=2)``) and a GCV ridge.
 
-    Measured with benches/default_embedders.py (skimage astronaut, camera, coffee cropped square;
-    fit the [::2, ::2] subsample at its coordinates, predict the full image, PSNR in dB):
-    this choice 29.78 / 28.68 / 27.73, against the papers' Gaussian sigma = 0.0025 (0.64 / K,
-    ridge 0) 29.47 / 28.19 / 27.48, Triangle d = 1/K 29.11 / 28.00 / 27.18,
-    scipy.ndimage.zoom(order=3) 26.01 / 26.50 / 24.93, and a cubic spline evaluated at the right
-    positions (scipy.ndimage.map_coordinates, mode "nearest") 29.78 / 28.73 / 27.87.
-    Alternatives measured: widths chosen by GCV lose 1-2.5 dB (GCV's leave-one-out favours
-    smoother bases than 2x upsampling wants); a narrower B-spline (0.9 / K) gains 0.15 dB on
-    these photographs but no longer reproduces polynomials (errors of 2e-3 instead of 1e-7 on a
-    smooth sinusoid); Gaussians (0.6 / K) 29.82 / 28.76 / 27.68; no padding costs 0.05-0.2 dB
-    at the borders and far more on smooth signals.
+    Why (benches/default_embedders.py: three photographs, each fitted from its [::2, ::2]
+    subsample at its coordinates and predicted on the full image): this choice matches a cubic
+    spline evaluated at the right positions (within 0.15 dB) and beats the papers' settings
+    (Gaussians of sigma 0.0025 with no ridge, triangles of half-width 1 / K) and
+    ``scipy.ndimage.zoom(order=3)`` on every photograph. Widths chosen by GCV lose 1-2.5 dB
+    (GCV's leave-one-out favours smoother bases than 2x upsampling wants); a narrower B-spline
+    gains a little on photographs but stops reproducing polynomials (smooth signals lose accuracy);
+    Gaussians of width 0.6 / K do as well on photographs (within 0.1 dB), without the
+    cubic-spline space's exact polynomials; without the padding the borders lose accuracy, smooth
+    signals most.
     """
     embs = []
     for c in coords:

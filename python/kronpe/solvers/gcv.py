@@ -1,4 +1,5 @@
-"""Generalised cross-validation of the separable fits (MATH.md 3.2): the GCV curve of one signal
+"""Generalised cross-validation of the separable fits (docs/math/encodings.rst, "Choosing the
+ridge: generalised cross-validation"): the GCV curve of one signal
 over the products of per-axis singular values, its minimisation over the ridge, and the search
 over the embedders' widths.
 

@@ -3,7 +3,7 @@ number of grid axes), reflection padding of the coordinates and the per-axis fac
 SVDs, cached).
 
 Used by the grid fit's modules (:mod:`.fit`, :mod:`.grid_plan`, :mod:`.grid_model`) and by
-:mod:`kronpe.dask`; MATH.md 3.2.
+:mod:`kronpe.dask`; the formulas are in docs/math/encodings.rst.
 """
 from __future__ import annotations
 
@@ -99,11 +99,11 @@ def masked_signal(s: np.ndarray, mask: np.ndarray, planar: bool = False
                   ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(s with its unobserved values 0, per-channel min and max of the observed values), s float32
     or float64 (N..., *channels), mask bool (N...) True = observed; one compiled pass
-    (``_core.masked_fill``; the boolean indexing, NaN-aware reductions and ``where`` it replaced
-    took 15 ms for a 512^2 RGB image). ``planar``: the first result is (C, N...), one contiguous
-    plane per channel (C the channels flattened), as the default fill's solver takes them (their
-    copy out of the interleaved array took 1-2 ms at 512^2 RGB). Non-finite observed values are
-    a named error."""
+    (``_core.masked_fill``, where NumPy's boolean indexing, NaN-aware reductions and ``where``
+    would take 15 ms for a 512^2 RGB image). ``planar``: the first result is (C, N...), one
+    contiguous plane per channel (C the channels flattened), as the default fill's solver takes
+    them (no second copy out of the interleaved array). Non-finite observed values are a named
+    error."""
     n = mask.size
     flat = np.ascontiguousarray(s).reshape(n, -1)
     out = np.empty((flat.shape[1], n) if planar else flat.shape, flat.dtype)

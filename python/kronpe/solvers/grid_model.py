@@ -228,8 +228,8 @@ def fill_embedder(n: int) -> Triangle:
 def _is_identity(phi: np.ndarray) -> bool:
     """phi is the identity matrix up to rounding (|phi - I| <= 1e-12 everywhere: a Triangle(N) at
     coordinates i / N that are not binary fractions, N = 400 say, evaluates to I plus entries of
-    1e-14; the chain they cost took 15 ms for a 400 x 600 RGB fill, and skipping it changes the
-    prediction by less than 1e-12 relative)."""
+    1e-14; the chain they would cost takes 15 ms for a 400 x 600 RGB fill, and skipping it changes
+    the prediction by less than 1e-12 relative)."""
     n = phi.shape[0]
     if phi.shape != (n, n):
         return False

@@ -1,5 +1,5 @@
-"""Separable (grid) fits in closed form (MATH.md 3.2): ``GridPlan``, the per-axis factorisations
-of a grid, computed once, then ``.fit`` any number of signals.
+"""Separable (grid) fits in closed form (docs/math/encodings.rst): ``GridPlan``, the per-axis
+factorisations of a grid, computed once, then ``.fit`` any number of signals.
 
 A signal sampled on a grid, S of shape (N_1, ..., N_D, *channels), is fitted by weights W of
 shape (K_1, ..., K_D, *channels) minimising

@@ -27,9 +27,9 @@ def lattice_grid(points: Array) -> Optional[List[Array]]:
     distinct coordinates; it is first read off an evenly strided subset of LATTICE_PROBE points
     and kept when every coordinate is a multiple of it and no two distinct coordinates round to
     the same multiple (then no gap of the whole set is smaller: the same h as from all of them),
-    else found from all of them (sorting 65k coordinates took 2.6 ms per axis). One compiled call
-    per axis (``_core.lattice_count``; its NumPy reference ``kronpe.reference.lattice_count``: the
-    dozen NumPy passes it replaced took 0.1 ms of a 128^2 fill of 4k points)."""
+    else found from all of them (sorting 65k coordinates costs 2.6 ms per axis). One compiled call
+    per axis (``_core.lattice_count``, one pass where NumPy would make a dozen; its NumPy reference
+    ``kronpe.reference.lattice_count``)."""
     nodes = []
     for x in np.asarray(points, np.float64).T:
         n = _core.lattice_count(x, LATTICE_PROBE, LATTICE_RTOL, LATTICE_TOL)
@@ -43,9 +43,9 @@ def lattice_sums(points: Array, shape: Sequence[int], values: Array) -> Tuple[Ar
     """(samples per node (N...), their sums per channel as C planes (N...)) float32 for points (P, D) on the
     lattice of ``shape`` nodes over [0, 1] (``lattice_grid``; positions rounded to the nearest
     node, outside ones clamped), values (P, C): B^T 1 and B^T values of the blending matrix,
-    whose rows are then unit vectors, as one compiled scatter-add in float32 (building B took 5 ms
-    for 65k points; NumPy's bincounts in float64 1.7 ms for 65k RGB samples, the compiled pass
-    0.2; the same sums for up to two samples per node)."""
+    whose rows are then unit vectors, as one compiled scatter-add in float32 (building B would
+    take 5 ms for 65k points, NumPy's bincounts in float64 eight times as long as this pass; the
+    same sums for up to two samples per node)."""
     P = points.shape[0]
     flat = np.empty(P, np.int64)
     _core.lattice_index(points, [int(n) for n in shape], [0.0] * len(shape), [float(n - 1) for n in shape], None, flat)

@@ -1,5 +1,5 @@
 """Multigrid-preconditioned CG for the thin-plate smoothing systems of grids with holes and
-scattered samples (MATH.md 3.6), on grids of 1 to 3 axes:
+scattered samples (docs/math/penalties.rst, "Multigrid"), on grids of 1 to 3 axes:
 
     (S + lam R) x = b,     R = DifferencePenalty(2, mixed=True[, boundary="reflect"])
 
@@ -24,15 +24,13 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
   which holds with any m >= 0; for the Laplacian-power form ``chebyshev_lmax`` computes it);
   the same polynomial before and after the coarse correction, so the V-cycle is a symmetric
   preconditioner. They vectorise (no colouring) and need no eigenvalue estimate. Order 3
-  (POWER_SMOOTHER): higher degrees cut the iterations (the 32 x 64 x 64 video, tol 1e-3:
-  degree 3 over [lmax / 8, lmax] 11, degree 4 / 30 6, degree 6 / 60 4) but not the time of the
-  default fit, whose lambda sweep and weight choice run fixed numbers of iterations (one thread:
-  173 / 208 / 278 ms), so it keeps degree 3 over [lmax / 8, lmax].
+  (POWER_SMOOTHER) keeps degree 3 over [lmax / 8, lmax]: higher degrees cut the iterations of a
+  solve (from 11 to 4 at degree 6 on a 32 x 64 x 64 video) but not the time of the default fit,
+  whose lambda sweep and weight choice run fixed numbers of iterations.
 - **Laplacian-power form**: the coarse grids' weights are the fine ones / 4 along each halved
   axis and lam_c = lam 2^c (the same rediscretisation, axis by axis); R is applied as q weighted
   7-point Laplacian passes over rings of rows (kronpe/smooth.h), diag(R) from the axes'
-  diag(L^a). At 32 x 64 x 64 one order-3 V-cycle took 3.0 ms against 6.3 ms for the banded
-  order-2 thin-plate stencil.
+  diag(L^a): an order-3 V-cycle costs half of one with the banded order-2 thin-plate stencil.
 - **Krylov**: CG preconditioned by one V-cycle, in the working precision of the vectors
   (float32 for images) with float64 dot products. Stopping: the preconditioned residual z = M r
   estimates the error; stop when ``||z|| <= tol * ||x||``. (The residual of the normal
@@ -43,58 +41,48 @@ diagonal m in one pass and carry out the smoother's steps fused. Decisions (docu
   photographs' fills, rising slowly), so when the last estimate times that rate (the larger of
   the last two ratios of estimates, at least 0.5; 0.6 after the start) is within tol, the next
   update is the last and its V-cycle, computed only to measure it, is skipped; the returned
-  estimate is then that expectation. On every component of the twelve photograph fills' final solves the predicted
-  stops came after the same iterations as the measured ones (the same bits: held-out PSNR
-  +0.0000 dB on every row); one V-cycle fewer per solve, alternating calls in one process (ms,
-  masked, measured stop / predicted): chelsea 12.81 / 12.28, astronaut 23.74 / 22.40, coffee
-  16.72 / 15.29, rocket 18.85 / 18.31, camera 512^2 10.97 / 10.93 (its lead stops after two
-  iterations either way). Not on grids of one axis, where the rate jumps (0.1 to 1.7 per
-  iteration on 200 nodes; a stop predicted there came with 3.3x tol measured), and not where the
-  hierarchy holds a lumped data term (points off the nodes, ``ThinPlateMG(predicted_stop=False)``,
-  kronpe.solvers.smooth): there the estimates wander (ratios 0.6-1.6 for 51 iterations on 25% of
-  camera 128^2 as off-grid points) and predicted stops cost that fit 0.045 dB.
+  estimate is then that expectation. On the photographs' fills the predicted stops come after
+  the same iterations as the measured ones (the same bits) and save one V-cycle per solve, up to
+  9% of a masked photograph's fill. Not on grids of one axis, where the rate jumps (a stop
+  predicted there can leave several times tol), and not where the hierarchy holds a lumped data
+  term (points off the nodes, ``ThinPlateMG(predicted_stop=False)``, kronpe.solvers.smooth):
+  there the estimates wander and predicted stops cost accuracy.
   ``_core.ThinPlateHierarchy*.set_predicted_stop(False)`` turns it off.
 - **Stationary cycles** (``cycles``): x + omega V (b - A x) with the V-cycle smoothing from x
   itself, so a step costs one V-cycle (a PCG step also applies A and makes five vector passes:
-  0.8 against 1.3 ms at 512^2 on one thread). The lambda sweep of the default fits takes one such
-  step per lambda (kronpe.solvers.smooth), each from the fit before it into an array of its own
-  (``cycles_from``: the first smoother reads its start from there, with the bits of copying it
-  first and cycling in place; one step over-relaxed, in one process, copy + cycles / cycles_from:
-  128^2 one thread 73.3 / 70.7 us, 451 x 300 453 / 425 us, 512^2 819 / 749 us, two threads).
+  1.6 times as long at 512^2). The lambda sweep of the default fits takes one such step per
+  lambda (kronpe.solvers.smooth), each from the fit before it into an array of its own
+  (``cycles_from``: the first smoother reads its start from there, which gives the bits of
+  copying it first and cycling in place, without the copy).
 - **Start**: full multigrid (``fmg``): b restricted to the coarsest grid, solved there, then on
   each finer grid the prolonged solution corrected by one V-cycle, about 4/3 V-cycles in all
   (each smoothing from the prolonged iterate itself, x + V (b - A x) without a residual and a
-  correction pass of its own: 451 x 300, two threads, 0.79-1.17 -> 0.63-0.73 ms).
-  Measured on three photographs with 25% random pixels (first channel, 512^2, tol 1e-3): its
-  held-out PSNR lies 0.0-0.6 dB under the converged fit's (the normalised convolution it
-  replaced: 0.4-1.5 dB), and CG from it stops after 1-3 iterations instead of 3-4.
+  correction pass of its own). On photographs with 25% random pixels its held-out PSNR lies
+  within 0.6 dB of the converged fit's, closer than the normalised convolution of the samples,
+  and CG from it stops after fewer iterations.
 - **Compiled**: the hierarchy, V-cycle, full multigrid and CG loop are one C++ object
   (``kronpe._core.ThinPlateHierarchy32/64``, kronpe/multigrid.h; its NumPy reference
   ``kronpe.reference.thin_plate_vcycle`` / ``thin_plate_fmg``): one call per solve, work arrays
   allocated once per fit (``set_data`` reuses them after the lambda sweep) from a process-wide
-  cache (kronpe/multigrid.h: a new 512^2 hierarchy faulted in ~4000 fresh pages every fit).
+  cache (kronpe/multigrid.h; a new 512^2 hierarchy would fault in ~4000 fresh pages every fit).
 - **Kernels** (csrc/cpu/smooth.cpp): the smoother is one wavefront pass over the rows (start,
   steps, the final update and the residual fused, each stage two rows behind the one before it,
   so the work arrays stay in cache), diag(A)^-1 is stored per level with lam, and on planes R is
   applied in factored form, R = L^2 (+ a two-node correction per end for the natural boundary),
   L the Neumann Laplacian: two 5-point passes over a ring of L v rows instead of the 13-point
-  stencil. One V-cycle at 512^2 on one thread: 2.05 -> 1.65 ms (fused, stored diagonal) -> ~1.4 ms
-  (factored). CG's dot products are summed in blocks of 32k values in order, so results do not
+  stencil. CG's dot products are summed in blocks of 32k values in order, so results do not
   depend on the thread count (tested with 1, 2 and 3 threads). Each level keeps what the kernels
   would build per call (the penalty's bands, every thread's scratch rows and stencil rings,
   diag(R) so that a new lam is one streaming pass), one-thread teams run on the calling thread
-  (an OpenMP region of one thread still woke a futex per call) and teams start at 8k nodes per
-  thread: one V-cycle (degree 2, one thread) 128^2 91 -> 59 us, 451 x 300 0.48 -> 0.39 ms,
-  512^2 0.80 -> 0.70 ms; two threads 451 x 300 0.34 -> 0.24 ms. On AVX-512 the planes' Laplacian
-  pass (half of a V-cycle's time, bound by its five loads per vector) takes each row's left and
-  right neighbours from the vectors it loaded (valignd) and masks the last partial vector instead
-  of a scalar tail, bit for bit the same values: one V-cycle (degree 2), alternating processes on
-  a slower host, one thread 128^2 87 -> 77 us, 451 x 300 0.60 -> 0.52 ms; two threads 71 -> 64 us,
-  0.36 -> 0.32 ms. A V-cycle from zero (CG's preconditioner, every coarse level) writes its
+  (an OpenMP region of one thread still wakes a futex per call) and teams start at 8k nodes per
+  thread. On AVX-512 the planes' Laplacian pass (half of a V-cycle's time, bound by its five
+  loads per vector) takes each row's left and right neighbours from the vectors it loaded
+  (valignd) and masks the last partial vector instead of a scalar tail, bit for bit the same
+  values. A V-cycle from zero (CG's preconditioner, every coarse level) writes its
   first step as 0 + d without reading x (no pass filling it with zeros first; the same bits).
 - **Non-diagonal data terms** (points off the nodes): the compiled CG calls the exact operator,
   given as a Python function (v -> A v on a read-only view of its vector; the vector updates and
-  dot products stay compiled: the same loop in NumPy spent ~20% of an off-grid fit in them); the
+  dot products stay compiled: in NumPy they would take ~20% of an off-grid fit); the
   hierarchy uses its lumped diagonal (row sums of B^T B, i.e. B^T 1).
 """
 from __future__ import annotations
@@ -142,8 +130,8 @@ def chebyshev_lmax(ndim: int, order: int = 2, weights: Optional[Sequence[float]]
     <= (top |L_w|^q 1 + tail |L_w|^(q - 1) 1)_k (|.| entrywise; equal in the interior, where the
     signs of L_w^q alternate with the distance), on a grid of 2 q + 3 nodes per axis (every kind of
     row near the ends and the interior appear; diag(R) from the axes' diag(L^a), which act on
-    separate indices). Microseconds (the dense Gershgorin bound on that grid took 40 ms per set of
-    weights)."""
+    separate indices). Microseconds (the dense Gershgorin bound on that grid would take 40 ms per
+    set of weights)."""
     if order == 2 and weights is None and top == 1.0 and tail == 0.0:
         return LMAX
     return _power_lmax(int(ndim), int(order), None if weights is None else tuple(float(v) for v in weights),
@@ -287,8 +275,8 @@ class ThinPlateMG:
     def cycles(self, b: Array, x0: Optional[Array] = None, count: int = 1, omega: float = 1.0) -> Array:
         """``count`` V-cycles for A x = b as a stationary iteration, from ``x0`` (None: ``fmg(b)``):
         each step is x + omega V (b - A x), smoothed from x itself, so one costs a V-cycle and two
-        vector passes (a PCG iteration adds two operator applications and five vector passes: 1.3
-        against 0.8 ms at 512^2); 0 < omega < 2. A the hierarchy's finest matrix (a diagonal data
+        vector passes (a PCG iteration adds two operator applications and five vector passes: 1.6
+        times as long at 512^2); 0 < omega < 2. A the hierarchy's finest matrix (a diagonal data
         term). Returns x (a new array)."""
         if not 0 < omega < 2:
             raise ValueError(f"omega must be in (0, 2), got {omega}")

@@ -1,7 +1,7 @@
-"""Penalised fits: ``(A^T A + lambda R) w = A^T y`` by preconditioned CG (MATH.md 3.6).
+"""Penalised fits: ``(A^T A + lambda R) w = A^T y`` by preconditioned CG (docs/math/penalties.rst).
 
-R is a ``DifferencePenalty`` (or the identity, for the historical ridge paths, which keep their
-closed forms in :mod:`.fit` and :mod:`.points`). A is one of
+R is a ``DifferencePenalty`` (or the identity, for the ridge fits, which have their closed
+forms in :mod:`.grid_plan` and :mod:`.points`). A is one of
 
 - a full grid: ``A = Phi_1 (x) ... (x) Phi_D``, so ``A^T A w = W x_i G_i`` (G_i = Phi_i^T Phi_i);
 - a grid with holes: ``A = M (Phi_1 (x) ... (x) Phi_D)`` with M the observed samples (``mask``);

@@ -137,7 +137,7 @@ def fit_points(points, values, embedders=None, grid=None, ridge: Union[float, st
                tol: float = 1e-6, maxiter: Optional[int] = None, normalize: bool = True,
                outside: str = "error", threads: Optional[int] = None,
                penalty: Optional[DifferencePenalty] = None, solver: Optional[str] = None):
-    """Exact ridge fit of scattered samples with a complex encoding (MATH.md 3.3).
+    """Exact ridge fit of scattered samples with a complex encoding (docs/math/scattered.rst).
 
     Parameters
     ----------

@@ -1,9 +1,10 @@
-"""The default fits of grids with holes and of scattered samples (MATH.md 3.6): the model's
-values on a grid under a smoothness penalty, lambda held out, solved by multigrid-preconditioned
-CG. ``fit_grid(signal, mask=)`` and ``fit_points(points, values)`` use it when neither embedders
-nor a penalty is given. Its parts: the grid of scattered points (:mod:`.lattice`), the system and
-its solve (:mod:`.smooth_system`, :mod:`.multigrid`), the channels' basis (:mod:`.channels`);
-this module makes the fill's choices. Decisions (documented once, here):
+"""The default fits of grids with holes and of scattered samples (docs/math/penalties.rst): the
+model's values on a grid under a smoothness penalty, lambda held out, solved by
+multigrid-preconditioned CG. ``fit_grid(signal, mask=)`` and ``fit_points(points, values)`` use it
+when neither embedders nor a penalty is given. Its parts: the grid of scattered points
+(:mod:`.lattice`), the system and its solve (:mod:`.smooth_system`, :mod:`.multigrid`), the
+channels' basis (:mod:`.channels`); this module makes the fill's choices. Decisions (documented
+once, here):
 
 **Model and penalty.** The unknowns are the grid values (the identity embedding), the data term
 B^T B a diagonal (a mask, points on a lattice) or the stored blending matrix (points elsewhere).
@@ -98,7 +99,7 @@ COMPILED_SWEEP = True  # the sweep of a diagonal data term in one compiled call
 
 def sample_range(values: Array) -> Tuple[Array, Array]:
     """Per-channel (min, max) of finite samples (P, C) (the clip of ``fit``), over the channels as
-    rows (NaN-aware reductions over (P, 3) took 3.6 ms for 196k samples)."""
+    rows (NaN-aware reductions over (P, 3) would take 3.6 ms for 196k samples)."""
     v = np.ascontiguousarray(np.asarray(values, np.float32).reshape(values.shape[0], -1).T)
     return v.min(axis=1), v.max(axis=1)
 
@@ -212,7 +213,7 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
     y = y[..., None]
     y_ho = y.reshape(-1)[hold] / diag.reshape(-1)[hold]
     # B^T y is 0 wherever diag(B^T B) is: leaving out the held-out nodes is all (a copy and a
-    # scatter: np.where over the grid took 0.56 ms at 451 x 300)
+    # scatter: np.where over the grid would take 0.56 ms at 451 x 300)
     r_train = np.array(y, dtype=np.float32)
     r_train.reshape(-1)[hold] = 0.0
 
@@ -225,8 +226,8 @@ def choose_ridge(data: DataTerm, rhs, maxiter: int, moments: Optional[Array] = N
 
 def _held_out_error(hold: Array, y_ho: Array) -> Callable[[Array], float]:
     """The mean squared error of a grid's values at the flat indices ``hold`` against ``y_ho``
-    (float32), gathered into one kept buffer and summed in float64 by the compiled dot (the
-    fancy index, its temporaries and np.mean took 14 us per call at 128^2, ten calls per fill)."""
+    (float32), gathered into one kept buffer and summed in float64 by the compiled dot (the fancy
+    index, its temporaries and np.mean would take 14 us per call at 128^2, ten calls per fill)."""
     y_ho = np.ascontiguousarray(y_ho, np.float32)
     buf = np.empty_like(y_ho)
 
@@ -279,7 +280,7 @@ def _too_few_to_hold_out() -> Dict[str, Any]:
 def _holdout(n: int) -> Array:
     """HOLDOUT_FRACTION of range(n), drawn with HOLDOUT_SEED, sorted (the gathers of the held-out
     error in memory order), read-only: a function of n alone, so kept for the last few n (the
-    draw, a permutation of range(n), took 0.15 ms for a 451 x 300 fill's 68k samples)."""
+    draw, a permutation of range(n), costs 0.15 ms for a 451 x 300 fill's 68k samples)."""
     return _holdout_of(int(n), HOLDOUT_FRACTION, HOLDOUT_SEED)
 
 
@@ -406,7 +407,7 @@ def _compiled_sweep(diag: Array, y: Array, hold: Array, rho: float, maxiter: int
     selection signal ``y`` with the nodes ``hold`` held out, in one compiled call
     (``_core.held_out_fill_sweep``: the training term, its hierarchy, sweep_ridges' steps, the
     boundary test and the higher-order test, the same values as the Python loop; its per-step
-    calls and array set-up took a fifth of a 128^2 fill). info[HIERARCHY_KEY]: a function that
+    calls and array set-up would take a fifth of a 128^2 fill). info[HIERARCHY_KEY]: a function that
     wraps the sweep's hierarchy (a ThinPlateMG), called only where it is wanted."""
     D = diag.ndim
     x_best = np.empty(diag.shape, np.float32)

@@ -31,7 +31,7 @@ class DataTerm:
     """B^T B on the grid (N..., C): a diagonal ``diag`` (N...) (a mask, points on the nodes), or
     the stored blending matrix ``blend`` itself (a kronpe BlendingMatrix B, (P, G)): B^T (B W),
     two passes over the P x 2^D stored weights instead of one over the 3^D G entries of B^T B as a
-    sparse matrix (0.9 against 1.9 ms for 65k points on a 1026^2 grid, one thread)."""
+    sparse matrix (half the time, for 65k points on a 1026^2 grid)."""
 
     def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, blend=None, total: Optional[int] = None):
         self.shape = tuple(shape)
@@ -79,8 +79,8 @@ class DataTerm:
     def add_to(self, v: Array, out: Array) -> Array:
         """out += (B^T B) v for one plane v (N...) float32, out float32 C-contiguous of its size;
         off the nodes through the blending matrix's unchecked products into buffers kept between
-        calls (CG's operator: the checks and fresh arrays of matvec / rmatvec took a tenth of an
-        off-grid fit). Returns out."""
+        calls (CG's operator: the checks and fresh arrays of matvec / rmatvec would take a tenth of
+        an off-grid fit). Returns out."""
         if self.blend is None:
             out += self.diag * v
             return out
@@ -168,8 +168,8 @@ def solve(data: DataTerm, rhs, lam: float, x0: Optional[Array], tol: float, maxi
     multigrid-preconditioned CG on grids of 1 to 3
     axes (:mod:`.multigrid`; ``mg`` a hierarchy built for this lam and the penalty's boundary),
     DCT-preconditioned CG on more. ``value_range`` = per-channel (min, max): W clipped to it
-    (channel by channel, before the channels are interleaved: the clip of the interleaved array
-    and its count took 7 ms at 512^2 RGB). Returns (W, iterations, per-channel stopping measure,
+    (channel by channel, before the channels are interleaved: the clip of the interleaved array and
+    its count would take 7 ms at 512^2 RGB). Returns (W, iterations, per-channel stopping measure,
     the fraction of values clipped). ``lead``: the penalty (a ``HigherPenalty``) of the leading
     principal component's system, whose PCG ``mg`` (the thin-plate hierarchy) preconditions.
     ``moments``: the channels' ``second_moments`` when the caller has them (``rhs`` as planes).

@@ -4,11 +4,13 @@ Importing this subpackage registers ``torch.ops.kronpe.multi_mode_product``, ``b
 ``blend_transpose`` (CPU kernels from kronpe's compiled core; they work under ``torch.compile``).
 ``import kronpe`` itself never imports torch.
 
-Modules: :class:`ComplexEncoding` (the Kronecker encoding with a trainable linear head, on
-points or grids), :class:`SimpleEncoding`, :class:`LearnableFourierFeatures` (seed 002,
-Algorithm 1), :class:`SinusoidalEmbedding` (seed 004) and :class:`EmbedderModule` (any kronpe
-embedder, differentiable in torch). A differentiable closed-form fit layer: :func:`fit_grid` and
-:class:`GridFit` (:mod:`kronpe.torch.fit`). Training: :mod:`kronpe.torch.train`.
+Modules: :class:`ComplexEncoding` (the Kronecker encoding with a trainable linear head, on points or
+grids), :class:`SimpleEncoding`, :class:`LearnableFourierFeatures` (Algorithm 1 of "Learnable
+Fourier Features for Multi-Dimensional Spatial Positional Encoding", Li et al.),
+:class:`SinusoidalEmbedding` (the sinusoidal-embeddings tutorial of the neuraloperator library) and
+:class:`EmbedderModule` (any kronpe embedder, differentiable in torch). A differentiable closed-form
+fit layer: :func:`fit_grid` and :class:`GridFit` (:mod:`kronpe.torch.fit`). Training:
+:mod:`kronpe.torch.train`.
 """
 from __future__ import annotations
 

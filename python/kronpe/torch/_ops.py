@@ -3,18 +3,19 @@
 Three public ops, each with a fake (meta) implementation for ``torch.compile`` / ``torch.export``
 and a backward made of kronpe ops, so that double backward works:
 
-- ``multi_mode_product(T, matrices, modes)``: T x_{modes[0]} matrices[0] x ... (MATH.md 3.1).
-  A CompositeImplicitAutograd op over two custom ops: ``multi_mode_product_chain`` (the fused
-  chain in the planner's order; its adjoint recomputes what it needs) and, when autograd will
-  want the matrices' gradients, ``multi_mode_product_steps`` (the chain one mode at a time,
-  returning every intermediate, so that the backward reuses them as autograd through single-mode
-  products would: D forward products, D for the gradient chain, D contractions). Eager calls on
-  real tensors run the same computation through the device's kernel and an autograd.Function,
-  without the custom ops' Python machinery. The adjoint (:func:`_chain_adjoint`): wrt T the chain
-  with the transposed matrices; wrt A_j the contraction of the gradient chain with the forward
-  intermediate over every axis but mode j.
+- ``multi_mode_product(T, matrices, modes)``: T x_{modes[0]} matrices[0] x ...
+  (docs/math/encodings.rst). A CompositeImplicitAutograd op over two custom ops:
+  ``multi_mode_product_chain`` (the fused chain in the planner's order; its adjoint recomputes what
+  it needs) and, when autograd will want the matrices' gradients, ``multi_mode_product_steps`` (the
+  chain one mode at a time, returning every intermediate, so that the backward reuses them as
+  autograd through single-mode products would: D forward products, D for the gradient chain, D
+  contractions). Eager calls on real tensors run the same computation through the device's kernel
+  and an autograd.Function, without the custom ops' Python machinery. The adjoint
+  (:func:`_chain_adjoint`): wrt T the chain with the transposed matrices; wrt A_j the contraction of
+  the gradient chain with the forward intermediate over every axis but mode j.
 - ``blend(values, indices, weights)``: out[p] = sum_s weights[p, s] * values[indices[p, s]]
-  (the blending matrix B of MATH.md 3.3 applied to the flattened virtual grid, (G, C) -> (P, C)).
+  (the blending matrix B of docs/math/scattered.rst applied to the flattened virtual grid,
+  (G, C) -> (P, C)).
 - ``blend_transpose(rows, indices, weights, num_nodes)``: B^T, a scatter-add (P, C) -> (G, C).
 
 blend and blend_transpose are each other's adjoints. Their gradients with respect to
@@ -169,7 +170,7 @@ def _chain_cost(T, mats, modes, order) -> int:
 
 def _rotates(T, mats, modes, order) -> bool:
     """Whether the rotation applies: D >= 3 (with two axes both are end axes anyway, and
-    the direct products are faster: 96 against 109 us for K = 64, measured), every axis of a
+    the direct products are faster, by a tenth for K = 64), every axis of a
     C-contiguous, nonempty T is a mode, no matrix is banded (the kernel's banded chain is
     faster) and the axis order costs no more than the chain's order."""
     D = len(mats)

@@ -1,7 +1,7 @@
 """A differentiable closed-form grid fit: :func:`fit_grid` and the :class:`GridFit` module.
 
-The fit is kronpe's ridge fit of MATH.md 3.2: for a signal S (N_1, ..., N_D, *channels) and
-per-axis embeddings Phi_i = psi_i(x_i) (N_i, K_i),
+The fit is kronpe's ridge fit (docs/math/encodings.rst, "The grid fit in closed form"): for a signal
+S (N_1, ..., N_D, *channels) and per-axis embeddings Phi_i = psi_i(x_i) (N_i, K_i),
 
     W = argmin ||S - W x_1 Phi_1 ... x_D Phi_D||^2 + ridge ||W||^2,
 

@@ -1,16 +1,20 @@
-"""``nn.Module`` encoders: kronpe's complex encoding and the seeds' encoders, in torch.
+"""``nn.Module`` encoders: kronpe's complex encoding and the papers' encoders, in torch.
 
 - :class:`EmbedderModule`: any kronpe 1-D embedder as a module (fixed buffers), differentiable
   wrt the coordinates, with the NumPy embedder's values.
 - :class:`ComplexEncoding`: the Kronecker (complex) encoding of D-dimensional coordinates with a
-  trainable linear head W of shape (K_1, ..., K_D, *out) (seed 000 sec. 5, MATH.md 3). On a grid
-  it is W x_1 Psi(x_1) ... x_D Psi(x_D); at scattered points it blends the model's values on a
-  virtual grid (MATH.md 3.3). Can start from a closed-form fit (:meth:`ComplexEncoding.from_fit`).
-- :class:`SimpleEncoding`: the concatenation of the per-axis embeddings (seed 000 sec. 5), with
-  the extra sampling directions of seeds 001/003 as an option.
-- :class:`LearnableFourierFeatures`: seed 002, Algorithm 1.
-- :class:`SinusoidalEmbedding`: seed 004 (transformer and NeRF styles, amplitude and frequency
-  modulation).
+  trainable linear head W of shape (K_1, ..., K_D, *out) (section 5 of "Trading Positional
+  Complexity vs. Deepness in Coordinate Networks", Zheng et al., ECCV 2022: "the complex-encoding
+  paper" below; docs/math/encodings.rst). On a grid it is W x_1 Psi(x_1) ... x_D Psi(x_D); at
+  scattered points it blends the model's values on a virtual grid (docs/math/scattered.rst). Can
+  start from a closed-form fit (:meth:`ComplexEncoding.from_fit`).
+- :class:`SimpleEncoding`: the concatenation of the per-axis embeddings (the complex-encoding
+  paper, section 5), with the extra sampling directions of "Rethinking Positional Encoding"
+  (Zheng et al., 2021) as an option.
+- :class:`LearnableFourierFeatures`: Algorithm 1 of "Learnable Fourier Features for
+  Multi-Dimensional Spatial Positional Encoding" (Li et al., NeurIPS 2021).
+- :class:`SinusoidalEmbedding`: the sinusoidal-embeddings tutorial of the neuraloperator library
+  (transformer and NeRF styles, amplitude and frequency modulation).
 """
 from __future__ import annotations
 
@@ -59,8 +63,8 @@ def prune_basis(t: torch.Tensor) -> torch.Tensor:
     """``t`` with the entries below eps^2 * max|t| set to 0 (eps of t's dtype).
 
     Gaussian bases hold entries that decay to 1e-38 and below far from a centre. Their products
-    with ordinary values are subnormal floats, on which the CPU runs many times slower (measured
-    here: one forward + backward of a 256 x 256 float32 model 6-10x slower, for torch.matmul
+    with ordinary values are subnormal floats, on which the CPU runs many times slower (one
+    forward + backward of a 256 x 256 float32 model 6-10x slower, for torch.matmul
     and for kronpe alike). An entry below eps^2 of the largest one changes every product by
     less than eps^2 of its size, far below rounding. Every basis matrix that ComplexEncoding
     multiplies goes through this.
@@ -160,7 +164,7 @@ def sort_plan(plan: BlendPlan) -> Tuple[BlendPlan, torch.Tensor]:
 
     The loss of a fit does not depend on the order of the points; in grid order, the transpose
     (the backward of the blend) reads and writes memory nearly in sequence: several times faster
-    for random points (measured: 65536 points on a 257^2 grid, 7 ms -> 2 ms). Reorder the targets
+    for random points (3.5x on 65536 points of a 257^2 grid). Reorder the targets
     with the returned order: ``targets[order]``.
     """
     from ._cpu import _row_range
@@ -177,7 +181,7 @@ class ComplexEncoding(nn.Module):
     On separable coordinates (a grid) :meth:`forward_grid` evaluates it with one mode-product
     chain and never blends. At scattered points (:meth:`forward`) it computes the model's values
     on a virtual grid, V = W x_i Psi_i(g_i) (the mode-product op), then blends V at the points
-    (MATH.md 3.3): f(q_p) ~ sum of the 2^D corner values of q_p's cell, weighted as
+    (docs/math/scattered.rst): f(q_p) ~ sum of the 2^D corner values of q_p's cell, weighted as
     :class:`kronpe.BlendingMatrix` weights them.
 
     Parameters
@@ -372,11 +376,14 @@ def _points_numpy(points, ndim: int) -> np.ndarray:
 
 
 class SimpleEncoding(nn.Module):
-    """Concatenation of 1-D embeddings of the coordinates (seed 000 sec. 5, "simple").
+    """Concatenation of 1-D embeddings of the coordinates (the "simple" encoding).
+
+    As in section 5 of the complex-encoding paper (Zheng et al., ECCV 2022).
 
     With ``directions="axes"`` each of the D coordinates is embedded by its own embedder (length
-    K_1 + ... + K_D). With ``directions="four"`` (2-D only, seeds 001/003) the embedder is also
-    sampled along the diagonals: x, y, (x + y) / 2 and (x - y + 1) / 2 (all in [0, 1]).
+    K_1 + ... + K_D). With ``directions="four"`` (2-D only, as in "Rethinking Positional
+    Encoding", Zheng et al., 2021) the embedder is also sampled along the diagonals: x, y,
+    (x + y) / 2 and (x - y + 1) / 2 (all in [0, 1]).
 
     Parameters
     ----------
@@ -441,11 +448,14 @@ class SimpleEncoding(nn.Module):
         return enc if self.head is None else self.head(enc.to(self.head.weight.dtype))
 
 
-# ---- seed 002: learnable Fourier features ------------------------------------------------------
+# ---- learnable Fourier features -------------------------------------------------------------
 
 
 class LearnableFourierFeatures(nn.Module):
-    """Learnable Fourier features + MLP (seed 002, Algorithm 1): [N, G, M] -> [N, D].
+    """Learnable Fourier features + MLP: [N, G, M] -> [N, D].
+
+    Algorithm 1 of "Learnable Fourier Features for Multi-Dimensional Spatial Positional Encoding"
+    (Li et al., NeurIPS 2021).
 
     r_x = [cos(x W_r^T) || sin(x W_r^T)] / sqrt(F), W_r in R^{F/2 x M} drawn from
     Normal(0, gamma^-2) (std 1/gamma, eq. 3), then Y = act(r W_1 + B_1) W_2 + B_2 with W_1 of
@@ -537,11 +547,14 @@ class LearnableFourierFeatures(nn.Module):
         return y.reshape(*x.shape[:-2], self.d_dim)
 
 
-# ---- seed 004: sinusoidal embeddings ------------------------------------------------------------
+# ---- sinusoidal embeddings -----------------------------------------------------------------
 
 
 class SinusoidalEmbedding(nn.Module):
-    """Sinusoidal embedding of each input channel (seed 004): (..., N, C) -> (..., N, 2 L C).
+    """Sinusoidal embedding of each input channel: (..., N, C) -> (..., N, 2 L C).
+
+    As in the sinusoidal-embeddings tutorial of the neuraloperator library (the default
+    convention) or as neuraloperator's own class (``convention="neuralop"``).
 
     For 0 <= k < L each channel value p gives g(p)_{2k} = sin(w_k p), g(p)_{2k+1} = cos(w_k p):
 

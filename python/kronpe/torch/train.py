@@ -1,4 +1,5 @@
-"""Fit a signal with Adam: the papers' gradient-descent rows (seed 000, Tables 1-4).
+"""Fit a signal with Adam: the papers' gradient-descent rows (Tables 1-4 of "Trading Positional
+Complexity vs. Deepness in Coordinate Networks", Zheng et al., ECCV 2022).
 
 :func:`train` runs full-batch Adam on the mean squared error of any model (one step = forward,
 backward, Adam) with a tqdm progress bar and PSNR reporting; :func:`fit_grid_adam` and
@@ -6,10 +7,10 @@ backward, Adam) with a tqdm progress bar and PSNR reporting; :func:`fit_grid_ada
 (the mode-product path, no blending) or at scattered points (the blending path).
 ``kronpe demo --adam`` runs them as rows of its table (:mod:`kronpe.app.demo`).
 
-The papers' settings (seed 000; MATH.md 4): 2000 epochs (500 for video) of full-batch Adam,
-lr 0.1, betas (0.9, 0.999), weight decay 1e-8; gradient descent on a grid uses Gau sigma = 0.004
-and Tri d = 2/256 with K = 256; the official random-points script uses Gau sigma = 0.005 and
-Tri d = 2.5/256.
+The papers' settings (docs/math/encodings.rst, "The papers' settings and numbers"): 2000 epochs
+(500 for video) of full-batch Adam, lr 0.1, betas (0.9, 0.999), weight decay 1e-8; gradient
+descent on a grid uses Gau sigma = 0.004 and Tri d = 2/256 with K = 256; the official
+random-points script uses Gau sigma = 0.005 and Tri d = 2.5/256.
 """
 from __future__ import annotations
 
@@ -141,8 +142,8 @@ def train(
 
 
 _WARMUP = 3  # eager steps before a CUDA graph capture
-# Whether cuda_graph=None captures on CUDA: on since the H200 run of the thirteenth session
-# (captured steps of both kronpe paths equal to the eager ones; benches/README.md, GPU).
+# Whether cuda_graph=None captures on CUDA: on, since captured steps of both kronpe paths equal
+# the eager ones (tests/test_torch_modules.py, on a GPU) and a replay saves every kernel's launch.
 _GRAPH_DEFAULT = True
 
 
