@@ -50,8 +50,8 @@ def test_results_do_not_depend_on_the_count(restore_threads):
 
 
 def test_smoothing_team_rule_round_trips_and_refuses_tiny_shares(restore_threads):
-    """The smoothing kernels' team rule (one thread per 2^16 nodes beyond two, a hook for the
-    many-core measurements of tools/gpu_host_diag.py): set returns the previous value, a share
+    """The smoothing kernels' team rule (one thread per 2^16 nodes beyond two, a hook for
+    measuring team sizes on many-core machines): set returns the previous value, a share
     under the serial threshold is refused by name, and the rule picks team sizes, not results."""
     from kronpe import _core
     from kronpe.solvers.multigrid import ThinPlateMG

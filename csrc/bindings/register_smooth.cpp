@@ -18,7 +18,7 @@ using bindings::same_grid;
 void register_smooth(py::module_& m, py::module_& tuning) {
   tuning.def("set_nodes_per_extra_thread", &smooth::set_nodes_per_extra_thread, py::arg("nodes"),
         "The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, "
-        "at least 2^13); returns the previous value (internal: tools/gpu_host_diag.py).");
+        "at least 2^13); returns the previous value (internal: for measuring team sizes).");
   m.def(
       "thin_plate",
       [](const Array& x, const Array& mask, double lam, const Array& out, const std::string& mode,

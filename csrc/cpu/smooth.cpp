@@ -28,12 +28,10 @@ namespace {
 
 // Beyond two threads, a team takes one thread per g_nodes_per_extra_thread nodes at most: the
 // wavefront's time steps end in a barrier, which costs more the more threads wait at it, and on
-// many-core VMs late threads mark the cores busy (kronpe/threads.h). The scattered fit of 25% of a
-// 512^2 photograph on a 16-core H200 machine (Xeon, Firecracker; tools/gpu_host_diag.py rule, medians
-// of 7 fits, ms at 4 / 6 / 8 / 16 threads): one thread per 2^15 nodes 43.3 / 42.7 / 45.1 / 75.1 (36
-// busy marks at 16), per 2^16 56.3 (noise: the same teams as 2^15 at 4) / 43.0 / 44.1 / 44.9 (7
-// marks), per 2^17 53.1 / 47.8 / 52.6 / 53.4. 512^2 takes 4 threads, 256^2 two.
-// set_nodes_per_extra_thread changes it (the diagnostics' comparisons).
+// many-core VMs late threads mark the cores busy (kronpe/threads.h). One thread per 2^16 nodes keeps
+// the scattered fit of 25% of a 512^2 photograph flat from 6 to 16 threads on a 16-core Xeon (44 ms;
+// one per 2^15 slows to 75 ms at 16 threads). 512^2 takes 4 threads, 256^2 two.
+// kronpe._core._tuning.set_nodes_per_extra_thread changes it, for measurements on other machines.
 std::atomic<index_t> g_nodes_per_extra_thread{index_t(1) << 16};
 // Rows per time step of the smoother's wavefront on one thread (thin_plate_smooth).
 constexpr index_t kBlockRows = 8;

@@ -339,7 +339,7 @@ class _tuning:
     @staticmethod
     def set_nodes_per_extra_thread(nodes: int) -> int:
         """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
-        2^13); returns the previous value (internal: tools/gpu_host_diag.py)."""
+        2^13); returns the previous value (internal: for measuring team sizes)."""
 
     @staticmethod
     def work_cache(clear: bool = False) -> int:

@@ -1,4 +1,4 @@
-// kronpe C++ core: the blending matrix B of scattered points on a virtual grid (MATH.md 3.3).
+// kronpe C++ core: the blending matrix B of scattered points on a virtual grid (docs/math/scattered.rst).
 //
 // Row p of B holds the 2^D products of per-axis interpolation weights at the corners of the grid
 // cell that contains point p (row-major flat index sum_i j_i * prod_{l>i} M_l; corner c takes

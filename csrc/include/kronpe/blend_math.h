@@ -1,4 +1,4 @@
-// kronpe C++ core: the per-axis math of the blending weights (MATH.md 3.3), written once for the
+// kronpe C++ core: the per-axis math of the blending weights (docs/math/scattered.rst), written once for the
 // CPU weight function (csrc/cpu/blend_search.cpp) and the CUDA kernels (csrc/cuda/blend.cu). No
 // allocation, no exceptions: every function is KRONPE_HD.
 //

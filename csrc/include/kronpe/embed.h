@@ -1,4 +1,4 @@
-// kronpe C++ core: one-dimensional embedders (MATH.md section 1).
+// kronpe C++ core: one-dimensional embedders (docs/math/embedders.rst).
 //
 // Every embedder maps N coordinates to an (N, K) matrix written into caller-provided memory with
 // arbitrary strides (in elements). Values are computed in double precision and rounded once to

@@ -1,4 +1,4 @@
-// kronpe C++ core: the per-element math of the one-dimensional embedders (MATH.md section 1),
+// kronpe C++ core: the per-element math of the one-dimensional embedders (docs/math/embedders.rst),
 // written once for the CPU kernels (csrc/cpu/embed.cpp) and the CUDA kernels
 // (csrc/cuda/embed.cu). Parameters are plain structs; every function is KRONPE_HD, computes in
 // double, allocates nothing and throws nothing.

@@ -5,7 +5,7 @@
 
 namespace kronpe::smooth {
 
-// GCV scores of a separable fit at L ridges (MATH.md 3.2; kronpe.solvers.gcv): over the r
+// GCV scores of a separable fit at L ridges (docs/math/encodings.rst, GCV; kronpe.solvers.gcv): over the r
 // products m of squared singular values (counts c, squared projections w), f = lam / (m + lam),
 // rss = rss0 + sum f^2 w, dof = n - (total - sum f c), scores[l] = n rss / max(dof, 1e-300)^2;
 // each sum in dot's blocks, added in order (the same result for any thread count).

@@ -1,4 +1,4 @@
-// kronpe C++ core: mode-n products (MATH.md 3.1).
+// kronpe C++ core: mode-n products (docs/math/encodings.rst).
 //
 // T x_k A multiplies every mode-k fibre of a tensor T by a matrix A of shape (m, n_k). A chain
 // of such products over several modes is planned once (contraction order and memory layout by a

@@ -2,7 +2,7 @@
 //
 //     (diag(m) + lam R) x = b          (kronpe/smooth.h: the operator, the transfers)
 //
-// on grids of 1 to 3 axes (MATH.md 3.6; the decisions are documented in
+// on grids of 1 to 3 axes (docs/math/penalties.rst; the decisions are documented in
 // kronpe.solvers.multigrid, whose Python loop this is, compiled so that a V-cycle is one call):
 //
 // - Hierarchy: each coarser grid halves every axis of >= 3 nodes (n -> n / 2 + 1) until at most

@@ -1,5 +1,5 @@
 // kronpe C++ core: the thin-plate smoothing operator on a grid and the grid transfers of its
-// multigrid solver (MATH.md 3.6; the solver lives in kronpe.solvers.multigrid).
+// multigrid solver (docs/math/penalties.rst; the solver lives in kronpe.solvers.multigrid).
 //
 // A grid has up to three axes, row-major and contiguous; fewer axes are padded with leading axes
 // of length 1. On it,

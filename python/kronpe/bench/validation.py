@@ -77,8 +77,6 @@ def constants() -> List[Tuple[str, Any, str]]:
 
     return [
         ("HIGHER", 0.0, "the higher-order penalty not tried"),
-        ("HIGHER_MARGIN", 0.0, "the higher-order penalty taken when it holds out better at all"),
-        ("BOUNDARY_MARGIN", 0.0, "the mirrored boundary taken only when it holds out better"),
         ("TOL_INTERPOLATING", smooth.TOL, "the interpolation limit solved to TOL"),
         ("SWEEP_FLAT_NODES", 0.0, "the sweep stopped only by a rising held-out error"),
         ("INTERPOLATION_EXPONENT", max(smooth.EXPONENTS), "interpolation at the sweep's smallest lambda"),
