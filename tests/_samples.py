@@ -5,7 +5,7 @@ memory layout (:data:`LAYOUTS`), and back. Each kernel family draws its cases fr
 :func:`mode_product_cases` (and the chain lists), :func:`embed_cases`, :func:`blend_cases` and
 :func:`blend_factor_cases`, :func:`gemm_cases`, :func:`stencil_cases` and
 :func:`stencil_layout_cases` (the thin-plate kernels and the multigrid), :func:`spline_cases`,
-:func:`grid_fit_cases` and :func:`grid_problem`, :func:`point_fit_cases` and, for the torch ops,
+:func:`grid_fit_cases` and :func:`grid_problem`, :func:`point_fit_cases`, :func:`resample_cases` and, for the torch ops,
 :func:`torch_op_samples`. A case is a frozen dataclass with an ``id`` (the pytest id) that only
 describes its inputs; the tests build them on the ``device`` fixture's device with the ``dtype``
 fixture's dtype, so a GPU run tests exactly the inputs the CPU run tests.
@@ -509,6 +509,35 @@ def out_view(device: Device, shape, dtype, layout: str):
         full = device.put(np.full(tuple(shape[:-1]) + (shape[-1] + 3,), -7, dtype=dtype))
         return full[..., 1 : 1 + shape[-1]], lambda: device.host(full)[..., [0, -2, -1]]
     return device.view(np.full(shape, -7, dtype=dtype), layout), lambda: np.full(0, -7)
+
+
+# ---- resampling -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResampleCase:
+    """``kronpe.resample(y, [N])`` of n samples of 3 channels, in a dtype and a memory layout."""
+
+    n: int
+    N: int
+    dtype: Any
+    layout: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.n}->{self.N}-{np.dtype(self.dtype).name}-{self.layout}"
+
+
+#: (input samples, output samples): single samples, shrinking, growing, equal, odd ratios
+RESAMPLE_SIZES = [(1, 3), (2, 1), (5, 11), (7, 15), (20, 9), (16, 32), (9, 9), (3, 40)]
+RESAMPLE_LAYOUTS = ("contiguous", "fortran", "stepped", "reversed")
+
+
+def resample_cases() -> Iterator[ResampleCase]:
+    for n, N in RESAMPLE_SIZES:
+        for dtype in (np.float32, np.float64):
+            for layout in RESAMPLE_LAYOUTS if n > 1 else ("contiguous",):
+                yield ResampleCase(n, N, dtype, layout)
 
 
 # ---- blending matrix ------------------------------------------------------------------------------

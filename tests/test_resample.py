@@ -5,6 +5,9 @@ import pytest
 
 import kronpe
 from kronpe import data, reference
+from _samples import CPU, ids, resample_cases
+
+RESAMPLE_CASES = list(resample_cases())
 
 
 def _box(x, s):
@@ -17,13 +20,12 @@ def _box(x, s):
     return y.mean(axis=tuple(range(1, 2 * D, 2)))
 
 
-@pytest.mark.parametrize("n, N", [(1, 3), (2, 1), (5, 11), (7, 15), (20, 9), (16, 32), (9, 9), (3, 40)])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_matches_reference_1d(n, N, dtype):
-    y = np.random.default_rng(n * 100 + N).random((n, 3)).astype(dtype)
-    got = kronpe.resample(y, [N])
-    assert got.dtype == dtype and got.shape == (N, 3)
-    want = reference.resample_area_1d(y, N)
+@pytest.mark.parametrize("case", RESAMPLE_CASES, ids=ids(RESAMPLE_CASES))
+def test_matches_reference_1d(case):
+    y = np.random.default_rng(case.n * 100 + case.N).random((case.n, 3)).astype(case.dtype)
+    got = kronpe.resample(CPU.view(y, case.layout), [case.N])
+    assert got.dtype == case.dtype and got.shape == (case.N, 3)
+    want = reference.resample_area_1d(y, case.N)
     np.testing.assert_allclose(got, want, atol=1e-5)  # the reference's midpoint rule: ~2e-6
 
 
@@ -120,3 +122,11 @@ def test_bad_arguments_name_the_argument(call, exc, words):
     with pytest.raises(exc) as info:
         call(np.ones((4, 5)))
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (4, 0), (0,)])
+def test_empty_input_is_a_named_error(shape):
+    """An array without samples has no means to resample: the error names the argument."""
+    for call in (lambda a: kronpe.resample(a, [6]), lambda a: kronpe.upsample(a, 2)):
+        with pytest.raises(ValueError, match="array must not be empty"):
+            call(np.zeros(shape, np.float32))
