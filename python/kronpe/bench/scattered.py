@@ -48,9 +48,9 @@ def image(name: str, size: Optional[int] = None) -> np.ndarray:
     return img if img.ndim == 3 else img[..., None]
 
 
-def kept(img, keep):
-    """The mask of the kept pixels: a fraction ``keep`` of them at random (seed 0)."""
-    return np.random.default_rng(0).random(img.shape[:2]) < keep
+def kept(img, keep, seed: int = 0):
+    """The mask of the kept pixels: a fraction ``keep`` of them at random (the suite's seed 0)."""
+    return np.random.default_rng(seed).random(img.shape[:2]) < keep
 
 
 # ---- the methods: each returns the predictions at the held-out pixels ------------------------------
@@ -118,7 +118,7 @@ def volume_inputs() -> dict:
 
     vol = data.load_video(frames=VOLUME_SHAPE[0], size=VOLUME_SHAPE[1], color=False).astype(np.float32)
     mask = np.random.default_rng(0).random(vol.shape) < KEEP
-    return _prepared(vol, mask)
+    return prepared(vol, mask)
 
 
 def offgrid_inputs(name: str, size: Optional[int] = None) -> dict:
@@ -141,10 +141,10 @@ OFFGRID = {"kronpe fit_points": kronpe_points, "griddata cubic": griddata_cubic,
 def task_inputs(name: str, task: str, size: Optional[int] = None) -> dict:
     img = image(name, size)
     mask = kept(img, KEEP if task == "scattered" else 1 - MISSING)
-    return _prepared(img, mask)
+    return prepared(img, mask)
 
 
-def _prepared(img: np.ndarray, mask: np.ndarray) -> dict:
+def prepared(img: np.ndarray, mask: np.ndarray) -> dict:
     """Every method's inputs (module docstring): the grid and its mask, the samples' coordinates
     (pixel (i, j) at (i / N, j / N)) and values, the held-out pixels' coordinates and flat indices,
     and their true values."""

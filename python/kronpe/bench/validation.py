@@ -139,8 +139,7 @@ def signal(name: str, size: int) -> np.ndarray:
 
 def inputs(img: np.ndarray, task: str, seed: int) -> dict:
     """The task's inputs (``bench.scattered``'s layout) with a mask drawn with ``seed``."""
-    observed = np.random.default_rng(seed).random(img.shape[:2]) < TASKS[task][1]
-    return scattered._prepared(img, observed)
+    return scattered.prepared(img, scattered.kept(img, TASKS[task][1], seed))
 
 
 def interval(d: Sequence[float], level: float = LEVEL) -> Dict[str, Any]:
