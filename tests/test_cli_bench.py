@@ -79,6 +79,9 @@ def test_compare_against_a_run(tmp_path, capsys):
     (["--compare", "MISSING.json"], "MISSING.json"),
     (["--compare", "a.json", "b.json", "c.json"], "--compare takes OLD.json or OLD.json NEW.json"),
     (["--rounds", "many"], "invalid int value"),
+    (["--threads", "1,two"], "--threads: each setting must be a positive integer or 'default'"),
+    (["--threads", "0"], "--threads: each setting must be a positive integer or 'default'"),
+    (["--seeds", "0"], "--seeds must be a positive integer"),
     (["--bogus"], "unrecognized arguments"),
 ])
 def test_bad_flags_give_one_line_errors(argv, message, tmp_path, capsys):
@@ -329,3 +332,78 @@ def test_rows_record_every_librarys_threads():
            "caches": {"flushed": False}}
     line = report.machine_line(doc)
     assert f"kronpe {threads['kronpe']}" in line and "caches warm" in line
+
+
+def test_threads_limited_sets_every_library_and_puts_it_back():
+    before = kronpe.get_num_threads()
+    seen = []
+    case = Case("t", "g", lambda: {}, [Method("kronpe", lambda s: seen.append(kronpe.get_num_threads()), peer=False)],
+                None, rounds=2)
+    target = 2 if before == 1 else 1
+    recs = measure(case, threads=target)
+    assert seen and set(seen) == {target}
+    info = recs[0]["extra_info"]
+    assert info["thread_setting"] == target and info["threads"]["kronpe"] == target
+    assert all(v == target for k, v in info["threads"].items() if k.startswith(("openblas", "mkl", "blis", "torch")))
+    assert kronpe.get_num_threads() == before
+    assert measure(case)[0]["extra_info"]["thread_setting"] == "default"
+
+
+def test_seeds_score_every_method_on_each_draw_and_report_the_paired_margin():
+    """A case with a variant is scored on every seed (seed 0 from setup); the table gives the mean
+    with its interval and the summary kronpe's margin over the best peer, paired by seed."""
+    def state(seed):
+        return {"seed": seed}
+
+    def check(s, method, result):
+        return {"psnr": float(result)}
+
+    case = Case("t", "g", lambda: state(0), [
+        Method("kronpe", lambda s: 30.0 + 0.5 + 0.01 * s["seed"], peer=False),
+        Method("peer", lambda s: 30.0 + 0.1 * s["seed"] ** 2)], check, rounds=1, variant=state)
+    recs = {r["name"]: r for r in measure(case, seeds=3)}
+    assert recs["kronpe"]["extra_info"]["psnr_seeds"] == [30.5, 30.51, 30.52]
+    assert recs["peer"]["extra_info"]["psnr_seeds"] == [30.0, 30.1, 30.4]
+    doc = {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "seeds": 3,
+           "benchmarks": list(recs.values())}
+    text = report.markdown(doc)
+    assert "PSNR (mean [95% interval], 3 seeds)" in text and "30.51 [30.49, 30.53]" in text
+    # differences 0.5, 0.41, 0.12: mean +0.34, interval wide enough to contain 0 -> a tie
+    margin = [line for line in text.splitlines() if line.startswith("- PSNR")][0]
+    assert "g +0.34 [" in margin and "vs peer (tie)" in margin
+    # a seed that fails is named, and the figures cover the seeds that ran
+    case.methods[1] = Method("peer", lambda s: 1 / s["seed"] if s["seed"] == 0 else 30.0)
+    case.setup = lambda: {"seed": 1}
+    case.variant = lambda seed: {"seed": 0 if seed == 2 else seed}
+    recs = {r["name"]: r for r in measure(case, seeds=3)}
+    assert recs["peer"]["extra_info"]["psnr_seeds"] == [30.0, 30.0]
+    assert recs["peer"]["extra_info"]["seed_failures"][0].startswith("seed 2: ZeroDivisionError")
+
+
+def test_one_table_per_thread_setting_and_slow_rounds_named():
+    doc = _doc({("g", "kronpe"): (1.0, False, 1e9), ("g", "peer"): (2.0, True, 1e9)})
+    doc["thread_settings"] = [1, "default"]
+    second = json.loads(json.dumps(doc["benchmarks"]))
+    for b in doc["benchmarks"]:
+        b["extra_info"]["thread_setting"] = 1
+    for b in second:
+        b["extra_info"]["thread_setting"] = "default"
+        b["stats"].update(median=b["stats"]["median"] * 3, max=b["stats"]["median"] * 3 * 1.5)
+    doc["benchmarks"] += second
+    text = report.markdown(doc)
+    one, default = text.split("### Each library at its default threads")
+    assert one.startswith("### One thread per library") and "| g | kronpe | 1000 (900.0) | 0.50x" in one
+    assert "| g | kronpe | 3000 (900.0) | 0.50x" in default
+    assert "beyond 1.3x their median: 0 of 1" in one
+    assert "beyond 1.3x their median: 1 of 1: g / kronpe 1.50x" in default
+    cmp = report.compare(doc, doc)
+    assert "| g [1 threads] | kronpe |" in cmp and "| g | kronpe |" in cmp
+
+
+def test_machine_line_warns_of_a_blas_held_below_its_kernels():
+    doc = _doc({("g", "kronpe"): (1.0, False, 1e9)})
+    doc["machine_info"] = {"env": {"OPENBLAS_CORETYPE": "Haswell", "OMP_NUM_THREADS": "1"}}
+    line = report.machine_line(doc)
+    assert "WARNING: OPENBLAS_CORETYPE=Haswell limits the BLAS" in line
+    doc["machine_info"] = {"env": {"OMP_NUM_THREADS": "1"}}
+    assert "WARNING" not in report.machine_line(doc)

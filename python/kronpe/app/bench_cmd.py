@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
+DEFAULT_SEEDS = 3  # random draws each PSNR is scored on (a mean with its interval); 1 with --quick
+
 
 def run_bench(args) -> int:
     from .. import bench
@@ -21,6 +23,8 @@ def run_bench(args) -> int:
 
     if args.rounds is not None and args.rounds < 1:
         raise ValueError(f"--rounds must be a positive integer, got {args.rounds}")
+    if args.seeds is not None and args.seeds < 1:
+        raise ValueError(f"--seeds must be a positive integer, got {args.seeds}")
     if args.threshold <= 0 or args.threshold >= 1:
         raise ValueError(f"--threshold must lie in (0, 1), got {args.threshold}")
     if args.compare is not None and len(args.compare) > 2:
@@ -71,9 +75,13 @@ def run_timed(args, suites, old) -> int:
     from .. import bench
     from ..bench import report
 
+    from ..bench.harness import thread_setting
+
+    threads = [thread_setting(t.strip()) for t in args.threads.split(",")] if args.threads else [None]
+    seeds = args.seeds if args.seeds is not None else (1 if args.quick else DEFAULT_SEEDS)
     doc = bench.run(suites, quick=args.quick, match=args.match, rounds=args.rounds,
                     progress=not args.no_progress and sys.stderr.isatty(), argv=sys.argv[1:],
-                    flush=args.flush)
+                    flush=args.flush, threads=threads, seeds=seeds)
     os.makedirs(args.out, exist_ok=True)
     table = report.markdown(doc)
     with open(os.path.join(args.out, "bench.json"), "w") as f:

@@ -124,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flush", action="store_true",
                    help="evict the CPU caches before every timed call (twice the largest cache; else the "
                         "figures are warm: each method's inputs may still be cached from its last call)")
+    p.add_argument("--threads", default=None, metavar="LIST",
+                   help="measure every case under each of these thread settings in turn, every library "
+                        "(kronpe, each BLAS and OpenMP runtime, torch) limited alike: comma-separated counts "
+                        "and 'default' (the libraries' own), e.g. '1,default': a table each (default: as the "
+                        "process runs, i.e. its OMP_NUM_THREADS and the like)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="score the cases with random inputs (masks, points, noise) on this many draws, "
+                        "untimed beyond the first: PSNR as a mean with its 95%% interval, and kronpe's "
+                        "margin over the best peer paired by seed (default: 3; 1 with --quick)")
     p.add_argument("--compare", nargs="+", metavar="JSON",
                    help="OLD.json: print what got faster or slower than that run; OLD.json NEW.json: compare "
                         "two runs without measuring")

@@ -94,10 +94,16 @@ def cases(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Op
 
 def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Optional[str] = None,
         rounds: Optional[int] = None, progress: bool = False, argv: Optional[Sequence[str]] = None,
-        flush: bool = False) -> dict:
+        flush: bool = False, threads: Sequence[Optional[int]] = (None,), seeds: int = 1) -> dict:
     """Measure the machine's GEMM rate and copy bandwidth, then every selected case; returns the
     document that ``kronpe bench`` writes as JSON (pytest-benchmark's ``benchmarks`` layout).
-    ``flush``: the CPU caches evicted before every timed call (else the figures are warm)."""
+    ``flush``: the CPU caches evicted before every timed call (else the figures are warm).
+    ``threads``: the thread settings to measure every case under, in turn (an int: every library
+    limited to that many; None: as the process runs); the report gives a table per setting.
+    ``seeds``: the cases with random inputs are scored on that many draws (PSNR intervals)."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be a positive integer, got {seeds}")
+    threads = list(threads) or [None]
     selected = cases(suites, quick, match)
     if not selected:
         raise ValueError(f"no benchmark matches suites={list(suites or SUITES)} quick={quick} match={match!r}")
@@ -112,7 +118,8 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         for case in bar:
             bar.set_postfix_str(case.group[:40])
             probes.append(gemm_rate(side, rounds=2)["best"])
-            records += measure(case, rounds, flush=flush)
+            for setting in threads:
+                records += measure(case, rounds, flush=flush, threads=setting, seeds=seeds)
     gemm_after, copy_after = gemm_rate(side), copy_bandwidth()
     gemm = gemm_before if gemm_before["best"] >= gemm_after["best"] else gemm_after
     gemm = dict(gemm, best=max([gemm["best"]] + probes))
@@ -123,6 +130,8 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         "datetime": started,
         "argv": list(argv) if argv is not None else None,
         "quick": quick,
+        "thread_settings": ["default" if t is None else t for t in threads],
+        "seeds": seeds,
         "caches": {"flushed": True, "flush_bytes": cache_bytes()} if flush else {"flushed": False},
         "machine_info": machine_info(),
         "rates": {"gemm_flops": gemm["best"], "gemm": {"before": gemm_before, "after": gemm_after,

@@ -49,10 +49,10 @@ def smooth3(x, y, z):
     return np.exp(-((x - 0.4) ** 2 + (y - 0.6) ** 2 + (z - 0.5) ** 2) / 0.18) + 0.5 * np.cos(3 * x) * np.sin(2 * y) * z
 
 
-def halton(n: int, d: int) -> np.ndarray:
+def halton(n: int, d: int, seed: int = 0) -> np.ndarray:
     from scipy.stats import qmc
 
-    return qmc.Halton(d=d, seed=0).random(n)
+    return qmc.Halton(d=d, seed=seed).random(n)
 
 
 def tracks(n: int, rng) -> np.ndarray:
@@ -98,7 +98,7 @@ def inputs(field: str, P: int, layout: str = "uniform", noise: float = 0.0, seed
         axes = [np.linspace(0.0, 1.0, GRID_2D)] * 2
         truth = z
     else:
-        pts = {"uniform": lambda: rng.random((P, 2)), "halton": lambda: halton(P, 2),
+        pts = {"uniform": lambda: rng.random((P, 2)), "halton": lambda: halton(P, 2, seed),
                "tracks": lambda: tracks(P, rng)}[layout]()
         vals = franke(pts[:, 0], pts[:, 1])
         axes = [np.linspace(0.0, 1.0, GRID_2D)] * 2
@@ -244,7 +244,8 @@ def cases() -> List[Case]:
         label = f"{field} {layout} {P}" + (f" noise {noise:g}" if noise else "")
         out.append(Case("field", label, (lambda f=field, p=P, lay=layout, n=noise: inputs(f, p, lay, n)), methods,
                         _check, rounds=3, quick=quick, size=float(P),
-                        params=dict(field=field, points=P, layout=layout, noise=noise)))
+                        params=dict(field=field, points=P, layout=layout, noise=noise),
+                        variant=lambda seed, f=field, p=P, lay=layout, n=noise: inputs(f, p, lay, n, seed)))
     for k in (2, 4):
         for name in ("astronaut", "camera", "coffee", "terrain"):
             methods = [Method("kronpe upsample(sampling='point')", kronpe_point_upsample, peer=False),

@@ -23,13 +23,15 @@ The files of ``benches/`` run the same cases under pytest-benchmark (``benches/c
 """
 from __future__ import annotations
 
+import contextlib
 import glob
+import math
 import os
 import platform
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass
@@ -60,6 +62,9 @@ class Case:
     quick: bool = False
     size: float = 0.0  # the x axis of the plots (elements, pixels, points)
     params: Dict[str, Any] = field(default_factory=dict)
+    #: ``variant(seed)``: the state of the same case drawn with another random seed (seed 0 is
+    #: ``setup``'s); with it, ``measure(seeds=n)`` scores every method on seeds 0 .. n - 1
+    variant: Optional[Callable[[int], Dict[str, Any]]] = None
 
 
 def missing_module(names: Sequence[str]) -> Optional[str]:
@@ -230,11 +235,98 @@ def thread_settings() -> Dict[str, Any]:
     return out
 
 
-def measure(case: Case, rounds: Optional[int] = None, flush: bool = False) -> List[dict]:
+def thread_setting(text: str) -> Optional[int]:
+    """A ``--threads`` item: a positive count, or ``default`` (None: the libraries' own)."""
+    if text == "default":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"--threads: each setting must be a positive integer or 'default', got {text!r}")
+    return int(text)
+
+
+@contextlib.contextmanager
+def threads_limited(n: Optional[int]):
+    """Every library at ``n`` threads inside the block: kronpe's kernels, each BLAS and OpenMP
+    runtime loaded (threadpoolctl where installed, else the BLAS that kronpe calls) and torch's
+    pool where torch is loaded; restored afterwards. None: nothing changed (the defaults the
+    process started with, i.e. its environment's OMP_NUM_THREADS and the like)."""
+    if n is None:
+        yield
+        return
+    import sys
+
+    import kronpe
+    from .._adapters import blas as _blas
+
+    before = kronpe.get_num_threads()
+    torch = sys.modules.get("torch")
+    torch_before = torch.get_num_threads() if torch is not None else None
+    with contextlib.ExitStack() as stack:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # threadpoolctl is optional: the BLAS kronpe calls, then back
+            blas_before = _blas.blas_threads()
+            if isinstance(blas_before, int) and _blas.set_blas_threads(n):
+                stack.callback(_blas.set_blas_threads, blas_before)
+        else:
+            stack.enter_context(threadpool_limits(limits=n))
+        kronpe.set_num_threads(n)
+        stack.callback(kronpe.set_num_threads, before)
+        if torch is not None:
+            torch.set_num_threads(n)
+            stack.callback(torch.set_num_threads, torch_before)
+        yield
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> Tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` with its two-sided Student-t interval (NaN
+    bounds with fewer than two values)."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return mean, math.nan, math.nan
+    from scipy import stats
+
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _score_seeds(case: Case, live: List["Method"], records: Dict[str, dict], seeds: int) -> None:
+    """Every live method scored (untimed) on the case's seeds 1 .. seeds - 1 as well: each record
+    gets ``<figure>_seeds`` (seed 0 first) for every number its check returned on seed 0."""
+    per: Dict[str, List[dict]] = {m.name: [records[m.name]["extra_info"]] for m in live}
+    for seed in range(1, seeds):
+        state = case.variant(seed)
+        for m in live:
+            try:
+                extra = case.check(state, m.name, m.fn(state)) or {}
+            except Exception as exc:  # scored on fewer seeds, and the record says why
+                records[m.name]["extra_info"].setdefault("seed_failures", []).append(
+                    f"seed {seed}: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
+                continue
+            per[m.name].append(extra)
+        del state
+    for m in live:
+        info = records[m.name]["extra_info"]
+        for key in [k for k, v in info.items() if k in ("psnr", "rmse") and isinstance(v, float)]:
+            info[f"{key}_seeds"] = [float(d[key]) for d in per[m.name] if key in d]
+
+
+def measure(case: Case, rounds: Optional[int] = None, flush: bool = False, threads: Optional[int] = None,
+            seeds: int = 1) -> List[dict]:
     """Records (pytest-benchmark's layout) of every method of ``case``, timed interleaved.
     ``flush``: the caches evicted (``flush_caches``) right before every timed call; the records
-    say ``caches``: "flushed" or "warm", and the threads of every library (``thread_settings``)."""
+    say ``caches``: "flushed" or "warm", and the threads of every library (``thread_settings``).
+    ``threads``: every library limited to that many threads for the warm-up and the timed calls
+    (``threads_limited``; None: as the process runs). ``seeds``: a case with a ``variant`` is
+    also scored, untimed, on that many random draws in all (``psnr_seeds`` in its records)."""
     state = case.setup()
+    with threads_limited(threads):
+        return _measure(case, state, rounds, flush, threads, seeds)
+
+
+def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bool, setting: Optional[int],
+             seeds: int) -> List[dict]:
     threads = thread_settings()
     live: List[Method] = []
     records: Dict[str, dict] = {}
@@ -242,7 +334,8 @@ def measure(case: Case, rounds: Optional[int] = None, flush: bool = False) -> Li
     for m in case.methods:
         rec = {"group": case.group, "name": m.name, "suite": case.suite, "params": dict(case.params),
                "extra_info": {"method": m.name, "peer": m.peer, "size": case.size,
-                              "caches": "flushed" if flush else "warm", "threads": dict(threads)}}
+                              "caches": "flushed" if flush else "warm", "threads": dict(threads),
+                              "thread_setting": "default" if setting is None else setting}}
         work = state.get("work", {}).get(m.name, {})
         for key in ("flops", "bytes"):
             value = work.get(key, state.get(key))
@@ -285,6 +378,8 @@ def measure(case: Case, rounds: Optional[int] = None, flush: bool = False) -> Li
             times[m.name] += timings(lambda: m.fn(state))
     for name, ts in times.items():
         records[name]["stats"] = _stats(ts)
+    if seeds > 1 and case.variant is not None and case.check is not None:
+        _score_seeds(case, live, records, seeds)
     return [records[m.name] for m in case.methods]
 
 

@@ -16,6 +16,10 @@ from typing import Dict, List, Optional, Tuple
 
 #: a chain of at least this many flops counts as "large" for the GEMM-rate target
 LARGE_FLOPS = 5e8
+#: environment variables that hold a BLAS below its best kernels for this CPU
+LIMITING_ENV = ("OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+#: a kronpe row whose slowest timed round is beyond this multiple of its median is named
+SPREAD_LIMIT = 1.3
 
 
 def load(path: str) -> dict:
@@ -81,10 +85,10 @@ def rows(doc: dict) -> List[dict]:
             info = b.get("extra_info", {})
             row = dict(group=group, method=method(b), peer=is_peer(b), suite=b.get("suite", ""),
                        skipped=b.get("skipped"), size=info.get("size"), psnr=info.get("psnr"),
-                       flops=info.get("flops"), bytes=info.get("bytes"))
+                       psnr_seeds=info.get("psnr_seeds"), flops=info.get("flops"), bytes=info.get("bytes"))
             if _timed(b):
                 med = b["stats"]["median"]
-                row.update(median=med, min=b["stats"]["min"], vs_best_peer=med / best)
+                row.update(median=med, min=b["stats"]["min"], max=b["stats"].get("max", med), vs_best_peer=med / best)
                 if info.get("flops"):  # a GPU row against the GPU's GEMM rate, never the host's
                     ref = gpu if b.get("params", {}).get("device") == "cuda" else gemm
                     row.update(rate=info["flops"] / med / 1e9, unit="GFLOP/s")
@@ -116,6 +120,7 @@ def machine_line(doc: dict) -> str:
                                    f"{b.get('num_threads')} threads") if v)
         for b in m.get("blas", []) if isinstance(b, dict) and "internal_api" in b)
     env = " ".join(f"{k}={v}" for k, v in m.get("env", {}).items())
+    limiting = [k for k in m.get("env", {}) if k in LIMITING_ENV]
     cpu = m.get("cpu", "?")
     if isinstance(cpu, dict):  # pytest-benchmark's py-cpuinfo record
         cpu = cpu.get("brand_raw", "?")
@@ -127,6 +132,9 @@ def machine_line(doc: dict) -> str:
         parts.append(f"kronpe chain GEMM: {chain_gemm}")
     if env:
         parts.append(env)
+    for k in limiting:
+        parts.append(f"WARNING: {k}={m['env'][k]} limits the BLAS to other kernels than this CPU's best: "
+                     "its rows are not the peers' best")
     threads = _threads_of(doc)
     if threads:
         parts.append("threads: " + ", ".join(f"{k} {v}" for k, v in threads.items()))
@@ -141,10 +149,51 @@ def machine_line(doc: dict) -> str:
     return "Machine: " + "; ".join(parts)
 
 
+def setting_of(b: dict) -> str:
+    """The thread setting a record was measured under ("1", "2", ..., "default")."""
+    return str(b.get("extra_info", {}).get("thread_setting", "default"))
+
+
+def by_setting(doc: dict) -> List[Tuple[str, dict]]:
+    """The document split per thread setting (``kronpe bench --threads``), in the run's order:
+    [(setting, the document with that setting's records only)]."""
+    order = [str(t) for t in doc.get("thread_settings", [])]
+    for b in doc["benchmarks"]:
+        if setting_of(b) not in order:
+            order.append(setting_of(b))
+    return [(t, dict(doc, benchmarks=[b for b in doc["benchmarks"] if setting_of(b) == t])) for t in order]
+
+
+def _setting_title(setting: str) -> str:
+    if setting == "default":
+        return "Each library at its default threads"
+    return "One thread per library" if setting == "1" else f"{setting} threads per library"
+
+
 def markdown(doc: dict) -> str:
-    """The table of every row, then the summary against the targets."""
+    """The table of every row, then the summary against the targets; one table and summary per
+    thread setting when the run measured several (``--threads``)."""
+    parts = by_setting(doc)
+    if len(parts) <= 1:
+        return _markdown(doc)
+    return "\n\n".join(f"### {_setting_title(t)}\n\n" + _markdown(sub) for t, sub in parts)
+
+
+def _psnr_cell(r: dict) -> str:
+    seeds = r.get("psnr_seeds") or []
+    if len(seeds) >= 2:
+        from .harness import t_interval
+
+        mean, lo, hi = t_interval(seeds)
+        return f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+    return "" if r["psnr"] is None else f"{r['psnr']:.2f}"
+
+
+def _markdown(doc: dict) -> str:
+    seeds = int(doc.get("seeds", 1) or 1)
+    psnr_head = f"PSNR (mean [95% interval], {seeds} seeds)" if seeds > 1 else "PSNR"
     lines = [machine_line(doc), "",
-             "| group | method | median ms (min) | vs best peer | rate | of GEMM / copy | PSNR |",
+             f"| group | method | median ms (min) | vs best peer | rate | of GEMM / copy | {psnr_head} |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows(doc):
         name = r["method"]
@@ -154,7 +203,7 @@ def markdown(doc: dict) -> str:
         vs = "" if math.isnan(r["vs_best_peer"]) else f"{r['vs_best_peer']:.2f}x"
         rate = f"{r['rate']:.1f} {r['unit']}" if "rate" in r else ""
         frac = f"{100 * r['fraction']:.0f}% {'GEMM' if r['unit'] == 'GFLOP/s' else 'copy'}" if "fraction" in r else ""
-        psnr = "" if r["psnr"] is None else f"{r['psnr']:.2f}"
+        psnr = _psnr_cell(r)
         lines.append(f"| {r['group']} | {name} | {_ms(r['median'])} ({_ms(r['min'])}) | {vs} | {rate} | {frac} | {psnr} |")
     lines += ["", "vs best peer: median time / the fastest peer's median time in the same group (< 1: kronpe "
               "faster). Rates: the case's flops (cheapest order) or bytes touched per median time.", ""]
@@ -179,6 +228,11 @@ def summary(doc: dict) -> List[str]:
                f"{statistics.median(r['vs_best_peer'] for r in ratios):.2f}x over {len(ratios)} groups; "
                f"{len(behind)} group(s) behind a peer" + (": " + ", ".join(
                    f"{r['group']} {r['vs_best_peer']:.2f}x" for r in behind) if behind else ""))
+    spread = [r for r in rs if r.get("max", 0) > SPREAD_LIMIT * r["median"]]
+    out.append(f"- kronpe rows with a timed round beyond {SPREAD_LIMIT}x their median: {len(spread)} of {len(rs)}"
+               + (": " + ", ".join(f"{r['group']} / {r['method']} {r['max'] / r['median']:.2f}x" for r in spread)
+                  if spread else ""))
+    out += psnr_margins(doc)
     chains = [r for r in rs if r["group"].startswith("mode chain") and r["method"] == "kronpe"]
     large = [r for r in chains if (r.get("flops") or 0) >= LARGE_FLOPS]
     if chains:
@@ -191,11 +245,39 @@ def summary(doc: dict) -> List[str]:
     return out
 
 
+def psnr_margins(doc: dict) -> List[str]:
+    """Per group scored on several seeds: kronpe's best row by mean PSNR minus the best peer's,
+    paired by seed, with its 95% interval (a tie when the interval contains 0)."""
+    from .harness import t_interval
+
+    parts = []
+    by_group: "OrderedDict[str, List[dict]]" = OrderedDict()
+    for r in rows(doc):
+        by_group.setdefault(r["group"], []).append(r)
+    for group, rs in by_group.items():
+        scored = [r for r in rs if r.get("median") is not None and len(r.get("psnr_seeds") or []) >= 2]
+        kron = [r for r in scored if not r["peer"]]
+        peers = [r for r in scored if r["peer"]]
+        if not kron or not peers:
+            continue
+        k = max(kron, key=lambda r: statistics.fmean(r["psnr_seeds"]))
+        p = max(peers, key=lambda r: statistics.fmean(r["psnr_seeds"]))
+        n = min(len(k["psnr_seeds"]), len(p["psnr_seeds"]))
+        mean, lo, hi = t_interval([a - b for a, b in zip(k["psnr_seeds"][:n], p["psnr_seeds"][:n])])
+        verdict = "ahead" if lo > 0 else "behind" if hi < 0 else "tie"
+        parts.append(f"{group} {mean:+.2f} [{lo:+.2f}, {hi:+.2f}] vs {p['method']} ({verdict})")
+    if not parts:
+        return []
+    return ["- PSNR, kronpe's best row minus the best peer's (dB, mean [95% interval] over seeds, paired): "
+            + "; ".join(parts)]
+
+
 def compare(old: dict, new: dict, threshold: float = 0.1) -> str:
     """What got faster or slower (median time ratio new / old beyond 1 +- threshold), per row
     present in both documents; then the rows only one of them has."""
     def index(doc):
-        return {(b["group"], method(b)): b for b in doc["benchmarks"] if _timed(b)}
+        return {(b["group"] + ("" if setting_of(b) == "default" else f" [{setting_of(b)} threads]"), method(b)): b
+                for b in doc["benchmarks"] if _timed(b)}
 
     a, b = index(old), index(new)
     lines = ["| group | method | old ms | new ms | new / old | |", "|---|---|---:|---:|---:|---|"]
@@ -231,10 +313,13 @@ def plots(doc: dict, out_dir: str) -> List[str]:
     import os
 
     by_suite: Dict[str, Dict[str, List[Tuple[float, float]]]] = {}
-    for r in rows(doc):
-        if r.get("median") is None or not r.get("size"):
-            continue
-        by_suite.setdefault(r["suite"] or "benchmarks", {}).setdefault(r["method"], []).append((r["size"], r["median"]))
+    parts = by_setting(doc)
+    for setting, sub in parts:
+        for r in rows(sub):
+            if r.get("median") is None or not r.get("size"):
+                continue
+            label = r["method"] + ("" if len(parts) == 1 else f" [{setting} threads]")
+            by_suite.setdefault(r["suite"] or "benchmarks", {}).setdefault(label, []).append((r["size"], r["median"]))
     paths = []
     for suite, methods in by_suite.items():
         fig, ax = plt.subplots(figsize=(7, 4.5))

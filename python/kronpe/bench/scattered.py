@@ -113,21 +113,21 @@ VOLUME = {"kronpe fit_points": kronpe_points, "griddata linear": griddata_linear
 VOLUME_SHAPE = (32, 64, 64)
 
 
-def volume_inputs() -> dict:
+def volume_inputs(seed: int = 0) -> dict:
     from kronpe import data
 
     vol = data.load_video(frames=VOLUME_SHAPE[0], size=VOLUME_SHAPE[1], color=False).astype(np.float32)
-    mask = np.random.default_rng(0).random(vol.shape) < KEEP
+    mask = np.random.default_rng(seed).random(vol.shape) < KEEP
     return prepared(vol, mask)
 
 
-def offgrid_inputs(name: str, size: Optional[int] = None) -> dict:
+def offgrid_inputs(name: str, size: Optional[int] = None, seed: int = 0) -> dict:
     """Values of the photograph's cubic spline at random positions (module docstring)."""
     from scipy.ndimage import map_coordinates
 
     img = image(name, size)
     H, W = img.shape[:2]
-    pts = np.random.default_rng(0).random((int(KEEP * H * W), 2))
+    pts = np.random.default_rng(seed).random((int(KEEP * H * W), 2))
     at = [pts[:, 0] * H - 0.5, pts[:, 1] * W - 0.5]
     vals = np.stack([map_coordinates(img[..., c], at, order=3, mode="reflect") for c in range(img.shape[2])], -1)
     centres = np.stack(np.meshgrid((np.arange(H) + 0.5) / H, (np.arange(W) + 0.5) / W, indexing="ij"), -1)
@@ -138,9 +138,9 @@ OFFGRID = {"kronpe fit_points": kronpe_points, "griddata cubic": griddata_cubic,
            "RBF thin-plate (30)": rbf_thin_plate}
 
 
-def task_inputs(name: str, task: str, size: Optional[int] = None) -> dict:
+def task_inputs(name: str, task: str, size: Optional[int] = None, seed: int = 0) -> dict:
     img = image(name, size)
-    mask = kept(img, KEEP if task == "scattered" else 1 - MISSING)
+    mask = kept(img, KEEP if task == "scattered" else 1 - MISSING, seed)
     return prepared(img, mask)
 
 
@@ -169,19 +169,22 @@ def cases() -> List[Case]:
             rounds = CROP_ROUNDS if size is not None else rounds
             label = name if size is None else f"{name} {size}x{size}"
 
-            def setup(name=name, task=task, size=size):
-                return task_inputs(name, task, size)
+            def variant(seed, name=name, task=task, size=size):
+                return task_inputs(name, task, size, seed)
 
             ms = [Method(m, fn, peer=not m.startswith("kronpe")) for m, fn in methods.items()]
-            out.append(Case("scattered", f"{task}: {label}", setup, ms, _check, rounds=rounds, quick=quick,
-                            size=float((size or 512) ** 2), params=dict(task=task, image=name, size=size)))
+            out.append(Case("scattered", f"{task}: {label}", lambda v=variant: v(0), ms, _check, rounds=rounds,
+                            quick=quick, size=float((size or 512) ** 2), params=dict(task=task, image=name, size=size),
+                            variant=variant))
     for name, size, rounds, quick in plan:
         ms = [Method(m, fn, peer=not m.startswith("kronpe")) for m, fn in OFFGRID.items()]
         label = name if size is None else f"{name} {size}x{size}"
         out.append(Case("scattered", f"off-grid: {label}", (lambda n=name, z=size: offgrid_inputs(n, z)), ms, _check,
                         rounds=rounds, quick=quick, size=float((size or 512) ** 2),
-                        params=dict(task="off-grid", image=name, size=size)))
+                        params=dict(task="off-grid", image=name, size=size),
+                        variant=lambda seed, n=name, z=size: offgrid_inputs(n, z, seed)))
     ms = [Method(m, fn, peer=not m.startswith("kronpe")) for m, fn in VOLUME.items()]
     out.append(Case("scattered", "volume: video 32x64x64", volume_inputs, ms, _check, rounds=1,
-                    size=float(np.prod(VOLUME_SHAPE)), params=dict(task="volume", image="video", size=VOLUME_SHAPE[1])))
+                    size=float(np.prod(VOLUME_SHAPE)), params=dict(task="volume", image="video", size=VOLUME_SHAPE[1]),
+                    variant=volume_inputs))
     return out
