@@ -6,6 +6,7 @@ Signal: the astronaut photograph (skimage.data.astronaut, RGB, 512 x 512, values
 - grid: the 256 x 256 regular subsample (the protocol of Table 1 of "Trading Positional Complexity
   vs. Deepness in Coordinate Networks"), K = 256 Gaussians per axis (sigma = 0.004, the papers'
   gradient-descent setting). The model is W x_1 Psi_1 x_2 Psi_2.
+- grid, dense basis: the same with sigma = 0.2 (no entry of the bases pruned).
 - points: 25% of the 512 x 512 pixels at random (its Table 2), K = 256 (sigma = 0.005, the
   official random-points script), blended from a virtual grid of 257 x 257 nodes.
 
@@ -51,12 +52,13 @@ kt = pytest.importorskip("kronpe.torch")
 
 # the models, setups and the products alone are kronpe.bench.torch_steps' (``kronpe bench --suite torch``)
 from kronpe.bench.torch_steps import (  # noqa: E402
+    CASE_LR,
     CASES,
+    LR,
     K,
+    setup_case,
     make_models,
     products_alone,
-    setup_grid,
-    setup_points,
     stepper,
 )
 
@@ -71,7 +73,7 @@ def test_step(benchmark, case, method):
     benchmark.group = f"torch Adam step: {case}"
     benchmark.extra_info.update(method=f"{method} Adam step", peer=method != "kronpe")
     model, target = make_models(case)[method]
-    step = stepper(model, target)
+    step = stepper(model, target, CASE_LR.get(case, LR))
     loss0 = float(step().detach())
     benchmark.pedantic(step, rounds=ROUNDS, iterations=1, warmup_rounds=2)
     loss = float(step().detach())
@@ -86,7 +88,7 @@ def test_products_alone(benchmark, case, backend):
     benchmark.extra_info.update(method=f"products alone, {backend}", peer=backend == "torch.matmul")
     run = products_alone(case, backend)
     V, dW = benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=2)
-    s = setup_grid() if case == "grid" else setup_points()
+    s = setup_case(case)
     assert V.shape == (s["bases"][0].shape[0], s["bases"][1].shape[0], 3) and dW.shape == (K, K, 3)
 
 
@@ -97,7 +99,7 @@ STEPS_CHECKED = 200
 def test_equal_loss_after_200_steps(benchmark, case):
     """Both formulations, 200 Adam steps from W = 0: the same loss (float32 rounding apart)."""
     benchmark.group = f"torch: {STEPS_CHECKED} Adam steps, both formulations: {case}"
-    steps = {name: stepper(m, t) for name, (m, t) in make_models(case).items()}
+    steps = {name: stepper(m, t, CASE_LR.get(case, LR)) for name, (m, t) in make_models(case).items()}
 
     def both():
         return {name: [float(step().detach()) for _ in range(STEPS_CHECKED)] for name, step in steps.items()}
@@ -105,7 +107,7 @@ def test_equal_loss_after_200_steps(benchmark, case):
     losses = benchmark.pedantic(both, rounds=1, iterations=1)
     a, b = losses["kronpe"][-1], losses["official"][-1]
     benchmark.extra_info.update(loss_kronpe=a, loss_official=b, loss_first=losses["kronpe"][0])
-    assert losses["kronpe"][-1] < 0.2 * losses["kronpe"][0]
+    assert losses["kronpe"][-1] < 0.25 * losses["kronpe"][0]
     assert abs(a - b) <= 1e-3 * abs(b), f"loss after {STEPS_CHECKED} steps: kronpe {a}, official {b}"
 
 
