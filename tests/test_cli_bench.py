@@ -407,3 +407,15 @@ def test_machine_line_warns_of_a_blas_held_below_its_kernels():
     assert "WARNING: OPENBLAS_CORETYPE=Haswell limits the BLAS" in line
     doc["machine_info"] = {"env": {"OMP_NUM_THREADS": "1"}}
     assert "WARNING" not in report.machine_line(doc)
+
+
+def test_the_gemm_rate_is_the_fastest_gemm_at_hand():
+    from kronpe.bench.harness import gemm_rate
+
+    r = gemm_rate(128, rounds=1)
+    names = [k for k in r if k not in ("best", "fastest", "n")]
+    assert {"numpy.matmul", "scipy sgemm", "kronpe"} <= set(names)
+    assert r["best"] == max(r[k] for k in names) and r[r["fastest"]] == r["best"]
+    doc = _doc({("g", "kronpe"): (1.0, False, 1e9)})
+    doc["rates"]["gemm_by"] = r["fastest"]
+    assert f"fastest round, by {r['fastest']})" in report.machine_line(doc)

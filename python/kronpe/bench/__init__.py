@@ -117,12 +117,11 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
     with tqdm(selected, disable=None if progress else True, unit="case") as bar:
         for case in bar:
             bar.set_postfix_str(case.group[:40])
-            probes.append(gemm_rate(side, rounds=2)["best"])
+            probes.append(gemm_rate(side, rounds=2))
             for setting in threads:
                 records += measure(case, rounds, flush=flush, threads=setting, seeds=seeds)
     gemm_after, copy_after = gemm_rate(side), copy_bandwidth()
-    gemm = gemm_before if gemm_before["best"] >= gemm_after["best"] else gemm_after
-    gemm = dict(gemm, best=max([gemm["best"]] + probes))
+    gemm = max([gemm_before, gemm_after] + probes, key=lambda g: g["best"])
     # the CUDA rows' reference: cuBLAS's GEMM rate on the same GPU, after the cases
     gpu_gemm = gpu_gemm_rate() if any(c.params.get("device") == "cuda" for c in selected) else None
     return {
@@ -134,8 +133,8 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         "seeds": seeds,
         "caches": {"flushed": True, "flush_bytes": cache_bytes()} if flush else {"flushed": False},
         "machine_info": machine_info(),
-        "rates": {"gemm_flops": gemm["best"], "gemm": {"before": gemm_before, "after": gemm_after,
-                                                                   "per_case": probes},
+        "rates": {"gemm_flops": gemm["best"], "gemm_by": gemm["fastest"],
+                  "gemm": {"before": gemm_before, "after": gemm_after, "per_case": probes},
                   "copy_Bps": max(copy_before, copy_after), "copy": {"before": copy_before, "after": copy_after},
                   **({"gpu_gemm_flops": gpu_gemm} if gpu_gemm else {})},
         "benchmarks": records,

@@ -387,19 +387,28 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
 
 
 def gemm_rate(n: int = 2048, rounds: int = 5) -> dict:
-    """The machine's float32 GEMM rate (flop/s of the fastest round): NumPy's matmul and the BLAS
-    that kronpe calls (SciPy's), the faster of the two is the reference."""
+    """The machine's float32 GEMM rate (flop/s of the fastest round) by every GEMM at hand:
+    NumPy's matmul, the BLAS that kronpe calls (SciPy's sgemm), kronpe's own (one mode product
+    through its chain GEMM) and torch.matmul where torch imports; the fastest is the reference."""
     import numpy as np
     from scipy.linalg import blas
+
+    import kronpe
 
     rng = np.random.default_rng(3)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
     af, bf = np.asfortranarray(a), np.asfortranarray(b)
-    out = {}
-    for name, fn in (("numpy.matmul", lambda: np.matmul(a, b)), ("scipy sgemm", lambda: blas.sgemm(1.0, af, bf))):
-        out[name] = 2.0 * n**3 / min(timings(fn, rounds, warmup=1))
+    fns = {"numpy.matmul": lambda: np.matmul(a, b), "scipy sgemm": lambda: blas.sgemm(1.0, af, bf),
+           "kronpe": lambda: kronpe.multi_mode_product(b, [a], modes=[0])}
+    if missing_module(["torch"]) is None:
+        import torch
+
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        fns["torch.matmul"] = lambda: torch.matmul(ta, tb)
+    out = {name: 2.0 * n**3 / min(timings(fn, rounds, warmup=1)) for name, fn in fns.items()}
     out["best"] = max(out.values())
+    out["fastest"] = max(fns, key=lambda k: out[k])
     out["n"] = n
     return out
 

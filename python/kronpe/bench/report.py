@@ -142,7 +142,9 @@ def machine_line(doc: dict) -> str:
     if caches is not None:
         parts.append(f"caches flushed before every timed call ({caches.get('flush_bytes', 0) >> 20} MiB written)"
                      if caches.get("flushed") else "caches warm (no --flush)")
-    parts.append(f"GEMM rate {gemm / 1e9:.1f} GFLOP/s (float32, fastest round), copy {copy / 1e9:.1f} GB/s")
+    by = doc.get("rates", {}).get("gemm_by")
+    parts.append(f"GEMM rate {gemm / 1e9:.1f} GFLOP/s (float32, fastest round{', by ' + by if by else ''}), "
+                 f"copy {copy / 1e9:.1f} GB/s")
     if math.isfinite(gpu_gemm(doc)):
         parts.append(f"GPU GEMM rate {gpu_gemm(doc) / 1e12:.1f} TFLOP/s (cuBLAS float32, TF32 off; the CUDA rows' "
                      "reference)")
