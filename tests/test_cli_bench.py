@@ -243,20 +243,24 @@ def test_a_failing_kronpe_row_makes_the_command_fail(monkeypatch, tmp_path, caps
 
 
 def test_cold_fit_rows_factorise_every_time(monkeypatch):
-    """The "cold" grid fit clears kronpe's caches first: its per-axis SVDs are computed on every
-    call (a second call of a warm fit_grid reuses them)."""
+    """The "cold" grid fit clears kronpe's caches first: its per-axis factorisations (the
+    pseudo-inverses by LU, or SVDs) are computed on every call (a second call of a warm fit_grid
+    reuses them)."""
     import scipy.linalg
 
     from kronpe.bench import fits
+    from kronpe.solvers import grid
 
     calls = []
-    real_svd = scipy.linalg.svd
 
-    def counting_svd(*a, **k):
-        calls.append(1)
-        return real_svd(*a, **k)
+    def counting(real):
+        def call(*a, **k):
+            calls.append(1)
+            return real(*a, **k)
+        return call
 
-    monkeypatch.setattr(scipy.linalg, "svd", counting_svd)
+    monkeypatch.setattr(scipy.linalg, "svd", counting(scipy.linalg.svd))
+    monkeypatch.setattr(grid, "_fast_inverse", counting(grid._fast_inverse))
     rng = np.random.default_rng(0)
     emb = kronpe.Gaussian(16, 0.05)
     img = rng.random((32, 32))

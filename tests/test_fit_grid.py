@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import kronpe
 from kronpe import BSpline, DifferencePenalty, Gaussian, GridModel, GridPlan, fit_grid, reference
 from kronpe._adapters import arrays as _arrays
-from kronpe.solvers import grid_model as _fit
+from kronpe.solvers import grid as _grid, grid_model as _fit
 from kronpe.solvers.fit import default_embedders
 from kronpe.solvers.gcv import GCVCurve as _GCVCurve
-from kronpe.solvers.grid_plan import _fold_pad
+from kronpe.solvers.grid_plan import _filtered, _fold_pad
 from _samples import (CPU, DEVICE_GRID_FITS, assert_close, device_grid_problem, grid_fit_cases, grid_problem,
                       ids)
 
@@ -290,6 +290,118 @@ def _check_model(device, model, host_model, signal, dtype, factor: float = 1.0) 
     W = device.host(model.weights)
     assert W.dtype == dtype and W.shape == host_model.weights.shape
     assert_close(W, host_model.weights, dtype, factor=factor)
+
+
+# ---- the separable pseudo-inverse (ridge 0 with no product of singular values cut) -------------
+
+
+def _three_steps(plan, S, nb=0):
+    """The SVD path of a ridge-0 fit: Z0 = S x U^T, the cutoff's filter, x V."""
+    return plan._weights(_filtered(plan._project(S), plan._filter(0.0, S.dtype), plan.ndim, nb))
+
+
+# (grid shape, K per axis, padding): square, tall (more samples than centres), wide and mixed
+# axes, well conditioned in float32 too (the padded ones with as many centres of margin)
+PINV_CASES = [((24, 20), (24, 20), 0), ((24, 20), (24, 20), 2), ((28, 24), (20, 18), 0), ((28, 24), (20, 18), 2),
+              ((12, 10), (16, 14), 0), ((12, 10), (16, 14), 2), ((9, 12, 10), (7, 12, 12), 0)]
+
+
+@pytest.mark.parametrize("shape, Ks, pad", PINV_CASES,
+                         ids=["square", "square-pad", "tall", "tall-pad", "wide", "wide-pad", "mixed"])
+def test_pseudo_inverse_is_one_chain_without_svd(shape, Ks, pad, dtype):
+    """Well-conditioned axes: the fit is S x_i Phi_i^+ by LU or QR, no SVD computed, the SVD
+    path's weights (and, in float64, the dense pseudo-inverse's)."""
+    coords, embs, S, phis = device_grid_problem(shape, Ks, (2,), dtype=dtype, margin=pad)
+    kronpe.clear_caches()
+    plan = GridPlan(coords, embs, ridge=0.0, pad=pad)
+    model = plan.fit(S)
+    assert all(a._svd is None for a in plan._axes)
+    assert model.weights.dtype == dtype and model.weights.flags.c_contiguous and model.ridge == 0.0
+    assert plan._pinvs(dtype) is not None
+    assert_close(model.weights, _three_steps(plan, S), dtype, factor=10.0)
+    if pad == 0 and dtype == np.float64:
+        assert_close(model.weights, reference.grid_ridge_fit(S, phis, 0.0), dtype, factor=10.0)
+
+
+def test_pseudo_inverse_of_batches(rng):
+    coords, embs, S, _ = device_grid_problem((14, 12), (10, 12), (2,), batch=(3,))
+    plan = GridPlan(coords, embs, ridge=0.0)
+    whole = plan.fit(S, batch_axes=1)
+    for b in range(3):
+        assert_close(whole.weights[..., b], plan.fit(S[..., b]).weights, np.float64)
+    assert_close(whole.weights, _three_steps(plan, S, nb=1), np.float64)
+
+
+@pytest.mark.parametrize("dtype_", [np.float32, np.float64])
+def test_cutoff_decides_separability(dtype_):
+    """Just below the products' smallest ratio every product is kept (one chain); just above,
+    the cutoff drops some and the three steps run: both the dense pseudo-inverse with that cutoff."""
+    coords, embs, S, phis = device_grid_problem((10, 9), (8, 9), (), dtype=dtype_)
+    svals = [np.linalg.svd(p, compute_uv=False) for p in phis]
+    ratio = np.prod([s.min() / s.max() for s in svals])
+    A = reference.kron_matrix(phis)
+    for rcond, separable in ((0.99 * ratio, True), (1.01 * ratio, False), (0.1 * ratio, True)):
+        kronpe.clear_caches()
+        plan = GridPlan(coords, embs, ridge=0.0, rcond=rcond)
+        W = plan.fit(S).weights
+        assert (plan._pinvs(dtype_) is not None) == separable
+        dense = (np.linalg.pinv(A, rcond=rcond) @ S.astype(np.float64).reshape(-1)).reshape(W.shape)
+        assert_close(W, dense, dtype_, factor=100.0)
+    # a bound far from the ratio: the LU proves it and the SVD is never computed
+    assert all(a._svd is None for a in plan._axes)
+
+
+def test_ill_conditioned_axes_fall_back_to_the_svd():
+    """A condition number beyond the fast inverse's limit: the SVD decides and inverts."""
+    x = np.linspace(0, 1, 33)[:-1]
+    S = np.random.default_rng(3).standard_normal((32, 32))
+    bad, good = Gaussian(32, 1.8 / 32), Gaussian(32, 1.0 / 32)  # condition numbers 2e6 and 70
+    kronpe.clear_caches()
+    plan = GridPlan([x, x], [bad, good], ridge=0.0, rcond=1e-12)
+    W = plan.fit(S).weights
+    assert plan._axes[0]._svd is not None and plan._axes[1]._svd is None and plan._pinvs(np.float64) is not None
+    assert_close(W, _three_steps(plan, S), 1e-8)
+    assert_close(W, reference.grid_ridge_fit(S, [bad(x), good(x)], 0.0), 1e-8)
+    # a cutoff that drops products: the three steps
+    plan = GridPlan([x, x], [bad, good], ridge=0.0, rcond=1e-6)
+    assert plan._pinvs(np.float64) is None
+    A = reference.kron_matrix([bad(x), good(x)])
+    assert_close(plan.fit(S).weights, (np.linalg.pinv(A, rcond=1e-6) @ S.reshape(-1)).reshape(32, 32), 1e-8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 12), n=st.integers(1, 12), log_scale=st.floats(0, 6), seed=st.integers(0, 2**31),
+       single=st.booleans())
+def test_condition_bound_is_an_upper_bound(m, n, log_scale, seed, single):
+    """_fast_inverse's bound is at least the 2-norm condition number, its matrix the
+    pseudo-inverse (to its precision's rounding times the condition number)."""
+    rng = np.random.default_rng(seed)
+    phi = rng.standard_normal((m, n)) * np.logspace(0, -log_scale, n)[None, :]
+    dt = np.dtype(np.float32 if single else np.float64)
+    got = _grid._fast_inverse(phi, dt)
+    s = np.linalg.svd(phi, compute_uv=False)
+    kappa = s.max() / s.min()
+    if got is None:
+        return
+    X, bound = got
+    assert X.dtype == dt and X.shape == (n, m)
+    assert bound >= kappa * (1 - 1e-9)
+    err = np.abs(X - np.linalg.pinv(phi)).max() / np.abs(np.linalg.pinv(phi)).max()
+    assert err <= 100 * max(m, n) * np.finfo(dt).eps * kappa
+
+
+def test_factorisations_are_forgotten_and_pickled():
+    import pickle
+
+    coords, embs, S, _ = device_grid_problem((12, 10), (12, 10), ())
+    plan = GridPlan(coords, embs, ridge=0.0)
+    W = plan.fit(S).weights
+    assert _grid._FACTORS
+    again = pickle.loads(pickle.dumps(plan))
+    assert_close(again.fit(S).weights, W, np.float64)
+    assert_close(again.fit(S, ridge=0.1).weights, plan.fit(S, ridge=0.1).weights, np.float64)
+    kronpe.clear_caches()
+    assert not _grid._FACTORS
 
 
 @pytest.mark.parametrize("n, p", [(5, 1), (6, 2), (7, 6), (3, 2)])

@@ -5,14 +5,16 @@ trained on its 256 x 256 regular subsample (K = 256 Gaussians per axis, sigma = 
 128^3 RGB video of kronpe.data.load_video trained on its 64^3 subsample (K = 64 per axis,
 sigma = 0.015: the setting behind Table 3, see kronpe.bench.protocol.PAPER_SETTINGS).
 
-Group ``grid fit: <signal>`` (the weights; work = the flops of the fit's two chains):
+Group ``grid fit: <signal>`` (the weights; work = the flops of the fit's chain): the cutoff drops
+no product of singular values here, so kronpe's pseudo-inverse is separable, one chain
+``S x_i Phi_i^+`` (kronpe.solvers.grid_plan).
 
-- kronpe fit_grid (cold): embeddings, per-axis SVDs and the products, with every kronpe cache
-  cleared (``kronpe.clear_caches``) and new embedders before each call.
+- kronpe fit_grid (cold): embeddings, per-axis pseudo-inverses and the products, with every
+  kronpe cache cleared (``kronpe.clear_caches``) and new embedders before each call.
 - kronpe GridPlan.fit (cached plan): the plan built once beforehand.
 - papers' formulation (torch lstsq + products): per-axis pseudo-inverse by
   ``torch.linalg.lstsq(Phi, I)`` then the products with torch, as the official code does it.
-- kronpe products alone: the fit's two mode-n chains (``S x_i U_i^T``, then ``x_i V_i``, factors
+- kronpe products alone: the fit's chain of mode-n products (``S x_i Phi_i^+``, factors
   precomputed): what the fit cannot go below.
 
 Each is checked by what its weights predict on the full grid against a float64 NumPy
@@ -88,12 +90,12 @@ def check_weights(s: dict, W) -> None:
 
 
 def fit_flops(s) -> int:
-    """Flops of the fit's two chains: S (N.., C) -> Z (K.., C) -> W (K.., C)."""
+    """Flops of the fit's chain: S (N.., C) -> W (K.., C)."""
     case = s["case"]
     shape = case.train.shape
     Ks = [e.K for e in s["embs"]]
     chans = int(np.prod(shape[s["D"]:]))
-    return (cheapest_chain_flops(shape[: s["D"]], Ks) + cheapest_chain_flops(Ks, Ks)) * chans
+    return cheapest_chain_flops(shape[: s["D"]], Ks) * chans
 
 
 def papers_fit(train, embs, coords):
@@ -129,6 +131,14 @@ def products_factors(s: dict):
     return Ut, V, inv_s
 
 
+def pinv_factors(s: dict) -> List[np.ndarray]:
+    """The per-axis pseudo-inverses Phi_i^+ = V_i diag(1/s_i) U_i^T of the fit's chain, float32
+    (every product of singular values above the cutoff: checked)."""
+    ratio = np.prod([si.min() / si.max() for _, si, _ in s["svds"]])
+    assert ratio > s["rcond"], "the cutoff drops products: the fit is not one chain"
+    return [np.ascontiguousarray((vt.T / si) @ u.T, dtype=np.float32) for u, si, vt in s["svds"]]
+
+
 def products_alone(S, Ut, V, inv_s=None):
     """The fit's two chains; with ``inv_s`` the scaling in between (the pseudo-inverse solution)."""
     import kronpe
@@ -158,7 +168,7 @@ def _fit_methods() -> List[Method]:
         return papers_fit(c.train, s["embs"], c.train_coords)
 
     def products(s):
-        return products_alone(s["case"].train, *s["factors"][:2])
+        return kronpe.multi_mode_product(s["case"].train, s["pinvs"])
 
     return [
         Method("kronpe fit_grid (cold)", cold, peer=False),
@@ -169,8 +179,6 @@ def _fit_methods() -> List[Method]:
 
 
 def _check_fit(s, method, W):
-    if method == "kronpe products alone":  # the same chains with the scaling in between
-        W = products_alone(s["case"].train, *s["factors"])
     check_weights(s, W)
 
 
@@ -201,7 +209,7 @@ def cases() -> List[Case]:
             s = dict(signal_setup(name))
             c = s["case"]
             s["plan"] = kronpe.GridPlan(c.train_coords, s["embs"], ridge=0.0, rcond=s["rcond"])
-            s["factors"] = products_factors(s)
+            s["pinvs"] = pinv_factors(s)
             return s
 
         size = float({"image": 256 * 256 * 3, "video": 64**3 * 3}[kind])  # training samples

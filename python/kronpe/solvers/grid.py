@@ -1,21 +1,24 @@
 """Grid handling of the separable fits: argument checks (signal, mask, coordinates, embedders,
-number of grid axes), reflection padding of the coordinates and the per-axis factorisations (thin
-SVDs, cached).
+number of grid axes), reflection padding of the coordinates and the per-axis embeddings with
+their factorisations (``Axis``, cached), each computed when a fit first needs it: the thin SVD
+(ridges, GCV), or the pseudo-inverse of a pseudo-inverse fit by LU or QR with a bound on the
+condition number, which an SVD of a 256 x 256 axis takes about ten times longer to give.
 
 Used by the grid fit's modules (:mod:`.fit`, :mod:`.grid_plan`, :mod:`.grid_model`) and by
 :mod:`kronpe.dask`; the formulas are in docs/math/encodings.rst.
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
-from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import _caches
 from .. import _core
-from .._adapters import validate as _validate
+from .._adapters import blas as _blas, validate as _validate
 from .._shared import guess_ndim
 from ..data import grid_coords
 from ..embedders import Embedder, ShiftedBasis
@@ -139,21 +142,84 @@ def _embed_anywhere(embedder: Embedder, x: np.ndarray) -> np.ndarray:
     return np.asarray(embedder.psi(x[:, None] - embedder.centres[None, :]), dtype=np.float64)
 
 
-@dataclass(frozen=True)
 class Axis:
-    """Thin SVD of one axis's embedding matrix Phi (N x K) = U diag(s) V^T, in float64.
+    """One axis's embedding matrix Phi (rows x K, float64; rows = N + 2 pad, the reflect-padded
+    coordinates) and its factorisations, each computed when a fit first asks for it and kept:
 
-    With pad > 0 the rows are those of the reflect-padded coordinates (N + 2 pad of them).
+    - ``U, s, V``: the thin SVD Phi = U diag(s) V^T (ridge > 0, GCV, and the cases below);
+    - ``inverse(dtype)``: the pseudo-inverse Phi^+ (K x rows) with a bound on the condition
+      number, for the separable pseudo-inverse fit (``GridPlan``): by LU (square) or QR, in the
+      signal's precision while that is accurate, else in float64, else by the SVD (also when the
+      SVD is known already).
     """
 
-    embedder: Embedder
-    coords: np.ndarray  # (N,)
-    U: np.ndarray  # (N + 2 pad, r)
-    s: np.ndarray  # (r,)
-    V: np.ndarray  # (K, r)
+    def __init__(self, embedder: Embedder, coords: np.ndarray, phi: np.ndarray):
+        self.embedder = embedder
+        self.coords = coords  # (N,)
+        self.phi = phi  # (N + 2 pad, K)
+        self._svd = None
+        self._inv = {}  # dtype char -> (inverse() result,)
+        self._lock = threading.Lock()
+
+    def __getstate__(self):  # the lock stays in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def rows(self) -> int:
+        return self.phi.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.phi.shape[1]
+
+    def svd(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(U (rows, r), s (r,), V (K, r)), r = min(rows, K), computed once."""
+        with self._lock:
+            if self._svd is None:
+                from scipy.linalg import svd  # the LAPACK of the BLAS that kronpe's GEMMs use
+
+                with _lapack_threads(self.phi):
+                    U, s, Vt = svd(self.phi, full_matrices=False, check_finite=False)
+                self._svd = (U, s, np.ascontiguousarray(Vt.T))
+            return self._svd
+
+    U = property(lambda self: self.svd()[0])
+    s = property(lambda self: self.svd()[1])
+    V = property(lambda self: self.svd()[2])
+
+    def svd_inverse(self) -> Optional[Tuple[np.ndarray, float]]:
+        """(Phi^+ = V diag(1/s) U^T with every singular value kept, s_max / s_min), None when
+        s_min is 0."""
+        U, s, V = self.svd()
+        smin = float(s.min())
+        return ((V / s) @ U.T, float(s.max()) / smin) if smin > 0 else None
+
+    def inverse(self, dtype=np.float64) -> Optional[Tuple[np.ndarray, float]]:
+        """(Phi^+ (K x rows) with every singular value kept, an upper bound of s_max / s_min),
+        computed once per dtype; None when Phi is rank deficient. By the SVD when it is known;
+        else ``_fast_inverse`` in ``dtype``, trusted up to the condition number ``_FAST_KAPPA``
+        of that precision (its rounding error, about eps times the condition number, then stays
+        that of the SVD's fit), else in float64, else by the SVD."""
+        dt = np.dtype(dtype)
+        with self._lock:
+            known, hit = self._svd is not None, self._inv.get(dt.char)
+        if hit is not None:
+            return hit[0]
+        out = None if known else _fast_inverse(self.phi, dt)
+        if out is None or not out[1] <= _FAST_KAPPA.get(dt.char, 0.0):
+            out = self.inverse(np.float64) if dt != np.float64 and not known else self.svd_inverse()
+        with self._lock:
+            self._inv[dt.char] = (out,)
+        return out
 
     @staticmethod
     def factor(embedder: Embedder, coords: np.ndarray, pad: int = 0) -> "Axis":
+        """The axis of ``embedder`` at ``coords`` padded by ``pad`` samples per end (its
+        embedding; the factorisations follow when asked), cached."""
         key = (embedder, pad, coords.shape[0], coords.tobytes())
         with _FACTORS_LOCK:
             hit = _FACTORS.get(key)
@@ -166,15 +232,69 @@ class Axis:
         phi = _embed_anywhere(embedder, _reflect_coords(coords, pad))  # (N + 2 pad, K)
         if not np.isfinite(phi).all():
             raise ValueError(f"embedder {embedder!r} gave non-finite values at the coordinates")
-        from scipy.linalg import svd  # the LAPACK of the BLAS that kronpe's GEMMs use
-
-        U, s, Vt = svd(phi, full_matrices=False, check_finite=False)
-        axis = Axis(embedder, coords, U, s, np.ascontiguousarray(Vt.T))
+        phi.setflags(write=False)  # shared by every plan of these axes
+        axis = Axis(embedder, coords, phi)
         with _FACTORS_LOCK:
             while len(_FACTORS) >= _FACTOR_CACHE:
                 _FACTORS.pop(next(iter(_FACTORS)))
             _FACTORS[key] = axis
         return axis
+
+
+# The fast pseudo-inverse of each precision is used up to this condition number bound.
+_FAST_KAPPA = {"d": 1e6, "f": 1e2}
+# Factorisations of matrices up to this many entries run on one LAPACK thread (one_lapack_thread).
+_ONE_THREAD_SIZE = 512 * 512
+
+
+def _lapack_threads(a: np.ndarray):
+    """One LAPACK thread for a small matrix ``a``, the BLAS's own count otherwise."""
+    return _blas.one_lapack_thread() if a.size <= _ONE_THREAD_SIZE else contextlib.nullcontext()
+
+
+def _norm_bound(a: np.ndarray) -> float:
+    """sqrt(||a||_1 ||a||_inf) >= ||a||_2 (summed in float64)."""
+    m = np.abs(a)
+    return math.sqrt(float(m.sum(axis=0, dtype=np.float64).max()) * float(m.sum(axis=1, dtype=np.float64).max()))
+
+
+def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, float]]:
+    """(phi^+ of dtype dt, a bound of the condition number of phi) by LU (square) or by QR of
+    the tall orientation (tall: R^-1 Q^T; wide: Q R^-T, the minimum-norm inverse); None when a
+    pivot is exactly 0, the inverse is not finite or the bound cannot be given.
+
+    The computed X is the inverse of phi + E, ||E|| <= d ||phi|| with d = max(rows, K) eps (the
+    rounding of the factorisation); with b = sqrt(||phi||_1 ||phi||_inf ||X||_1 ||X||_inf) (the
+    2-norm condition number of phi + E at most), that of phi is at most b (1 + d) / (1 - b d)."""
+    from scipy.linalg import get_lapack_funcs, qr, solve_triangular
+
+    m, n = phi.shape
+    a = phi.astype(dt, copy=False)
+    with _lapack_threads(a), np.errstate(all="ignore"):
+        if m == n:
+            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (a,))
+            lu, piv, info = getrf(a)
+            if info != 0:
+                return None
+            lwork, info = getri_lwork(n)
+            X, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
+            if info != 0:
+                return None
+        else:
+            A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
+            q, r = qr(A, mode="economic", check_finite=False)
+            if not np.all(np.diagonal(r)):
+                return None
+            X = solve_triangular(r, q.T, check_finite=False)
+            if m < n:
+                X = X.T
+    if not np.isfinite(X).all():
+        return None
+    b = _norm_bound(phi) * _norm_bound(X)
+    d = max(m, n) * float(np.finfo(dt).eps)
+    if not b * d < 0.5:
+        return None
+    return X, b * (1 + d) / (1 - b * d)
 
 
 # Recent factorisations, keyed by (embedder, coordinates): axes that share both (a square image)

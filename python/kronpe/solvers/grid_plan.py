@@ -14,7 +14,12 @@ squared residual of the raw (unscaled) embeddings.
 - ``ridge=0`` is the minimum-norm least-squares solution (pseudo-inverse): products of singular
   values below ``rcond * max`` are dropped, with ``rcond`` defaulting to
   ``max(prod N_i, prod K_i) * eps`` (eps of the signal's dtype), scipy.linalg.pinv's convention
-  applied to the whole Kronecker matrix.
+  applied to the whole Kronecker matrix. When no product falls below the cutoff the solution is
+  separable, W = S x_1 Phi_1^+ ... x_D Phi_D^+: one chain instead of two, with per-axis
+  pseudo-inverses that need no SVD when an LU or QR proves it (``Axis.inverse``: the product of
+  the axes' condition bounds below 1 / rcond); otherwise the SVDs decide, and a cutoff that
+  drops products keeps the three steps. A ridge > 0 weighs the whole Kronecker system and is
+  never separable.
 - ``ridge="gcv"`` chooses the ridge by generalised cross-validation,
   GCV = n ||S - S_hat||^2 / (n - tr H)^2 (n = prod N_i; channels share one ridge and add their
   residuals), each value costing O(prod r_i) after the projection Z0 (r_i = min(N_i, K_i));
@@ -49,6 +54,10 @@ from .grid_model import GridModel, to_device
 from .krylov import ConvergenceWarning
 
 __all__ = ["GridPlan"]
+
+# The factor by which the product of the axes' condition bounds (Axis.inverse) must stay below
+# 1 / rcond for the separable pseudo-inverse without the SVDs.
+_BOUND_MARGIN = 1.01
 
 
 class GridPlan:
@@ -147,10 +156,11 @@ class GridPlan:
     @property
     def K(self) -> Tuple[int, ...]:
         """Features per axis (K_1, ..., K_D)."""
-        return tuple(a.V.shape[0] for a in self._axes)
+        return tuple(a.K for a in self._axes)
 
     @property
     def singular_values(self) -> List[np.ndarray]:
+        """Each axis's singular values (its SVD, computed now if no fit needed it yet)."""
         return [a.s for a in self._axes]
 
     # -- the three steps ------------------------------------------------------------------
@@ -189,14 +199,44 @@ class GridPlan:
             s = self._products()
         if ridge > 0:
             return (s / (s * s + ridge)).astype(dt)
-        rcond = self.rcond
-        if rcond is None:
-            eps = np.finfo(dt).eps
-            rows = int(np.prod([a.U.shape[0] for a in self._axes]))
-            rcond = max(rows, int(np.prod(self.K))) * eps
+        rcond = self._rcond(dt)
         smax = math.prod(float(a.s.max()) if a.s.size else 0.0 for a in self._axes)  # = max of all products
         with np.errstate(divide="ignore"):
             return np.where(s > rcond * smax, 1.0 / s, 0.0).astype(dt)
+
+    def _rcond(self, dt) -> float:
+        """The pseudo-inverse's cutoff for signals of dtype dt (module docstring)."""
+        if self.rcond is not None:
+            return self.rcond
+        rows = math.prod(a.rows for a in self._axes)
+        return max(rows, math.prod(self.K)) * float(np.finfo(dt).eps)
+
+    def _pinvs(self, dt) -> Optional[List[np.ndarray]]:
+        """The per-axis pseudo-inverses Phi_i^+ P_i (K_i x N_i, the padding P_i folded in, dtype
+        dt) when the pseudo-inverse fit is separable (no product of singular values below the
+        cutoff), else None; cached per (dtype, cutoff)."""
+        rcond = self._rcond(dt)
+        key = (np.dtype(dt).char, "pinv", rcond)
+        if key not in self._cast:
+            self._cast[key] = self._separable_pinvs(rcond, dt)
+        return self._cast[key]
+
+    def _separable_pinvs(self, rcond: float, dt) -> Optional[List[np.ndarray]]:
+        limit = 1.0 / rcond if rcond > 0 else math.inf
+        invs = [a.inverse(dt) for a in self._axes]
+        # the bounds prove it (with a margin for the rounding of the bounds)
+        if not all(invs) or not math.prod(k for _, k in invs) * _BOUND_MARGIN < limit:
+            svds = [a.svd() for a in self._axes]  # the exact decision: _filter's rule
+            smax = math.prod(float(s.max()) for _, s, _ in svds)
+            smin = math.prod(float(s.min()) for _, s, _ in svds)
+            if not smin > rcond * smax:
+                return None
+            invs = [a.svd_inverse() for a in self._axes]
+        cast = {}  # axes that share their factors (a square image) share the cast too
+        for (X, _), p in zip(invs, self.pads):
+            if (id(X), p) not in cast:
+                cast[id(X), p] = np.ascontiguousarray(_fold_pad(X.T, p).T, dtype=dt)
+        return [cast[id(X), p] for (X, _), p in zip(invs, self.pads)]
 
     def _weights(self, Z: np.ndarray) -> np.ndarray:
         mats = self._factors(Z.dtype, "V")
@@ -205,7 +245,7 @@ class GridPlan:
     @property
     def _full(self) -> bool:
         """Every U_i square: the projection reaches the whole (padded) signal (rss0 = 0)."""
-        return all(a.U.shape[0] == a.U.shape[1] for a in self._axes)
+        return all(a.rows <= a.K for a in self._axes)
 
     def _curve(self, S: np.ndarray, Z0: np.ndarray) -> GCVCurve:
         """The GCV curve of one signal S (N.., *channels) with projection Z0 (r.., *channels)."""
@@ -226,7 +266,7 @@ class GridPlan:
         """The GCV curve of one signal from its (w, ss) of ``_gcv_sums``."""
         rss0 = 0.0 if ss is None else float(ss) - float(w.sum())
         s = self._products()
-        return GCVCurve(s * s, w, rss0, int(np.prod([a.U.shape[0] for a in self._axes])))
+        return GCVCurve(s * s, w, rss0, math.prod(a.rows for a in self._axes))
 
     def _gcv_filters(self, w: np.ndarray, ss, nb: int, dt):
         """(filters (r.., *batch) of dtype dt, ridges, GCV scores) of signals whose (w, ss) are those
@@ -294,6 +334,10 @@ class GridPlan:
         if self.penalty is not None or mask is not None:
             return self._fit_penalised(S, ridge, nb, mask)
         dt = S.dtype
+        if ridge == 0:  # "gcv" != 0
+            pinvs = self._pinvs(dt)
+            if pinvs is not None:  # separable: one chain
+                return GridModel(host_chain(S, pinvs, tuple(range(self.ndim)), order="C"), self.embedders, ridge)
         Z0 = self._project(S)
         if ridge != "gcv":
             F, lam, score = self._filter(ridge, dt), ridge, None
@@ -371,7 +415,7 @@ class GridPlan:
     def _fit_penalised(self, S: np.ndarray, ridge: Ridge, nb: int, mask: Optional[np.ndarray]) -> GridModel:
         """CG on (A^T A + ridge R) w = A^T s (kronpe.solvers.penalised), one solve per batch entry."""
         D = self.ndim
-        system = penalised.GridSystem([a.U * a.s @ a.V.T for a in self._axes], self.K, mask)
+        system = penalised.GridSystem([a.phi for a in self._axes], self.K, mask)
         pen = self.penalty if self.penalty is not None else IdentityPenalty()
         lam_arg = None if ridge == "gcv" else float(ridge)
         Sp = self._padded(S)
