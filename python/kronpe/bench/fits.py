@@ -118,19 +118,6 @@ def papers_fit(train, embs, coords):
     return W.contiguous().numpy()
 
 
-def products_factors(s: dict):
-    """(U_i^T, V_i, 1/s with the cutoff) of the fit's two chains, float32."""
-    D = s["D"]
-    Ut = [np.ascontiguousarray(u.T, dtype=np.float32) for u, _, _ in s["svds"]]  # (r, N)
-    V = [np.ascontiguousarray(vt.T, dtype=np.float32) for _, _, vt in s["svds"]]  # (K, r)
-    sv = np.ones(())
-    for _, si, _ in s["svds"]:
-        sv = np.multiply.outer(sv, si)
-    inv_s = np.where(sv > s["rcond"] * sv.max(), 1.0 / sv, 0.0)  # the same cutoff as the fits
-    inv_s = inv_s.astype(np.float32).reshape(inv_s.shape + (1,) * (s["case"].train.ndim - D))
-    return Ut, V, inv_s
-
-
 def pinv_factors(s: dict) -> List[np.ndarray]:
     """The per-axis pseudo-inverses Phi_i^+ = V_i diag(1/s_i) U_i^T of the fit's chain, float32
     (every product of singular values above the cutoff: checked)."""
@@ -139,12 +126,11 @@ def pinv_factors(s: dict) -> List[np.ndarray]:
     return [np.ascontiguousarray((vt.T / si) @ u.T, dtype=np.float32) for u, si, vt in s["svds"]]
 
 
-def products_alone(S, Ut, V, inv_s=None):
-    """The fit's two chains; with ``inv_s`` the scaling in between (the pseudo-inverse solution)."""
+def products_alone(S, pinvs):
+    """The fit's chain S x_i Phi_i^+ (``pinv_factors``): what the fit cannot go below."""
     import kronpe
 
-    Z = kronpe.multi_mode_product(S, Ut)
-    return kronpe.multi_mode_product(Z if inv_s is None else Z * inv_s, V)
+    return kronpe.multi_mode_product(S, pinvs)
 
 
 def _fit_methods() -> List[Method]:
@@ -168,7 +154,7 @@ def _fit_methods() -> List[Method]:
         return papers_fit(c.train, s["embs"], c.train_coords)
 
     def products(s):
-        return kronpe.multi_mode_product(s["case"].train, s["pinvs"])
+        return products_alone(s["case"].train, s["pinvs"])
 
     return [
         Method("kronpe fit_grid (cold)", cold, peer=False),
