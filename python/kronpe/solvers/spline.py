@@ -26,7 +26,8 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   interpolation limit (LAMBDA_EXACT) a spline coarser than the points is a least-squares fit: on
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
-  wins. Then lambda is raised (x10 per step) at the best level and the one above it while the
+  wins. A level solved iteratively lowers lambda only where the level below gained from it: a
+  lower lambda makes its solve many times slower. Then lambda is raised (x10 per step) at the best level and the one above it while the
   held-out error falls: noisy samples stop there. ``info["limited_by"]`` says which bound the fit:
   "tolerance", "representation" (the finest level won), or "noise" (a coarser level or a larger
   lambda won).
@@ -34,10 +35,15 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   degree CHEB_DEGREE on the diagonal, through float32 copies of the operators: half the memory
   traffic of the stencil products, which bound the smoother; Galerkin coarse operators: each level's B^T B is assembled
   from the points with that level's weights, which equals P^T A P exactly for nested splines; the
-  coarsest level is factorised).
+  coarsest level is factorised). The final fit's coarse levels hold every point too (the training
+  points' operators there slow its CG several-fold). A solve judged only by its held-out error
+  (a level or a lambda tried) stops once its residual falls EXPLORE_REDUCTION times below where
+  it started: its held-out error has settled by then, and further steps cost the most on the
+  finest levels.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -64,6 +70,8 @@ HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
+POWER_STEPS = 10  # power steps for lmax from a random vector,
+POWER_STEPS_WARM = 4  # ... or from the top eigenvector of the same level at another lambda
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
@@ -72,6 +80,7 @@ CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out er
 CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
 CG_TOL_FACTOR = 0.01
 WARM_REDUCTION = 0.01  # a warm-started solve reduces its initial residual at least this much
+EXPLORE_REDUCTION = 0.1  # ... and one judged by its held-out error only (a level or lambda tried)
 DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35 x 35 grid: 1.4e7)
 VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
 DENSE_SPEEDUP = 30.0  # a dense factorisation's flop rate over a banded one's (3-D levels: 11^3 dense)
@@ -138,22 +147,33 @@ def penalty_stencil(grid: Grid) -> np.ndarray:
     """The thin-plate energy's stencil (7^D, prod(shape)), offset-major as kronpe/spline.h keeps it:
     sum over i, j of the integral of (d_i d_j s)^2."""
     D = len(grid.nint)
-    grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: (M, K1, K2)
-
-    letters = "abc"[:D]
-    spec = ",".join(f"{ch}{ch.upper()}" for ch in letters) + "->" + "".join(ch.upper() for ch in letters) \
-        + "".join(letters)  # bands (n, 7) per axis -> (7, ..., 7, n, ..., n): offset-major at once
-
-    def outer(bands: Sequence[np.ndarray]) -> np.ndarray:
-        return np.einsum(spec, *bands)
-
-    total = 0.0
-    for a in range(D):  # the pure second derivatives
-        total = total + outer([grams[i][2 if i == a else 0] for i in range(D)])
-    for a in range(D):  # the mixed ones, twice
+    grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: bands (n, 7) of orders 0, 1, 2
+    # the energy is a sum of T Kronecker products (one per pure and per mixed second derivative,
+    # the mixed ones twice): per axis a (T, 7, n) factor; each offset's block is a product of the
+    # leading axes' factors (n_1 ... n_(D-1), T) @ the last axis' (T, n_D)
+    orders: List[Tuple[int, ...]] = [tuple(2 if i == a else 0 for i in range(D)) for a in range(D)]
+    weights = [1.0] * D
+    for a in range(D):
         for b in range(a + 1, D):
-            total = total + 2 * outer([grams[i][1 if i in (a, b) else 0] for i in range(D)])
-    return np.ascontiguousarray(np.asarray(total).reshape(7**D, math.prod(grid.shape)))
+            orders.append(tuple(1 if i in (a, b) else 0 for i in range(D)))
+            weights.append(2.0)
+    factors = [np.stack([w * grams[i][o[i]].T if i == 0 else grams[i][o[i]].T for o, w in zip(orders, weights)])
+               for i in range(D)]  # (T, 7, n_i)
+    T = len(orders)
+    shape = grid.shape
+    out = np.empty((7,) * D + shape)
+    if D == 1:
+        out[:] = factors[0].sum(axis=0)
+        return out
+    Np = math.prod(shape[:-1])
+    for pre in itertools.product(range(7), repeat=D - 1):  # the leading axes' offsets
+        left = factors[0][:, pre[0], :]
+        for i in range(1, D - 1):
+            left = (left[:, :, None] * factors[i][:, pre[i], None, :]).reshape(T, -1)
+        lt = np.ascontiguousarray(left.T)  # (n_1 ... n_(D-1), T)
+        for o in range(7):  # each offset's block written in place
+            np.matmul(lt, factors[-1][:, o, :], out=out[pre + (o,)].reshape(Np, shape[-1]))
+    return out.reshape(7**D, math.prod(shape))
 
 
 _TAPS = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 8.0  # coarse coefficient J -> fine 2J - 3 .. 2J + 1
@@ -221,7 +241,8 @@ def values_at(grid: Grid, coef: np.ndarray, points: np.ndarray) -> np.ndarray:
 class _Level:
     """A = data + lam * penalty on one grid, with what its smoother needs."""
 
-    def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float):
+    def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float,
+                 start: Optional[np.ndarray] = None):
         self.grid = grid
         self.shape = grid.shape
         self.A = data + lam * penalty
@@ -229,6 +250,7 @@ class _Level:
         diag = self.A[centre].copy()
         self.dinv = 1.0 / np.where(diag > 0, diag, 1.0)
         self._lmax: Optional[float] = None
+        self.start = start  # the power steps' start: the top eigenvector at a neighbouring lambda
         self._chol = None
         self._A32: Optional[np.ndarray] = None
 
@@ -242,16 +264,20 @@ class _Level:
         return y.reshape(x.shape)
 
     def lmax(self) -> float:
-        """The largest eigenvalue of D^-1 A, from a few power steps (with a 10% margin)."""
+        """The largest eigenvalue of D^-1 A, from a few power steps (with a 10% margin): POWER_STEPS
+        from a random vector, or POWER_STEPS_WARM from ``start``; the last vector is kept as ``start``."""
         if self._lmax is None:
-            rng = np.random.default_rng(1)
-            v = rng.standard_normal((self.A.shape[1], 1))
+            if self.start is None:
+                v, steps = np.random.default_rng(1).standard_normal((self.A.shape[1], 1)), POWER_STEPS
+            else:
+                v, steps = self.start, POWER_STEPS_WARM
             est = 1.0
-            for _ in range(10):
+            for _ in range(steps):
                 w = self.dinv[:, None] * self.apply(v, single=True)
                 est = float(np.linalg.norm(w) / max(np.linalg.norm(v), 1e-300))
                 v = w / max(np.linalg.norm(w), 1e-300)
             self._lmax = 1.1 * est
+            self.start = v
         return self._lmax
 
     def bandwidth(self) -> int:
@@ -302,25 +328,29 @@ class _Level:
                 return sl.cho_solve_banded((factor, False), b, check_finite=False)
             return sl.cho_solve(factor, b, check_finite=False)
 
-    def smooth(self, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax]."""
+    def smooth(self, b: np.ndarray, x: Optional[np.ndarray], residual: bool = False):
+        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero,
+        which needs no product); ``residual``: also return b - A x (one more product)."""
         hi = self.lmax()
         lo = hi / CHEB_RATIO
         theta, delta = (hi + lo) / 2, (hi - lo) / 2
         sigma = theta / delta
         rho = 1.0 / sigma
         dinv = self.dinv[:, None]
-        r = dinv * (b - self.apply(x, single=True))
-        d = r / theta
+        res = b.copy() if x is None else b - self.apply(x, single=True)  # b - A x, kept up to date
+        d = dinv * res / theta
+        x = np.zeros_like(b) if x is None else x
         for k in range(CHEB_DEGREE):
             x = x + d
+            if k == CHEB_DEGREE - 1 and not residual:
+                break
+            res -= self.apply(d, single=True)
             if k == CHEB_DEGREE - 1:
                 break
-            r = r - dinv * self.apply(d, single=True)
             rho_new = 1.0 / (2 * sigma - rho)
-            d = rho_new * rho * d + (2 * rho_new / delta) * r
+            d = rho_new * rho * d + (2 * rho_new / delta) * (dinv * res)
             rho = rho_new
-        return x
+        return (x, res) if residual else x
 
 
 def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
@@ -330,31 +360,29 @@ def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
         return lev.solve_exact(b)
     D = len(lev.shape)
     C = b.shape[1]
-    x = lev.smooth(b, np.zeros_like(b))
-    r = (b - lev.apply(x, single=True)).reshape(lev.shape + (C,))
-    rc = _restrict(r, D).reshape(-1, C)
+    x, r = lev.smooth(b, None, residual=True)
+    rc = _restrict(r.reshape(lev.shape + (C,)), D).reshape(-1, C)
     xc = _vcycle(levels[:-1], rc)
     x = x + _prolong(xc.reshape(levels[-2].shape + (C,)), D).reshape(-1, C)
     return lev.smooth(b, x)
 
 
-def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int
-         ) -> Tuple[np.ndarray, int, float]:
+def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int,
+         reduction: float = WARM_REDUCTION) -> Tuple[np.ndarray, int, float]:
     """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly)."""
     from .krylov import pcg
 
     lev = levels[-1]
     if lev.direct():
         return lev.solve_exact(b), 0, 0.0
-    first = max([k for k, v in enumerate(levels) if v.direct(VCYCLE_DIRECT_WORK)], default=0)
-    levels = levels[first:]
+    levels = levels[_first_level([v.shape for v in levels]):]
     if x0 is not None:  # a warm start (a neighbouring lambda or level) still takes a real step
         bn = np.sqrt(np.sum(b * b, axis=0))
         r0 = b - lev.apply(x0)
         rn = np.sqrt(np.sum(r0 * r0, axis=0))
         ok = bn > 0
         if np.any(ok):
-            tol = min(tol, WARM_REDUCTION * float(np.min(rn[ok] / bn[ok])))
+            tol = min(tol, reduction * float(np.min(rn[ok] / bn[ok])))
         tol = max(tol, 1e-13)
     x, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), b, x0, tol, maxiter)
     return x, it, float(rel.max()) if rel.size else 0.0
@@ -504,6 +532,7 @@ class _HostLevels:
         self.rhs: List[np.ndarray] = []
         self.pens: List[np.ndarray] = []
         self.made: Dict[Tuple[int, float, int], _Level] = {}
+        self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
         self.cg_tol = CG_TOL_MAX
         self.D = len(grids[0].nint)
 
@@ -516,14 +545,18 @@ class _HostLevels:
             self.pens.append(penalty_stencil(g))
 
     def _levels(self, l: int, lam: float, data: List[np.ndarray]) -> List[_Level]:
+        """The operators a solve at level l uses (``data``: each level's B^T B), one lambda's kept."""
         self._assemble(l)
+        for key, lev in self.made.items():
+            if lev.start is not None:
+                self.eigvec[key[0]] = lev.start
         for key in [k for k in self.made if k[1] != lam]:  # one lambda's operators kept at a time
             del self.made[key]
         out = []
-        for k in range(l + 1):
+        for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
             key = (k, lam, id(data[k]))
             if key not in self.made:
-                self.made[key] = _Level(self.grids[k], data[k], self.pens[k], lam)
+                self.made[key] = _Level(self.grids[k], data[k], self.pens[k], lam, self.eigvec.get(k))
             out.append(self.made[key])
         return out
 
@@ -540,7 +573,8 @@ class _HostLevels:
 
     def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> np.ndarray:
         self._assemble(l)
-        return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)[0]
+        return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER,
+                    EXPLORE_REDUCTION)[0]
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
@@ -550,14 +584,25 @@ class _HostLevels:
         return err
 
     def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
-        """Every point at level l (the coarser levels, the preconditioner, keep the training points')."""
+        """Every point at level l, and at the coarser levels its V-cycle uses (Galerkin operators
+        of the same data: training points alone there slow CG several-fold)."""
         self._assemble(l)
         if self.p_ho.shape[0] == 0:
             return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
-        st, rhs = normal_equations(self.grids[l], self.p_ho, self.v_ho)
-        st += self.data[l]
-        rhs += self.rhs[l]
-        return _pcg(self._levels(l, lam, self.data[:l] + [st]), rhs, x0, self.cg_tol, CG_MAXITER)
+        data = list(self.data[:l + 1])
+        for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
+            st, rhs = normal_equations(self.grids[k], self.p_ho, self.v_ho)
+            st += self.data[k]
+            data[k] = st
+        return _pcg(self._levels(l, lam, data), rhs + self.rhs[l], x0, self.cg_tol, CG_MAXITER)
+
+
+def _first_level(shapes: Sequence[Sequence[int]]) -> int:
+    """The coarsest of these levels a solve of the last one uses: the last itself when it is
+    factorised, else the V-cycle's coarsest (the finest level cheap to factorise)."""
+    if _direct_work(shapes[-1])[0] <= DIRECT_WORK:
+        return len(shapes) - 1
+    return max([k for k, s in enumerate(shapes) if _direct_work(s)[0] <= VCYCLE_DIRECT_WORK], default=0)
 
 
 def _bandwidth(shape: Sequence[int]) -> int:
@@ -586,20 +631,23 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
     limited = "representation"
     best = 0
     x = None
-    lowering = True  # whether a lower lambda did not lose on the last level (then this one tries it too)
+    lowering = True  # whether a lower lambda did not lose on the last level (then a direct level tries it too)
+    gained = True  # ... and whether it gained there (then an iterative level tries it too)
     start = ridge * scale if fixed else LAMBDA_START * scale
     if not has_holdout:  # too few points to hold any out: the finest level at the starting lambda
         info.update(levels=[list(g.nint) for g in levels.grids], holdout_errors=[], limited_by="representation")
         return L, start, []
     for l in range(L + 1):
         # lambda from LAMBDA_START down to LAMBDA_EXACT while it gains (kept at the start on a level
-        # whose predecessor lost from a lower one, and on an iterative level that does not beat the
-        # best level at the start: not worth its slower solves)
+        # whose predecessor lost from a lower one, and on an iterative level whose predecessor did
+        # not gain from it or that does not beat the best level at the start: a lower lambda makes
+        # an iterative solve many times slower)
         mu = start
         y = levels.solve(l, mu, levels.start(l, x))
         e = levels.holdout_error(l, y, rms)
-        tried = lowering and (levels.direct(l) or not errors or e < errors[best] * LEVEL_GAIN)
-        lowering = False
+        direct = levels.direct(l)
+        tried = lowering if direct else gained and (not errors or e < errors[best] * LEVEL_GAIN)
+        lowering = gained = False
         while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
             mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
             y2 = levels.solve(l, mu2, y)
@@ -609,7 +657,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
                 lowering = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
                 break
             y, e, mu = y2, e2, mu2
-            lowering = True
+            lowering = gained = True
         x = y
         sols.append(y)
         errors.append(e)
