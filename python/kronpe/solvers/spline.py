@@ -43,6 +43,7 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -131,16 +132,12 @@ def axis_grams(nint: int, h: float) -> List[np.ndarray]:
     t = (x + 1) / 2
     w = w / 2
     n = nint + 3
-    out = []
-    for d in range(3):
-        vals = _pieces(t, d) / h**d  # (q, 4)
-        local = (vals.T * w) @ vals * h  # (4, 4): one interval's couplings
-        band = np.zeros((n, 7))
-        for a in range(4):
-            for b in range(4):
-                band[a:a + nint, 3 + b - a] += local[a, b]
-        out.append(band)
-    return out
+    vals = np.stack([_pieces(t, d) / h**d for d in range(3)])  # (3, q, 4)
+    local = np.einsum("dqa,q,dqb->dab", vals, w, vals) * h  # (3, 4, 4): one interval's couplings
+    out = np.zeros((3, n, 7))
+    for a in range(4):  # piece a of interval i is B-spline i + a
+        out[:, a:a + nint, 3 - a:7 - a] += local[:, a, None, :]
+    return list(out)
 
 
 def penalty_stencil(grid: Grid) -> np.ndarray:
@@ -295,30 +292,18 @@ class _Level:
 
         if self._chol is None:
             N = self.A.shape[1]
-            D = len(self.shape)
-            strides = [math.prod(self.shape[a + 1:]) for a in range(D)]
-            shifts = []
-            for o in range(self.A.shape[0]):
-                rest, shift = o, 0
-                for a in range(D - 1, -1, -1):
-                    shift += (rest % 7 - 3) * strides[a]
-                    rest //= 7
-                shifts.append(shift)
+            rows, shifts, vals = _upper_entries(self.A, self.shape)
             if _direct_work(self.shape)[1] == "banded":
                 bw = self.bandwidth()
-                ab = np.zeros((bw + 1, N))
-                for o, shift in enumerate(shifts):
-                    if 0 <= shift <= bw and shift < N:  # upper form: ab[bw + i - j, j] = A[i, j], j = i + shift
-                        ab[bw - shift, shift:] += self.A[o, :N - shift]  # (wrapped offsets add zeros)
+                ab = np.zeros((bw + 1, N))  # upper form: ab[bw + i - j, j] = A[i, j]
+                ab[bw - shifts, rows + shifts] = vals
                 ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
                 with _blas.one_lapack_thread():
                     self._chol = ("banded", sl.cholesky_banded(ab, lower=False, check_finite=False))
             else:
-                M = np.zeros((N, N))
+                M = np.zeros((N, N))  # the upper triangle, all that the factorisation reads
+                M[rows, rows + shifts] = vals
                 j = np.arange(N)
-                for o, shift in enumerate(shifts):
-                    ok = (j + shift >= 0) & (j + shift < N)
-                    M[j[ok], j[ok] + shift] += self.A[o, ok]
                 M[j, j] += 1e-13 * max(float(M[j, j].max()), 1e-300)
                 with _blas.one_lapack_thread():
                     self._chol = ("dense", sl.cho_factor(M, lower=False, check_finite=False))
@@ -351,6 +336,31 @@ class _Level:
             d = rho_new * rho * d + (2 * rho_new / delta) * (dinv * res)
             rho = rho_new
         return (x, res) if residual else x
+
+
+def _upper_entries(A: np.ndarray, shape: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The entries A[i, i + shift], shift >= 0, of a stencil (7^D, N) whose neighbour lies inside
+    the grid: (rows i, shifts, values)."""
+    rows, shifts, offsets = _upper_pattern(tuple(shape))
+    return rows, shifts, A[offsets, rows]
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_pattern(shape: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, shifts, stencil offsets) of ``_upper_entries`` on a grid of this shape."""
+    D = len(shape)
+    N = math.prod(shape)
+    offsets = np.array(np.unravel_index(np.arange(7**D), (7,) * D)) - 3  # (D, 7^D)
+    strides = np.array([math.prod(shape[a + 1:]) for a in range(D)])
+    shift = strides @ offsets  # (7^D,)
+    up = np.flatnonzero(shift >= 0)
+    idx = np.unravel_index(np.arange(N), shape)
+    inside = np.ones((up.size, N), bool)
+    for a in range(D):
+        nb = idx[a][None, :] + offsets[a, up][:, None]
+        inside &= (nb >= 0) & (nb < shape[a])
+    o, i = np.nonzero(inside)
+    return i, shift[up[o]], up[o]
 
 
 def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
