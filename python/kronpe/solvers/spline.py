@@ -379,23 +379,39 @@ def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
 
 def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int,
          reduction: float = WARM_REDUCTION) -> Tuple[np.ndarray, int, float]:
-    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly)."""
-    from .krylov import pcg
+    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly).
+    Returns (x, iterations, the largest relative residual ||b - A x|| / ||b|| of the channels)."""
+    from .krylov import cdot, pcg
 
     lev = levels[-1]
     if lev.direct():
         return lev.solve_exact(b), 0, 0.0
     levels = levels[_first_level([v.shape for v in levels]):]
+    bn = np.sqrt(cdot(b, b))
+    r0 = b if x0 is None else b - lev.apply(x0)
+    rn = np.sqrt(cdot(r0, r0))
+    ok = (bn > 0) & (rn > 0)
+    x = np.zeros_like(b) if x0 is None else x0.copy()
+    if not np.any(ok):
+        x[:, bn == 0] = 0.0
+        return x, 0, 0.0
     if x0 is not None:  # a warm start (a neighbouring lambda or level) still takes a real step
-        bn = np.sqrt(np.sum(b * b, axis=0))
-        r0 = b - lev.apply(x0)
-        rn = np.sqrt(np.sum(r0 * r0, axis=0))
-        ok = bn > 0
-        if np.any(ok):
-            tol = min(tol, reduction * float(np.min(rn[ok] / bn[ok])))
-        tol = max(tol, 1e-13)
-    x, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), b, x0, tol, maxiter)
-    return x, it, float(rel.max()) if rel.size else 0.0
+        tol = max(min(tol, reduction * float(np.min(rn[ok] / bn[ok]))), 1e-13)
+    # CG on the correction (A d = r0: no second product for the start's residual) to tol times ||b||
+    tol_r = tol * float(np.min(bn[ok] / rn[ok]))
+    safe = np.where(rn > 0, rn, 1.0)
+    calls = [0]
+
+    def precond(r: np.ndarray) -> np.ndarray:
+        k, calls[0] = calls[0], calls[0] + 1  # called after k iterations
+        if k >= maxiter or not np.any((np.sqrt(cdot(r, r)) / safe > tol_r) & (rn > 0)):
+            return r  # CG stops here and never uses it: no V-cycle
+        return _vcycle(levels, r)
+
+    d, it, rel = pcg(lev.apply, precond, r0, None, tol_r, maxiter)
+    x += d
+    x[:, bn == 0] = 0.0
+    return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
 
 
 # ---- the model ----------------------------------------------------------------------------------
@@ -542,6 +558,7 @@ class _HostLevels:
         self.rhs: List[np.ndarray] = []
         self.pens: List[np.ndarray] = []
         self.made: Dict[Tuple[int, float, int], _Level] = {}
+        self.version = 0  # of the data: the final fit adds the held-out points
         self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
         self.cg_tol = CG_TOL_MAX
         self.D = len(grids[0].nint)
@@ -554,19 +571,19 @@ class _HostLevels:
             self.rhs.append(rhs)
             self.pens.append(penalty_stencil(g))
 
-    def _levels(self, l: int, lam: float, data: List[np.ndarray]) -> List[_Level]:
-        """The operators a solve at level l uses (``data``: each level's B^T B), one lambda's kept."""
+    def _levels(self, l: int, lam: float) -> List[_Level]:
+        """The operators a solve at level l uses, one lambda's (and one data's) kept at a time."""
         self._assemble(l)
         for key, lev in self.made.items():
             if lev.start is not None:
                 self.eigvec[key[0]] = lev.start
-        for key in [k for k in self.made if k[1] != lam]:  # one lambda's operators kept at a time
+        for key in [k for k in self.made if k[1:] != (lam, self.version)]:
             del self.made[key]
         out = []
         for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
-            key = (k, lam, id(data[k]))
+            key = (k, lam, self.version)
             if key not in self.made:
-                self.made[key] = _Level(self.grids[k], data[k], self.pens[k], lam, self.eigvec.get(k))
+                self.made[key] = _Level(self.grids[k], self.data[k], self.pens[k], lam, self.eigvec.get(k))
             out.append(self.made[key])
         return out
 
@@ -583,8 +600,7 @@ class _HostLevels:
 
     def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> np.ndarray:
         self._assemble(l)
-        return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER,
-                    EXPLORE_REDUCTION)[0]
+        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER, EXPLORE_REDUCTION)[0]
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
@@ -595,16 +611,14 @@ class _HostLevels:
 
     def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
         """Every point at level l, and at the coarser levels its V-cycle uses (Galerkin operators
-        of the same data: training points alone there slow CG several-fold)."""
+        of the same data: training points alone there slow CG several-fold). The held-out points
+        are added to the training operators in place: nothing solves with those after this."""
         self._assemble(l)
-        if self.p_ho.shape[0] == 0:
-            return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
-        data = list(self.data[:l + 1])
-        for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
-            st, rhs = normal_equations(self.grids[k], self.p_ho, self.v_ho)
-            st += self.data[k]
-            data[k] = st
-        return _pcg(self._levels(l, lam, data), rhs + self.rhs[l], x0, self.cg_tol, CG_MAXITER)
+        if self.p_ho.shape[0]:
+            for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
+                _core.spline_normal(self.grids[k].args(), self.p_ho, self.v_ho, None, self.data[k], self.rhs[k])
+            self.version += 1
+        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
 
 
 def _first_level(shapes: Sequence[Sequence[int]]) -> int:
