@@ -71,8 +71,7 @@ HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
-POWER_STEPS = 10  # power steps for lmax from a random vector,
-POWER_STEPS_WARM = 4  # ... or from the top eigenvector of the same level at another lambda
+LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
@@ -261,20 +260,35 @@ class _Level:
         return y.reshape(x.shape)
 
     def lmax(self) -> float:
-        """The largest eigenvalue of D^-1 A, from a few power steps (with a 10% margin): POWER_STEPS
-        from a random vector, or POWER_STEPS_WARM from ``start``; the last vector is kept as ``start``."""
+        """The largest eigenvalue of D^-1 A (with a 10% margin): the largest Ritz value of
+        LANCZOS_STEPS Lanczos steps on D^-1/2 A D^-1/2 (closer from below than as many power
+        steps), from ``start`` (the Ritz vector at a neighbouring lambda) plus a random vector;
+        the Ritz vector is kept as ``start``."""
         if self._lmax is None:
-            if self.start is None:
-                v, steps = np.random.default_rng(1).standard_normal((self.A.shape[1], 1)), POWER_STEPS
-            else:
-                v, steps = self.start, POWER_STEPS_WARM
-            est = 1.0
-            for _ in range(steps):
-                w = self.dinv[:, None] * self.apply(v, single=True)
-                est = float(np.linalg.norm(w) / max(np.linalg.norm(v), 1e-300))
-                v = w / max(np.linalg.norm(w), 1e-300)
-            self._lmax = 1.1 * est
-            self.start = v
+            from scipy.linalg import eigh_tridiagonal
+
+            q = np.random.default_rng(1).standard_normal((self.A.shape[1], 1))
+            q /= np.linalg.norm(q)
+            if self.start is not None:
+                q = q + self.start / max(float(np.linalg.norm(self.start)), 1e-300)
+                q /= max(float(np.linalg.norm(q)), 1e-300)
+            root = np.sqrt(self.dinv)[:, None]
+            basis, alphas, betas = [], [], []
+            prev, beta = np.zeros_like(q), 0.0
+            for _ in range(LANCZOS_STEPS):
+                basis.append(q)
+                w = root * self.apply(root * q, single=True)
+                alpha = float(np.vdot(q, w))
+                w -= alpha * q + beta * prev
+                alphas.append(alpha)
+                beta = float(np.linalg.norm(w))
+                if not beta > 1e-12 * abs(alpha):  # an invariant subspace: exact
+                    break
+                betas.append(beta)
+                prev, q = q, w / beta
+            vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:len(alphas) - 1]))
+            self._lmax = 1.1 * float(vals[-1])
+            self.start = np.hstack(basis) @ vecs[:, -1:]
         return self._lmax
 
     def bandwidth(self) -> int:
