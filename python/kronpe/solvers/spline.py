@@ -71,7 +71,8 @@ HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
-LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax
+LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax (too few underestimate it, and CG stalls)
+LANCZOS_STEPS_WARM = 8  # ... or from one plus the Ritz vector at a neighbouring lambda
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
@@ -260,10 +261,10 @@ class _Level:
         return y.reshape(x.shape)
 
     def lmax(self) -> float:
-        """The largest eigenvalue of D^-1 A (with a 10% margin): the largest Ritz value of
-        LANCZOS_STEPS Lanczos steps on D^-1/2 A D^-1/2 (closer from below than as many power
-        steps), from ``start`` (the Ritz vector at a neighbouring lambda) plus a random vector;
-        the Ritz vector is kept as ``start``."""
+        """The largest eigenvalue of D^-1 A (with a 10% margin): the largest Ritz value of a few
+        Lanczos steps on D^-1/2 A D^-1/2 (closer from below than as many power steps) from a
+        random vector, plus ``start`` (the Ritz vector at a neighbouring lambda) where given; the
+        Ritz vector is kept as ``start``."""
         if self._lmax is None:
             from scipy.linalg import eigh_tridiagonal
 
