@@ -27,8 +27,10 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
   wins. A level solved iteratively lowers lambda only where the level below gained from it: a
-  lower lambda makes its solve many times slower. Then lambda is raised (x10 per step) at the best level and the one above it while the
-  held-out error falls: noisy samples stop there. ``info["limited_by"]`` says which bound the fit:
+  lower lambda makes its solve many times slower. Then lambda is raised (x10 per step) at the
+  best level and the one above it while the held-out error falls: noisy samples stop there (an
+  iterative level above only where the best level gained: its held-out error comes from a short
+  solve started at the best level's fit). ``info["limited_by"]`` says which bound the fit:
   "tolerance", "representation" (the finest level won), or "noise" (a coarser level or a larger
   lambda won).
 - **Solver.** CG preconditioned by one V-cycle over the levels below (Chebyshev smoothing of
@@ -711,11 +713,17 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
             break
     if not fixed and limited != "tolerance":
         # raise lambda at the best level (and the one above it) while the held-out error falls
-        above = min(best + 1, len(sols) - 1)
+        first = best
+        above = min(first + 1, len(sols) - 1)
         # the level above, where its start came close (a noisy fit gains there from a larger lambda;
-        # far behind, as when exact samples are fitted, it does not)
-        near = NOISE_ABOVE and (levels.direct(above) or errors[above] < errors[best] * NOISE_NEAR)
-        for l in sorted({best, above} if near else {best}):
+        # far behind, as when exact samples are fitted, it does not); an iterative one only where
+        # the best level gained from a larger lambda too (noise): its held-out error comes from a
+        # short solve started at the best level's fit, so it lies near that one's in any case
+        near = NOISE_ABOVE and (levels.direct(above) or errors[above] < errors[first] * NOISE_NEAR)
+        noisy = False
+        for l in [first] + ([above] if near and above != first else []):
+            if l != first and not (levels.direct(l) or noisy):
+                break
             prev, y, mu = errors[l], sols[l], lams[l]
             while True:
                 mu *= LAMBDA_STEP
@@ -725,6 +733,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
                 if not e < prev * LEVEL_GAIN:
                     break
                 prev = e
+                noisy = noisy or l == first
                 if e < errors[best] * LEVEL_GAIN:
                     best = l
                     errors[best], sols[best], lams[best] = e, y, mu
