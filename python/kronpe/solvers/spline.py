@@ -243,12 +243,12 @@ class _Level:
                  start: Optional[np.ndarray] = None):
         self.grid = grid
         self.shape = grid.shape
-        self.A = np.multiply(penalty, lam)
-        self.A += data
-        diag = self.A[(self.A.shape[0] - 1) // 2]
+        self.A = data + lam * penalty
+        centre = (self.A.shape[0] - 1) // 2
+        diag = self.A[centre].copy()
         self.dinv = 1.0 / np.where(diag > 0, diag, 1.0)
         self._lmax: Optional[float] = None
-        self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
+        self.start = start  # the power steps' start: the top eigenvector at a neighbouring lambda
         self._chol = None
         self._A32: Optional[np.ndarray] = None
 
@@ -385,11 +385,9 @@ def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
 
 
 def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int,
-         reduction: float = WARM_REDUCTION, single: bool = False) -> Tuple[np.ndarray, int, float]:
-    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly);
-    ``single``: through the float32 copy of the operator (enough for a fit judged by its held-out
-    error). Returns (x, iterations, the largest relative residual ||b - A x|| / ||b|| of the
-    channels)."""
+         reduction: float = WARM_REDUCTION) -> Tuple[np.ndarray, int, float]:
+    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly).
+    Returns (x, iterations, the largest relative residual ||b - A x|| / ||b|| of the channels)."""
     from .krylov import cdot, pcg
 
     lev = levels[-1]
@@ -397,7 +395,7 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
         return lev.solve_exact(b), 0, 0.0
     levels = levels[_first_level([v.shape for v in levels]):]
     bn = np.sqrt(cdot(b, b))
-    r0 = b if x0 is None else b - lev.apply(x0, single)
+    r0 = b if x0 is None else b - lev.apply(x0)
     rn = np.sqrt(cdot(r0, r0))
     ok = (bn > 0) & (rn > 0)
     x = np.zeros_like(b) if x0 is None else x0.copy()
@@ -417,7 +415,7 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
             return r  # CG stops here and never uses it: no V-cycle
         return _vcycle(levels, r)
 
-    d, it, rel = pcg(lambda v: lev.apply(v, single), precond, r0, None, tol_r, maxiter)
+    d, it, rel = pcg(lev.apply, precond, r0, None, tol_r, maxiter)
     x += d
     x[:, bn == 0] = 0.0
     return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
@@ -609,7 +607,7 @@ class _HostLevels:
 
     def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> np.ndarray:
         self._assemble(l)
-        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER, EXPLORE_REDUCTION, True)[0]
+        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER, EXPLORE_REDUCTION)[0]
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
