@@ -26,8 +26,8 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   interpolation limit (LAMBDA_EXACT) a spline coarser than the points is a least-squares fit: on
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
-  wins. A level solved iteratively lowers lambda only where the level below gained from it: a
-  lower lambda makes its solve many times slower. Then lambda is raised (x10 per step) at the
+  wins. A level solved iteratively takes a lower lambda only where CG solves it in LOWER_MAXITER
+  iterations (a lower lambda can slow CG many-fold; slower counts as no gain). Then lambda is raised (x10 per step) at the
   best level and the one above it while the held-out error falls: noisy samples stop there (an
   iterative level above only where the best level gained: its held-out error comes from a short
   solve started at the best level's fit). ``info["limited_by"]`` says which bound the fit:
@@ -87,6 +87,7 @@ DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35
 VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
 DENSE_SPEEDUP = 30.0  # the size rule counts N^3 / 3 at this discount (3-D levels up to 11^3 factorised)
 CG_MAXITER = 300
+LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda, beyond which it counts as no gain
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
 
 
@@ -243,12 +244,12 @@ class _Level:
                  start: Optional[np.ndarray] = None):
         self.grid = grid
         self.shape = grid.shape
-        self.A = data + lam * penalty
-        centre = (self.A.shape[0] - 1) // 2
-        diag = self.A[centre].copy()
+        self.A = np.multiply(penalty, lam)
+        self.A += data
+        diag = self.A[(self.A.shape[0] - 1) // 2]
         self.dinv = 1.0 / np.where(diag > 0, diag, 1.0)
         self._lmax: Optional[float] = None
-        self.start = start  # the power steps' start: the top eigenvector at a neighbouring lambda
+        self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
         self._chol = None
         self._A32: Optional[np.ndarray] = None
 
@@ -566,6 +567,7 @@ class _HostLevels:
         self.pens: List[np.ndarray] = []
         self.made: Dict[Tuple[int, float, int], _Level] = {}
         self.version = 0  # of the data: the final fit adds the held-out points
+        self.solved: Dict[int, float] = {}  # the last lambda solved per level
         self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
         self.cg_tol = CG_TOL_MAX
         self.D = len(grids[0].nint)
@@ -605,9 +607,15 @@ class _HostLevels:
         C = x.shape[1]
         return _prolong(x.reshape(self.grids[l - 1].shape + (C,)), self.D).reshape(-1, C)
 
-    def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> np.ndarray:
+    def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """The fit at level l and lam, judged by its held-out error; None where lam is below the
+        last one solved at an iterative level l and CG takes more than LOWER_MAXITER iterations."""
         self._assemble(l)
-        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER, EXPLORE_REDUCTION)[0]
+        lower = not self.direct(l) and lam < self.solved.get(l, lam)
+        self.solved[l] = lam
+        x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, LOWER_MAXITER if lower else CG_MAXITER,
+                        EXPLORE_REDUCTION)
+        return None if lower and it >= LOWER_MAXITER else x
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
@@ -663,33 +671,32 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
     limited = "representation"
     best = 0
     x = None
-    lowering = True  # whether a lower lambda did not lose on the last level (then a direct level tries it too)
-    gained = True  # ... and whether it gained there (then an iterative level tries it too)
+    lowering = True  # whether a lower lambda did not lose on the last level (then this one tries it too)
     start = ridge * scale if fixed else LAMBDA_START * scale
     if not has_holdout:  # too few points to hold any out: the finest level at the starting lambda
         info.update(levels=[list(g.nint) for g in levels.grids], holdout_errors=[], limited_by="representation")
         return L, start, []
     for l in range(L + 1):
         # lambda from LAMBDA_START down to LAMBDA_EXACT while it gains (kept at the start on a level
-        # whose predecessor lost from a lower one, and on an iterative level whose predecessor did
-        # not gain from it or that does not beat the best level at the start: a lower lambda makes
-        # an iterative solve many times slower)
+        # whose predecessor lost from a lower one, and on an iterative level that does not beat the
+        # best level at the start, or whose solve at the lower lambda takes too long)
         mu = start
         y = levels.solve(l, mu, levels.start(l, x))
         e = levels.holdout_error(l, y, rms)
-        direct = levels.direct(l)
-        tried = lowering if direct else gained and (not errors or e < errors[best] * LEVEL_GAIN)
-        lowering = gained = False
+        tried = lowering and (levels.direct(l) or not errors or e < errors[best] * LEVEL_GAIN)
+        lowering = False
         while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
             mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
             y2 = levels.solve(l, mu2, y)
+            if y2 is None:  # too slow to solve at the lower lambda (an iterative level): no gain
+                break
             e2 = levels.holdout_error(l, y2, rms)
             lam_errors.append((mu2 / scale, l, e2))
             if not e2 < e * LEVEL_GAIN:
                 lowering = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
                 break
             y, e, mu = y2, e2, mu2
-            lowering = gained = True
+            lowering = True
         x = y
         sols.append(y)
         errors.append(e)
