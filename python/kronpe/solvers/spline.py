@@ -27,21 +27,25 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
   wins. A level solved iteratively takes a lower lambda only where CG solves it in LOWER_MAXITER
-  iterations (a lower lambda can slow CG many-fold; slower counts as no gain). Then lambda is raised (x10 per step) at the
-  best level and the one above it while the held-out error falls: noisy samples stop there (an
-  iterative level above only where the best level gained: its held-out error comes from a short
-  solve started at the best level's fit). ``info["limited_by"]`` says which bound the fit:
+  iterations (a lower lambda can slow CG many-fold; slower counts as no gain). Then lambda is
+  raised (x10 per step) at the best level and the one above it while the held-out error falls:
+  noisy samples stop there (an iterative level above only where the best level gained: its
+  held-out error comes from a short solve started at the best level's fit, so it lies near the
+  best's anyway). ``info["limited_by"]`` says which bound the fit:
   "tolerance", "representation" (the finest level won), or "noise" (a coarser level or a larger
   lambda won).
 - **Solver.** CG preconditioned by one V-cycle over the levels below (Chebyshev smoothing of
-  degree CHEB_DEGREE on the diagonal, through float32 copies of the operators: half the memory
-  traffic of the stencil products, which bound the smoother; Galerkin coarse operators: each level's B^T B is assembled
-  from the points with that level's weights, which equals P^T A P exactly for nested splines; the
-  coarsest level is factorised). The final fit's coarse levels hold every point too (the training
-  points' operators there slow its CG several-fold). A solve judged only by its held-out error
-  (a level or a lambda tried) stops once its residual falls EXPLORE_REDUCTION times below where
-  it started: its held-out error has settled by then, and further steps cost the most on the
-  finest levels.
+  degree CHEB_DEGREE on the diagonal over [lmax / CHEB_RATIO, lmax], lmax from Lanczos steps,
+  through float32 copies of the operators: half the memory traffic of the stencil products, which
+  bound the smoother; Galerkin coarse operators: each level's B^T B is assembled from the points
+  with that level's weights, which equals P^T A P exactly for nested splines; the coarsest level
+  is factorised). Factorisations are banded (LAPACK pbtrf runs at potrf's flop rate on one
+  thread, so it beats a dense one on every level solved directly). The final fit holds every
+  point on every level of its V-cycle (training points alone on the coarse ones make its CG take
+  several times the iterations). A solve judged only by its held-out error (a level or a lambda
+  tried) stops once its residual is below cg_tol and EXPLORE_REDUCTION times its start's (not
+  WARM_REDUCTION): enough to rank levels and lambdas (on the finest levels of detailed fields its
+  held-out error is then within 1% of the converged one's), and those solves are the costliest.
 """
 from __future__ import annotations
 
@@ -86,8 +90,8 @@ EXPLORE_REDUCTION = 0.1  # ... and one judged by its held-out error only (a leve
 DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35 x 35 grid: 1.4e7)
 VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
 DENSE_SPEEDUP = 30.0  # the size rule counts N^3 / 3 at this discount (3-D levels up to 11^3 factorised)
-CG_MAXITER = 300
-LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda, beyond which it counts as no gain
+CG_MAXITER = 300  # CG's iterations at most,
+LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda (more count as no gain there)
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
 
 
