@@ -116,6 +116,69 @@ def test_subdivision_keeps_the_spline_and_restriction_is_its_transpose(rng, axis
     assert abs(float(np.sum(a * b)) - float(np.sum(c * S.restrict(b, axis)))) < 1e-10
 
 
+@pytest.mark.parametrize("nint,lo,h", SPLINE_GRIDS)
+def test_factorised_solve_matches_the_dense_system(rng, nint, lo, h):
+    """The banded factorisation of a level's operator (grids as narrow as 4 coefficients, where
+    flat offsets of the stencil wrap) solves the dense system."""
+    g = S.Grid(nint, lo, h)
+    pts = spline_points(rng, nint, lo, h, 40)
+    st, rhs = S.normal_equations(g, pts, rng.standard_normal((40, 2)))
+    lev = S._Level(g, st, S.penalty_stencil(g), 1e-2)
+    x = lev.solve_exact(rhs)
+    np.testing.assert_allclose(_dense_of(lev.A, g.shape) @ x, rhs, rtol=0, atol=1e-8 * np.abs(rhs).max())
+
+
+@pytest.mark.parametrize("nint", [(30,), (14, 12), (5, 4, 6)])
+def test_smoother_lmax_bounds_the_spectrum(rng, nint):
+    """The smoother's lmax (Lanczos, with its margin) lies above the largest eigenvalue of D^-1 A
+    and not far above it, from a random start and from the Ritz vector of another lambda."""
+    D = len(nint)
+    g = S.Grid(nint, (0.0,) * D, 1.0 / max(nint))
+    pts = spline_points(rng, nint, g.lo, g.h, 2 * math.prod(g.shape))
+    st, _ = S.normal_equations(g, pts, np.zeros((pts.shape[0], 1)))
+    pen = S.penalty_stencil(g)
+    start = None
+    for lam in (1e-6, 1e-3, 1.0):
+        lev = S._Level(g, st, pen, lam * (g.h ** 2), start)
+        A = _dense_of(lev.A, g.shape)
+        root = np.sqrt(lev.dinv)
+        top = np.linalg.eigvalsh(root[:, None] * A * root[None, :])[-1]
+        assert top <= lev.lmax() <= 1.25 * top
+        start = lev.start
+
+
+def test_a_slow_lower_lambda_counts_as_no_gain(monkeypatch):
+    """On an iterative level, a solve at a lower lambda that CG does not finish in LOWER_MAXITER
+    iterations gives no fit (choose counts it as no gain); a higher one is solved as usual."""
+    rng = np.random.default_rng(22)
+    pts = rng.random((6000, 2))
+    vals = (np.sin(60 * pts[:, 0]) * np.cos(50 * pts[:, 1]))[:, None]
+    lo, ext, grids, scale = S.prepare((pts.min(axis=0), pts.max(axis=0)), 6000, 2, None, 4)
+    levels = S._HostLevels(grids, np.ascontiguousarray((pts - lo) / ext), vals, S.holdout_of(6000))
+    assert not levels.direct(4)
+    y = levels.solve(4, 1e-3 * scale, None)
+    monkeypatch.setattr(S, "LOWER_MAXITER", 1)
+    assert levels.solve(4, 1e-6 * scale, y) is None
+    assert levels.solve(4, 1e-2 * scale, y) is not None
+
+
+def test_the_final_fit_solves_the_system_of_every_point():
+    """The final fit of an iterative level holds the held-out points too, and its reported
+    residual is that of the system of every point."""
+    rng = np.random.default_rng(21)
+    pts = rng.random((6000, 2))
+    vals = (np.sin(60 * pts[:, 0]) * np.cos(50 * pts[:, 1]))[:, None]
+    m = S.fit(pts, vals, ridge=1e-5, max_level=4)
+    g = m.grid
+    assert m.info["grid"] == [64, 64] and m.info["iterations"] > 0 and m.info["converged"]
+    unit = np.ascontiguousarray((pts - np.asarray(m.lo)) / np.asarray(m.scale))
+    st, rhs = S.normal_equations(g, unit, vals)
+    A = st + m.ridge * S.penalty_stencil(g)
+    Ac = np.empty_like(rhs)
+    _core.stencil_apply(list(g.shape), A, np.ascontiguousarray(m.coef.reshape(-1, 1)), Ac)
+    assert np.linalg.norm(rhs - Ac) <= 1.01 * m.info["residual"] * np.linalg.norm(rhs)
+
+
 @pytest.mark.parametrize("D", [1, 2])
 def test_fit_matches_a_dense_penalised_solve(rng, D):
     """With a fixed lambda and one level, the fit is the dense solve of (B^T B + lambda R) c = B^T y."""

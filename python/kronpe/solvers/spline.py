@@ -26,18 +26,31 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   interpolation limit (LAMBDA_EXACT) a spline coarser than the points is a least-squares fit: on
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
-  wins. Then lambda is raised (x10 per step) at the best level and the one above it while the
-  held-out error falls: noisy samples stop there. ``info["limited_by"]`` says which bound the fit:
+  wins. A level solved iteratively takes a lower lambda only where CG solves it in LOWER_MAXITER
+  iterations (a lower lambda can slow CG many-fold; slower counts as no gain). Then lambda is
+  raised (x10 per step) at the best level and the one above it while the held-out error falls:
+  noisy samples stop there (an iterative level above only where the best level gained: its
+  held-out error comes from a short solve started at the best level's fit, so it lies near the
+  best's anyway). ``info["limited_by"]`` says which bound the fit:
   "tolerance", "representation" (the finest level won), or "noise" (a coarser level or a larger
   lambda won).
 - **Solver.** CG preconditioned by one V-cycle over the levels below (Chebyshev smoothing of
-  degree CHEB_DEGREE on the diagonal, through float32 copies of the operators: half the memory
-  traffic of the stencil products, which bound the smoother; Galerkin coarse operators: each level's B^T B is assembled
-  from the points with that level's weights, which equals P^T A P exactly for nested splines; the
-  coarsest level is factorised).
+  degree CHEB_DEGREE on the diagonal over [lmax / CHEB_RATIO, lmax], lmax from Lanczos steps,
+  through float32 copies of the operators: half the memory traffic of the stencil products, which
+  bound the smoother; Galerkin coarse operators: each level's B^T B is assembled from the points
+  with that level's weights, which equals P^T A P exactly for nested splines; the coarsest level
+  is factorised). Factorisations are banded (LAPACK pbtrf runs at potrf's flop rate on one
+  thread, so it beats a dense one on every level solved directly). The final fit holds every
+  point on every level of its V-cycle (training points alone on the coarse ones make its CG take
+  several times the iterations). A solve judged only by its held-out error (a level or a lambda
+  tried) stops once its residual is below cg_tol and EXPLORE_REDUCTION times its start's (not
+  WARM_REDUCTION): enough to rank levels and lambdas (on the finest levels of detailed fields its
+  held-out error is then within 1% of the converged one's), and those solves are the costliest.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -64,6 +77,7 @@ HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
 CHEB_DEGREE = 3
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
+LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax (too few underestimate it, and CG stalls)
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
@@ -72,10 +86,12 @@ CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out er
 CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
 CG_TOL_FACTOR = 0.01
 WARM_REDUCTION = 0.01  # a warm-started solve reduces its initial residual at least this much
+EXPLORE_REDUCTION = 0.1  # ... and one judged by its held-out error only (a level or lambda tried)
 DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35 x 35 grid: 1.4e7)
 VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
-DENSE_SPEEDUP = 30.0  # a dense factorisation's flop rate over a banded one's (3-D levels: 11^3 dense)
-CG_MAXITER = 300
+DENSE_SPEEDUP = 30.0  # the size rule counts N^3 / 3 at this discount (3-D levels up to 11^3 factorised)
+CG_MAXITER = 300  # CG's iterations at most,
+LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda (more count as no gain there)
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
 
 
@@ -122,38 +138,45 @@ def axis_grams(nint: int, h: float) -> List[np.ndarray]:
     t = (x + 1) / 2
     w = w / 2
     n = nint + 3
-    out = []
-    for d in range(3):
-        vals = _pieces(t, d) / h**d  # (q, 4)
-        local = (vals.T * w) @ vals * h  # (4, 4): one interval's couplings
-        band = np.zeros((n, 7))
-        for a in range(4):
-            for b in range(4):
-                band[a:a + nint, 3 + b - a] += local[a, b]
-        out.append(band)
-    return out
+    vals = np.stack([_pieces(t, d) / h**d for d in range(3)])  # (3, q, 4)
+    local = np.einsum("dqa,q,dqb->dab", vals, w, vals) * h  # (3, 4, 4): one interval's couplings
+    out = np.zeros((3, n, 7))
+    for a in range(4):  # piece a of interval i is B-spline i + a
+        out[:, a:a + nint, 3 - a:7 - a] += local[:, a, None, :]
+    return list(out)
 
 
 def penalty_stencil(grid: Grid) -> np.ndarray:
     """The thin-plate energy's stencil (7^D, prod(shape)), offset-major as kronpe/spline.h keeps it:
     sum over i, j of the integral of (d_i d_j s)^2."""
     D = len(grid.nint)
-    grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: (M, K1, K2)
-
-    letters = "abc"[:D]
-    spec = ",".join(f"{ch}{ch.upper()}" for ch in letters) + "->" + "".join(ch.upper() for ch in letters) \
-        + "".join(letters)  # bands (n, 7) per axis -> (7, ..., 7, n, ..., n): offset-major at once
-
-    def outer(bands: Sequence[np.ndarray]) -> np.ndarray:
-        return np.einsum(spec, *bands)
-
-    total = 0.0
-    for a in range(D):  # the pure second derivatives
-        total = total + outer([grams[i][2 if i == a else 0] for i in range(D)])
-    for a in range(D):  # the mixed ones, twice
+    grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: bands (n, 7) of orders 0, 1, 2
+    # the energy is a sum of T Kronecker products (one per pure and per mixed second derivative,
+    # the mixed ones twice): per axis a (T, 7, n) factor; each offset's block is a product of the
+    # leading axes' factors (n_1 ... n_(D-1), T) @ the last axis' (T, n_D)
+    orders: List[Tuple[int, ...]] = [tuple(2 if i == a else 0 for i in range(D)) for a in range(D)]
+    weights = [1.0] * D
+    for a in range(D):
         for b in range(a + 1, D):
-            total = total + 2 * outer([grams[i][1 if i in (a, b) else 0] for i in range(D)])
-    return np.ascontiguousarray(np.asarray(total).reshape(7**D, math.prod(grid.shape)))
+            orders.append(tuple(1 if i in (a, b) else 0 for i in range(D)))
+            weights.append(2.0)
+    factors = [np.stack([w * grams[i][o[i]].T if i == 0 else grams[i][o[i]].T for o, w in zip(orders, weights)])
+               for i in range(D)]  # (T, 7, n_i)
+    T = len(orders)
+    shape = grid.shape
+    out = np.empty((7,) * D + shape)
+    if D == 1:
+        out[:] = factors[0].sum(axis=0)
+        return out
+    Np = math.prod(shape[:-1])
+    for pre in itertools.product(range(7), repeat=D - 1):  # the leading axes' offsets
+        left = factors[0][:, pre[0], :]
+        for i in range(1, D - 1):
+            left = (left[:, :, None] * factors[i][:, pre[i], None, :]).reshape(T, -1)
+        lt = np.ascontiguousarray(left.T)  # (n_1 ... n_(D-1), T)
+        for o in range(7):  # each offset's block written in place
+            np.matmul(lt, factors[-1][:, o, :], out=out[pre + (o,)].reshape(Np, shape[-1]))
+    return out.reshape(7**D, math.prod(shape))
 
 
 _TAPS = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 8.0  # coarse coefficient J -> fine 2J - 3 .. 2J + 1
@@ -221,14 +244,16 @@ def values_at(grid: Grid, coef: np.ndarray, points: np.ndarray) -> np.ndarray:
 class _Level:
     """A = data + lam * penalty on one grid, with what its smoother needs."""
 
-    def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float):
+    def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float,
+                 start: Optional[np.ndarray] = None):
         self.grid = grid
         self.shape = grid.shape
-        self.A = data + lam * penalty
-        centre = (self.A.shape[0] - 1) // 2
-        diag = self.A[centre].copy()
+        self.A = np.multiply(penalty, lam)
+        self.A += data
+        diag = self.A[(self.A.shape[0] - 1) // 2]
         self.dinv = 1.0 / np.where(diag > 0, diag, 1.0)
         self._lmax: Optional[float] = None
+        self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
         self._chol = None
         self._A32: Optional[np.ndarray] = None
 
@@ -242,16 +267,35 @@ class _Level:
         return y.reshape(x.shape)
 
     def lmax(self) -> float:
-        """The largest eigenvalue of D^-1 A, from a few power steps (with a 10% margin)."""
+        """The largest eigenvalue of D^-1 A (with a 10% margin): the largest Ritz value of a few
+        Lanczos steps on D^-1/2 A D^-1/2 (closer from below than as many power steps) from a
+        random vector, plus ``start`` (the Ritz vector at a neighbouring lambda) where given; the
+        Ritz vector is kept as ``start``."""
         if self._lmax is None:
-            rng = np.random.default_rng(1)
-            v = rng.standard_normal((self.A.shape[1], 1))
-            est = 1.0
-            for _ in range(10):
-                w = self.dinv[:, None] * self.apply(v, single=True)
-                est = float(np.linalg.norm(w) / max(np.linalg.norm(v), 1e-300))
-                v = w / max(np.linalg.norm(w), 1e-300)
-            self._lmax = 1.1 * est
+            from scipy.linalg import eigh_tridiagonal
+
+            q = np.random.default_rng(1).standard_normal((self.A.shape[1], 1))
+            q /= np.linalg.norm(q)
+            if self.start is not None:
+                q = q + self.start / max(float(np.linalg.norm(self.start)), 1e-300)
+                q /= max(float(np.linalg.norm(q)), 1e-300)
+            root = np.sqrt(self.dinv)[:, None]
+            basis, alphas, betas = [], [], []
+            prev, beta = np.zeros_like(q), 0.0
+            for _ in range(LANCZOS_STEPS):
+                basis.append(q)
+                w = root * self.apply(root * q, single=True)
+                alpha = float(np.vdot(q, w))
+                w -= alpha * q + beta * prev
+                alphas.append(alpha)
+                beta = float(np.linalg.norm(w))
+                if not beta > 1e-12 * abs(alpha):  # an invariant subspace: exact
+                    break
+                betas.append(beta)
+                prev, q = q, w / beta
+            vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:len(alphas) - 1]))
+            self._lmax = 1.1 * float(vals[-1])
+            self.start = np.hstack(basis) @ vecs[:, -1:]
         return self._lmax
 
     def bandwidth(self) -> int:
@@ -263,64 +307,72 @@ class _Level:
         return _direct_work(self.shape)[0] <= (work or DIRECT_WORK)
 
     def solve_exact(self, b: np.ndarray) -> np.ndarray:
-        """A x = b by a Cholesky factorisation, banded (LAPACK pbtrf) or dense (potrf) whichever
-        costs less, kept for the next call; on one LAPACK thread (every direct level is small)."""
+        """A x = b by a banded Cholesky factorisation (LAPACK pbtrf), kept for the next call; on
+        one LAPACK thread (every direct level is small). Banded even where a dense factorisation
+        has fewer flops: pbtrf runs at potrf's rate, ten times faster than its flop count gives
+        on a 19 x 19 grid and four times on an 11^3 one."""
         import scipy.linalg as sl
 
         if self._chol is None:
             N = self.A.shape[1]
-            D = len(self.shape)
-            strides = [math.prod(self.shape[a + 1:]) for a in range(D)]
-            shifts = []
-            for o in range(self.A.shape[0]):
-                rest, shift = o, 0
-                for a in range(D - 1, -1, -1):
-                    shift += (rest % 7 - 3) * strides[a]
-                    rest //= 7
-                shifts.append(shift)
-            if _direct_work(self.shape)[1] == "banded":
-                bw = self.bandwidth()
-                ab = np.zeros((bw + 1, N))
-                for o, shift in enumerate(shifts):
-                    if 0 <= shift <= bw and shift < N:  # upper form: ab[bw + i - j, j] = A[i, j], j = i + shift
-                        ab[bw - shift, shift:] += self.A[o, :N - shift]  # (wrapped offsets add zeros)
-                ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
-                with _blas.one_lapack_thread():
-                    self._chol = ("banded", sl.cholesky_banded(ab, lower=False, check_finite=False))
-            else:
-                M = np.zeros((N, N))
-                j = np.arange(N)
-                for o, shift in enumerate(shifts):
-                    ok = (j + shift >= 0) & (j + shift < N)
-                    M[j[ok], j[ok] + shift] += self.A[o, ok]
-                M[j, j] += 1e-13 * max(float(M[j, j].max()), 1e-300)
-                with _blas.one_lapack_thread():
-                    self._chol = ("dense", sl.cho_factor(M, lower=False, check_finite=False))
-        kind, factor = self._chol
+            rows, shifts, vals = _upper_entries(self.A, self.shape)
+            bw = self.bandwidth()
+            ab = np.zeros((bw + 1, N))  # upper form: ab[bw + i - j, j] = A[i, j]
+            ab[bw - shifts, rows + shifts] = vals
+            ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
+            with _blas.one_lapack_thread():
+                self._chol = sl.cholesky_banded(ab, lower=False, check_finite=False)
         with _blas.one_lapack_thread():
-            if kind == "banded":
-                return sl.cho_solve_banded((factor, False), b, check_finite=False)
-            return sl.cho_solve(factor, b, check_finite=False)
+            return sl.cho_solve_banded((self._chol, False), b, check_finite=False)
 
-    def smooth(self, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax]."""
+    def smooth(self, b: np.ndarray, x: Optional[np.ndarray], residual: bool = False):
+        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero,
+        which needs no product); ``residual``: also return b - A x (one more product)."""
         hi = self.lmax()
         lo = hi / CHEB_RATIO
         theta, delta = (hi + lo) / 2, (hi - lo) / 2
         sigma = theta / delta
         rho = 1.0 / sigma
         dinv = self.dinv[:, None]
-        r = dinv * (b - self.apply(x, single=True))
-        d = r / theta
+        res = b.copy() if x is None else b - self.apply(x, single=True)  # b - A x, kept up to date
+        d = dinv * res / theta
+        x = np.zeros_like(b) if x is None else x
         for k in range(CHEB_DEGREE):
             x = x + d
+            if k == CHEB_DEGREE - 1 and not residual:
+                break
+            res -= self.apply(d, single=True)
             if k == CHEB_DEGREE - 1:
                 break
-            r = r - dinv * self.apply(d, single=True)
             rho_new = 1.0 / (2 * sigma - rho)
-            d = rho_new * rho * d + (2 * rho_new / delta) * r
+            d = rho_new * rho * d + (2 * rho_new / delta) * (dinv * res)
             rho = rho_new
-        return x
+        return (x, res) if residual else x
+
+
+def _upper_entries(A: np.ndarray, shape: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The entries A[i, i + shift], shift >= 0, of a stencil (7^D, N) whose neighbour lies inside
+    the grid: (rows i, shifts, values)."""
+    rows, shifts, offsets = _upper_pattern(tuple(shape))
+    return rows, shifts, A[offsets, rows]
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_pattern(shape: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, shifts, stencil offsets) of ``_upper_entries`` on a grid of this shape."""
+    D = len(shape)
+    N = math.prod(shape)
+    offsets = np.array(np.unravel_index(np.arange(7**D), (7,) * D)) - 3  # (D, 7^D)
+    strides = np.array([math.prod(shape[a + 1:]) for a in range(D)])
+    shift = strides @ offsets  # (7^D,)
+    up = np.flatnonzero(shift >= 0)
+    idx = np.unravel_index(np.arange(N), shape)
+    inside = np.ones((up.size, N), bool)
+    for a in range(D):
+        nb = idx[a][None, :] + offsets[a, up][:, None]
+        inside &= (nb >= 0) & (nb < shape[a])
+    o, i = np.nonzero(inside)
+    return i, shift[up[o]], up[o]
 
 
 def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
@@ -330,34 +382,48 @@ def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
         return lev.solve_exact(b)
     D = len(lev.shape)
     C = b.shape[1]
-    x = lev.smooth(b, np.zeros_like(b))
-    r = (b - lev.apply(x, single=True)).reshape(lev.shape + (C,))
-    rc = _restrict(r, D).reshape(-1, C)
+    x, r = lev.smooth(b, None, residual=True)
+    rc = _restrict(r.reshape(lev.shape + (C,)), D).reshape(-1, C)
     xc = _vcycle(levels[:-1], rc)
     x = x + _prolong(xc.reshape(levels[-2].shape + (C,)), D).reshape(-1, C)
     return lev.smooth(b, x)
 
 
-def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int
-         ) -> Tuple[np.ndarray, int, float]:
-    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly)."""
-    from .krylov import pcg
+def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int,
+         reduction: float = WARM_REDUCTION) -> Tuple[np.ndarray, int, float]:
+    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly).
+    Returns (x, iterations, the largest relative residual ||b - A x|| / ||b|| of the channels)."""
+    from .krylov import cdot, pcg
 
     lev = levels[-1]
     if lev.direct():
         return lev.solve_exact(b), 0, 0.0
-    first = max([k for k, v in enumerate(levels) if v.direct(VCYCLE_DIRECT_WORK)], default=0)
-    levels = levels[first:]
+    levels = levels[_first_level([v.shape for v in levels]):]
+    bn = np.sqrt(cdot(b, b))
+    r0 = b if x0 is None else b - lev.apply(x0)
+    rn = np.sqrt(cdot(r0, r0))
+    ok = (bn > 0) & (rn > 0)
+    x = np.zeros_like(b) if x0 is None else x0.copy()
+    if not np.any(ok):
+        x[:, bn == 0] = 0.0
+        return x, 0, 0.0
     if x0 is not None:  # a warm start (a neighbouring lambda or level) still takes a real step
-        bn = np.sqrt(np.sum(b * b, axis=0))
-        r0 = b - lev.apply(x0)
-        rn = np.sqrt(np.sum(r0 * r0, axis=0))
-        ok = bn > 0
-        if np.any(ok):
-            tol = min(tol, WARM_REDUCTION * float(np.min(rn[ok] / bn[ok])))
-        tol = max(tol, 1e-13)
-    x, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), b, x0, tol, maxiter)
-    return x, it, float(rel.max()) if rel.size else 0.0
+        tol = max(min(tol, reduction * float(np.min(rn[ok] / bn[ok]))), 1e-13)
+    # CG on the correction (A d = r0: no second product for the start's residual) to tol times ||b||
+    tol_r = tol * float(np.min(bn[ok] / rn[ok]))
+    safe = np.where(rn > 0, rn, 1.0)
+    calls = [0]
+
+    def precond(r: np.ndarray) -> np.ndarray:
+        k, calls[0] = calls[0], calls[0] + 1  # called after k iterations
+        if k >= maxiter or not np.any((np.sqrt(cdot(r, r)) / safe > tol_r) & (rn > 0)):
+            return r  # CG stops here and never uses it: no V-cycle
+        return _vcycle(levels, r)
+
+    d, it, rel = pcg(lev.apply, precond, r0, None, tol_r, maxiter)
+    x += d
+    x[:, bn == 0] = 0.0
+    return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
 
 
 # ---- the model ----------------------------------------------------------------------------------
@@ -504,6 +570,10 @@ class _HostLevels:
         self.rhs: List[np.ndarray] = []
         self.pens: List[np.ndarray] = []
         self.made: Dict[Tuple[int, float, int], _Level] = {}
+        self.version = 0  # of the data: the final fit adds the held-out points
+        self.solved: Dict[int, float] = {}  # the last lambda solved per level
+        self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
+        self.lmaxes: Dict[Tuple[int, float], float] = {}  # per level and lambda: its lmax
         self.cg_tol = CG_TOL_MAX
         self.D = len(grids[0].nint)
 
@@ -515,15 +585,24 @@ class _HostLevels:
             self.rhs.append(rhs)
             self.pens.append(penalty_stencil(g))
 
-    def _levels(self, l: int, lam: float, data: List[np.ndarray]) -> List[_Level]:
+    def _levels(self, l: int, lam: float) -> List[_Level]:
+        """The operators a solve at level l uses, one lambda's (and one data's) kept at a time. The
+        final fit's keep the training operators' lmax at the same lambda (the held-out points move
+        it by under 1%, within the estimate's margin)."""
         self._assemble(l)
-        for key in [k for k in self.made if k[1] != lam]:  # one lambda's operators kept at a time
+        for key, lev in self.made.items():
+            if lev.start is not None:
+                self.eigvec[key[0]] = lev.start
+            if lev._lmax is not None:
+                self.lmaxes[key[:2]] = lev._lmax
+        for key in [k for k in self.made if k[1:] != (lam, self.version)]:
             del self.made[key]
         out = []
-        for k in range(l + 1):
-            key = (k, lam, id(data[k]))
+        for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
+            key = (k, lam, self.version)
             if key not in self.made:
-                self.made[key] = _Level(self.grids[k], data[k], self.pens[k], lam)
+                self.made[key] = _Level(self.grids[k], self.data[k], self.pens[k], lam, self.eigvec.get(k))
+                self.made[key]._lmax = self.lmaxes.get((k, lam))
             out.append(self.made[key])
         return out
 
@@ -538,9 +617,15 @@ class _HostLevels:
         C = x.shape[1]
         return _prolong(x.reshape(self.grids[l - 1].shape + (C,)), self.D).reshape(-1, C)
 
-    def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> np.ndarray:
+    def solve(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """The fit at level l and lam, judged by its held-out error; None where lam is below the
+        last one solved at an iterative level l and CG takes more than LOWER_MAXITER iterations."""
         self._assemble(l)
-        return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)[0]
+        lower = not self.direct(l) and lam < self.solved.get(l, lam)
+        self.solved[l] = lam
+        x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, LOWER_MAXITER if lower else CG_MAXITER,
+                        EXPLORE_REDUCTION)
+        return None if lower and it >= LOWER_MAXITER else x
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
@@ -550,14 +635,23 @@ class _HostLevels:
         return err
 
     def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
-        """Every point at level l (the coarser levels, the preconditioner, keep the training points')."""
+        """Every point at level l, and at the coarser levels its V-cycle uses (Galerkin operators
+        of the same data: training points alone there slow CG several-fold). The held-out points
+        are added to the training operators in place: nothing solves with those after this."""
         self._assemble(l)
-        if self.p_ho.shape[0] == 0:
-            return _pcg(self._levels(l, lam, self.data), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
-        st, rhs = normal_equations(self.grids[l], self.p_ho, self.v_ho)
-        st += self.data[l]
-        rhs += self.rhs[l]
-        return _pcg(self._levels(l, lam, self.data[:l] + [st]), rhs, x0, self.cg_tol, CG_MAXITER)
+        if self.p_ho.shape[0]:
+            for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
+                _core.spline_normal(self.grids[k].args(), self.p_ho, self.v_ho, None, self.data[k], self.rhs[k])
+            self.version += 1
+        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
+
+
+def _first_level(shapes: Sequence[Sequence[int]]) -> int:
+    """The coarsest of these levels a solve of the last one uses: the last itself when it is
+    factorised, else the V-cycle's coarsest (the finest level cheap to factorise)."""
+    if _direct_work(shapes[-1])[0] <= DIRECT_WORK:
+        return len(shapes) - 1
+    return max([k for k, s in enumerate(shapes) if _direct_work(s)[0] <= VCYCLE_DIRECT_WORK], default=0)
 
 
 def _bandwidth(shape: Sequence[int]) -> int:
@@ -565,8 +659,9 @@ def _bandwidth(shape: Sequence[int]) -> int:
 
 
 def _direct_work(shape: Sequence[int]) -> Tuple[float, str]:
-    """The cost of factorising a level's operator, in banded-equivalent flops, and how: banded
-    (N bw^2) or dense (N^3 / 3, at DENSE_SPEEDUP times the banded rate: blocked LAPACK)."""
+    """A level's size in the choice between a factorisation and CG (levels up to DIRECT_WORK are
+    factorised, always banded): N bw^2, or N^3 / 3 / DENSE_SPEEDUP where that is smaller; and
+    which of the two it is."""
     N = math.prod(shape)
     banded = float(N) * _bandwidth(shape) ** 2
     dense = float(N) ** 3 / 3 / DENSE_SPEEDUP
@@ -594,7 +689,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
     for l in range(L + 1):
         # lambda from LAMBDA_START down to LAMBDA_EXACT while it gains (kept at the start on a level
         # whose predecessor lost from a lower one, and on an iterative level that does not beat the
-        # best level at the start: not worth its slower solves)
+        # best level at the start, or whose solve at the lower lambda takes too long)
         mu = start
         y = levels.solve(l, mu, levels.start(l, x))
         e = levels.holdout_error(l, y, rms)
@@ -603,6 +698,8 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
         while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
             mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
             y2 = levels.solve(l, mu2, y)
+            if y2 is None:  # too slow to solve at the lower lambda (an iterative level): no gain
+                break
             e2 = levels.holdout_error(l, y2, rms)
             lam_errors.append((mu2 / scale, l, e2))
             if not e2 < e * LEVEL_GAIN:
@@ -625,11 +722,17 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
             break
     if not fixed and limited != "tolerance":
         # raise lambda at the best level (and the one above it) while the held-out error falls
-        above = min(best + 1, len(sols) - 1)
+        first = best
+        above = min(first + 1, len(sols) - 1)
         # the level above, where its start came close (a noisy fit gains there from a larger lambda;
-        # far behind, as when exact samples are fitted, it does not)
-        near = NOISE_ABOVE and (levels.direct(above) or errors[above] < errors[best] * NOISE_NEAR)
-        for l in sorted({best, above} if near else {best}):
+        # far behind, as when exact samples are fitted, it does not); an iterative one only where
+        # the best level gained from a larger lambda too (noise): its held-out error comes from a
+        # short solve started at the best level's fit, so it lies near that one's in any case
+        near = NOISE_ABOVE and (levels.direct(above) or errors[above] < errors[first] * NOISE_NEAR)
+        noisy = False
+        for l in [first] + ([above] if near and above != first else []):
+            if l != first and not (levels.direct(l) or noisy):
+                break
             prev, y, mu = errors[l], sols[l], lams[l]
             while True:
                 mu *= LAMBDA_STEP
@@ -639,6 +742,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
                 if not e < prev * LEVEL_GAIN:
                     break
                 prev = e
+                noisy = noisy or l == first
                 if e < errors[best] * LEVEL_GAIN:
                     best = l
                     errors[best], sols[best], lams[best] = e, y, mu
