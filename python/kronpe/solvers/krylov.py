@@ -72,6 +72,8 @@ def pcg(apply: Callable[[Array], Array], precond: Callable[[Array], Array], rhs:
         r -= alpha * Ap
         it += 1
         rel = np.sqrt(cdot(r, r)) / safe
+        if it >= maxiter or not np.any((rel > tol) & (bnorm > 0)):
+            break  # converged (or out of iterations): no preconditioner call that would go unused
         z = precond(r)
         if step_tol > 0 and np.all(cdot(z, z) <= step_tol**2 * cdot(x, x)):
             break

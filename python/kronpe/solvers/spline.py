@@ -411,16 +411,7 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
         tol = max(min(tol, reduction * float(np.min(rn[ok] / bn[ok]))), 1e-13)
     # CG on the correction (A d = r0: no second product for the start's residual) to tol times ||b||
     tol_r = tol * float(np.min(bn[ok] / rn[ok]))
-    safe = np.where(rn > 0, rn, 1.0)
-    calls = [0]
-
-    def precond(r: np.ndarray) -> np.ndarray:
-        k, calls[0] = calls[0], calls[0] + 1  # called after k iterations
-        if k >= maxiter or not np.any((np.sqrt(cdot(r, r)) / safe > tol_r) & (rn > 0)):
-            return r  # CG stops here and never uses it: no V-cycle
-        return _vcycle(levels, r)
-
-    d, it, rel = pcg(lev.apply, precond, r0, None, tol_r, maxiter)
+    d, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), r0, None, tol_r, maxiter)
     x += d
     x[:, bn == 0] = 0.0
     return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
