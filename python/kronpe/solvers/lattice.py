@@ -18,7 +18,7 @@ LATTICE_RTOL = 1e-6  # relative tolerance of a coordinate's multiple of h (``_co
 LATTICE_TOL = 1e-6  # absolute tolerance of the same test
 LATTICE_MAX_NODES = 1 << 24  # per axis: a finer "lattice" (coordinates 1e-7 apart) takes the density grid
 LATTICE_PROBE = 512  # points of the strided subset h is read off first
-NODES_PER_SPACING = {1: 4.0, 2: 4.0, 3: 2.0}  # density grid's nodes per mean sample spacing, by axes
+NODES_PER_SPACING = {1: 4.0, 2: 3.0, 3: 2.0}  # density grid's nodes per mean sample spacing, by axes
 
 
 def lattice_grid(points: Array) -> Optional[List[Array]]:

@@ -98,6 +98,7 @@ SWEEP_FIT_KEY = "_sweep_fit"  # info entry handing the sweep's best fit to the f
 SPECULATE_MAX_NODES = 1 << 15  # grids up to this size solve the leading component beside the sweep
 SPECULATE_TEAM = 4  # larger grids do so with at least twice this many threads
 COMPILED_SWEEP = True  # the sweep of a diagonal data term in one compiled call
+BLENDED_FLAT = 3e-3  # a blended data term takes the largest lambda held out within this of the best
 
 
 def sample_range(values: Array) -> Tuple[Array, Array]:
@@ -128,7 +129,8 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
         if not data.is_diagonal:
             if samples is None:
                 raise ValueError("choosing lambda for a blended data term needs the samples")
-            lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter)
+            basis = principal_basis(rhs, moments)
+            lam, extra = choose_ridge_points(samples[0], samples[1], data.shape, data.rho, maxiter, basis)
         else:
             basis = principal_basis(rhs, moments)
             mixed = mix_planes(rhs, basis)
@@ -157,7 +159,7 @@ def fit(data: DataTerm, rhs, ridge: Optional[float], maxiter: Optional[int] = No
             swept = None
         else:
             spec.cancel()
-    if swept is not None and (mg is None or not data.is_diagonal):
+    if swept is not None and mg is None:
         swept = None
     # the leading component's PCG starts from the sweep's fit of it (module docstring)
     lead_start = None if swept is None else np.asarray(swept, np.float32).reshape(data.shape)
@@ -242,8 +244,8 @@ def _held_out_error(hold: Array, y_ho: Array) -> Callable[[Array], float]:
     return error
 
 
-def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxiter: int
-                        ) -> Tuple[float, Dict[str, Any]]:
+def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxiter: int,
+                        basis: Optional[Array] = None) -> Tuple[float, Dict[str, Any]]:
     """lambda held out among scattered samples: B the (P, G) blending matrix (a stored kronpe
     BlendingMatrix), values (P, C); HOLDOUT_FRACTION of the points left out, their error measured
     through their rows of B."""
@@ -254,7 +256,7 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     keep = np.ones(P, bool)
     keep[hold] = False
     cols = [np.ascontiguousarray(values[:, c], np.float64) for c in range(values.shape[1])]
-    y = selection_signal(cols, float(P))[0]
+    y, lead = selection_signal(cols, float(P), None, basis)
     Bt, Bh = B.take(np.flatnonzero(keep)), B.take(hold)
     sub = DataTerm(shape, blend=Bt)
     r_train = np.asarray(Bt.rmatvec(y[keep]), np.float32).reshape(tuple(shape) + (1,))
@@ -263,13 +265,16 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     def error(w):
         return float(np.mean((Bh.matvec(w.reshape(-1)).astype(np.float64) - y_hold) ** 2))
 
-    return _sweep(sub, r_train, error, rho, maxiter)
+    lam, info = _sweep(sub, r_train, error, rho, maxiter)
+    if not lead:
+        info.pop(SWEEP_FIT_KEY, None)
+    return lam, info
 
 
 def _start(data: DataTerm, rhs) -> Optional[Array]:
-    """CG's start (module docstring): None (full multigrid, in the solver) on grids of 1 to 3 axes
-    with a diagonal data term, else the normalised convolution."""
-    if len(data.shape) <= MG_MAX_AXES and data.is_diagonal:
+    """CG's start (module docstring): None (full multigrid, in the solver) on grids of 1 to 3 axes,
+    else the normalised convolution."""
+    if len(data.shape) <= MG_MAX_AXES:
         return None
     return start(data, np.stack(rhs, -1) if isinstance(rhs, (list, tuple)) else rhs)
 
@@ -323,6 +328,12 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
                                                     with_start=True)
     lam_fit = best  # the lambda x_best was fitted at
     interpolating = best == min(lams)
+    if not sub.is_diagonal:
+        # a blended data term: the largest lambda within BLENDED_FLAT of the best error, never the
+        # interpolation limit (module docstring)
+        floor = min(errs) * (1.0 + BLENDED_FLAT)
+        best = max(lam for lam, e in zip(lams, errs) if e <= floor)
+        interpolating = False
     if interpolating:  # still falling (or flat) at the smallest lambda tried: the samples want interpolating
         best = rho * 10.0 ** (-INTERPOLATION_EXPONENT)
     info: Dict[str, Any] = {"ridge_candidates": lams, "holdout_errors": errs, "interpolating": interpolating,
