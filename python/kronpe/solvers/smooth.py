@@ -253,13 +253,14 @@ def choose_ridge_points(B, values: Array, shape: Sequence[int], rho: float, maxi
     if P < MIN_HOLDOUT:
         return rho * 10.0 ** (-FALLBACK_EXPONENT), _too_few_to_hold_out()
     hold = _holdout(P)
-    keep = np.ones(P, bool)
-    keep[hold] = False
+    keep = np.ones(P, np.float32)
+    keep[hold] = 0.0
     cols = [np.ascontiguousarray(values[:, c], np.float64) for c in range(values.shape[1])]
     y, lead = selection_signal(cols, float(P), None, basis)
-    Bt, Bh = B.take(np.flatnonzero(keep)), B.take(hold)
-    sub = DataTerm(shape, blend=Bt)
-    r_train = np.asarray(Bt.rmatvec(y[keep]), np.float32).reshape(tuple(shape) + (1,))
+    Bh = B.take(hold)
+    # the training term: B's rows weighted 0 or 1 (no copy of the kept rows and their plan)
+    sub = DataTerm(shape, blend=B, keep=keep)
+    r_train = np.asarray(B.rmatvec((y * keep).astype(np.float32)), np.float32).reshape(tuple(shape) + (1,))
     y_hold = y[hold]
 
     def error(w):
