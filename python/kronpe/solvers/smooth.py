@@ -98,7 +98,7 @@ SWEEP_FIT_KEY = "_sweep_fit"  # info entry handing the sweep's best fit to the f
 SPECULATE_MAX_NODES = 1 << 15  # grids up to this size solve the leading component beside the sweep
 SPECULATE_TEAM = 4  # larger grids do so with at least twice this many threads
 COMPILED_SWEEP = True  # the sweep of a diagonal data term in one compiled call
-BLENDED_FLAT = 3e-3  # a blended data term takes the largest lambda held out within this of the best
+BLENDED_FLAT = 5e-3  # the blended sweep's gain that counts, and its choice's margin over the least error
 
 
 def sample_range(values: Array) -> Tuple[Array, Array]:
@@ -323,17 +323,17 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
         return solve(sub, r_train, lam, x0 if w is None else w, SWEEP_TOL, min(maxiter, iterations),
                      model["penalty"], mg)[0]
 
-    ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
-    best, lams, errs, x_best, x_from = sweep_ridges(run, error, [rho * 10.0 ** (-k) for k in EXPONENTS], ratio,
-                                                    flat=SWEEP_FLAT_NODES if stationary else SWEEP_FLAT,
-                                                    with_start=True)
-    lam_fit = best  # the lambda x_best was fitted at
-    interpolating = best == min(lams)
-    if not sub.is_diagonal:
-        # a blended data term: the largest lambda within BLENDED_FLAT of the best error, never the
-        # interpolation limit (module docstring)
-        floor = min(errs) * (1.0 + BLENDED_FLAT)
-        best = max(lam for lam, e in zip(lams, errs) if e <= floor)
+    candidates = [rho * 10.0 ** (-k) for k in EXPONENTS]
+    if sub.is_diagonal:
+        ratio = 10.0 ** (EXPONENTS[1] - EXPONENTS[0])
+        best, lams, errs, x_best, x_from = sweep_ridges(run, error, candidates, ratio,
+                                                        flat=SWEEP_FLAT_NODES if stationary else SWEEP_FLAT,
+                                                        with_start=True)
+        lam_fit = best  # the lambda x_best was fitted at
+        interpolating = best == min(lams)
+    else:
+        best, lams, errs, x_best, x_from = _blended_sweep(run, error, candidates)
+        lam_fit = best
         interpolating = False
     if interpolating:  # still falling (or flat) at the smallest lambda tried: the samples want interpolating
         best = rho * 10.0 ** (-INTERPOLATION_EXPONENT)
@@ -345,7 +345,7 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
         # the fit the best started from (None: the sweep's start), at its lambda (module docstring)
         mg.set_boundary(True)
         x_mirrored = run(lam_fit, x_from)
-        info["boundary_holdout_errors"] = [min(errs), error(x_mirrored)]
+        info["boundary_holdout_errors"] = [errs[lams.index(lam_fit)], error(x_mirrored)]
         reflect = info["boundary_holdout_errors"][1] < info["boundary_holdout_errors"][0] * (1.0 + BOUNDARY_MARGIN)
         mg.set_boundary(reflect)
         if reflect:
@@ -366,6 +366,36 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
     info[HIERARCHY_KEY] = mg
     info[SWEEP_FIT_KEY] = x_best
     return best, info
+
+
+def _blended_sweep(run: Callable[[float, Optional[Array]], Array], error: Callable[[Array], float],
+                   lams: Sequence[float]) -> Tuple[float, List[float], List[float], Array, Optional[Array]]:
+    """The held-out sweep of a blended data term (module docstring): ``run(lam, x)`` one step
+    from the fit x (None: the start) for each of ``lams`` (largest first), stopped after two fits
+    in a row that hold out no better than BLENDED_FLAT below the last fit that did. Returns (the
+    largest lambda held out within BLENDED_FLAT of the least error, the lambdas tried, their
+    errors, that lambda's fit, the fit it started from)."""
+    tried: List[float] = []
+    errs: List[float] = []
+    fits: List[Optional[Array]] = []  # the fits still wanted: within BLENDED_FLAT of the least error, and their starts
+    gained, stalled = math.inf, 0  # the error of the last fit that gained BLENDED_FLAT; fits since without
+    for lam in lams:
+        fits.append(run(lam, fits[-1] if fits else None))
+        tried.append(lam)
+        errs.append(error(fits[-1]))
+        floor = min(errs) * (1.0 + BLENDED_FLAT)
+        for i in range(len(fits) - 1):  # (the least error's floor only falls: a fit dropped is never wanted)
+            if not (errs[i] <= floor or errs[i + 1] <= floor):
+                fits[i] = None
+        if errs[-1] < gained * (1.0 - BLENDED_FLAT):
+            gained, stalled = errs[-1], 0
+        else:
+            stalled += 1
+            if stalled == 2:
+                break
+    floor = min(errs) * (1.0 + BLENDED_FLAT)
+    k = next(i for i, e in enumerate(errs) if e <= floor)  # (the largest lambda: the first tried)
+    return tried[k], tried, errs, fits[k], fits[k - 1] if k > 0 else None
 
 
 def _higher_step(mg: ThinPlateMG, m: Array, b: Array, x: Array, lam: float) -> Array:
