@@ -4,7 +4,8 @@ matrix), R a default penalty (``default_penalty``: the thin-plate form, or the t
 with axis weights on 3 axes; ``HigherPenalty`` for the leading component at the interpolation
 limit), solved by CG preconditioned by a multigrid V-cycle (``hierarchy``, :mod:`.multigrid`) on
 grids of up to MG_MAX_AXES axes and by ``(rho I + lambda R)^-1`` in the orthonormal DCT-II basis
-(Garcia's smoothn) beyond; ``start`` is the normalised convolution of the samples.
+(Garcia's smoothn) beyond; ``start`` is the normalised convolution of the samples (CG's start
+beyond MG_MAX_AXES axes).
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ START_SIGMA = 1.0  # the normalised convolution's Gaussian, in nodes
 class DataTerm:
     """B^T B on the grid (N..., C): a diagonal ``diag`` (N...) (a mask, points on the nodes), or
     the stored blending matrix ``blend`` itself (a kronpe BlendingMatrix B, (P, G)): B^T (B W),
-    two passes over the P x 2^D stored weights instead of one over the 3^D G entries of B^T B as a
-    sparse matrix (half the time, for 65k points on a 1026^2 grid)."""
+    passes over the P x 2^D stored weights (one on one thread, two on more) instead of one over the
+    3^D G entries of B^T B as a sparse matrix (half the time or less, for 65k points on a 1026^2
+    grid)."""
 
     def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, blend=None, total: Optional[int] = None,
                  keep: Optional[Array] = None):
