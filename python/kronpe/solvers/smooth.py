@@ -29,9 +29,9 @@ the samples want interpolating: lambda = rho 10^-INTERPOLATION_EXPONENT. With a 
 term the whole sweep is one compiled call.
 
 Off the nodes (a blended data term) the sweep is its own (``_blended_sweep``), the same steps
-(the first fit full multigrid and a PCG step) with two other rules. It stops after two fits in a
-row that hold out no better than BLENDED_FLAT below the last fit that did: there the one-step
-fits' errors zigzag by a few tenths of a percent at small lambda, which kept the rule above from
+(the first fit full multigrid and a PCG step) with two other rules. It stops at the first fit
+that holds out no better than BLENDED_FLAT below the best before it: there the one-step fits'
+errors zigzag by a few tenths of a percent at small lambda, which kept the rule above from
 stopping until 10^-4 and the interpolation limit (a thousand CG iterations, 1 dB lost on one of
 the photographs' off-grid samples). It takes the largest lambda held out within BLENDED_FLAT of
 the least error, never the interpolation limit: nearly exact samples hold out alike over decades
@@ -384,14 +384,13 @@ def _sweep(sub: DataTerm, r_train: Array, error: Callable[[Array], float], rho: 
 def _blended_sweep(run: Callable[[float, Optional[Array]], Array], error: Callable[[Array], float],
                    lams: Sequence[float]) -> Tuple[float, List[float], List[float], Array, Optional[Array]]:
     """The held-out sweep of a blended data term (module docstring): ``run(lam, x)`` one step
-    from the fit x (None: the start) for each of ``lams`` (largest first), stopped after two fits
-    in a row that hold out no better than BLENDED_FLAT below the last fit that did. Returns (the
-    largest lambda held out within BLENDED_FLAT of the least error, the lambdas tried, their
-    errors, that lambda's fit, the fit it started from)."""
+    from the fit x (None: the start) for each of ``lams`` (largest first), stopped at the first
+    fit that holds out no better than BLENDED_FLAT below the best before it. Returns (the largest
+    lambda held out within BLENDED_FLAT of the least error, the lambdas tried, their errors, that
+    lambda's fit, the fit it started from)."""
     tried: List[float] = []
     errs: List[float] = []
     fits: List[Optional[Array]] = []  # the fits still wanted: within BLENDED_FLAT of the least error, and their starts
-    gained, stalled = math.inf, 0  # the error of the last fit that gained BLENDED_FLAT; fits since without
     for lam in lams:
         fits.append(run(lam, fits[-1] if fits else None))
         tried.append(lam)
@@ -400,14 +399,9 @@ def _blended_sweep(run: Callable[[float, Optional[Array]], Array], error: Callab
         for i in range(len(fits) - 1):  # (the least error's floor only falls: a fit dropped is never wanted)
             if not (errs[i] <= floor or errs[i + 1] <= floor):
                 fits[i] = None
-        if errs[-1] < gained * (1.0 - BLENDED_FLAT):
-            gained, stalled = errs[-1], 0
-        else:
-            stalled += 1
-            if stalled == 2:
-                break
-    floor = min(errs) * (1.0 + BLENDED_FLAT)
-    k = next(i for i, e in enumerate(errs) if e <= floor)  # (the largest lambda: the first tried)
+        if len(errs) > 1 and errs[-1] >= min(errs[:-1]) * (1.0 - BLENDED_FLAT):
+            break
+    k = next(i for i, e in enumerate(errs) if e <= min(errs) * (1.0 + BLENDED_FLAT))  # (the largest lambda)
     return tried[k], tried, errs, fits[k], fits[k - 1] if k > 0 else None
 
 
