@@ -669,3 +669,28 @@ def test_first_product_skips_the_plan_with_the_same_bits(stored):
     fresh = BlendingMatrix(pts, [np.linspace(0, 1, 65), np.linspace(0, 1, 33)], None)
     fresh.rmatvec(first)
     assert fresh._plan is not None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_normal_add_is_the_weighted_normal_product(D, dtype):
+    """_normal_add: out += B^T diag(keep) B v in one compiled pass over the stored rows (the
+    default fill's data term off the nodes), on one thread; on the fly or on more threads it
+    declines and leaves out as it was."""
+    rng = np.random.default_rng(D)
+    pts = rng.random((3000, D))
+    B = BlendingMatrix(pts, [np.linspace(0, 1, 17)] * D, None, threads=1).store()
+    v = rng.standard_normal(B.grid_size).astype(dtype)
+    keep = (rng.random(3000) < 0.8).astype(dtype)
+    start = rng.standard_normal(B.grid_size).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for k in (None, keep):
+        out = start.copy()
+        assert B._normal_add(v, out, k)
+        ref = start + B.rmatvec((1.0 if k is None else k) * B.matvec(v))
+        np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
+    fly = BlendingMatrix(pts, [np.linspace(0, 1, 17)] * D, None, threads=1)
+    out = start.copy()
+    assert not fly._normal_add(v, out, keep) and np.array_equal(out, start)
+    with pytest.raises(ValueError, match="outside the grid"):
+        _core.blend_normal_add(B.indices, B.weights, v[: B.grid_size // 2].copy(), np.zeros(B.grid_size // 2, dtype))

@@ -516,6 +516,37 @@ void register_blend(py::module_& m, py::module_& tuning) {
       "out (G, C) = B^T values (P, C) from stored (indices, weights), deterministic; sorted: "
       "the rows are in the plan's order (internal).");
   m.def(
+      "blend_normal_add",
+      [](const Array& indices, const Array& weights, const Array& v, const Array& out, const OptArray& keep) {
+        for (const auto& [a, name] : {std::pair<const Array*, const char*>{&indices, "indices"},
+                                      {&weights, "weights"}, {&v, "v"}, {&out, "out"}})
+          bindings::require_host(*a, name);
+        require(v.dtype == out.dtype, "blend_normal_add: v and out must have one dtype");
+        const index_t G = v.ndim() >= 1 ? v.shape[0] : 0;
+        require(v.ndim() == 1 && out.ndim() == 1 && out.shape[0] == G && (G <= 1 || (v.strides[0] == 1 && out.strides[0] == 1)),
+                "blend_normal_add: v and out must be contiguous 1-D arrays of the grid's size");
+        require(v.address != out.address, "blend_normal_add: out must not be v");
+        const auto iv = view<const index_t>(indices, "indices");
+        const auto wv = view<const double>(weights, "weights");
+        if (keep) {
+          bindings::require_host(*keep, "keep");
+          require(keep->ndim() == 1 && keep->shape[0] == indices.shape[0] && keep->dtype == v.dtype &&
+                      (keep->shape[0] <= 1 || keep->strides[0] == 1),
+                  "blend_normal_add: keep must be contiguous 1-D, one entry per row, of v's dtype");
+        }
+        dispatch1(v.dtype, [&](auto t) {
+          using T = decltype(t);
+          const T* vp = bindings::data<const T>(v, "v", 1);
+          T* op = bindings::data<T>(out, "out", 1);
+          const T* kp = keep ? bindings::data<const T>(*keep, "keep", 1) : nullptr;
+          py::gil_scoped_release release;
+          blend::blend_normal_add<T>(iv, wv, vp, op, G, kp);
+        });
+      },
+      py::arg("indices"), py::arg("weights"), py::arg("v"), py::arg("out"), py::arg("keep") = py::none(),
+      "out (G,) += B^T diag(keep) B v (G,) from stored (indices, weights) in any row order, one pass on one "
+      "thread (internal).");
+  m.def(
       "cuda_blend_transpose_stored",
       [](const Array& indices, const Array& weights, const Array& values, const Array& out,
          const OptArray& perm, const OptArray& offsets, const OptArray& workspace) {

@@ -797,6 +797,24 @@ void require_shape(index_t rows, index_t cols, const char* what, index_t want_ro
               std::to_string(cols) + ")");
 }
 
+template <typename T>
+void blend_normal_add(MatrixView<const index_t> indices, MatrixView<const double> weights,
+                      const T* v, T* out, index_t G, const T* keep) {
+  const index_t P = indices.rows, nnz = indices.cols;
+  require_shape(weights.rows, weights.cols, "blend_normal_add: weights", P, nnz);
+  int bad = 0;
+  for (index_t p = 0; p < P && !bad; ++p) {
+    for (index_t k = 0; k < nnz; ++k) bad |= bad_index(indices(p, k), G) ? 1 : 0;
+    if (bad) break;
+    double acc = 0.0;
+    for (index_t k = 0; k < nnz; ++k) acc += weights(p, k) * double(v[indices(p, k)]);
+    T s = T(acc);
+    if (keep) s *= keep[p];
+    for (index_t k = 0; k < nnz; ++k) out[indices(p, k)] += T(weights(p, k) * double(s));
+  }
+  require(!bad, "blend_normal_add: an index lies outside the grid");
+}
+
 #define KRONPE_BLEND_Q(Q)                                                                      \
   template void compute_weights<Q>(const WeightFunction&, MatrixView<const Q>,                 \
                                    MatrixView<index_t>, MatrixView<double>, int);          \
@@ -820,7 +838,9 @@ void require_shape(index_t rows, index_t cols, const char* what, index_t want_ro
   template void blend_transpose_factored<T>(const WeightFunction&, MatrixView<const index_t>,  \
                                             MatrixView<const double>, MatrixView<const T>,     \
                                             MatrixView<T>, int, const index_t*,                \
-                                            const index_t*, bool);
+                                            const index_t*, bool);                             \
+  template void blend_normal_add<T>(MatrixView<const index_t>, MatrixView<const double>, const T*, T*, \
+                                    index_t, const T*);
 KRONPE_BLEND_Q(float)
 KRONPE_BLEND_Q(double)
 KRONPE_BLEND_TQ(float, float)

@@ -31,6 +31,9 @@ def blend_info(axes: Sequence[Axis]) -> Dict[str, Any]:
 def blend_layout(grid_size: int, span: int) -> Tuple[int, int]:
     """(nodes per slab, slabs) of the deterministic transpose (internal)."""
 
+def blend_normal_add(indices: Descriptor, weights: Descriptor, v: Descriptor, out: Descriptor, keep: Optional[Descriptor] = None) -> None:
+    """out (G,) += B^T diag(keep) B v (G,) from stored (indices, weights) in any row order, one pass on one thread (internal)."""
+
 def blend_plan_fly(axes: Sequence[Axis], points: Descriptor, perm: Descriptor, slab_ptr: Descriptor, threads: int = 0) -> None:
     """The plan: the points sorted by grid cell (perm) and the transpose's slab offsets (internal)."""
 

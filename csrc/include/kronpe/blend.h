@@ -236,4 +236,13 @@ void blend_transpose_stored(MatrixView<const index_t> indices, MatrixView<const 
                             int threads, const index_t* perm, const index_t* ptr,
                             bool sorted = false);
 
+// out (G,) += B^T K B v for one plane v (G,), K = diag(keep) (keep (P,), null: the identity), from
+// stored (indices, weights) in any row order (a plan's order keeps the grid's reads and writes
+// close together): each row's B v summed in double and rounded to T (as blend_stored's), times
+// keep, scattered back in the rows' order. One pass on one thread, no grid-sized temporary: the
+// normal equations' data term of a fit off the nodes (kronpe.solvers.smooth).
+template <typename T>
+void blend_normal_add(MatrixView<const index_t> indices, MatrixView<const double> weights,
+                      const T* v, T* out, index_t G, const T* keep);
+
 }  // namespace kronpe::blend

@@ -648,6 +648,26 @@ class BlendingMatrix:
         else:
             _core.blend_transpose_stored(*ops, _arrays.describe(r2, "r"), _arrays.describe(g2, "out"), span, self.threads, *plan)
 
+    def _normal_add(self, v: np.ndarray, out: np.ndarray, keep: Optional[np.ndarray] = None) -> bool:
+        """out += B^T diag(keep) B v, unchecked: v and out (G,) host arrays of one float dtype,
+        C-contiguous, keep (P,) of that dtype in the points' order or None (the identity). One
+        compiled pass over the stored rows in the plan's order on one thread
+        (``_core.blend_normal_add``: no grid-sized temporary, where gather and transpose would write
+        one and add it); returns False, doing nothing, for a matrix on the fly or kernels on more
+        threads (the caller then takes ``_gather`` and ``_scatter``)."""
+        if self.on_the_fly or (self.threads or _core.get_num_threads()) != 1:
+            return False
+        perm, _, _, identity = self._order()
+        kind, ops = self._ordered_operands()
+        if keep is not None and not identity:  # keep in the plan's order, kept for the same array
+            cached = self._ordered.get("keep")
+            if cached is None or cached[0] is not keep:
+                self._ordered["keep"] = cached = (keep, np.ascontiguousarray(keep[perm]))
+            keep = cached[1]
+        _core.blend_normal_add(*ops, _arrays.describe(v, "v"), _arrays.describe(out, "out"),
+                               None if keep is None else _arrays.describe(keep, "keep"))
+        return True
+
     # -- GPU products -------------------------------------------------------------------------
     def _device_state(self, like) -> dict:
         """Device copies for the device of ``like`` (uploaded once): points, or stored weights."""

@@ -2,7 +2,9 @@
 axis's coordinates are multiples of one spacing h with 1 / h an integer (pixels, voxels: every
 point on a node, a diagonal data term), else NODES_PER_SPACING nodes per mean sample spacing
 along each axis (grid values blended multilinearly to the points: the finer the grid, the smaller
-that representation's error). ``lattice_sums`` adds the samples of a lattice onto its nodes.
+that representation's error; on 2 axes 3, where 4 filled photographs' off-grid samples 0.05-0.1 dB
+better with 1.8 times the nodes, and every V-cycle and operator pass of the fill scales with them).
+``lattice_sums`` adds the samples of a lattice onto its nodes.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ LATTICE_RTOL = 1e-6  # relative tolerance of a coordinate's multiple of h (``_co
 LATTICE_TOL = 1e-6  # absolute tolerance of the same test
 LATTICE_MAX_NODES = 1 << 24  # per axis: a finer "lattice" (coordinates 1e-7 apart) takes the density grid
 LATTICE_PROBE = 512  # points of the strided subset h is read off first
-NODES_PER_SPACING = {1: 4.0, 2: 4.0, 3: 2.0}  # density grid's nodes per mean sample spacing, by axes
+NODES_PER_SPACING = {1: 4.0, 2: 3.0, 3: 2.0}  # density grid's nodes per mean sample spacing, by axes
 
 
 def lattice_grid(points: Array) -> Optional[List[Array]]:

@@ -458,8 +458,10 @@ def fit_smooth(p: "PointProblem", lattice) -> PointModel:
     pts, vals, channels, normalize, threads, t0, device = (p.points, p.values, p.channels, p.normalize, p.threads,
                                                           p.t0, p.device)
     nodes = lattice if lattice is not None else [np.linspace(0.0, 1.0, n) for n in density_grid(pts)]
-    # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels
-    _validate.check_array_budget("points", [n.size for n in nodes] + [12 + 2 * max(1, math.prod(channels))], 4,
+    # the solver's work arrays: about 12 float32 grids (multigrid levels, CG vectors) + the channels,
+    # off a lattice + the held-out sweep's fits (up to one per candidate lambda: smooth._blended_sweep)
+    grids = 12 + 2 * max(1, math.prod(channels)) + (0 if lattice is not None else len(smooth.EXPONENTS))
+    _validate.check_array_budget("points", [n.size for n in nodes] + [grids], 4,
                                  "the default fit's grid follows the sample density: give embedders and a grid, "
                                  "or fewer points")
     s = vals.reshape(pts.shape[0], -1).astype(np.float32)

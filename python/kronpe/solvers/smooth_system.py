@@ -4,7 +4,8 @@ matrix), R a default penalty (``default_penalty``: the thin-plate form, or the t
 with axis weights on 3 axes; ``HigherPenalty`` for the leading component at the interpolation
 limit), solved by CG preconditioned by a multigrid V-cycle (``hierarchy``, :mod:`.multigrid`) on
 grids of up to MG_MAX_AXES axes and by ``(rho I + lambda R)^-1`` in the orthonormal DCT-II basis
-(Garcia's smoothn) beyond; ``start`` is the normalised convolution of the samples.
+(Garcia's smoothn) beyond; ``start`` is the normalised convolution of the samples (CG's start
+beyond MG_MAX_AXES axes).
 """
 from __future__ import annotations
 
@@ -30,11 +31,16 @@ START_SIGMA = 1.0  # the normalised convolution's Gaussian, in nodes
 class DataTerm:
     """B^T B on the grid (N..., C): a diagonal ``diag`` (N...) (a mask, points on the nodes), or
     the stored blending matrix ``blend`` itself (a kronpe BlendingMatrix B, (P, G)): B^T (B W),
-    two passes over the P x 2^D stored weights instead of one over the 3^D G entries of B^T B as a
-    sparse matrix (half the time, for 65k points on a 1026^2 grid)."""
+    passes over the P x 2^D stored weights (one on one thread, two on more) instead of one over the
+    3^D G entries of B^T B as a sparse matrix (half the time or less, for 65k points on a 1026^2
+    grid)."""
 
-    def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, blend=None, total: Optional[int] = None):
+    def __init__(self, shape: Sequence[int], diag: Optional[Array] = None, blend=None, total: Optional[int] = None,
+                 keep: Optional[Array] = None):
         self.shape = tuple(shape)
+        #: with ``blend``: per-point weights 0 or 1 (P,) float32, the rows of B that count (B^T K B,
+        #: the held-out sweep's training term: the whole matrix's products and plan, no copy of its rows)
+        self.keep = None if keep is None else np.ascontiguousarray(keep, np.float32).reshape(-1)
         #: the nodes with data as a boolean grid, when ``diag`` was given as one (a mask): their
         #: indices come from it without a comparison pass over the float diagonal
         self.observed = diag if isinstance(diag, np.ndarray) and diag.dtype == np.bool_ else None
@@ -74,20 +80,29 @@ class DataTerm:
         if self.blend is None:
             return self.diag[(...,) + (None,) * (W.ndim - self.diag.ndim)] * W
         flat = W.reshape(int(np.prod(self.shape)), -1)
-        return self.blend.rmatvec(self.blend.matvec(flat)).astype(W.dtype, copy=False).reshape(W.shape)
+        at_points = self.blend.matvec(flat)
+        if self.keep is not None:
+            at_points = at_points * self.keep[:, None]
+        return self.blend.rmatvec(at_points).astype(W.dtype, copy=False).reshape(W.shape)
 
     def add_to(self, v: Array, out: Array) -> Array:
         """out += (B^T B) v for one plane v (N...) float32, out float32 C-contiguous of its size;
-        off the nodes through the blending matrix's unchecked products into buffers kept between
-        calls (CG's operator: the checks and fresh arrays of matvec / rmatvec would take a tenth of
-        an off-grid fit). Returns out."""
+        off the nodes through the blending matrix's unchecked products (CG's operator: the checks
+        and fresh arrays of matvec / rmatvec would take a tenth of an off-grid fit): on one thread
+        one compiled pass (``_normal_add``), else gather and transpose into buffers kept between
+        calls. Returns out."""
         if self.blend is None:
             out += self.diag * v
+            return out
+        flat = np.ascontiguousarray(v, np.float32).reshape(-1)
+        if self.blend._normal_add(flat, out.reshape(-1), self.keep):
             return out
         if self._work is None:
             self._work = (np.empty((self.blend.shape[0], 1), np.float32), np.empty((self.blend.grid_size, 1), np.float32))
         at_points, on_grid = self._work
-        self.blend._gather(np.ascontiguousarray(v, np.float32).reshape(-1, 1), at_points)
+        self.blend._gather(flat.reshape(-1, 1), at_points)
+        if self.keep is not None:
+            at_points *= self.keep[:, None]
         self.blend._scatter(at_points, on_grid)
         out.reshape(-1)[...] += on_grid.reshape(-1)
         return out
@@ -97,7 +112,7 @@ class DataTerm:
         the multigrid hierarchy's diagonal."""
         if self.blend is None:
             return self.diag
-        ones = np.ones(self.blend.shape[0], np.float32)
+        ones = np.ones(self.blend.shape[0], np.float32) if self.keep is None else self.keep
         return np.asarray(self.blend.rmatvec(ones), np.float32).reshape(self.shape)
 
 
