@@ -19,7 +19,7 @@
 #pragma clang fp contract(off)
 #define KRONPE_SPLINE_NO_CONTRACT
 #else
-#define KRONPE_SPLINE_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#define KRONPE_SPLINE_NO_CONTRACT __attribute__((optimize("fp-contract=off", "no-trapping-math")))
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
@@ -35,24 +35,36 @@ index_t stencil_width(int ndim) { return ndim == 1 ? 7 : ndim == 2 ? 49 : 343; }
 
 namespace {
 
-// The interval of x along axis a, as a double, from u = (x - lo) / h.
-inline double cell_of(const SplineGrid& g, int a, double u) {
+// x along axis a in units of its intervals, from the grid's start.
+inline double in_intervals(const SplineGrid& g, int a, double x) { return (x - g.lo[a]) / g.h[a]; }
+
+// The interval of u = in_intervals(x), as a double.
+inline double interval_of(const SplineGrid& g, int a, double u) {
   double f = std::floor(u);
   if (!(f >= 0)) f = 0;  // (NaN too: callers check the points, this keeps an index in range regardless)
   if (f > double(g.nint[a] - 1)) f = double(g.nint[a] - 1);
   return f;
 }
 
+// The four weights of a point at t (0 <= t <= 1) in its interval.
+KRONPE_SPLINE_INLINE void cubic_weights(double t, double& w0, double& w1, double& w2, double& w3) {
+  const double s = 1.0 - t, t2 = t * t, t3 = t2 * t;
+  w0 = s * s * s / 6.0;
+  w1 = (3.0 * t3 - 6.0 * t2 + 4.0) / 6.0;
+  w2 = (-3.0 * t3 + 3.0 * t2 + 3.0 * t + 1.0) / 6.0;
+  w3 = t3 / 6.0;
+}
+
+// The interval of u = in_intervals(x) along axis a and its four weights.
+inline index_t interval_weights(const SplineGrid& g, int a, double u, double w[4]) {
+  const double f = interval_of(g, a, u);
+  cubic_weights(u - f, w[0], w[1], w[2], w[3]);
+  return index_t(f);
+}
+
 // The interval of x along axis a and its four weights.
 inline index_t cell_weights(const SplineGrid& g, int a, double x, double w[4]) {
-  const double u = (x - g.lo[a]) / g.h[a];
-  const double f = cell_of(g, a, u);
-  const double t = u - f, s = 1.0 - t, t2 = t * t, t3 = t2 * t;
-  w[0] = s * s * s / 6.0;
-  w[1] = (3.0 * t3 - 6.0 * t2 + 4.0) / 6.0;
-  w[2] = (-3.0 * t3 + 3.0 * t2 + 3.0 * t + 1.0) / 6.0;
-  w[3] = t3 / 6.0;
-  return index_t(f);
+  return interval_weights(g, a, in_intervals(g, a, x), w);
 }
 
 // A point's 4^D weights and the flat indices of their coefficients.
@@ -229,24 +241,25 @@ void chunks_of(const SplineGrid& g, const index_t* stride, const index_t* key, i
   out.clear();
   const index_t cells_last = g.nint[D - 1];
   for (index_t q = q0; q < q1;) {
-    const index_t line_of_cells = key[q] / cells_last, l0 = key[q] % cells_last / kChunk * kChunk;
+    const index_t l = key[q] % cells_last, l0 = l / kChunk * kChunk;
     const index_t w0 = D == 1 ? l0 : std::max<index_t>(0, std::min(l0, cells_last - kChunk));
     index_t base = 0, rest = key[q];  // the first cell's first coefficient
     for (int a = D - 1; a >= 0; --a) base += rest % g.nint[a] * stride[a], rest /= g.nint[a];
-    out.push_back({q, base - (key[q] % cells_last - w0), int(std::min<index_t>(kWindow, cells_last + 3 - w0))});
+    out.push_back({q, base - (l - w0), int(std::min<index_t>(kWindow, cells_last + 3 - w0))});
+    // the chunk's cells: keys from key[q] to (not with) the chunk's end on this line of cells
+    const index_t end = key[q] - l + std::min(l0 + kChunk, cells_last);
     index_t q_end = q + 1;
-    while (q_end < q1 && q_end - q < kBatch && key[q_end] / cells_last == line_of_cells &&
-           key[q_end] % cells_last < l0 + kChunk)
-      ++q_end;
+    while (q_end < q1 && q_end - q < kBatch && key[q_end] < end) ++q_end;
     q = q_end;
   }
   out.push_back({q1, 0, 0});
 }
 
-// stencil and rhs += the chunks' points (pts, vals, weights: sorted by cell).
+// stencil and rhs += the chunks' points (units: in_intervals of their coordinates; units, vals and
+// weights sorted by cell).
 template <int D>
 KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* stride, index_t N, const CellLines<D>& cl,
-                                       const double* pts, const double* vals, index_t C, const double* weights,
+                                       const double* units, const double* vals, index_t C, const double* weights,
                                        const Chunk* chunks, index_t nchunks, double* st, double* rhs,
                                        double* zv) {
   constexpr int L = CellLines<D>::L, NP = CellLines<D>::P;
@@ -254,6 +267,7 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
   alignas(64) double lw[kBatch][L], lwp[kBatch][L];  // the lines' weights, without and with the point's
   alignas(64) double pads[kBatch][24];               // the last axis's 4 weights at 8 .. 11, else 0
   int shifts[kBatch];                                // the cell's first corner in the window
+  alignas(64) double at[D][kBatch], wt[D][4][kBatch];  // each axis's interval and weights
   for (index_t ci = 0; ci < nchunks; ++ci) {
     if (ci + kPrefetchChunks < nchunks) {  // the stencil rows of a chunk further on
       const index_t wn = chunks[ci + kPrefetchChunks].window;
@@ -271,11 +285,21 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
     const index_t q = chunks[ci].q, window = chunks[ci].window;
     const int span = chunks[ci].span;
     const int n = int(chunks[ci + 1].q - q);
+    // the points' intervals and weights, axis by axis (a loop over the points: vectorised)
+    for (int a = 0; a < D; ++a)
+      for (int r = 0; r < n; ++r) {
+        const double u = units[(q + r) * D + a], f = interval_of(g, a, u);
+        at[a][r] = f;
+        cubic_weights(u - f, wt[a][0][r], wt[a][1][r], wt[a][2][r], wt[a][3][r]);
+      }
     for (int r = 0; r < n; ++r) {
       const index_t p = q + r;
       double w[D][4];
       index_t base = 0;
-      for (int a = 0; a < D; ++a) base += cell_weights(g, a, pts[p * D + a], w[a]) * stride[a];
+      for (int a = 0; a < D; ++a) {
+        base += index_t(at[a][r]) * stride[a];
+        for (int i = 0; i < 4; ++i) w[a][i] = wt[a][i][r];
+      }
       const int shift = int(base - window);
       const double pw = weights ? weights[p] : 1.0;
       for (int l = 0; l < L; ++l) {
@@ -284,20 +308,21 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
       }
       const double* wz = w[D - 1];
       double* pad = pads[r];
-      for (int i = 0; i < 24; ++i) pad[i] = 0.0;
+      for (int i = 0; i < 24; i += 8) store8(pad + i, v8{});
       for (int c = 0; c < 4; ++c) pad[8 + c] = wz[c];
       shifts[r] = shift;
       // rhs: the 4 C numbers w_c v of each line's corners, contiguous
       const double* v = vals + p * C;
-      for (int c = 0; c < 4; ++c)
-        for (index_t ch = 0; ch < C; ++ch) zv[c * C + ch] = wz[c] * v[ch];
       if (C == 1) {
+        const double wv[4] = {wz[0] * v[0], wz[1] * v[0], wz[2] * v[0], wz[3] * v[0]};
         for (int l = 0; l < L; ++l) {
           double* out = rhs + base + cl.line[l];
           const double f = lwp[r][l];
-          for (int i = 0; i < 4; ++i) out[i] += f * zv[i];
+          for (int i = 0; i < 4; ++i) out[i] += f * wv[i];
         }
       } else {
+        for (int c = 0; c < 4; ++c)
+          for (index_t ch = 0; ch < C; ++ch) zv[c * C + ch] = wz[c] * v[ch];
         for (int l = 0; l < L; ++l) {
           double* out = rhs + (base + cl.line[l]) * C;
           const double f = lwp[r][l];
@@ -344,22 +369,26 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
   index_t cstride[3], cells = 1;
   for (int a = D - 1; a >= 0; --a) cstride[a] = cells, cells *= g.nint[a];
   std::vector<index_t> start(static_cast<std::size_t>(cells + 1), 0), key(static_cast<std::size_t>(P));
+  std::vector<double> u(static_cast<std::size_t>(P * D));  // the points in units of the intervals
   for (index_t p = 0; p < P; ++p) {
     index_t cell = 0;
-    for (int a = 0; a < D; ++a) cell += index_t(cell_of(g, a, (pts[p * D + a] - g.lo[a]) / g.h[a])) * cstride[a];
+    for (int a = 0; a < D; ++a) {
+      u[std::size_t(p * D + a)] = in_intervals(g, a, pts[p * D + a]);
+      cell += index_t(interval_of(g, a, u[std::size_t(p * D + a)])) * cstride[a];
+    }
     key[std::size_t(p)] = cell;
     ++start[std::size_t(cell + 1)];
   }
   for (index_t c = 0; c < cells; ++c) start[std::size_t(c + 1)] += start[std::size_t(c)];
-  // (copies of the points, values and weights in that order: the cells read them in turn)
-  std::vector<double> spts(static_cast<std::size_t>(P * D)), svals(static_cast<std::size_t>(P * C)),
+  // (copies of u, the values and the weights in that order: the cells read them in turn)
+  std::vector<double> su(static_cast<std::size_t>(P * D)), svals(static_cast<std::size_t>(P * C)),
       sw(weights ? static_cast<std::size_t>(P) : 0);
   {
     std::vector<index_t> fill(start.begin(), start.end() - 1), cell_of(key);
     for (index_t p = 0; p < P; ++p) {
       const index_t q = fill[std::size_t(cell_of[std::size_t(p)])]++;
       key[std::size_t(q)] = cell_of[std::size_t(p)];
-      for (int a = 0; a < D; ++a) spts[std::size_t(q * D + a)] = pts[p * D + a];
+      for (int a = 0; a < D; ++a) su[std::size_t(q * D + a)] = u[std::size_t(p * D + a)];
       for (index_t ch = 0; ch < C; ++ch) svals[std::size_t(q * C + ch)] = vals[p * C + ch];
       if (weights) sw[std::size_t(q)] = weights[p];
     }
@@ -395,7 +424,7 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
         std::vector<Chunk> chunks;
         chunks_of<D>(g, stride, key.data(), q0, q1, chunks);
         with_simd([&]() KRONPE_SPLINE_INLINE_LAMBDA {
-          normal_cells<D>(g, stride, N, cl, spts.data(), svals.data(), C, weights ? sw.data() : nullptr,
+          normal_cells<D>(g, stride, N, cl, su.data(), svals.data(), C, weights ? sw.data() : nullptr,
                           chunks.data(), index_t(chunks.size()) - 1, st, rhs, zv.data());
         });
       }
