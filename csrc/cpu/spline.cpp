@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kronpe/avx512.h"
@@ -103,23 +104,24 @@ void strides_of(const SplineGrid& g, index_t* stride) {
   for (int a = D - 1; a >= 0; --a) stride[a] = s, s *= g.coefficients(a);
 }
 
-// Runs body() (a lambda marked KRONPE_SPLINE_INLINE) inlined into a function compiled for the
-// vector path in force: AVX-512, AVX2 or generic.
+// Runs body(level) (a lambda marked KRONPE_SPLINE_INLINE_LAMBDA) inlined into a function compiled
+// for the vector path in force: AVX-512, AVX2 or generic; level, a std::integral_constant (2, 1, 0),
+// tells the body which, for sizes that depend on the registers (32 of 64 bytes, 16 of 32, 16 of 16).
 template <typename F>
 KRONPE_SPLINE_NO_CONTRACT void simd_generic(const F& body) {
-  body();
+  body(std::integral_constant<int, 0>());
 }
 #if KRONPE_AVX512
 KRONPE_AVX512_BEGIN("avx2")
 template <typename F>
 KRONPE_SPLINE_NO_CONTRACT void simd_avx2(const F& body) {
-  body();
+  body(std::integral_constant<int, 1>());
 }
 KRONPE_AVX512_END
 KRONPE_AVX512_BEGIN("avx512f,avx512vl,avx512dq,avx512bw")
 template <typename F>
 KRONPE_SPLINE_NO_CONTRACT void simd_avx512(const F& body) {
-  body();
+  body(std::integral_constant<int, 2>());
 }
 KRONPE_AVX512_END
 #endif
@@ -151,7 +153,38 @@ KRONPE_SPLINE_INLINE v8 load8(const float* p) {
   return __builtin_convertvector(v, v8);
 }
 KRONPE_SPLINE_INLINE void store8(double* p, const v8& v) { std::memcpy(p, &v, sizeof v); }
-KRONPE_SPLINE_INLINE void add8(double* p, const v8& v) { store8(p, load8(p) + v); }
+
+// The same for vectors of W = 2, 4 or 8 doubles.
+template <int W>
+struct VecOf;
+template <>
+struct VecOf<2> {
+  typedef double type __attribute__((vector_size(16)));
+};
+template <>
+struct VecOf<4> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <>
+struct VecOf<8> {
+  typedef v8 type;
+};
+template <int W>
+using vec = typename VecOf<W>::type;
+template <int W>
+KRONPE_SPLINE_INLINE vec<W> loadv(const double* p) {
+  vec<W> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V>
+KRONPE_SPLINE_INLINE void storev(double* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <typename V>
+KRONPE_SPLINE_INLINE void addv(double* p, const V& v) {
+  storev(p, loadv<int(sizeof(V) / 8)>(p) + v);
+}
 
 // Lanes of a, each repeated C times, the part u (of C) of those 8 C lanes: the stencil's entries of 8
 // rows spread over x's C channels.
@@ -257,13 +290,17 @@ void chunks_of(const SplineGrid& g, const index_t* stride, const index_t* key, i
 
 // stencil and rhs += the chunks' points (units: in_intervals of their coordinates; units, vals and
 // weights sorted by cell).
-template <int D>
+template <int D, int Level>
 KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* stride, index_t N, const CellLines<D>& cl,
                                        const double* units, const double* vals, index_t C, const double* weights,
                                        const Chunk* chunks, index_t nchunks, double* st, double* rhs,
                                        double* zv) {
   constexpr int L = CellLines<D>::L, NP = CellLines<D>::P;
-  v8 dz[kBatch][7];  // per offset d + 3: w_c w_{c+d} at the cell's corners c in the window, else 0
+  // vectors of the registers' width: VW doubles (8 x 8 doubles in AVX2's or SSE2's registers spill)
+  constexpr int VW = Level == 2 ? 8 : Level == 1 ? 4 : 2, NB = kWindow / VW;
+  using V = vec<VW>;
+  alignas(64) double dz[kBatch][7][kWindow];  // per offset d + 3: w_c w_{c+d} at the cell's corners c
+                                              // in the window, else 0
   alignas(64) double lw[kBatch][L], lwp[kBatch][L];  // the lines' weights, without and with the point's
   alignas(64) double pads[kBatch][24];               // the last axis's 4 weights at 8 .. 11, else 0
   int shifts[kBatch];                                // the cell's first corner in the window
@@ -308,7 +345,7 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
       }
       const double* wz = w[D - 1];
       double* pad = pads[r];
-      for (int i = 0; i < 24; i += 8) store8(pad + i, v8{});
+      for (int i = 0; i < 24; i += VW) storev(pad + i, V{});
       for (int c = 0; c < 4; ++c) pad[8 + c] = wz[c];
       shifts[r] = shift;
       // rhs: the 4 C numbers w_c v of each line's corners, contiguous
@@ -331,29 +368,40 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
       }
     }
     // (apart from the stores to pads: loads straight after them wait for them)
-    for (int r = 0; r < n; ++r) {
-      const v8 a = load8(pads[r] + 8 - shifts[r]);
-      for (int m = 0; m < 7; ++m) dz[r][m] = a * load8(pads[r] + 5 - shifts[r] + m);
-    }
+    for (int r = 0; r < n; ++r)
+      for (int m = 0; m < 7; ++m)
+        for (int b = 0; b < kWindow; b += VW) {
+          const double* pad = pads[r] + b - shifts[r];
+          storev(dz[r][m] + b, loadv<VW>(pad + 8) * loadv<VW>(pad + 5 + m));
+        }
+    // the offsets G at a time: their sums in registers (G NB of them)
+    constexpr int G = Level == 2 ? 7 : Level == 1 ? 4 : 2;
     for (int k = 0; k < NP; ++k) {
       const int l1 = cl.first[k], l2 = cl.second[k];
-      v8 sum[7] = {};
-      for (int r = 0; r < n; ++r) {
-        const double s = lwp[r][l1] * lw[r][l2];
-        for (int m = 0; m < 7; ++m) sum[m] += s * dz[r][m];
-      }
       double* direct = st + cl.row[k] + window + cl.line[l1];
       double* mirror = st + cl.mirror[k] + window + cl.line[l2];
-      if (span == kWindow) {
-        for (int m = 0; m < 7; ++m) add8(direct + m * N, sum[m]);
-        if (l1 != l2)
-          for (int m = 0; m < 7; ++m) add8(mirror + m * N, sum[m]);
-      } else {  // the end of a line
-        for (int m = 0; m < 7; ++m)
-          for (int i = 0; i < span; ++i) direct[m * N + i] += sum[m][i];
-        if (l1 != l2)
-          for (int m = 0; m < 7; ++m)
-            for (int i = 0; i < span; ++i) mirror[m * N + i] += sum[m][i];
+      for (int m0 = 0; m0 < 7; m0 += G) {
+        const int g = std::min(G, 7 - m0);
+        V sum[G][NB] = {};
+        for (int r = 0; r < n; ++r) {
+          const double s = lwp[r][l1] * lw[r][l2];
+          for (int m = 0; m < G; ++m)
+            if (m < g)
+              for (int b = 0; b < NB; ++b) sum[m][b] += s * loadv<VW>(dz[r][m0 + m] + b * VW);
+        }
+        for (int m = 0; m < g; ++m) {
+          double* row = direct + (m0 + m) * N;
+          double* row2 = mirror + (m0 + m) * N;
+          if (span == kWindow) {
+            for (int b = 0; b < NB; ++b) addv(row + b * VW, sum[m][b]);
+            if (l1 != l2)
+              for (int b = 0; b < NB; ++b) addv(row2 + b * VW, sum[m][b]);
+          } else {  // the end of a line
+            for (int i = 0; i < span; ++i) row[i] += sum[m][i / VW][i % VW];
+            if (l1 != l2)
+              for (int i = 0; i < span; ++i) row2[i] += sum[m][i / VW][i % VW];
+          }
+        }
       }
     }
   }
@@ -423,8 +471,8 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
         std::vector<double> zv(static_cast<std::size_t>(4 * C));
         std::vector<Chunk> chunks;
         chunks_of<D>(g, stride, key.data(), q0, q1, chunks);
-        with_simd([&]() KRONPE_SPLINE_INLINE_LAMBDA {
-          normal_cells<D>(g, stride, N, cl, su.data(), svals.data(), C, weights ? sw.data() : nullptr,
+        with_simd([&](auto level) KRONPE_SPLINE_INLINE_LAMBDA {
+          normal_cells<D, level>(g, stride, N, cl, su.data(), svals.data(), C, weights ? sw.data() : nullptr,
                           chunks.data(), index_t(chunks.size()) - 1, st, rhs, zv.data());
         });
       }
@@ -572,16 +620,18 @@ void apply_impl_c(const index_t* n, const S* st, const double* x, index_t C, dou
     for (int a = D - 1; a >= 0; --a) s += index_t(rest % 7 - 3) * stride[a], rest /= 7;
     shift[o] = s;
   }
-  const index_t block = std::max<index_t>(1024, kApplyBlock / C);
-  const index_t blocks = (N + block - 1) / block;
   const int nt = threads > 0 ? threads : kernel_threads();
-  run_team(N * W * C > (1 << 18) ? int(std::min<index_t>(nt, blocks)) : 1, [&](int, int) {
+  const bool team = nt > 1 && N * W * C > (1 << 18);
+  index_t block = std::max<index_t>(1024, kApplyBlock / C);
+  if (team) block = std::min(block, std::max<index_t>(1024, (N + 4 * nt - 1) / (4 * nt)));  // 4 per thread
+  const index_t blocks = (N + block - 1) / block;
+  run_team(team ? int(std::min<index_t>(nt, blocks)) : 1, [&](int, int) {
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static)
 #endif
     for (index_t b = 0; b < blocks; ++b) {
       const index_t j0 = b * block, j1 = std::min(N, j0 + block);
-      with_simd([&]() KRONPE_SPLINE_INLINE_LAMBDA { apply_block<S, CC>(st, N, W, shift, x, C, y, j0, j1); });
+      with_simd([&](auto) KRONPE_SPLINE_INLINE_LAMBDA { apply_block<S, CC>(st, N, W, shift, x, C, y, j0, j1); });
     }
   });
 }
