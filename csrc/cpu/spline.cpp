@@ -134,27 +134,11 @@ void with_simd(const F& body) {
   simd_generic(body);
 }
 
-// Vectors of 8 doubles (GCC's and Clang's vector extensions: one AVX-512 register, two AVX2 ones, or
-// four SSE2 ones), loaded from and stored to any address. Written as such where a plain loop would
-// leave the compiler unsure that rows N apart do not overlap, or where entries move between lanes.
-// (Every function taking or returning one is inlined: no vector crosses a call, whatever GCC's
-// warning about the ABI of such calls says; it is off in this file.)
-typedef double v8 __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-
-KRONPE_SPLINE_INLINE v8 load8(const double* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-KRONPE_SPLINE_INLINE v8 load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return __builtin_convertvector(v, v8);
-}
-KRONPE_SPLINE_INLINE void store8(double* p, const v8& v) { std::memcpy(p, &v, sizeof v); }
-
-// The same for vectors of W = 2, 4 or 8 doubles.
+// Vectors of W = 2, 4 or 8 doubles (GCC's and Clang's vector extensions: a register of SSE2, AVX2 or
+// AVX-512, or several), loaded from and stored to any address. Written as such where a plain loop
+// would leave the compiler unsure that rows N apart do not overlap, or where entries move between
+// lanes. (Every function taking or returning one is inlined: no vector crosses a call, whatever
+// GCC's warning about the ABI of such calls says; it is off in this file.)
 template <int W>
 struct VecOf;
 template <>
@@ -167,10 +151,12 @@ struct VecOf<4> {
 };
 template <>
 struct VecOf<8> {
-  typedef v8 type;
+  typedef double type __attribute__((vector_size(64)));
 };
 template <int W>
 using vec = typename VecOf<W>::type;
+using v8 = vec<8>;
+
 template <int W>
 KRONPE_SPLINE_INLINE vec<W> loadv(const double* p) {
   vec<W> v;
@@ -184,6 +170,14 @@ KRONPE_SPLINE_INLINE void storev(double* p, const V& v) {
 template <typename V>
 KRONPE_SPLINE_INLINE void addv(double* p, const V& v) {
   storev(p, loadv<int(sizeof(V) / 8)>(p) + v);
+}
+// 8 entries of a stencil of either type, as doubles
+KRONPE_SPLINE_INLINE v8 load8(const double* p) { return loadv<8>(p); }
+KRONPE_SPLINE_INLINE v8 load8(const float* p) {
+  typedef float v8f __attribute__((vector_size(32)));
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, v8);
 }
 
 // Lanes of a, each repeated C times, the part u (of C) of those 8 C lanes: the stencil's entries of 8
@@ -250,9 +244,9 @@ void cell_lines(const index_t* stride, index_t N, CellLines<D>& c) {
 // A stripe's points, sorted by cell (C-order), go in chunks: the points of up to kChunk cells in a
 // row along the last axis (at most kBatch of them). The chunk's corners along a line are a window
 // of kWindow = 8 coefficients, so that the chunk adds to the stencil one 8-vector per pair of lines
-// and offset: the points' sums over the chunk, made in registers, pair by pair. (A cell at a time,
-// 4-vectors, wrote to the stencil 4 times as often; it is a large array, and those writes took two
-// thirds of the time.) The rows a chunk adds to are prefetched kPrefetchChunks chunks earlier.
+// and offset: the points' sums over the chunk, made in registers, pair by pair. (The stencil is a
+// large array, its writes the kernel's main cost: a cell's 4-vectors at a time would write it up to
+// kChunk times as often.) The rows a chunk adds to are prefetched kPrefetchChunks chunks earlier.
 constexpr int kChunk = 5, kWindow = kChunk + 3, kBatch = 32;
 constexpr index_t kPrefetchChunks = 2;
 
@@ -322,7 +316,7 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
     const index_t q = chunks[ci].q, window = chunks[ci].window;
     const int span = chunks[ci].span;
     const int n = int(chunks[ci + 1].q - q);
-    // the points' intervals and weights, axis by axis (a loop over the points: vectorised)
+    // the points' intervals and weights, axis by axis
     for (int a = 0; a < D; ++a)
       for (int r = 0; r < n; ++r) {
         const double u = units[(q + r) * D + a], f = interval_of(g, a, u);
@@ -367,7 +361,7 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
         }
       }
     }
-    // (apart from the stores to pads: loads straight after them wait for them)
+    // dz, in a loop apart from the stores to pads (loads straight after those would wait for them)
     for (int r = 0; r < n; ++r)
       for (int m = 0; m < 7; ++m)
         for (int b = 0; b < kWindow; b += VW) {
@@ -473,7 +467,7 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
         chunks_of<D>(g, stride, key.data(), q0, q1, chunks);
         with_simd([&](auto level) KRONPE_SPLINE_INLINE_LAMBDA {
           normal_cells<D, level>(g, stride, N, cl, su.data(), svals.data(), C, weights ? sw.data() : nullptr,
-                          chunks.data(), index_t(chunks.size()) - 1, st, rhs, zv.data());
+                                 chunks.data(), index_t(chunks.size()) - 1, st, rhs, zv.data());
         });
       }
     });
@@ -511,9 +505,9 @@ void values_impl(const SplineGrid& g, index_t P, const double* pts, const double
 // A product walks blocks of rows; in a block it adds the offsets a run of 7 at a time (the 7
 // offsets along the last axis: shifts sh0 .. sh0 + 6), each row's sum in registers, so that y is
 // read and written once per run, not per offset, and each pass streams 7 stencil rows. Those
-// streams are prefetched kApplyAhead entries ahead (the hardware prefetchers lose track of 49 or
-// 343 streams: 6 GB/s of stencil without, 15-25 with, on a Zen 4 core). Every row's sum is added in
-// the offsets' order, as one offset at a time would.
+// streams are prefetched kApplyAhead entries ahead: the hardware prefetchers lose track of 49 or
+// 343 streams (without, a product read its stencil at a quarter of the memory's bandwidth). Every
+// row's sum is added in the offsets' order, as one offset at a time would.
 constexpr index_t kApplyBlock = 16384;  // rows of y (at C = 1: 128 KiB, L2-resident with x's part)
 constexpr index_t kApplyAhead = 128;
 
@@ -563,7 +557,7 @@ KRONPE_SPLINE_INLINE void run7(const S* const* so, index_t sh0, const double* __
         const double* v = x + (lo + sh0 + k) * CC;
         for (int u = 0; u < CC; ++u) acc[u] += spread<CC>(a, u) * load8(v + 8 * u);
       }
-      for (int u = 0; u < CC; ++u) store8(y + lo * CC + 8 * u, acc[u]);
+      for (int u = 0; u < CC; ++u) storev(y + lo * CC + 8 * u, acc[u]);
     }
     C = CC;
   }
