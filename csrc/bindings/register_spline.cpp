@@ -1,6 +1,7 @@
 // Bindings of the cubic B-spline kernels (kronpe/spline.h), CPU only. Every array is a C-contiguous
 // float64 host array; kronpe.solvers.spline validates the user's input first, these checks keep a
 // wrong internal call from reading or writing beyond an array.
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -102,7 +103,10 @@ void register_spline(py::module_& m) {
         const index_t C = x.ndim() == 2 ? x.shape[1] : 0;
         const double* xp = contiguous(x, "x", {N, -1});
         double* yp = const_cast<double*>(contiguous(y, "y", {N, C}));
-        require(xp != yp || N == 0 || C == 0, "y must not be x");
+        // (y is written while x is read: the kernel takes them for separate arrays)
+        const auto xa = reinterpret_cast<std::uintptr_t>(xp), ya = reinterpret_cast<std::uintptr_t>(yp);
+        const std::uintptr_t bytes = std::uintptr_t(N * C) * sizeof(double);
+        require(N == 0 || C == 0 || ya + bytes <= xa || xa + bytes <= ya, "y must not be x, nor overlap it");
         if (single) {
           const float* sp = contiguous_as<float>(stencil, "stencil", {stencil_width(D), N});
           py::gil_scoped_release release;

@@ -32,7 +32,8 @@ index_t stencil_width(int ndim);
 
 // stencil += B^T B and rhs += B^T y over the P points (row-major P x ndim) with values y (row-major
 // P x C), each point weighted by weights[p] when weights is not null. stencil: 7^ndim x size();
-// rhs: size() x C. Deterministic: the same bits for any thread count.
+// rhs: size() x C. Deterministic: the same bits for any thread count and on every vector path
+// (KRONPE_SIMD); what it adds to the stencil exactly symmetric (entry o of j, entry -o of j + o).
 void spline_normal(const SplineGrid& g, index_t P, const double* points, const double* values, index_t C,
                    const double* weights, double* stencil, double* rhs, int threads = 0);
 
@@ -41,7 +42,8 @@ void spline_values(const SplineGrid& g, index_t P, const double* points, const d
                    double* out, int threads = 0);
 
 // y = A x for the (7^ndim, prod n) stencil A on the grid of `ndim` axes with n[a] coefficients per axis; x and y
-// (prod n) x C.
+// (prod n) x C, separate arrays. Each entry of y is the sum of its products in the offsets' order (the
+// same bits as adding A's rows one at a time), for any thread count and on every vector path.
 void stencil_apply(int ndim, const index_t* n, const double* stencil, const double* x, index_t C, double* y,
                    int threads = 0);
 // The same with a float32 stencil (half the memory traffic: the multigrid smoother's operators);
