@@ -141,9 +141,8 @@ def end_chain(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int], o
     last = T.dim() - 1
     if not matrices or T.numel() == 0 or not T.is_contiguous():
         return None
-    for A, m in zip(matrices, modes):
-        if (m != 0 and m != last) or A.numel() == 0 or _band(A) is not None:
-            return None
+    if any(m != 0 and m != last for m in modes) or any(A.numel() == 0 or _band(A) is not None for A in matrices):
+        return None
     Y = T
     for j in order:
         Y = _end_mm(Y, matrices[j], modes[j])

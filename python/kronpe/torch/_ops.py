@@ -33,7 +33,6 @@ RuntimeError when kronpe was built without CUDA. Both are registered by :func:`r
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
