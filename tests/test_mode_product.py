@@ -142,6 +142,26 @@ def test_numpy_fast_path_matches_the_general_path(dtype, order):
         np.testing.assert_array_equal(fast, general)
 
 
+@pytest.mark.skipif(not _core._tuning.packed_gemm_supported(), reason="no AVX-512 on this CPU")
+@pytest.mark.parametrize("rows", [256, 253, 250, 245])
+@pytest.mark.parametrize("big", ["a", "b"])
+def test_packed_gemm_last_rows_keep_their_bits(dtype, rows, big):
+    """The packed GEMM's last sliver of rows (fewer than a whole sliver) runs a narrower kernel:
+    every row of C has the bits it has when more rows follow it (the operands read as rows of a
+    taller matrix). ``big``: A the larger operand (its slivers blocked) or B (A packed whole)."""
+    rng = np.random.default_rng(rows)
+    k, n = 70, (40 if big == "a" else 400)
+    a = rng.standard_normal((rows + 20, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+
+    def product(m):
+        c = np.full((m, n), np.nan, dtype)
+        _core.packed_gemm(a[:m], b, c, False, False, 1)
+        return c
+
+    np.testing.assert_array_equal(product(rows), product(rows + 20)[:rows])
+
+
 def test_large_results_start_on_a_cache_line():
     """Results of 16 MiB or more start on a 64-byte boundary (the packed GEMM's streaming stores
     need it); smaller ones are NumPy's own arrays."""

@@ -91,15 +91,25 @@ def _nondet_tol(device) -> float:
     return 1e-12 if device.torch == "cuda" else 0.0
 
 
+@pytest.fixture(params=[True, False], ids=["direct", "adjoint"])
+def direct_gemms(request, monkeypatch):
+    """Both eager CPU autograd paths of multi_mode_product: chains of end-axis GEMMs recorded by
+    torch's autograd (``DIRECT_GEMMS``), and every chain through the op's own adjoint."""
+    from kronpe.torch import _ops
+
+    monkeypatch.setattr(_ops, "DIRECT_GEMMS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("sample_id", GRAD_IDS)
-def test_gradcheck(sample_id, device):
+def test_gradcheck(sample_id, device, direct_gemms):
     fn, inputs = _flat(*torch_op_sample(device.torch, sample_id, requires_grad=True)[1:3])
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-8, fast_mode=True,
                                     nondet_tol=_nondet_tol(device))
 
 
 @pytest.mark.parametrize("sample_id", GRAD_IDS)
-def test_gradgradcheck(sample_id, device):
+def test_gradgradcheck(sample_id, device, direct_gemms):
     fn, inputs = _flat(*torch_op_sample(device.torch, sample_id, requires_grad=True)[1:3])
     assert torch.autograd.gradgradcheck(fn, inputs, eps=1e-6, atol=1e-8, fast_mode=True,
                                         nondet_tol=_nondet_tol(device))
@@ -130,8 +140,11 @@ def test_indices_out_of_range(device):
         kt.blend_transpose(R, idx + 100, w, 30)
 
 
-def test_backward_is_made_of_kronpe_ops():
+def test_backward_is_made_of_kronpe_ops(monkeypatch):
     """The mode-product adjoint wrt T is the chain with transposed matrices (a kronpe op)."""
+    from kronpe.torch import _ops
+
+    monkeypatch.setattr(_ops, "DIRECT_GEMMS", False)  # a single end-axis GEMM would be torch's mm
     T = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
     A = torch.randn(3, 4, dtype=torch.float64)
     y = kt.multi_mode_product(T, [A])
@@ -139,6 +152,47 @@ def test_backward_is_made_of_kronpe_ops():
     (g,) = torch.autograd.grad(y, T, G, create_graph=True)
     assert "kronpe" in g.grad_fn.name().lower() or "multi_mode_product" in g.grad_fn.name().lower()
     np.testing.assert_allclose(_np(g), _np(A.T @ torch.ones(3, 5, dtype=torch.float64)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("modes", [[0, 1], [1, 0], [0, 2], [0]])
+def test_direct_gemms_under_autograd(modes):
+    """Eager CPU chains of end-axis GEMMs under autograd are torch.mm calls that autograd records:
+    values, gradients and second derivatives of the einsum, in the cheaper mode order."""
+    T = torch.randn(5, 3, 4, dtype=torch.float64) if 2 in modes else torch.randn(5, 4, dtype=torch.float64)
+    mats = [torch.randn(r, T.shape[m], dtype=torch.float64, requires_grad=True) for r, m in zip((6, 2), modes)]
+    T.requires_grad_()
+    out = kt.multi_mode_product(T, mats, modes)
+    assert out.grad_fn.name().startswith(("MmBackward", "ViewBackward"))
+    np.testing.assert_allclose(_np(out), ref_mmp(T, mats, modes), rtol=1e-12)
+    G = torch.randn_like(out)
+    letters = "ijk"[: T.dim()]
+    outl = list(letters)
+    for j, m in enumerate(modes):
+        outl[m] = "ab"[j]
+    spec = f"{letters}," + ",".join("ab"[j] + letters[m] for j, m in enumerate(modes)) + "->" + "".join(outl)
+    got = torch.autograd.grad(out, (T, *mats), G)
+    want = torch.autograd.grad(torch.einsum(spec, T, *mats), (T, *mats), G)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradgradcheck(lambda t, *ms: kt.multi_mode_product(t, list(ms), modes), (T, *mats))
+
+
+def test_direct_gemms_only_for_end_axes_and_kronpe_kernel(monkeypatch):
+    """A middle mode, a strided T or another registered CPU kernel keep the op's
+    autograd.Function."""
+    from kronpe.torch import _ops
+
+    def name(T, mats, modes):
+        return kt.multi_mode_product(T, mats, modes).grad_fn.name()
+
+    T = torch.randn(4, 3, 2, dtype=torch.float64, requires_grad=True)
+    A, B = (torch.randn(4, n, dtype=torch.float64, requires_grad=True) for n in (4, 3))
+    assert "Kronpe" in name(T, [A, B], [0, 1])  # mode 1 is a middle axis
+    assert "Kronpe" in name(T.detach().mT.requires_grad_(), [A, torch.randn(4, 2, dtype=torch.float64)], [0, 1])
+    assert "Kronpe" not in name(T, [A], [0])
+    kernel = _ops.KERNELS["cpu"]["multi_mode_product"]
+    monkeypatch.setitem(_ops.KERNELS["cpu"], "multi_mode_product", lambda *a: kernel(*a))
+    assert "Kronpe" in name(T, [A], [0])
 
 
 def test_matrix_gradient_paths_agree():

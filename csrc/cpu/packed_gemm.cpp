@@ -190,6 +190,23 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
   }
 }
 
+// One tile: micro_kernel, except that a last sliver of mr < MR rows runs the kernel of the next
+// multiple of 4 rows (reading its packed sliver with the same stride `as`) rather than all MR
+// rows on zero padding: a 256-row operand is 21 slivers of 12 and one of 4, and the 4-row kernel
+// takes a third of the 12-row one's time (a 256^3 float32 GEMM 3% faster). Every element of C
+// gets the same operations in the same order, so the bits do not change.
+template <typename T, int MR, int NV, bool PF = false>
+inline void tile_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
+                        index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
+  if constexpr (MR > 4 && MR % 4 == 0) {
+    if (mr <= 4) return micro_kernel<T, 4, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+    if constexpr (MR > 8) {
+      if (mr <= 8) return micro_kernel<T, 8, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+    }
+  }
+  micro_kernel<T, MR, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+}
+
 // the 64-bit halves of a and b, interleaved per 128-bit lane (low halves, high halves)
 inline __m512 lo64(__m512 a, __m512 b) {
   return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
@@ -374,10 +391,10 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
             const int nr = int(std::min<index_t>(NR, N - j));
             T* cj = c + (i0 + i) * ldc + j;
             if (prefetch && j == 0)
-              micro_kernel<T, MR, NV, true>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc,
-                                            kPrefetchAhead, stream);
+              tile_kernel<T, MR, NV, true>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc,
+                                           kPrefetchAhead, stream);
             else
-              micro_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc, 0, stream);
+              tile_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc, 0, stream);
           }
         }
       } else {
@@ -386,8 +403,8 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
           const T* bq = bp + j * kc;
           const int nr = int(std::min<index_t>(NR, ib - j));
           for (index_t i = 0; i < M; i += MR)
-            micro_kernel<T, MR, NV>(kc, spk + i * kc, MR, bq, c + i * ldc + i0 + j, ldc,
-                                    int(std::min<index_t>(MR, M - i)), nr, acc, 0, stream);
+            tile_kernel<T, MR, NV>(kc, spk + i * kc, MR, bq, c + i * ldc + i0 + j, ldc,
+                                   int(std::min<index_t>(MR, M - i)), nr, acc, 0, stream);
         }
       }
     }

@@ -103,31 +103,59 @@ def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tenso
             torch.bmm(L, R, out=C)
 
 
+def chain_cost(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int], order: List[int]) -> int:
+    """Multiply-adds of the chain in ``order``."""
+    shape, cost = list(T.shape), 0
+    for j in order:
+        n = math.prod(shape)
+        cost += n // max(shape[modes[j]], 1) * matrices[j].shape[0] * shape[modes[j]]
+        shape[modes[j]] = matrices[j].shape[0]
+    return cost
+
+
 def end_mode_product(X: torch.Tensor, A: torch.Tensor, m: int):
     """X x_m A as one ``torch.mm`` when X is C-contiguous and ``m`` its first or last axis (the
     planner's program would be that one GEMM; this skips the planning and the views), else None.
     The caller has validated the shapes; the result is C-contiguous."""
-    if X.numel() == 0 or A.numel() == 0 or not X.is_contiguous():
+    if X.numel() == 0 or A.numel() == 0 or not X.is_contiguous() or (m != 0 and m != X.dim() - 1):
         return None
-    if X.dim() == 2 and m <= 1:  # a matrix: no views
-        if _band(A) is not None:
-            return None
+    if _band(A) is not None:
+        return None
+    return _end_mm(X, A, m)
+
+
+def _end_mm(X: torch.Tensor, A: torch.Tensor, m: int) -> torch.Tensor:
+    """X x_m A for a C-contiguous, nonempty X and its first or last axis ``m``: one torch.mm on views."""
+    if X.dim() == 2:  # a matrix: no views
         return torch.mm(A, X) if m == 0 else torch.mm(X, A.mT)
     if m == 0:
-        if _band(A) is not None:
-            return None
         return torch.mm(A, X.view(X.shape[0], -1)).view((A.shape[0],) + X.shape[1:])
-    if m == X.dim() - 1:
-        if _band(A) is not None:
-            return None
-        return torch.mm(X.view(-1, X.shape[-1]), A.mT).view(X.shape[:-1] + (A.shape[0],))
-    return None
+    return torch.mm(X.view(-1, X.shape[-1]), A.mT).view(X.shape[:-1] + (A.shape[0],))
+
+
+def end_chain(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int], order: List[int]):
+    """The chain in ``order`` as one ``torch.mm`` per mode when each mode is the first or last
+    axis of a C-contiguous, nonempty T (so at most two modes) and no matrix is banded, else None.
+    The caller has validated the shapes. Made of torch ops only: under autograd, torch records
+    the GEMMs (their saved operands are the forward intermediates the adjoint needs)."""
+    last = T.dim() - 1
+    if not matrices or T.numel() == 0 or not T.is_contiguous():
+        return None
+    if any(m != 0 and m != last for m in modes) or any(A.numel() == 0 or _band(A) is not None for A in matrices):
+        return None
+    Y = T
+    for j in order:
+        Y = _end_mm(Y, matrices[j], modes[j])
+    return Y
 
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
     shape = mmp_shape(T, matrices, modes)
-    if len(matrices) == 1:
-        out = end_mode_product(T, matrices[0], modes[0])
+    if len(matrices) <= 2:  # one GEMM per mode on end axes, in the cheaper order
+        order = list(range(len(matrices)))
+        if len(order) == 2 and chain_cost(T, matrices, modes, [1, 0]) < chain_cost(T, matrices, modes, order):
+            order = [1, 0]
+        out = end_chain(T, matrices, modes, order)
         if out is not None:
             return out
     out = T.new_empty(shape)  # C-contiguous, as the fake implementation says

@@ -10,7 +10,9 @@ and a backward made of kronpe ops, so that double backward works:
   chain one mode at a time, returning every intermediate, so that the backward reuses them as
   autograd through single-mode products would: D forward products, D for the gradient chain, D
   contractions). Eager calls on real tensors run the same computation through the device's kernel
-  and an autograd.Function, without the custom ops' Python machinery. The adjoint
+  and an autograd.Function, without the custom ops' Python machinery; on the CPU, a chain whose
+  every step is one GEMM on an end axis (``DIRECT_GEMMS``) is left to torch's autograd as
+  ``torch.mm`` calls. The adjoint
   (:func:`_chain_adjoint`): wrt T the chain with the transposed matrices; wrt A_j the contraction of
   the gradient chain with the forward intermediate over every axis but mode j.
 - ``blend(values, indices, weights)``: out[p] = sum_s weights[p, s] * values[indices[p, s]]
@@ -31,7 +33,6 @@ RuntimeError when kronpe was built without CUDA. Both are registered by :func:`r
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -83,6 +84,13 @@ _LIB.define("multi_mode_product(Tensor T, Tensor[] matrices, int[] modes) -> Ten
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
+#: Eager CPU chains under autograd whose every step is one GEMM on an end axis (at most two modes,
+#: a C-contiguous T, dense matrices: ``_cpu.end_chain``) run as ``torch.mm`` calls that autograd
+#: records, as it would through ``torch.tensordot``: the same GEMMs as the op's own adjoint, without
+#: the autograd.Function's Python around them (half the time of a 64 x 64 chain). False sends
+#: them through the op's autograd.Function and adjoint like every other chain.
+DIRECT_GEMMS = True
+
 
 def _mmp_composite(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
     steps = len(matrices) > 1 and torch.is_grad_enabled() and any(A.requires_grad for A in matrices)
@@ -97,6 +105,11 @@ def _mmp_composite(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[in
         if kernel is not None:
             if not (torch.is_grad_enabled() and (T.requires_grad or any(A.requires_grad for A in matrices))):
                 return kernel(T, matrices, modes)
+            if DIRECT_GEMMS and kernel is _cpu.multi_mode_product:
+                mmp_shape(T, matrices, modes)
+                Y = _cpu.end_chain(T, matrices, modes, _chain_order(matrices))
+                if Y is not None:
+                    return Y
             return _KronpeMultiModeProduct.apply(T, list(modes), steps, kernel, *matrices)
     if steps:
         return torch.ops.kronpe.multi_mode_product_steps(T, matrices, modes)[-1]
@@ -158,16 +171,6 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
 # dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views.
 
 
-def _chain_cost(T, mats, modes, order) -> int:
-    """Multiply-adds of the chain in ``order``."""
-    shape, cost = list(T.shape), 0
-    for j in order:
-        n = math.prod(shape)
-        cost += n // max(shape[modes[j]], 1) * mats[j].shape[0] * shape[modes[j]]
-        shape[modes[j]] = mats[j].shape[0]
-    return cost
-
-
 def _rotates(T, mats, modes, order) -> bool:
     """Whether the rotation applies: D >= 3 (with two axes both are end axes anyway, and
     the direct products are faster, by a tenth for K = 64), every axis of a
@@ -179,7 +182,7 @@ def _rotates(T, mats, modes, order) -> bool:
     if any(A.numel() == 0 or _cpu._band(A) is not None for A in mats):
         return False
     axis_order = sorted(range(D), key=lambda j: modes[j])
-    return list(axis_order) == list(order) or _chain_cost(T, mats, modes, axis_order) <= _chain_cost(
+    return list(axis_order) == list(order) or _cpu.chain_cost(T, mats, modes, axis_order) <= _cpu.chain_cost(
         T, mats, modes, order)
 
 
