@@ -114,6 +114,7 @@ def test_equal_loss_after_200_steps(benchmark, case):
 # ---- the op alone: multi_mode_product forward + backward against torch.tensordot ------------------
 
 MMP_CASES = [(2, 64), (2, 256), (3, 64), (3, 256)]
+MMP_WARM_CALLS = 200  # untimed forward + backward calls of both methods before the first case
 
 
 def mmp_fwd_bwd(D: int, K: int, method: str):
@@ -161,7 +162,12 @@ def mmp_cases(rounds: int):
     out = []
     for D, K in MMP_CASES:
         def setup(D=D, K=K):
-            return {m: mmp_fwd_bwd(D, K, m) for m in ("kronpe op", "torch.tensordot")}
+            fns = {m: mmp_fwd_bwd(D, K, m) for m in ("kronpe op", "torch.tensordot")}
+            if (D, K) == MMP_CASES[0]:  # the process's first backwards fault in fresh pages (about
+                for _ in range(MMP_WARM_CALLS):  # a hundred per call for the whole first case,
+                    for fn in fns.values():  # whichever method runs one first): both, untimed
+                        fn()
+            return fns
 
         ms = [Method("kronpe op", lambda s: s["kronpe op"](), peer=False),
               Method("torch.tensordot", lambda s: s["torch.tensordot"]())]
