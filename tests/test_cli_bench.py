@@ -402,6 +402,12 @@ def test_one_table_per_thread_setting_and_slow_rounds_named():
     assert "beyond 1.3x their median: 1 of 1: g / kronpe 1.50x" in default
     cmp = report.compare(doc, doc)
     assert "| g [1 threads] | kronpe |" in cmp and "| g | kronpe |" in cmp
+    # each setting's rows against the GEMM rate measured under its own threads
+    doc["rates"]["by_setting"] = {"1": {"gemm_flops": 2e9, "gemm_by": "kronpe"},
+                                  "default": {"gemm_flops": 1e9, "gemm_by": "numpy.matmul"}}
+    one, default = report.markdown(doc).split("### Each library at its default threads")
+    assert "| 50% GEMM |" in one and "GEMM rate 2.0 GFLOP/s (float32, fastest round, by kronpe)" in one
+    assert "| 33% GEMM |" in default and "by numpy.matmul" in default
 
 
 def test_machine_line_warns_of_a_blas_held_below_its_kernels():

@@ -92,6 +92,11 @@ def cases(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Op
     return out
 
 
+def _label(setting: Optional[int]):
+    """A thread setting as the records name it: its count, or "default"."""
+    return "default" if setting is None else setting
+
+
 def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Optional[str] = None,
         rounds: Optional[int] = None, progress: bool = False, argv: Optional[Sequence[str]] = None,
         flush: bool = False, threads: Sequence[Optional[int]] = (None,), seeds: int = 1) -> dict:
@@ -109,19 +114,32 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         raise ValueError(f"no benchmark matches suites={list(suites or SUITES)} quick={quick} match={match!r}")
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     side = 1024 if quick else 2048  # the GEMM that measures the rate (OpenBLAS is near its peak at both)
-    gemm_before, copy_before = gemm_rate(side), copy_bandwidth()
+    from .harness import threads_limited
+
+    def gemm_probe(setting, rounds=5):  # the GEMM rate under the threads the rows run with
+        with threads_limited(setting):
+            return gemm_rate(side, rounds=rounds)
+
+    gemm_before = {t: gemm_probe(t) for t in threads}
+    copy_before = copy_bandwidth()
     records: List[dict] = []
     from tqdm.auto import tqdm
 
-    probes = []  # the GEMM rate before every case too: on a shared machine the best probe counts
+    probes: List[dict] = []  # the GEMM rate before every case too: on a shared machine the best probe counts
     with tqdm(selected, disable=None if progress else True, unit="case") as bar:
         for case in bar:
             bar.set_postfix_str(case.group[:40])
-            probes.append(gemm_rate(side, rounds=2))
             for setting in threads:
+                probes.append(dict(gemm_probe(setting, rounds=2), setting=_label(setting)))
                 records += measure(case, rounds, flush=flush, threads=setting, seeds=seeds)
-    gemm_after, copy_after = gemm_rate(side), copy_bandwidth()
-    gemm = max([gemm_before, gemm_after] + probes, key=lambda g: g["best"])
+    gemm_after = {t: gemm_probe(t) for t in threads}
+    copy_after = copy_bandwidth()
+    per_setting = {}
+    for t in threads:
+        mine = [gemm_before[t], gemm_after[t]] + [p for p in probes if p["setting"] == _label(t)]
+        best = max(mine, key=lambda g: g["best"])
+        per_setting[_label(t)] = {"gemm_flops": best["best"], "gemm_by": best["fastest"]}
+    gemm = max(per_setting.values(), key=lambda g: g["gemm_flops"])
     # the CUDA rows' reference: cuBLAS's GEMM rate on the same GPU, after the cases
     gpu_gemm = gpu_gemm_rate() if any(c.params.get("device") == "cuda" for c in selected) else None
     return {
@@ -129,12 +147,13 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
         "datetime": started,
         "argv": list(argv) if argv is not None else None,
         "quick": quick,
-        "thread_settings": ["default" if t is None else t for t in threads],
+        "thread_settings": [_label(t) for t in threads],
         "seeds": seeds,
         "caches": {"flushed": True, "flush_bytes": cache_bytes()} if flush else {"flushed": False},
         "machine_info": machine_info(),
-        "rates": {"gemm_flops": gemm["best"], "gemm_by": gemm["fastest"],
-                  "gemm": {"before": gemm_before, "after": gemm_after, "per_case": probes},
+        "rates": {"gemm_flops": gemm["gemm_flops"], "gemm_by": gemm["gemm_by"], "by_setting": per_setting,
+                  "gemm": {"before": {_label(t): g for t, g in gemm_before.items()},
+                           "after": {_label(t): g for t, g in gemm_after.items()}, "per_case": probes},
                   "copy_Bps": max(copy_before, copy_after), "copy": {"before": copy_before, "after": copy_after},
                   **({"gpu_gemm_flops": gpu_gemm} if gpu_gemm else {})},
         "benchmarks": records,

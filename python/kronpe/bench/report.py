@@ -163,7 +163,16 @@ def by_setting(doc: dict) -> List[Tuple[str, dict]]:
     for b in doc["benchmarks"]:
         if setting_of(b) not in order:
             order.append(setting_of(b))
-    return [(t, dict(doc, benchmarks=[b for b in doc["benchmarks"] if setting_of(b) == t])) for t in order]
+    by_rate = doc.get("rates", {}).get("by_setting", {})
+
+    def part(t: str) -> dict:  # each setting's rows against the GEMM rate under its own threads
+        sub = dict(doc, benchmarks=[b for b in doc["benchmarks"] if setting_of(b) == t])
+        rate = next((v for k, v in by_rate.items() if str(k) == t), None)
+        if rate:
+            sub["rates"] = dict(doc["rates"], **rate)
+        return sub
+
+    return [(t, part(t)) for t in order]
 
 
 def _setting_title(setting: str) -> str:
