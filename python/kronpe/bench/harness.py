@@ -386,10 +386,11 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
 # ---- the machine ----------------------------------------------------------------------------------
 
 
-def gemm_rate(n: int = 2048, rounds: int = 5) -> dict:
+def gemm_rate(n: int = 2048, rounds: int = 5, only: Optional[str] = None) -> dict:
     """The machine's float32 GEMM rate (flop/s of the fastest round) by every GEMM at hand:
     NumPy's matmul, the BLAS that kronpe calls (SciPy's sgemm), kronpe's own (one mode product
-    through its chain GEMM) and torch.matmul where torch imports; the fastest is the reference."""
+    through its chain GEMM) and torch.matmul where torch imports; the fastest is the reference.
+    ``only``: that one of them (a probe repeating the fastest)."""
     import numpy as np
     from scipy.linalg import blas
 
@@ -406,6 +407,8 @@ def gemm_rate(n: int = 2048, rounds: int = 5) -> dict:
 
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
         fns["torch.matmul"] = lambda: torch.matmul(ta, tb)
+    if only is not None:
+        fns = {only: fns[only]}
     out = {name: 2.0 * n**3 / min(timings(fn, rounds, warmup=1)) for name, fn in fns.items()}
     out["best"] = max(out.values())
     out["fastest"] = max(fns, key=lambda k: out[k])
