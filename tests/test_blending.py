@@ -694,3 +694,37 @@ def test_normal_add_is_the_weighted_normal_product(D, dtype):
     assert not fly._normal_add(v, out, keep) and np.array_equal(out, start)
     with pytest.raises(ValueError, match="outside the grid"):
         _core.blend_normal_add(B.indices, B.weights, v[: B.grid_size // 2].copy(), np.zeros(B.grid_size // 2, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blend_normal_add_kernel_against_the_dense_reference(dtype):
+    """_core.blend_normal_add against reference.blend_matrix: out += B^T diag(keep) B v for rows in
+    any order; no rows leaves out as it was; strided, mixed-dtype or aliased vectors are refused by
+    name."""
+    rng = np.random.default_rng(7)
+    pts = rng.random((500, 2))
+    coords = [np.linspace(0, 1, 9), np.linspace(0, 1, 13)]
+    B = BlendingMatrix(pts, coords, None, threads=1).store()
+    dense = reference.blend_matrix(pts, coords, [None, None])
+    v = rng.standard_normal(B.grid_size).astype(dtype)
+    keep = rng.random(500).astype(dtype)
+    start = rng.standard_normal(B.grid_size).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    rows = rng.permutation(500)  # any row order
+    out = start.copy()
+    _core.blend_normal_add(B.indices[rows], B.weights[rows], v, out, keep[rows])
+    np.testing.assert_allclose(out, start + dense.T @ (keep * (dense @ v)), rtol=tol, atol=tol)
+    out = start.copy()  # no rows: nothing added
+    _core.blend_normal_add(B.indices[:0], B.weights[:0], v, out)
+    np.testing.assert_array_equal(out, start)
+    empty = np.zeros(0, dtype)  # an empty grid and no rows
+    _core.blend_normal_add(B.indices[:0], B.weights[:0], empty, empty.copy())
+    wide = np.zeros(2 * B.grid_size, dtype)
+    with pytest.raises(ValueError, match="contiguous 1-D"):
+        _core.blend_normal_add(B.indices, B.weights, wide[::2], out)
+    with pytest.raises(ValueError, match="one dtype"):
+        _core.blend_normal_add(B.indices, B.weights, v.astype(np.float64 if dtype == np.float32 else np.float32), out)
+    with pytest.raises(ValueError, match="out must not be v"):
+        _core.blend_normal_add(B.indices, B.weights, out, out)
+    with pytest.raises(ValueError, match="keep must be"):
+        _core.blend_normal_add(B.indices, B.weights, v, out, keep[:-1])
