@@ -399,7 +399,8 @@ def test_one_table_per_thread_setting_and_slow_rounds_named():
     assert one.startswith("### One thread per library") and "| g | kronpe | 1000 (900.0) | 0.50x" in one
     assert "| g | kronpe | 3000 (900.0) | 0.50x" in default
     assert "beyond 1.3x their median: 0 of 1" in one
-    assert "beyond 1.3x their median: 1 of 1: g / kronpe 1.50x" in default
+    assert "beyond 1.3x their median: 1 of 1: g / kronpe 1.50x (peers' rows, same run: 1 of 1)" in default
+    assert "(peers' rows, same run: 0 of 1)" in one
     cmp = report.compare(doc, doc)
     assert "| g [1 threads] | kronpe |" in cmp and "| g | kronpe |" in cmp
     # each setting's rows against the GEMM rate measured under its own threads

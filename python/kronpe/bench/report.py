@@ -222,6 +222,11 @@ def _markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _beyond(r: dict) -> bool:
+    """Whether a row's slowest timed round lies beyond SPREAD_LIMIT x its median."""
+    return r.get("max", 0) > SPREAD_LIMIT * r["median"]
+
+
 def summary(doc: dict) -> List[str]:
     """kronpe's rows against their best peers (worst first), and the chains' GEMM-rate target."""
     rs = [r for r in rows(doc) if not r["peer"] and r.get("median") is not None
@@ -239,10 +244,12 @@ def summary(doc: dict) -> List[str]:
                f"{statistics.median(r['vs_best_peer'] for r in ratios):.2f}x over {len(ratios)} groups; "
                f"{len(behind)} group(s) behind a peer" + (": " + ", ".join(
                    f"{r['group']} {r['vs_best_peer']:.2f}x" for r in behind) if behind else ""))
-    spread = [r for r in rs if r.get("max", 0) > SPREAD_LIMIT * r["median"]]
+    spread = [r for r in rs if _beyond(r)]
+    peers = [r for r in rows(doc) if r["peer"] and r.get("median") is not None]
     out.append(f"- kronpe rows with a timed round beyond {SPREAD_LIMIT}x their median: {len(spread)} of {len(rs)}"
                + (": " + ", ".join(f"{r['group']} / {r['method']} {r['max'] / r['median']:.2f}x" for r in spread)
-                  if spread else ""))
+                  if spread else "")
+               + (f" (peers' rows, same run: {sum(map(_beyond, peers))} of {len(peers)})" if peers else ""))
     out += psnr_margins(doc)
     chains = [r for r in rs if r["group"].startswith("mode chain") and r["method"] == "kronpe"]
     large = [r for r in chains if (r.get("flops") or 0) >= LARGE_FLOPS]
