@@ -272,14 +272,18 @@ def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, f
     a = phi.astype(dt, copy=False)
     with _lapack_threads(a), np.errstate(all="ignore"):
         if m == n:
-            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (a,))
-            lu, piv, info = getrf(a)
+            # LAPACK factors phi^T, one Fortran-ordered copy of a C-ordered phi, and the inverse
+            # of phi^T it gives is phi^-1 in C order: no copy into Fortran order and none back
+            at = np.array(a.T, order="F")
+            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (at,))
+            lu, piv, info = getrf(at, overwrite_a=True)
             if info != 0:
                 return None
             lwork, info = getri_lwork(n)
-            X, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
+            Xt, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
             if info != 0:
                 return None
+            X = Xt.T
         else:
             A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
             q, r = qr(A, mode="economic", check_finite=False)
@@ -288,9 +292,7 @@ def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, f
             X = solve_triangular(r, q.T, check_finite=False)
             if m < n:
                 X = X.T
-    if not np.isfinite(X).all():
-        return None
-    b = _norm_bound(phi) * _norm_bound(X)
+    b = _norm_bound(phi) * _norm_bound(X)  # NaN or Inf where X is not finite
     d = max(m, n) * float(np.finfo(dt).eps)
     if not b * d < 0.5:
         return None
