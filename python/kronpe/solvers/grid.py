@@ -1,8 +1,8 @@
 """Grid handling of the separable fits: argument checks (signal, mask, coordinates, embedders,
 number of grid axes), reflection padding of the coordinates and the per-axis embeddings with
 their factorisations (``Axis``, cached), each computed when a fit first needs it: the thin SVD
-(ridges, GCV), or the pseudo-inverse of a pseudo-inverse fit by LU or QR with a bound on the
-condition number, which an SVD of a 256 x 256 axis takes about ten times longer to give.
+(ridges, GCV), or the pseudo-inverse of a pseudo-inverse fit by elimination or QR with a bound on
+the condition number, which an SVD of a 256 x 256 axis takes about ten times longer to give.
 
 Used by the grid fit's modules (:mod:`.fit`, :mod:`.grid_plan`, :mod:`.grid_model`) and by
 :mod:`kronpe.dask`; the formulas are in docs/math/encodings.rst.
@@ -148,9 +148,9 @@ class Axis:
 
     - ``U, s, V``: the thin SVD Phi = U diag(s) V^T (ridge > 0, GCV, and the cases below);
     - ``inverse(dtype)``: the pseudo-inverse Phi^+ (K x rows) with a bound on the condition
-      number, for the separable pseudo-inverse fit (``GridPlan``): by LU (square) or QR, in the
-      signal's precision while that is accurate, else in float64, else by the SVD (also when the
-      SVD is known already).
+      number, for the separable pseudo-inverse fit (``GridPlan``): by Gauss-Jordan elimination
+      (square) or QR, in the signal's precision while that is accurate, else in float64, else by
+      the SVD (also when the SVD is known already).
     """
 
     def __init__(self, embedder: Embedder, coords: np.ndarray, phi: np.ndarray):
@@ -259,40 +259,41 @@ def _norm_bound(a: np.ndarray) -> float:
 
 
 def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, float]]:
-    """(phi^+ of dtype dt, a bound of the condition number of phi) by LU (square) or by QR of
-    the tall orientation (tall: R^-1 Q^T; wide: Q R^-T, the minimum-norm inverse); None when a
-    pivot is exactly 0, the inverse is not finite or the bound cannot be given.
+    """(phi^+ of dtype dt, a bound of the condition number of phi) by Gauss-Jordan elimination
+    with row pivoting (square; ``_core.invert_in_place``) or by QR of the tall orientation (tall:
+    R^-1 Q^T; wide: Q R^-T, the minimum-norm inverse); None when a pivot is exactly 0, the inverse
+    is not finite or the bound cannot be given.
 
     The computed X is the inverse of phi + E, ||E|| <= d ||phi|| with d = max(rows, K) eps (the
     rounding of the factorisation); with b = sqrt(||phi||_1 ||phi||_inf ||X||_1 ||X||_inf) (the
     2-norm condition number of phi + E at most), that of phi is at most b (1 + d) / (1 - b d)."""
-    from scipy.linalg import get_lapack_funcs, qr, solve_triangular
+    from scipy.linalg import qr, solve_triangular
 
     m, n = phi.shape
+    if m == n:
+        # Gauss-Jordan with row pivoting in the compiled core (LAPACK's getrf + getri took 1.7
+        # times as long at 256^2 in float32, on one thread), on a copy: phi is shared
+        X = np.array(phi, dtype=dt, order="C")
+        if not _core.invert_in_place(X):
+            return None
+        return _bounded(phi, X, dt)
     a = phi.astype(dt, copy=False)
     with _lapack_threads(a), np.errstate(all="ignore"):
-        if m == n:
-            # LAPACK factors phi^T, one Fortran-ordered copy of a C-ordered phi, and the inverse
-            # of phi^T it gives is phi^-1 in C order: no copy into Fortran order and none back
-            at = np.array(a.T, order="F")
-            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (at,))
-            lu, piv, info = getrf(at, overwrite_a=True)
-            if info != 0:
-                return None
-            lwork, info = getri_lwork(n)
-            Xt, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
-            if info != 0:
-                return None
-            X = Xt.T
-        else:
-            A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
-            q, r = qr(A, mode="economic", check_finite=False)
-            if not np.all(np.diagonal(r)):
-                return None
-            X = solve_triangular(r, q.T, check_finite=False)
-            if m < n:
-                X = X.T
-    b = _norm_bound(phi) * _norm_bound(X)  # NaN or Inf where X is not finite
+        A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
+        q, r = qr(A, mode="economic", check_finite=False)
+        if not np.all(np.diagonal(r)):
+            return None
+        X = solve_triangular(r, q.T, check_finite=False)
+        if m < n:
+            X = X.T
+    return _bounded(phi, X, dt)
+
+
+def _bounded(phi: np.ndarray, X: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, float]]:
+    """(X, the bound of _fast_inverse) for phi^+ computed as X, or None."""
+    m, n = phi.shape
+    with np.errstate(all="ignore"):
+        b = _norm_bound(phi) * _norm_bound(X)  # NaN or Inf where X is not finite
     d = max(m, n) * float(np.finfo(dt).eps)
     if not b * d < 0.5:
         return None
