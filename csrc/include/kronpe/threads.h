@@ -58,9 +58,12 @@ constexpr long long kLateMicroseconds = 500;
 constexpr long long kBusyMilliseconds = 100;
 constexpr long long kLateWindowMilliseconds = 20;
 // Linux: the late share (the share of recent judged teams that came late, each team weighing a
-// quarter) at which a late team marks the cores busy, in percent: two late teams in a row.
+// quarter) at which a late team marks the cores busy, in percent: two late teams in a row. The
+// share is kept through pauses (a benchmark's peers run for seconds between two of kronpe's
+// calls; under a heavy load its first late team then marks the cores again) and forgotten after
+// kShareResetMilliseconds without a judged team.
 constexpr int kBusyShare = 40;
-constexpr long long kShareResetMilliseconds = 1000;
+constexpr long long kShareResetMilliseconds = 10000;
 // A team launched longer than this after the last one ended is cold: its threads have gone to
 // sleep (or their idle virtual CPUs been descheduled) and wake late with nothing else running, so
 // its lateness says nothing about busy cores and is not judged. (The benchmark harness waits
