@@ -41,3 +41,19 @@ def test_singular_and_bad_arguments():
         _core.invert_in_place(np.ones((3, 4)))
     x = np.empty((0, 0))
     assert _core.invert_in_place(x)
+
+
+@pytest.mark.parametrize("n", [40, 513])
+def test_fast_inverse_by_elimination_and_by_lu(n):
+    """The grid fit's square pseudo-inverse: Gauss-Jordan up to 512^2 entries, LAPACK's LU above,
+    both with a bound at least the condition number."""
+    from kronpe.solvers import grid
+
+    rng = np.random.default_rng(n)
+    phi = rng.standard_normal((n, n)) + 3.0 * np.sqrt(n) * np.eye(n)
+    for dt in (np.dtype(np.float32), np.dtype(np.float64)):
+        X, bound = grid._fast_inverse(phi, dt)
+        assert X.dtype == dt and X.flags.c_contiguous
+        assert bound >= np.linalg.cond(phi) * (1 - 1e-9)
+        want = np.linalg.inv(phi)
+        assert np.abs(X - want).max() / np.abs(want).max() <= 100 * n * np.finfo(dt).eps

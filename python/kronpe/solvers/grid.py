@@ -149,7 +149,7 @@ class Axis:
     - ``U, s, V``: the thin SVD Phi = U diag(s) V^T (ridge > 0, GCV, and the cases below);
     - ``inverse(dtype)``: the pseudo-inverse Phi^+ (K x rows) with a bound on the condition
       number, for the separable pseudo-inverse fit (``GridPlan``): by Gauss-Jordan elimination
-      (square) or QR, in the signal's precision while that is accurate, else in float64, else by
+      or LU (square) or QR, in the signal's precision while that is accurate, else in float64, else by
       the SVD (also when the SVD is known already).
     """
 
@@ -243,7 +243,8 @@ class Axis:
 
 # The fast pseudo-inverse of each precision is used up to this condition number bound.
 _FAST_KAPPA = {"d": 1e6, "f": 1e2}
-# Factorisations of matrices up to this many entries run on one LAPACK thread (one_lapack_thread).
+# Factorisations of matrices up to this many entries run on one LAPACK thread (one_lapack_thread),
+# square ones up to it by Gauss-Jordan in the compiled core (_fast_inverse).
 _ONE_THREAD_SIZE = 512 * 512
 
 
@@ -260,32 +261,46 @@ def _norm_bound(a: np.ndarray) -> float:
 
 def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, float]]:
     """(phi^+ of dtype dt, a bound of the condition number of phi) by Gauss-Jordan elimination
-    with row pivoting (square; ``_core.invert_in_place``) or by QR of the tall orientation (tall:
-    R^-1 Q^T; wide: Q R^-T, the minimum-norm inverse); None when a pivot is exactly 0, the inverse
-    is not finite or the bound cannot be given.
+    with row pivoting (square, up to _ONE_THREAD_SIZE entries; ``_core.invert_in_place``), LU
+    (larger square) or QR of the tall orientation (tall: R^-1 Q^T; wide: Q R^-T, the minimum-norm
+    inverse); None when a pivot is exactly 0, the inverse is not finite or the bound cannot be
+    given.
 
     The computed X is the inverse of phi + E, ||E|| <= d ||phi|| with d = max(rows, K) eps (the
     rounding of the factorisation); with b = sqrt(||phi||_1 ||phi||_inf ||X||_1 ||X||_inf) (the
     2-norm condition number of phi + E at most), that of phi is at most b (1 + d) / (1 - b d)."""
-    from scipy.linalg import qr, solve_triangular
+    from scipy.linalg import get_lapack_funcs, qr, solve_triangular
 
     m, n = phi.shape
-    if m == n:
-        # Gauss-Jordan with row pivoting in the compiled core (LAPACK's getrf + getri took 1.7
-        # times as long at 256^2 in float32, on one thread), on a copy: phi is shared
+    if m == n and phi.size <= _ONE_THREAD_SIZE:
+        # Gauss-Jordan with row pivoting in the compiled core, on a copy (phi is shared): LAPACK's
+        # getrf + getri on one thread took 1.5 times as long at 256^2 and 512^2 in float32 (and
+        # as long at 768^2; larger ones go to the threads of LAPACK below)
         X = np.array(phi, dtype=dt, order="C")
-        if not _core.invert_in_place(X):
-            return None
-        return _bounded(phi, X, dt)
+        return _bounded(phi, X, dt) if _core.invert_in_place(X) else None
     a = phi.astype(dt, copy=False)
     with _lapack_threads(a), np.errstate(all="ignore"):
-        A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
-        q, r = qr(A, mode="economic", check_finite=False)
-        if not np.all(np.diagonal(r)):
-            return None
-        X = solve_triangular(r, q.T, check_finite=False)
-        if m < n:
-            X = X.T
+        if m == n:
+            # LAPACK factors phi^T, one Fortran-ordered copy of a C-ordered phi, and the inverse
+            # of phi^T it gives is phi^-1 in C order: no copy into Fortran order and none back
+            at = np.array(a.T, order="F")
+            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (at,))
+            lu, piv, info = getrf(at, overwrite_a=True)
+            if info != 0:
+                return None
+            lwork, info = getri_lwork(n)
+            Xt, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
+            if info != 0:
+                return None
+            X = Xt.T
+        else:
+            A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
+            q, r = qr(A, mode="economic", check_finite=False)
+            if not np.all(np.diagonal(r)):
+                return None
+            X = solve_triangular(r, q.T, check_finite=False)
+            if m < n:
+                X = X.T
     return _bounded(phi, X, dt)
 
 
