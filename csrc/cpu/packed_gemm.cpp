@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <type_traits>
 
 #include "kronpe/avx512.h"
@@ -373,8 +374,14 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
     const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
     T* bp = static_cast<T*>(t_big.get(std::size_t(bb * kc0) * sizeof(T)));
     for (index_t kb = 0; kb < nk; ++kb) {
-      if (packed)  // every piece is taken: wait for those another thread is still packing
-        while (packed[kb].load(std::memory_order_acquire) < small_slivers) _mm_pause();
+      if (packed)  // every piece is taken: wait for those another thread is still packing (and
+                   // give the core away while it waits long: that thread may be waiting for one)
+        for (int spins = 0; packed[kb].load(std::memory_order_acquire) < small_slivers; ++spins) {
+          if (spins < 4096)
+            _mm_pause();
+          else
+            std::this_thread::yield();
+        }
       const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
       const T* spk = sp + small_rows * p0;
       const bool acc = kb > 0;
