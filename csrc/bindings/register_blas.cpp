@@ -116,6 +116,23 @@ void register_blas(py::module_& m, py::module_& tuning) {
       "The GEMM of the CPU mode-product chains: 'auto' (packed where AVX-512 runs, else the "
       "BLAS), 'blas' or 'packed' (internal: tests and measurements).");
   m.def(
+      "invert_in_place",
+      [](const Array& a) {
+        const index_t lda = leading(a, "a");
+        require(a.shape[0] == a.shape[1], "invert_in_place: a must be square");
+        bool ok = false;
+        bindings::dispatch1(a.dtype, [&](auto t) {
+          using T = decltype(t);
+          T* ap = bindings::data<T>(a, "a");
+          py::gil_scoped_release release;
+          ok = invert_in_place<T>(a.shape[0], ap, lda);
+        });
+        return ok;
+      },
+      py::arg("a"),
+      "a (square, row-major host matrix) replaced by its inverse: blocked Gauss-Jordan with row "
+      "pivoting; False when a pivot is exactly zero (internal).");
+  m.def(
       "chain_gemm",
       []() { return std::string(chain_uses_packed_gemm() ? "packed" : "blas"); },
       "The GEMM the CPU chains run now: 'packed' or 'blas' (internal).");

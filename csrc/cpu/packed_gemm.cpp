@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <type_traits>
 
 #include "kronpe/avx512.h"
@@ -366,10 +367,21 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   // result aligned too (kronpe.ops allocates it so); D = 3 256 -> 256 147 -> 139 ms.
   const bool stream = nk == 1 && double(M) * double(N) * sizeof(T) >= kPrefetchFromBytes &&
                       reinterpret_cast<std::uintptr_t>(c) % 64 == 0 && (ldc * index_t(sizeof(T))) % 64 == 0;
+  // In a team, the slivers of the small operand packed so far per k block (see the team below);
+  // null on one thread.
+  std::atomic<index_t>* packed = nullptr;
   auto block = [&](index_t blk) {
     const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
     T* bp = static_cast<T*>(t_big.get(std::size_t(bb * kc0) * sizeof(T)));
     for (index_t kb = 0; kb < nk; ++kb) {
+      if (packed)  // every piece is taken: wait for those another thread is still packing (and
+                   // give the core away while it waits long: that thread may be waiting for one)
+        for (int spins = 0; packed[kb].load(std::memory_order_acquire) < small_slivers; ++spins) {
+          if (spins < 4096)
+            _mm_pause();
+          else
+            std::this_thread::yield();
+        }
       const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
       const T* spk = sp + small_rows * p0;
       const bool acc = kb > 0;
@@ -411,20 +423,27 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   };
 #ifdef KRONPE_OPENMP
   if (nt > 1 && nblocks > 1) {
-    // the small operand packed by the team, then a barrier, then the blocks. (Packed by the calling
-    // thread alone before the team, it left the other threads idle for a quarter of the calling
-    // thread's time in a D=2 256 chain: interleaved in one process, two threads, team packing made
-    // the D=2 chains 256 / 512 / 256->512 0.923 / 0.957 / 0.962 of that time, D=3 and D=4 the same.
-    // A thread that loses its core now holds the others up at that barrier too: the busy-core
-    // back-off of kronpe/threads.h runs such teams on one thread.)
+    // The small operand is packed by the team, then the blocks, both handed out piece by piece
+    // from shared counters, with no barrier: a block waits only for the pieces of its k block
+    // that another thread is still packing. A thread that starts late (its core taken by another
+    // process: one scheduler tick, 4 ms, is common on a shared machine) finds the work done or
+    // under way rather than holding the others at a barrier: a D=2 512^2 chain step costs the
+    // caller's own time plus what is left, not the tick plus half the step. (Packed by the
+    // calling thread alone before the team, the small operand left the other threads idle for a
+    // quarter of its time in a D=2 256 chain.) Tiles and their sums are those of one thread.
+    std::unique_ptr<std::atomic<index_t>[]> counts(new std::atomic<index_t>[std::size_t(nk)]);
+    for (index_t kb = 0; kb < nk; ++kb) counts[kb].store(0, std::memory_order_relaxed);
+    packed = counts.get();
+    std::atomic<index_t> next_piece{0}, next_block{0};
     const TeamClock clock(nt);
 #pragma omp parallel num_threads(nt)
     {
       clock.started();
-#pragma omp for schedule(static)
-      for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
-#pragma omp for schedule(dynamic, 1) nowait
-      for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
+      for (index_t q = next_piece.fetch_add(1); q < small_pieces; q = next_piece.fetch_add(1)) {
+        pack_small(q);
+        packed[q / small_slivers].fetch_add(1, std::memory_order_release);
+      }
+      for (index_t blk = next_block.fetch_add(1); blk < nblocks; blk = next_block.fetch_add(1)) block(blk);
       if (stream) _mm_sfence();  // before the team's closing barrier
       clock.finished();
     }

@@ -86,14 +86,32 @@ int oversubscription() {
 #endif
 }
 
-// A late or lopsided team at time t. Where the kernel's run queue can be read, the cores are
-// marked busy when more tasks are runnable than there are CPUs (a thread waking on an idle core
-// is late too: on this machine's virtual CPUs that took up to 7-11 ms after a pause, with nothing
-// else running); elsewhere when the two late teams before it were within kLateWindowMilliseconds.
-void late_team(long long t) {
+// The share of recent judged teams that came late, in 1/kShareOne: each judged team moves it a
+// quarter of the way to 1 (late) or 0 (on time); forgotten after kShareResetMilliseconds without
+// a judged team.
+constexpr int kShareOne = 1024;
+std::atomic<int> g_late_share{0};
+std::atomic<long long> g_last_judged{-(1LL << 60)};
+
+// Records a judged team ending at time t; returns the late share with it.
+int judged_team(long long t, bool late) {
+  const long long before = g_last_judged.exchange(t, std::memory_order_relaxed);
+  int share = t - before > 1000 * kShareResetMilliseconds ? 0 : g_late_share.load(std::memory_order_relaxed);
+  share = (3 * share + (late ? kShareOne : 0)) / 4;
+  g_late_share.store(share, std::memory_order_relaxed);
+  return share;
+}
+
+// A late or lopsided team at time t, with the late share `share`. Where the kernel's run queue
+// can be read, the cores are marked busy when more tasks are runnable than there are CPUs and
+// the late share reaches kBusyShare (a thread waking on an idle core is late too: on this
+// machine's virtual CPUs that took up to 7-11 ms after a pause, with nothing else running; and
+// one late team in a while is the price of any team on a shared machine); elsewhere when the two
+// late teams before it were within kLateWindowMilliseconds.
+void late_team(long long t, int share) {
   const int over = oversubscription();
   if (over >= 0) {
-    if (over == 0) return;
+    if (over == 0 || share * 100 < kBusyShare * kShareOne) return;
   } else {
     const long long older = g_late[0].exchange(g_late[1].exchange(t, std::memory_order_relaxed), std::memory_order_relaxed);
     if (t - older > 1000 * kLateWindowMilliseconds) return;
@@ -114,13 +132,14 @@ TeamClock::TeamClock(int threads, bool judged)
       cold_(t0_ - g_last_team_end.load(std::memory_order_relaxed) > kColdMicroseconds),
       judged_(judged),
       first_done_(-1),
-      last_done_(-1) {
+      last_done_(-1),
+      late_start_(false) {
   (void)threads;
 }
 
 void TeamClock::started() const {
   const long long t = now_us();
-  if (judged_ && !cold_ && t - t0_ > kLateMicroseconds) late_team(t);
+  if (judged_ && !cold_ && t - t0_ > kLateMicroseconds) late_start_.store(true, std::memory_order_relaxed);
 }
 
 void TeamClock::finished() const {
@@ -136,9 +155,12 @@ void TeamClock::finished() const {
 TeamClock::~TeamClock() {
   const long long first = first_done_.load(std::memory_order_relaxed), last = last_done_.load(std::memory_order_relaxed);
   g_last_team_end.store(std::max(last, t0_), std::memory_order_relaxed);
-  if (!judged_ || cold_ || first < 0 || last <= first) return;
+  if (!judged_ || cold_ || first < 0) return;
   const long long spread = last - first;
-  if (spread > kLateMicroseconds && 4 * spread > last - t0_) late_team(last);
+  const bool lopsided = spread > kLateMicroseconds && 4 * spread > last - t0_;
+  const bool late = lopsided || late_start_.load(std::memory_order_relaxed);
+  const int share = judged_team(last, late);
+  if (late) late_team(last, share);
 }
 
 bool cores_busy() { return now_us() < g_busy_until.load(std::memory_order_relaxed); }

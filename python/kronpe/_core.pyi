@@ -151,6 +151,10 @@ def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, tra
 def packed_gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, threads: int = 0) -> None:
     """c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal)."""
 
+def invert_in_place(a: Descriptor) -> bool:
+    """a (square, row-major host matrix) replaced by its inverse: blocked Gauss-Jordan with row
+    pivoting; False when a pivot is exactly zero (internal)."""
+
 def chain_gemm() -> str:
     """The GEMM the CPU chains run now: "packed" or "blas" (internal)."""
 

@@ -12,7 +12,11 @@
 // than that and than a quarter of the region's time, make a late team; a late team marks the
 // cores busy when more tasks are runnable than there are CPUs (Linux: /proc/loadavg; a thread
 // waking on an idle core is late too, with nothing else running: 7-11 ms on this machine's
-// virtual CPUs after a pause), elsewhere when three came within kLateWindowMilliseconds; then
+// virtual CPUs after a pause) and the team before it came late too (kBusyShare: a thread that
+// lost its core for one scheduler tick, 4 ms here, now and then under a light load costs that
+// team the tick, while one thread would have cost the next 100 ms of calls half their speed: a
+// D=2 512^2 chain ran at one thread's time by median behind a peer on two), elsewhere when three
+// came within kLateWindowMilliseconds; then
 // the cores are busy and for kBusyMilliseconds after that the default count is halved, and halved
 // again by every late team while they are busy (at least one; one on two cores) (calls that name
 // their threads keep them). Halving, not one thread at once: on a 16-CPU H100 machine
@@ -53,6 +57,13 @@ class ThreadsCap {
 constexpr long long kLateMicroseconds = 500;
 constexpr long long kBusyMilliseconds = 100;
 constexpr long long kLateWindowMilliseconds = 20;
+// Linux: the late share (the share of recent judged teams that came late, each team weighing a
+// quarter) at which a late team marks the cores busy, in percent: two late teams in a row. The
+// share is kept through pauses (a benchmark's peers run for seconds between two of kronpe's
+// calls; under a heavy load its first late team then marks the cores again) and forgotten after
+// kShareResetMilliseconds without a judged team.
+constexpr int kBusyShare = 40;
+constexpr long long kShareResetMilliseconds = 10000;
 // A team launched longer than this after the last one ended is cold: its threads have gone to
 // sleep (or their idle virtual CPUs been descheduled) and wake late with nothing else running, so
 // its lateness says nothing about busy cores and is not judged. (The benchmark harness waits
@@ -78,6 +89,7 @@ class TeamClock {
   bool cold_;  // launched more than kColdMicroseconds after the last team ended: not judged
   bool judged_;
   mutable std::atomic<long long> first_done_, last_done_;
+  mutable std::atomic<bool> late_start_;  // a thread started more than kLateMicroseconds late
 };
 
 // body(t, count) on a team of nt threads (an OpenMP parallel region timed by a TeamClock; t the

@@ -1,8 +1,8 @@
 """Grid handling of the separable fits: argument checks (signal, mask, coordinates, embedders,
 number of grid axes), reflection padding of the coordinates and the per-axis embeddings with
 their factorisations (``Axis``, cached), each computed when a fit first needs it: the thin SVD
-(ridges, GCV), or the pseudo-inverse of a pseudo-inverse fit by LU or QR with a bound on the
-condition number, which an SVD of a 256 x 256 axis takes about ten times longer to give.
+(ridges, GCV), or the pseudo-inverse of a pseudo-inverse fit by elimination or QR with a bound on
+the condition number, which an SVD of a 256 x 256 axis takes about ten times longer to give.
 
 Used by the grid fit's modules (:mod:`.fit`, :mod:`.grid_plan`, :mod:`.grid_model`) and by
 :mod:`kronpe.dask`; the formulas are in docs/math/encodings.rst.
@@ -148,9 +148,9 @@ class Axis:
 
     - ``U, s, V``: the thin SVD Phi = U diag(s) V^T (ridge > 0, GCV, and the cases below);
     - ``inverse(dtype)``: the pseudo-inverse Phi^+ (K x rows) with a bound on the condition
-      number, for the separable pseudo-inverse fit (``GridPlan``): by LU (square) or QR, in the
-      signal's precision while that is accurate, else in float64, else by the SVD (also when the
-      SVD is known already).
+      number, for the separable pseudo-inverse fit (``GridPlan``): by Gauss-Jordan elimination
+      or LU (square) or QR, in the signal's precision while that is accurate, else in float64, else by
+      the SVD (also when the SVD is known already).
     """
 
     def __init__(self, embedder: Embedder, coords: np.ndarray, phi: np.ndarray):
@@ -243,7 +243,8 @@ class Axis:
 
 # The fast pseudo-inverse of each precision is used up to this condition number bound.
 _FAST_KAPPA = {"d": 1e6, "f": 1e2}
-# Factorisations of matrices up to this many entries run on one LAPACK thread (one_lapack_thread).
+# Factorisations of matrices up to this many entries run on one LAPACK thread (one_lapack_thread),
+# square ones up to it by Gauss-Jordan in the compiled core (_fast_inverse).
 _ONE_THREAD_SIZE = 512 * 512
 
 
@@ -259,9 +260,11 @@ def _norm_bound(a: np.ndarray) -> float:
 
 
 def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, float]]:
-    """(phi^+ of dtype dt, a bound of the condition number of phi) by LU (square) or by QR of
-    the tall orientation (tall: R^-1 Q^T; wide: Q R^-T, the minimum-norm inverse); None when a
-    pivot is exactly 0, the inverse is not finite or the bound cannot be given.
+    """(phi^+ of dtype dt, a bound of the condition number of phi) by Gauss-Jordan elimination
+    with row pivoting (square, up to _ONE_THREAD_SIZE entries; ``_core.invert_in_place``), LU
+    (larger square) or QR of the tall orientation (tall: R^-1 Q^T; wide: Q R^-T, the minimum-norm
+    inverse); None when a pivot is exactly 0, the inverse is not finite or the bound cannot be
+    given.
 
     The computed X is the inverse of phi + E, ||E|| <= d ||phi|| with d = max(rows, K) eps (the
     rounding of the factorisation); with b = sqrt(||phi||_1 ||phi||_inf ||X||_1 ||X||_inf) (the
@@ -269,17 +272,27 @@ def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, f
     from scipy.linalg import get_lapack_funcs, qr, solve_triangular
 
     m, n = phi.shape
+    if m == n and phi.size <= _ONE_THREAD_SIZE:
+        # Gauss-Jordan with row pivoting in the compiled core, on a copy (phi is shared): LAPACK's
+        # getrf + getri on one thread took 1.5 times as long at 256^2 and 512^2 in float32 (and
+        # as long at 768^2; larger ones go to the threads of LAPACK below)
+        X = np.array(phi, dtype=dt, order="C")
+        return _bounded(phi, X, dt) if _core.invert_in_place(X) else None
     a = phi.astype(dt, copy=False)
     with _lapack_threads(a), np.errstate(all="ignore"):
         if m == n:
-            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (a,))
-            lu, piv, info = getrf(a)
+            # LAPACK factors phi^T, one Fortran-ordered copy of a C-ordered phi, and the inverse
+            # of phi^T it gives is phi^-1 in C order: no copy into Fortran order and none back
+            at = np.array(a.T, order="F")
+            getrf, getri, getri_lwork = get_lapack_funcs(("getrf", "getri", "getri_lwork"), (at,))
+            lu, piv, info = getrf(at, overwrite_a=True)
             if info != 0:
                 return None
             lwork, info = getri_lwork(n)
-            X, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
+            Xt, info = getri(lu, piv, lwork=max(1, int(lwork)), overwrite_lu=True)
             if info != 0:
                 return None
+            X = Xt.T
         else:
             A = a if m > n else a.T  # tall: full column rank means A^+ = R^-1 Q^T
             q, r = qr(A, mode="economic", check_finite=False)
@@ -288,9 +301,14 @@ def _fast_inverse(phi: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, f
             X = solve_triangular(r, q.T, check_finite=False)
             if m < n:
                 X = X.T
-    if not np.isfinite(X).all():
-        return None
-    b = _norm_bound(phi) * _norm_bound(X)
+    return _bounded(phi, X, dt)
+
+
+def _bounded(phi: np.ndarray, X: np.ndarray, dt: np.dtype) -> Optional[Tuple[np.ndarray, float]]:
+    """(X, the bound of _fast_inverse) for phi^+ computed as X, or None."""
+    m, n = phi.shape
+    with np.errstate(all="ignore"):
+        b = _norm_bound(phi) * _norm_bound(X)  # NaN or Inf where X is not finite
     d = max(m, n) * float(np.finfo(dt).eps)
     if not b * d < 0.5:
         return None

@@ -16,9 +16,9 @@ squared residual of the raw (unscaled) embeddings.
   ``max(prod N_i, prod K_i) * eps`` (eps of the signal's dtype), scipy.linalg.pinv's convention
   applied to the whole Kronecker matrix. When no product falls below the cutoff the solution is
   separable, W = S x_1 Phi_1^+ ... x_D Phi_D^+: one chain instead of two, with per-axis
-  pseudo-inverses that need no SVD when an LU or QR proves it (``Axis.inverse``: the product of
-  the axes' condition bounds below 1 / rcond); otherwise the SVDs decide, and a cutoff that
-  drops products keeps the three steps. A ridge > 0 weighs the whole Kronecker system and is
+  pseudo-inverses that need no SVD when an elimination or QR proves it (``Axis.inverse``: the
+  product of the axes' condition bounds below 1 / rcond); otherwise the SVDs decide, and a cutoff
+  that drops products keeps the three steps. A ridge > 0 weighs the whole Kronecker system and is
   never separable.
 - ``ridge="gcv"`` chooses the ridge by generalised cross-validation,
   GCV = n ||S - S_hat||^2 / (n - tr H)^2 (n = prod N_i; channels share one ridge and add their
