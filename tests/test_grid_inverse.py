@@ -1,9 +1,9 @@
 """The compiled inverse of the grid fit's square axes (``_core.invert_in_place``: blocked
-Gauss-Jordan with row pivoting) against NumPy's."""
+Gauss-Jordan with row pivoting) against the reference (NumPy's)."""
 import numpy as np
 import pytest
 
-from kronpe import _core
+from kronpe import _core, reference
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -13,7 +13,7 @@ def test_inverse_matches_numpy(n, dtype):
     a = (rng.standard_normal((n, n)) + 2.0 * np.eye(n)).astype(dtype)
     x = a.copy()
     assert _core.invert_in_place(x)
-    want = np.linalg.inv(a.astype(np.float64))
+    want = reference.inverse(a)
     kappa = np.linalg.cond(a.astype(np.float64))
     err = np.abs(x - want).max() / np.abs(want).max()
     assert err <= 20 * n * np.finfo(dtype).eps * kappa
@@ -41,6 +41,14 @@ def test_singular_and_bad_arguments():
         _core.invert_in_place(np.ones((3, 4)))
     x = np.empty((0, 0))
     assert _core.invert_in_place(x)
+    with pytest.raises(ValueError, match="contiguous rows"):
+        _core.invert_in_place(np.eye(6)[::2, ::2])
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _core.invert_in_place(np.eye(3, dtype=np.int64))
+    nan = np.eye(5)
+    nan[1, 2] = np.nan  # NaN spreads into the inverse (never a finite wrong answer)
+    _core.invert_in_place(nan)
+    assert not np.isfinite(nan).all()
 
 
 @pytest.mark.parametrize("n", [40, 513])

@@ -28,6 +28,12 @@ def gemm(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = Fa
 # embed_fourier; kronpe.embedders builds them from an embedder (``Embedder._kernel_args``).
 
 
+def inverse(a: np.ndarray) -> np.ndarray:
+    """The inverse of a square matrix in float64 (``_core.invert_in_place``'s reference); a
+    singular one raises numpy.linalg.LinAlgError."""
+    return np.linalg.inv(np.asarray(a, np.float64))
+
+
 def bspline_truncated_power(u: np.ndarray, degree: int) -> np.ndarray:
     """Centred cardinal B-spline of degree p by its definition as a sum of truncated powers
     (``kronpe._formulas.bspline_truncated_power``): the test oracle of the kernels' recursion."""
