@@ -81,6 +81,7 @@ LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax (too few underestimat
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
+RESOLVING = 0.9  # the finest level still resolving: below this fraction of the level below's error
 DEFAULT_TOL = 1e-5  # held-out RMS error / value range at which refinement stops
 CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out error / the values' RMS,
 CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
@@ -242,25 +243,53 @@ def values_at(grid: Grid, coef: np.ndarray, points: np.ndarray) -> np.ndarray:
 
 
 class _Level:
-    """A = data + lam * penalty on one grid, with what its smoother needs."""
+    """A = data + lam * penalty on one grid, with what its smoother needs. ``own``: A is ``data``
+    itself, changed in place (a new lambda adds (new - old) * penalty: no copy per lambda)."""
 
     def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float,
-                 start: Optional[np.ndarray] = None):
+                 start: Optional[np.ndarray] = None, own: bool = False):
         self.grid = grid
         self.shape = grid.shape
-        self.A = np.multiply(penalty, lam)
-        self.A += data
+        self.pen = penalty
+        self.A = data if own else data.copy()
+        self.lam = 0.0
+        self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
+        self._lmaxes: Dict[float, float] = {}  # per lambda solved: its lmax
+        self._A32: Optional[np.ndarray] = None
+        self._fresh32 = False
+        self._lmax: Optional[float] = None
+        self.set_lambda(lam, force=True)
+
+    def set_lambda(self, lam: float, force: bool = False) -> None:
+        """A = data + lam * penalty, in place."""
+        if lam == self.lam and not force:
+            return
+        if self._lmax is not None:
+            self._lmaxes[self.lam] = self._lmax
+        if lam != self.lam:
+            step = lam - self.lam
+            for o in range(self.A.shape[0]):  # a row at a time: no temporary of A's size
+                self.A[o] += step * self.pen[o]
+        self.lam = lam
+        self.changed()
+        self._lmax = self._lmaxes.get(lam)
+
+    def changed(self) -> None:
+        """After A changed in place: its diagonal, factorisation and float32 copy follow (lmax
+        stays: the caller decides)."""
         diag = self.A[(self.A.shape[0] - 1) // 2]
         self.dinv = 1.0 / np.where(diag > 0, diag, 1.0)
-        self._lmax: Optional[float] = None
-        self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
         self._chol = None
-        self._A32: Optional[np.ndarray] = None
+        self._fresh32 = False
 
     def apply(self, x: np.ndarray, single: bool = False) -> np.ndarray:
         """A x; ``single``: through a float32 copy of A (the smoother's, half the memory traffic)."""
-        if single and self._A32 is None:
-            self._A32 = self.A.astype(np.float32)
+        if single and not self._fresh32:
+            if self._A32 is None:
+                self._A32 = self.A.astype(np.float32)
+            else:
+                np.copyto(self._A32, self.A, casting="same_kind")
+            self._fresh32 = True
         flat = np.ascontiguousarray(x.reshape(self.A.shape[1], -1))
         y = np.empty_like(flat)
         _core.stencil_apply(list(self.shape), self._A32 if single else self.A, flat, y)
@@ -557,44 +586,26 @@ class _HostLevels:
         train[hold] = False
         self.p_tr, self.v_tr = np.ascontiguousarray(points[train]), np.ascontiguousarray(values[train])
         self.p_ho, self.v_ho = np.ascontiguousarray(points[hold]), np.ascontiguousarray(values[hold])
-        self.data: List[np.ndarray] = []
+        self.ops: List[_Level] = []  # per level: its operator at the lambda last solved there
         self.rhs: List[np.ndarray] = []
-        self.pens: List[np.ndarray] = []
-        self.made: Dict[Tuple[int, float, int], _Level] = {}
-        self.version = 0  # of the data: the final fit adds the held-out points
         self.solved: Dict[int, float] = {}  # the last lambda solved per level
-        self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
-        self.lmaxes: Dict[Tuple[int, float], float] = {}  # per level and lambda: its lmax
         self.cg_tol = CG_TOL_MAX
         self.D = len(grids[0].nint)
 
     def _assemble(self, l: int) -> None:
-        while len(self.data) <= l:
-            g = self.grids[len(self.data)]
+        while len(self.ops) <= l:
+            g = self.grids[len(self.ops)]
             st, rhs = normal_equations(g, self.p_tr, self.v_tr)
-            self.data.append(st)
+            self.ops.append(_Level(g, st, penalty_stencil(g), 0.0, own=True))
             self.rhs.append(rhs)
-            self.pens.append(penalty_stencil(g))
 
     def _levels(self, l: int, lam: float) -> List[_Level]:
-        """The operators a solve at level l uses, one lambda's (and one data's) kept at a time. The
-        final fit's keep the training operators' lmax at the same lambda (the held-out points move
-        it by under 1%, within the estimate's margin)."""
+        """The operators a solve at level l uses, set to lam (each level keeps its lmax per lambda
+        and its smoother's top eigenvector across lambdas)."""
         self._assemble(l)
-        for key, lev in self.made.items():
-            if lev.start is not None:
-                self.eigvec[key[0]] = lev.start
-            if lev._lmax is not None:
-                self.lmaxes[key[:2]] = lev._lmax
-        for key in [k for k in self.made if k[1:] != (lam, self.version)]:
-            del self.made[key]
-        out = []
-        for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
-            key = (k, lam, self.version)
-            if key not in self.made:
-                self.made[key] = _Level(self.grids[k], self.data[k], self.pens[k], lam, self.eigvec.get(k))
-                self.made[key]._lmax = self.lmaxes.get((k, lam))
-            out.append(self.made[key])
+        out = self.ops[_first_level([g.shape for g in self.grids[:l + 1]]):l + 1]
+        for lev in out:
+            lev.set_lambda(lam)
         return out
 
     def direct(self, l: int) -> bool:
@@ -628,13 +639,15 @@ class _HostLevels:
     def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
         """Every point at level l, and at the coarser levels its V-cycle uses (Galerkin operators
         of the same data: training points alone there slow CG several-fold). The held-out points
-        are added to the training operators in place: nothing solves with those after this."""
-        self._assemble(l)
+        are added to the training operators in place (nothing solves with those after this); each
+        keeps its lmax (the held-out points move it by under 1%, within the estimate's margin)."""
+        levs = self._levels(l, lam)
         if self.p_ho.shape[0]:
-            for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
-                _core.spline_normal(self.grids[k].args(), self.p_ho, self.v_ho, None, self.data[k], self.rhs[k])
-            self.version += 1
-        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
+            first = l + 1 - len(levs)
+            for k, lev in enumerate(levs, first):
+                _core.spline_normal(self.grids[k].args(), self.p_ho, self.v_ho, None, lev.A, self.rhs[k])
+                lev.changed()
+        return _pcg(levs, self.rhs[l], x0, self.cg_tol, CG_MAXITER)
 
 
 def _first_level(shapes: Sequence[Sequence[int]]) -> int:
@@ -673,6 +686,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
     best = 0
     x = None
     lowering = True  # whether a lower lambda did not lose on the last level (then this one tries it too)
+    lower_gained = True  # ... and whether it gained there (an iterative level tries it only then)
     start = ridge * scale if fixed else LAMBDA_START * scale
     if not has_holdout:  # too few points to hold any out: the finest level at the starting lambda
         info.update(levels=[list(g.nint) for g in levels.grids], holdout_errors=[], limited_by="representation")
@@ -684,8 +698,8 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
         mu = start
         y = levels.solve(l, mu, levels.start(l, x))
         e = levels.holdout_error(l, y, rms)
-        tried = lowering and (levels.direct(l) or not errors or e < errors[best] * LEVEL_GAIN)
-        lowering = False
+        tried = lowering and (levels.direct(l) or not errors or (lower_gained and e < errors[best] * LEVEL_GAIN))
+        lowering = lower_gained = False
         while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
             mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
             y2 = levels.solve(l, mu2, y)
@@ -697,7 +711,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
                 lowering = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
                 break
             y, e, mu = y2, e2, mu2
-            lowering = True
+            lowering = lower_gained = True
         x = y
         sols.append(y)
         errors.append(e)
@@ -711,7 +725,10 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
         # some of the values: below that, coarse levels may just not resolve the signal yet)
         if l - best >= STOP_LEVELS and errors[best] < EXPLAINED * rms:
             break
-    if not fixed and limited != "tolerance":
+    # the finest level won by a wide margin over the one below: the fit is limited by its
+    # resolution, which a larger lambda (more smoothing) does not help
+    resolving = best == L and L > 0 and errors[L] < RESOLVING * errors[L - 1]
+    if not fixed and limited != "tolerance" and not resolving:
         # raise lambda at the best level (and the one above it) while the held-out error falls
         first = best
         above = min(first + 1, len(sols) - 1)
