@@ -180,35 +180,29 @@ def penalty_stencil(grid: Grid) -> np.ndarray:
     return out.reshape(7**D, math.prod(shape))
 
 
-_TAPS = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 8.0  # coarse coefficient J -> fine 2J - 3 .. 2J + 1
+def _along(x: np.ndarray, axis: int) -> Tuple[int, int, int]:
+    """(outer, n, inner) of a C-contiguous array seen along ``axis``."""
+    return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
 
 
 def subdivide(coarse: np.ndarray, axis: int) -> np.ndarray:
-    """The fine coefficients (2 n - 3 along ``axis``) of the same spline as ``coarse`` (n)."""
-    c = np.moveaxis(coarse, axis, 0)
-    n = c.shape[0]
-    fine = np.zeros((2 * n - 3,) + c.shape[1:])
-    for m, w in enumerate(_TAPS):
-        first = m - 3  # fine index 2J + first
-        J0 = max(0, (-first + 1) // 2)
-        J1 = min(n, (2 * n - 3 - first + 1) // 2)
-        if J1 > J0:
-            fine[2 * J0 + first:2 * (J1 - 1) + first + 1:2] += w * c[J0:J1]
-    return np.moveaxis(fine, 0, axis)
+    """The fine coefficients (2 n - 3 along ``axis``) of the same spline as ``coarse`` (n): the
+    taps 1 4 6 4 1 / 8 (``_core.spline_subdivide``; ``reference.spline_subdivide``)."""
+    c = np.ascontiguousarray(coarse, dtype=np.float64)
+    outer, n, inner = _along(c, axis)
+    fine = np.empty(c.shape[:axis] + (2 * n - 3,) + c.shape[axis + 1:])
+    _core.spline_subdivide(c.reshape(outer, n, inner), fine.reshape(outer, 2 * n - 3, inner))
+    return fine
 
 
 def restrict(fine: np.ndarray, axis: int) -> np.ndarray:
     """The transpose of ``subdivide``: (2 n - 3 along ``axis``) -> n."""
-    f = np.moveaxis(fine, axis, 0)
-    n = (f.shape[0] + 3) // 2
-    coarse = np.zeros((n,) + f.shape[1:])
-    for m, w in enumerate(_TAPS):
-        first = m - 3
-        J0 = max(0, (-first + 1) // 2)
-        J1 = min(n, (2 * n - 3 - first + 1) // 2)
-        if J1 > J0:
-            coarse[J0:J1] += w * f[2 * J0 + first:2 * (J1 - 1) + first + 1:2]
-    return np.moveaxis(coarse, 0, axis)
+    f = np.ascontiguousarray(fine, dtype=np.float64)
+    outer, nf, inner = _along(f, axis)
+    n = (nf + 3) // 2
+    coarse = np.empty(f.shape[:axis] + (n,) + f.shape[axis + 1:])
+    _core.spline_restrict(f.reshape(outer, nf, inner), coarse.reshape(outer, n, inner))
+    return coarse
 
 
 def _prolong(x: np.ndarray, D: int) -> np.ndarray:
@@ -282,17 +276,21 @@ class _Level:
         self._chol = None
         self._fresh32 = False
 
-    def apply(self, x: np.ndarray, single: bool = False) -> np.ndarray:
-        """A x; ``single``: through a float32 copy of A (the smoother's, half the memory traffic)."""
-        if single and not self._fresh32:
+    def single(self) -> np.ndarray:
+        """A's float32 copy (the smoother's: half the memory traffic of the stencil products)."""
+        if not self._fresh32:
             if self._A32 is None:
                 self._A32 = self.A.astype(np.float32)
             else:
                 np.copyto(self._A32, self.A, casting="same_kind")
             self._fresh32 = True
+        return self._A32
+
+    def apply(self, x: np.ndarray, single: bool = False) -> np.ndarray:
+        """A x; ``single``: through A's float32 copy."""
         flat = np.ascontiguousarray(x.reshape(self.A.shape[1], -1))
         y = np.empty_like(flat)
-        _core.stencil_apply(list(self.shape), self._A32 if single else self.A, flat, y)
+        _core.stencil_apply(list(self.shape), self.single() if single else self.A, flat, y)
         return y.reshape(x.shape)
 
     def lmax(self) -> float:
@@ -355,28 +353,17 @@ class _Level:
             return sl.cho_solve_banded((self._chol, False), b, check_finite=False)
 
     def smooth(self, b: np.ndarray, x: Optional[np.ndarray], residual: bool = False):
-        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero,
-        which needs no product); ``residual``: also return b - A x (one more product)."""
+        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero;
+        else updated in place), through A's float32 copy (``_core.spline_chebyshev``);
+        ``residual``: also return b - A x (one more product)."""
         hi = self.lmax()
         lo = hi / CHEB_RATIO
-        theta, delta = (hi + lo) / 2, (hi - lo) / 2
-        sigma = theta / delta
-        rho = 1.0 / sigma
-        dinv = self.dinv[:, None]
-        res = b.copy() if x is None else b - self.apply(x, single=True)  # b - A x, kept up to date
-        d = dinv * res / theta
-        x = np.zeros_like(b) if x is None else x
-        for k in range(CHEB_DEGREE):
-            x = x + d
-            if k == CHEB_DEGREE - 1 and not residual:
-                break
-            res -= self.apply(d, single=True)
-            if k == CHEB_DEGREE - 1:
-                break
-            rho_new = 1.0 / (2 * sigma - rho)
-            d = rho_new * rho * d + (2 * rho_new / delta) * (dinv * res)
-            rho = rho_new
-        return (x, res) if residual else x
+        b = np.ascontiguousarray(b)
+        out = np.empty_like(b) if x is None else x
+        res, d = np.empty_like(b), np.empty_like(b)
+        _core.spline_chebyshev(list(self.shape), self.single(), self.dinv, b, CHEB_DEGREE, (hi + lo) / 2,
+                               (hi - lo) / 2, x is None, residual, out, res, d)
+        return (out, res) if residual else out
 
 
 def _upper_entries(A: np.ndarray, shape: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -414,7 +401,7 @@ def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
     x, r = lev.smooth(b, None, residual=True)
     rc = _restrict(r.reshape(lev.shape + (C,)), D).reshape(-1, C)
     xc = _vcycle(levels[:-1], rc)
-    x = x + _prolong(xc.reshape(levels[-2].shape + (C,)), D).reshape(-1, C)
+    x += _prolong(xc.reshape(levels[-2].shape + (C,)), D).reshape(-1, C)
     return lev.smooth(b, x)
 
 
@@ -589,7 +576,8 @@ class _HostLevels:
         self.ops: List[_Level] = []  # per level: its operator at the lambda last solved there
         self.rhs: List[np.ndarray] = []
         self.solved: Dict[int, float] = {}  # the last lambda solved per level
-        self.cg_tol = CG_TOL_MAX
+        self.fit_tol = math.inf  # CG_TOL_FACTOR x the best held-out error / the values' RMS (>= CG_TOL)
+        self.cg_tol = CG_TOL_MAX  # ... at most CG_TOL_MAX: the final fit's
         self.D = len(grids[0].nint)
 
     def _assemble(self, l: int) -> None:
@@ -625,7 +613,8 @@ class _HostLevels:
         self._assemble(l)
         lower = not self.direct(l) and lam < self.solved.get(l, lam)
         self.solved[l] = lam
-        x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, LOWER_MAXITER if lower else CG_MAXITER,
+        tol = self.fit_tol if math.isfinite(self.fit_tol) else self.cg_tol
+        x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, tol, LOWER_MAXITER if lower else CG_MAXITER,
                         EXPLORE_REDUCTION)
         return None if lower and it >= LOWER_MAXITER else x
 
@@ -633,7 +622,8 @@ class _HostLevels:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
         err = float(np.sqrt(np.mean(e * e)))
         if rms > 0:  # the solves need be no more accurate than the fit they can reach
-            self.cg_tol = min(self.cg_tol, max(CG_TOL, CG_TOL_FACTOR * err / rms))
+            self.fit_tol = min(self.fit_tol, max(CG_TOL, CG_TOL_FACTOR * err / rms))
+            self.cg_tol = min(self.fit_tol, CG_TOL_MAX)
         return err
 
     def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
