@@ -135,6 +135,11 @@ def _pieces(t: np.ndarray, d: int) -> np.ndarray:
 def axis_grams(nint: int, h: float) -> List[np.ndarray]:
     """Band forms (n, 7) of the Gram matrices of the B-splines, their first and their second
     derivatives over [lo, lo + nint h]: band[i, o + 3] = integral of B_i^(d) B_{i+o}^(d)."""
+    return [g.copy() for g in _axis_grams(nint, h)]
+
+
+@functools.lru_cache(maxsize=32)
+def _axis_grams(nint: int, h: float) -> Tuple[np.ndarray, ...]:
     x, w = _GAUSS
     t = (x + 1) / 2
     w = w / 2
@@ -144,14 +149,23 @@ def axis_grams(nint: int, h: float) -> List[np.ndarray]:
     out = np.zeros((3, n, 7))
     for a in range(4):  # piece a of interval i is B-spline i + a
         out[:, a:a + nint, 3 - a:7 - a] += local[:, a, None, :]
-    return list(out)
+    out.flags.writeable = False
+    return tuple(out)
 
 
 def penalty_stencil(grid: Grid) -> np.ndarray:
     """The thin-plate energy's stencil (7^D, prod(shape)), offset-major as kronpe/spline.h keeps it:
     sum over i, j of the integral of (d_i d_j s)^2."""
+    out = np.empty((7 ** len(grid.nint), math.prod(grid.shape)))
+    add_penalty(grid, 1.0, out, add=False)
+    return out
+
+
+def add_penalty(grid: Grid, scale: float, out: np.ndarray, add: bool = True) -> None:
+    """out (7^D, prod(shape)) += scale * the penalty stencil (``add``; else =), a block of rows at a
+    time (no array of the stencil's size besides out)."""
     D = len(grid.nint)
-    grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: bands (n, 7) of orders 0, 1, 2
+    grams = [_axis_grams(n, grid.h) for n in grid.nint]  # per axis: bands (n, 7) of orders 0, 1, 2
     # the energy is a sum of T Kronecker products (one per pure and per mixed second derivative,
     # the mixed ones twice): per axis a (T, 7, n) factor; each offset's block is a product of the
     # leading axes' factors (n_1 ... n_(D-1), T) @ the last axis' (T, n_D)
@@ -161,23 +175,31 @@ def penalty_stencil(grid: Grid) -> np.ndarray:
         for b in range(a + 1, D):
             orders.append(tuple(1 if i in (a, b) else 0 for i in range(D)))
             weights.append(2.0)
-    factors = [np.stack([w * grams[i][o[i]].T if i == 0 else grams[i][o[i]].T for o, w in zip(orders, weights)])
-               for i in range(D)]  # (T, 7, n_i)
+    factors = [np.stack([scale * w * grams[i][o[i]].T if i == 0 else grams[i][o[i]].T
+                         for o, w in zip(orders, weights)]) for i in range(D)]  # (T, 7, n_i)
     T = len(orders)
     shape = grid.shape
-    out = np.empty((7,) * D + shape)
+    blocks = out.reshape((7,) * D + shape)
     if D == 1:
-        out[:] = factors[0].sum(axis=0)
-        return out
+        if add:
+            blocks += factors[0].sum(axis=0)
+        else:
+            blocks[:] = factors[0].sum(axis=0)
+        return
     Np = math.prod(shape[:-1])
+    part = np.empty((Np, shape[-1])) if add else None
     for pre in itertools.product(range(7), repeat=D - 1):  # the leading axes' offsets
         left = factors[0][:, pre[0], :]
         for i in range(1, D - 1):
             left = (left[:, :, None] * factors[i][:, pre[i], None, :]).reshape(T, -1)
         lt = np.ascontiguousarray(left.T)  # (n_1 ... n_(D-1), T)
-        for o in range(7):  # each offset's block written in place
-            np.matmul(lt, factors[-1][:, o, :], out=out[pre + (o,)].reshape(Np, shape[-1]))
-    return out.reshape(7**D, math.prod(shape))
+        for o in range(7):  # each offset's block, in place
+            block = blocks[pre + (o,)].reshape(Np, shape[-1])
+            if add:
+                np.matmul(lt, factors[-1][:, o, :], out=part)
+                block += part
+            else:
+                np.matmul(lt, factors[-1][:, o, :], out=block)
 
 
 def _along(x: np.ndarray, axis: int) -> Tuple[int, int, int]:
@@ -240,11 +262,11 @@ class _Level:
     """A = data + lam * penalty on one grid, with what its smoother needs. ``own``: A is ``data``
     itself, changed in place (a new lambda adds (new - old) * penalty: no copy per lambda)."""
 
-    def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float,
+    def __init__(self, grid: Grid, data: np.ndarray, penalty: Optional[np.ndarray], lam: float,
                  start: Optional[np.ndarray] = None, own: bool = False):
         self.grid = grid
         self.shape = grid.shape
-        self.pen = penalty
+        self.pen = penalty  # (None: made a block at a time where lambda changes)
         self.A = data if own else data.copy()
         self.lam = 0.0
         self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
@@ -262,8 +284,11 @@ class _Level:
             self._lmaxes[self.lam] = self._lmax
         if lam != self.lam:
             step = lam - self.lam
-            for o in range(self.A.shape[0]):  # a row at a time: no temporary of A's size
-                self.A[o] += step * self.pen[o]
+            if self.pen is None:
+                add_penalty(self.grid, step, self.A)
+            else:
+                for o in range(self.A.shape[0]):  # a row at a time: no temporary of A's size
+                    self.A[o] += step * self.pen[o]
         self.lam = lam
         self.changed()
         self._lmax = self._lmaxes.get(lam)
@@ -322,7 +347,10 @@ class _Level:
                 prev, q = q, w / beta
             vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:len(alphas) - 1]))
             self._lmax = 1.1 * float(vals[-1])
-            self.start = np.hstack(basis) @ vecs[:, -1:]
+            ritz = basis[0] * vecs[0, -1]
+            for v, c in zip(basis[1:], vecs[1:, -1]):
+                ritz += c * v
+            self.start = ritz
         return self._lmax
 
     def bandwidth(self) -> int:
@@ -584,7 +612,7 @@ class _HostLevels:
         while len(self.ops) <= l:
             g = self.grids[len(self.ops)]
             st, rhs = normal_equations(g, self.p_tr, self.v_tr)
-            self.ops.append(_Level(g, st, penalty_stencil(g), 0.0, own=True))
+            self.ops.append(_Level(g, st, None, 0.0, own=True))
             self.rhs.append(rhs)
 
     def _levels(self, l: int, lam: float) -> List[_Level]:
@@ -652,7 +680,8 @@ def _bandwidth(shape: Sequence[int]) -> int:
     return 3 * sum(math.prod(shape[a + 1:]) for a in range(len(shape)))
 
 
-def _direct_work(shape: Sequence[int]) -> Tuple[float, str]:
+@functools.lru_cache(maxsize=64)
+def _direct_work(shape: Tuple[int, ...]) -> Tuple[float, str]:
     """A level's size in the choice between a factorisation and CG (levels up to DIRECT_WORK are
     factorised, always banded): N bw^2, or N^3 / 3 / DENSE_SPEEDUP where that is smaller; and
     which of the two it is."""
