@@ -266,7 +266,7 @@ class _Level:
                  start: Optional[np.ndarray] = None, own: bool = False):
         self.grid = grid
         self.shape = grid.shape
-        self.pen = penalty  # (None: made a block at a time where lambda changes)
+        self.pen = penalty  # (None: added a block at a time where lambda changes)
         self.A = data if own else data.copy()
         self.lam = 0.0
         self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
@@ -287,8 +287,7 @@ class _Level:
             if self.pen is None:
                 add_penalty(self.grid, step, self.A)
             else:
-                for o in range(self.A.shape[0]):  # a row at a time: no temporary of A's size
-                    self.A[o] += step * self.pen[o]
+                self.A += step * self.pen
         self.lam = lam
         self.changed()
         self._lmax = self._lmaxes.get(lam)
@@ -612,7 +611,10 @@ class _HostLevels:
         while len(self.ops) <= l:
             g = self.grids[len(self.ops)]
             st, rhs = normal_equations(g, self.p_tr, self.v_tr)
-            self.ops.append(_Level(g, st, None, 0.0, own=True))
+            # (a level solved by a factorisation keeps its penalty: its lambdas change often and it
+            # is small; a larger one makes its penalty a block at a time where lambda changes)
+            pen = penalty_stencil(g) if self.direct(len(self.ops)) else None
+            self.ops.append(_Level(g, st, pen, 0.0, own=True))
             self.rhs.append(rhs)
 
     def _levels(self, l: int, lam: float) -> List[_Level]:
