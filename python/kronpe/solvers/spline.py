@@ -26,12 +26,17 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   interpolation limit (LAMBDA_EXACT) a spline coarser than the points is a least-squares fit: on
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
-  wins. A level solved iteratively takes a lower lambda only where CG solves it in LOWER_MAXITER
-  iterations (a lower lambda can slow CG many-fold; slower counts as no gain). Then lambda is
-  raised (x10 per step) at the best level and the one above it while the held-out error falls:
-  noisy samples stop there (an iterative level above only where the best level gained: its
-  held-out error comes from a short solve started at the best level's fit, so it lies near the
-  best's anyway). ``info["limited_by"]`` says which bound the fit:
+  wins. A level solved iteratively tries a lower lambda only where a lower one gained on the
+  level below (not merely tied: on detailed fields lambda then makes no difference, and the try
+  costs a slow solve), and takes it only where CG solves it in LOWER_MAXITER iterations (a lower
+  lambda can slow CG many-fold; slower counts as no gain). Then lambda is raised (x10 per step)
+  at the best level and the one above it while the held-out error falls: noisy samples stop
+  there (an iterative level above only where the best level gained: its held-out error comes
+  from a short solve started at the best level's fit, so it lies near the best's anyway). Not
+  where the finest level won with a held-out error below RESOLVING times the level below's: a
+  fit still resolving detail at its finest level is bound by its resolution, which smoothing
+  does not help (on a fractal terrain the tenfold lambda loses, after a solve at the finest
+  level). ``info["limited_by"]`` says which bound the fit:
   "tolerance", "representation" (the finest level won), or "noise" (a coarser level or a larger
   lambda won).
 - **Solver.** CG preconditioned by one V-cycle over the levels below (Chebyshev smoothing of
@@ -39,13 +44,21 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   through float32 copies of the operators: half the memory traffic of the stencil products, which
   bound the smoother; Galerkin coarse operators: each level's B^T B is assembled from the points
   with that level's weights, which equals P^T A P exactly for nested splines; the coarsest level
-  is factorised). Factorisations are banded (LAPACK pbtrf runs at potrf's flop rate on one
-  thread, so it beats a dense one on every level solved directly). The final fit holds every
-  point on every level of its V-cycle (training points alone on the coarse ones make its CG take
-  several times the iterations). A solve judged only by its held-out error (a level or a lambda
-  tried) stops once its residual is below cg_tol and EXPLORE_REDUCTION times its start's (not
-  WARM_REDUCTION): enough to rank levels and lambdas (on the finest levels of detailed fields its
-  held-out error is then within 1% of the converged one's), and those solves are the costliest.
+  is factorised). The smoother (its residuals made in the stencil product's pass) and the
+  transfers between levels are kernels (``_core.spline_chebyshev``, ``spline_subdivide``,
+  ``spline_restrict``): as NumPy expressions each step would be a pass over memory with its
+  temporaries, and the Python overhead would rival the coarse levels' work. Each level keeps one operator, data + lambda * penalty, changed in place
+  when lambda changes (a level solved by a factorisation keeps its penalty stencil; a larger one
+  adds the penalty's difference a block of offsets at a time: no stencil-sized copy).
+  Factorisations are banded (LAPACK pbtrf runs at potrf's flop rate on one thread, so it beats a
+  dense one on every level solved directly). The final fit holds every point on every level of
+  its V-cycle (training points alone on the coarse ones make its CG take several times the
+  iterations). A solve judged only by its held-out error (a level or a lambda tried) stops once
+  its residual is below EXPLORE_REDUCTION times its start's and below CG_TOL_FACTOR times the
+  best held-out error so far relative to the values' RMS (the final fit's tolerance without its
+  CG_TOL_MAX cap; the final fit reduces its start's residual by WARM_REDUCTION): enough to rank
+  levels and lambdas (on the finest levels of detailed fields its held-out error is then within
+  1% of the converged one's), and those solves are the costliest.
 """
 from __future__ import annotations
 
@@ -81,7 +94,7 @@ LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax (too few underestimat
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
-RESOLVING = 0.9  # the finest level still resolving: below this fraction of the level below's error
+RESOLVING = 0.9  # the finest level still resolves detail: its error below this fraction of the level below's
 DEFAULT_TOL = 1e-5  # held-out RMS error / value range at which refinement stops
 CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out error / the values' RMS,
 CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
