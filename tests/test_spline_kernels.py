@@ -101,8 +101,9 @@ def test_chebyshev_smoother_is_the_reference_bit_for_bit(shape, C, degree):
         for residual in (False, True):
             want = R.spline_chebyshev(st, dinv, b, start, shape, degree, theta, delta, residual)
             x = np.full_like(b, np.nan) if start is None else start.copy()
-            res, d = np.full_like(b, np.nan), np.empty_like(b)
-            _core.spline_chebyshev(list(shape), st, dinv, b, degree, theta, delta, start is None, residual, x, res, d)
+            res, work = np.full_like(b, np.nan), np.empty((2,) + b.shape)
+            _core.spline_chebyshev(list(shape), st, dinv, b, degree, theta, delta, start is None, residual, x, res,
+                                   work)
             if residual:
                 np.testing.assert_array_equal(x, want[0])
                 np.testing.assert_array_equal(res, want[1])
@@ -111,26 +112,42 @@ def test_chebyshev_smoother_is_the_reference_bit_for_bit(shape, C, degree):
 
 
 def test_chebyshev_smoother_reduces_the_error_and_refuses_bad_arrays():
+    """Its residual is b - A x and smaller than b's; the same bits on any thread count; bad arrays named."""
     rng = np.random.default_rng(10)
     shape, C = (20, 20), 1
     st, dinv, b, _ = _smoother_problem(rng, shape, C)
     A = st.astype(np.float64)
-    x, res, d = np.zeros_like(b), np.empty_like(b), np.empty_like(b)
-    _core.spline_chebyshev(list(shape), st, dinv, b, 3, 1.0, 0.9, True, True, x, res, d)
+    x, res, work = np.zeros_like(b), np.empty_like(b), np.empty((2,) + b.shape)
+    _core.spline_chebyshev(list(shape), st, dinv, b, 3, 1.0, 0.9, True, True, x, res, work)
     np.testing.assert_allclose(res, b - R.stencil_apply(A, x, shape), atol=1e-12)
     assert np.linalg.norm(res) < np.linalg.norm(b)
     N = math.prod(shape)
     args = dict(shape=list(shape), stencil=st, dinv=dinv, b=b, degree=3, theta=1.0, delta=0.9, zero_start=True,
-                residual=False, x=x, res=res, d=d)
+                residual=False, x=x, res=res, work=work)
     for change, match in [(dict(stencil=st.astype(np.float64)), "float32"), (dict(degree=0), "degree"),
                           (dict(theta=0.5), "theta > delta"), (dict(delta=np.nan), "theta > delta"),
-                          (dict(dinv=dinv[:-1]), "dinv"), (dict(res=x), "separate"), (dict(d=b), "separate"),
+                          (dict(dinv=dinv[:-1]), "dinv"), (dict(res=x), "separate"), (dict(x=work[1]), "separate"),
+                          (dict(work=work[:1]), "work"),
                           (dict(x=np.zeros((N, 2))[:, :1]), "C-contiguous"), (dict(shape=[20, 20, 1, 1]), "1 to 3")]:
         with pytest.raises(ValueError, match=match):
             _core.spline_chebyshev(**{**args, **change})
+    big = (140, 140)  # several blocks of rows, on a team of threads or one
+    st, dinv, b, _ = _smoother_problem(rng, big, 2)
+    before = kronpe.get_num_threads()
+    out = []
+    try:
+        for t in (1, 3):
+            kronpe.set_num_threads(t)
+            x, res, work = np.empty_like(b), np.empty_like(b), np.empty((2,) + b.shape)
+            _core.spline_chebyshev(list(big), st, dinv, b, 3, 1.0, 0.9, True, True, x, res, work)
+            out.append((x, res))
+    finally:
+        kronpe.set_num_threads(before)
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
     e = np.zeros((0, 1))  # an empty grid: nothing to do
     _core.spline_chebyshev([0, 3], np.zeros((49, 0), np.float32), np.zeros(0), e, 3, 1.0, 0.9, True, True, e.copy(),
-                           e.copy(), e.copy())
+                           e.copy(), np.zeros((2, 0, 1)))
 
 
 @pytest.mark.parametrize("shape", [(2,), (5,), (4, 7), (3, 2, 6), (9, 8)], ids=lambda v: "x".join(map(str, v)))
@@ -253,9 +270,9 @@ for shape in [(50,), (19, 23), (7, 9, 11)]:
             _core.stencil_apply(list(shape), A, x, y); h.update(y.tobytes())
             _core.stencil_apply(list(shape), A, x, y, x + 1.0); h.update(y.tobytes())
     A = rng.standard_normal((7 ** len(shape), N)).astype(np.float32); A[(A.shape[0] - 1) // 2] += 60
-    b = rng.standard_normal((N, 2)); x = np.empty_like(b); res = np.empty_like(b); d = np.empty_like(b)
+    b = rng.standard_normal((N, 2)); x = np.empty_like(b); res = np.empty_like(b); w = np.empty((2,) + b.shape)
     _core.spline_chebyshev(list(shape), A, 1.0 / A[(A.shape[0] - 1) // 2].astype(float), b, 3, 1.1, 0.9, True, True,
-                           x, res, d)
+                           x, res, w)
     h.update(x.tobytes()); h.update(res.tobytes())
 digest = h.hexdigest()
 """

@@ -160,7 +160,7 @@ void register_spline(py::module_& m) {
       "spline_chebyshev",
       [](const std::vector<index_t>& shape, const Array& stencil, const Array& dinv, const Array& b, int degree,
          double theta, double delta, bool zero_start, bool residual, const Array& x, const Array& res,
-         const Array& d) {
+         const Array& work) {
         const index_t N = grid_size(shape);
         const int D = int(shape.size());
         require(degree >= 1, "degree must be >= 1");
@@ -172,20 +172,21 @@ void register_spline(py::module_& m) {
         const double* bp = contiguous(b, "b", {N, -1});
         double* xp = const_cast<double*>(contiguous(x, "x", {N, C}));
         double* rp = const_cast<double*>(contiguous(res, "res", {N, C}));
-        double* wp = const_cast<double*>(contiguous(d, "d", {N, C}));
+        double* wp = const_cast<double*>(contiguous(work, "work", {2, N, C}));
         const index_t bytes = N * C * index_t(sizeof(double));
         const double* all[4] = {bp, xp, rp, wp};
         for (int i = 0; i < 4; ++i)
           for (int j = i + 1; j < 4; ++j)
-            require(!overlap(all[i], all[j], bytes), "b, x, res and d must be separate arrays");
+            require(!overlap(all[i], all[j], i == 3 ? 2 * bytes : bytes, j == 3 ? 2 * bytes : bytes),
+                    "b, x, res and work must be separate arrays");
         py::gil_scoped_release release;
         spline_chebyshev(D, shape.data(), sp, dp, bp, C, degree, theta, delta, zero_start, residual, xp, rp, wp);
       },
       py::arg("shape"), py::arg("stencil"), py::arg("dinv"), py::arg("b"), py::arg("degree"), py::arg("theta"),
-      py::arg("delta"), py::arg("zero_start"), py::arg("residual"), py::arg("x"), py::arg("res"), py::arg("d"),
+      py::arg("delta"), py::arg("zero_start"), py::arg("residual"), py::arg("x"), py::arg("res"), py::arg("work"),
       "x (N, C) after `degree` Chebyshev steps for A x = b on D^-1 A over [theta - delta, theta + delta] "
       "(A a float32 stencil, dinv (N,) its inverse diagonal), from x or from zero (zero_start); res = b - A x "
-      "where residual, else scratch; d scratch (internal).");
+      "where residual, else scratch; work (2, N, C) scratch (internal).");
   m.def(
       "spline_subdivide", [](const Array& coarse, const Array& fine) { transfer(coarse, fine, true); },
       py::arg("coarse"), py::arg("fine"),

@@ -603,11 +603,16 @@ KRONPE_SPLINE_INLINE void apply_block(const S* st, index_t N, int W, const index
   }
 }
 
-// y = A x, or y = from - A x where from is not null (from may be y: a block's rows are read before
-// they are written, the product made apart first).
-template <int D, typename S, int CC>
-void apply_impl_c(const index_t* n, const S* st, const double* x, index_t C, double* y, const double* from,
+// The product's rows straight into y (y = A x).
+struct Store {};
+
+// y = A x, or with a finish other than Store: each block of rows' product made apart (yb, rows
+// j0 .. j1 - 1) and handed to finish(j0, j1, yb), which may write any array's rows of that block
+// (not x's: other blocks read it).
+template <int D, typename S, int CC, typename F>
+void apply_impl_c(const index_t* n, const S* st, const double* x, index_t C, double* y, const F& finish,
                   int threads) {
+  constexpr bool store = std::is_same_v<F, Store>;
   index_t N = 1, stride[3];
   for (int a = D - 1; a >= 0; --a) stride[a] = N, N *= n[a];
   const int W = int(stencil_width(D));
@@ -624,29 +629,28 @@ void apply_impl_c(const index_t* n, const S* st, const double* x, index_t C, dou
   if (team) block = std::min(block, std::max<index_t>(1024, (N + 4 * nt - 1) / (4 * nt)));  // 4 per thread
   const index_t blocks = (N + block - 1) / block;
   run_team(team ? int(std::min<index_t>(nt, blocks)) : 1, [&](int, int) {
-    std::vector<double> part(from ? static_cast<std::size_t>(std::min(block, N) * C) : 0);
+    std::vector<double> part(store ? 0 : static_cast<std::size_t>(std::min(block, N) * C));
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static)
 #endif
     for (index_t b = 0; b < blocks; ++b) {
       const index_t j0 = b * block, j1 = std::min(N, j0 + block);
-      double* yb = from ? part.data() : y + j0 * C;
+      double* yb = store ? y + j0 * C : part.data();
       with_simd([&](auto) KRONPE_SPLINE_INLINE_LAMBDA { apply_block<S, CC>(st, N, W, shift, x, C, yb, j0, j1); });
-      if (from)
-        for (index_t k = 0; k < (j1 - j0) * C; ++k) y[j0 * C + k] = from[j0 * C + k] - yb[k];
+      if constexpr (!store) finish(j0, j1, static_cast<const double*>(yb));
     }
   });
 }
 
-template <int D, typename S>
-void apply_impl(const index_t* n, const S* st, const double* x, index_t C, double* y, const double* from,
+template <int D, typename S, typename F>
+void apply_impl(const index_t* n, const S* st, const double* x, index_t C, double* y, const F& finish,
                 int threads) {
   switch (C) {
-    case 1: return apply_impl_c<D, S, 1>(n, st, x, C, y, from, threads);
-    case 2: return apply_impl_c<D, S, 2>(n, st, x, C, y, from, threads);
-    case 3: return apply_impl_c<D, S, 3>(n, st, x, C, y, from, threads);
-    case 4: return apply_impl_c<D, S, 4>(n, st, x, C, y, from, threads);
-    default: return apply_impl_c<D, S, 0>(n, st, x, C, y, from, threads);
+    case 1: return apply_impl_c<D, S, 1>(n, st, x, C, y, finish, threads);
+    case 2: return apply_impl_c<D, S, 2>(n, st, x, C, y, finish, threads);
+    case 3: return apply_impl_c<D, S, 3>(n, st, x, C, y, finish, threads);
+    case 4: return apply_impl_c<D, S, 4>(n, st, x, C, y, finish, threads);
+    default: return apply_impl_c<D, S, 0>(n, st, x, C, y, finish, threads);
   }
 }
 
@@ -681,86 +685,123 @@ void spline_values(const SplineGrid& g, index_t P, const double* points, const d
   }
 }
 
-template <typename S>
+template <typename S, typename F = Store>
 void stencil_apply_any(int ndim, const index_t* n, const S* stencil, const double* x, index_t C, double* y,
-                       const double* from, int threads) {
+                       const F& finish, int threads) {
   require(ndim >= 1 && ndim <= 3, "stencil_apply: 1 to 3 axes");
   for (int a = 0; a < ndim; ++a)
     if (n[a] <= 0) return;
   switch (ndim) {
-    case 1: return apply_impl<1>(n, stencil, x, C, y, from, threads);
-    case 2: return apply_impl<2>(n, stencil, x, C, y, from, threads);
-    default: return apply_impl<3>(n, stencil, x, C, y, from, threads);
+    case 1: return apply_impl<1>(n, stencil, x, C, y, finish, threads);
+    case 2: return apply_impl<2>(n, stencil, x, C, y, finish, threads);
+    default: return apply_impl<3>(n, stencil, x, C, y, finish, threads);
   }
 }
 
 void stencil_apply(int ndim, const index_t* n, const double* stencil, const double* x, index_t C, double* y,
                    int threads) {
-  stencil_apply_any(ndim, n, stencil, x, C, y, nullptr, threads);
+  stencil_apply_any(ndim, n, stencil, x, C, y, Store(), threads);
 }
 
 void stencil_apply(int ndim, const index_t* n, const float* stencil, const double* x, index_t C, double* y,
                    int threads) {
-  stencil_apply_any(ndim, n, stencil, x, C, y, nullptr, threads);
-}
-
-void stencil_residual(int ndim, const index_t* n, const double* stencil, const double* b, const double* x,
-                      index_t C, double* y, int threads) {
-  stencil_apply_any(ndim, n, stencil, x, C, y, b, threads);
-}
-
-void stencil_residual(int ndim, const index_t* n, const float* stencil, const double* b, const double* x,
-                      index_t C, double* y, int threads) {
-  stencil_apply_any(ndim, n, stencil, x, C, y, b, threads);
+  stencil_apply_any(ndim, n, stencil, x, C, y, Store(), threads);
 }
 
 namespace {
 
-// The elementwise steps of the smoother, in the operations' order of kronpe.reference (no
-// contraction: the same bits on every machine).
-KRONPE_SPLINE_NO_CONTRACT void scaled_residual(index_t N, index_t C, const double* dinv, const double* res,
-                                               double scale, double* d) {
-  for (index_t i = 0; i < N; ++i)
-    for (index_t c = 0; c < C; ++c) d[i * C + c] = dinv[i] * res[i * C + c] / scale;
-}
-
-KRONPE_SPLINE_NO_CONTRACT void add_to(index_t M, const double* d, double* x) {
-  for (index_t k = 0; k < M; ++k) x[k] = x[k] + d[k];
-}
-
-KRONPE_SPLINE_NO_CONTRACT void next_direction(index_t N, index_t C, const double* dinv, const double* res,
-                                              double keep, double step, double* d) {
-  for (index_t i = 0; i < N; ++i)
-    for (index_t c = 0; c < C; ++c) d[i * C + c] = keep * d[i * C + c] + step * (dinv[i] * res[i * C + c]);
+// y = b - A x, a block at a time (b may be y).
+template <typename S>
+void residual_any(int ndim, const index_t* n, const S* stencil, const double* b, const double* x, index_t C,
+                  double* y, int threads) {
+  stencil_apply_any(ndim, n, stencil, x, C, y,
+                    [&](index_t j0, index_t j1, const double* part) KRONPE_SPLINE_NO_CONTRACT {
+                      for (index_t k = 0; k < (j1 - j0) * C; ++k) y[j0 * C + k] = b[j0 * C + k] - part[k];
+                    },
+                    threads);
 }
 
 }  // namespace
 
+void stencil_residual(int ndim, const index_t* n, const double* stencil, const double* b, const double* x,
+                      index_t C, double* y, int threads) {
+  residual_any(ndim, n, stencil, b, x, C, y, threads);
+}
+
+void stencil_residual(int ndim, const index_t* n, const float* stencil, const double* b, const double* x,
+                      index_t C, double* y, int threads) {
+  residual_any(ndim, n, stencil, b, x, C, y, threads);
+}
+
 void spline_chebyshev(int ndim, const index_t* n, const float* stencil, const double* dinv, const double* b,
                       index_t C, int degree, double theta, double delta, bool zero_start, bool residual, double* x,
-                      double* res, double* d, int threads) {
+                      double* res, double* work, int threads) {
   require(ndim >= 1 && ndim <= 3, "spline_chebyshev: 1 to 3 axes");
   require(degree >= 1, "spline_chebyshev: degree >= 1");
   index_t N = 1;
   for (int a = 0; a < ndim; ++a) N *= n[a] > 0 ? n[a] : 0;
   const index_t M = N * C;
   if (M == 0) return;
+  // Each step's elementwise updates ride on its product's pass, a block of rows at a time: the
+  // direction d is read by the product (its neighbours' rows too), so the next one goes to the
+  // other half of work.
+  double* d = work;
+  double* next = work + M;
+  // res = b - A x (or b), d = D^-1 res / theta
   if (zero_start) {
-    std::memcpy(res, b, sizeof(double) * std::size_t(M));
-    std::memset(x, 0, sizeof(double) * std::size_t(M));
+    for (index_t i = 0; i < N; ++i)
+      for (index_t c = 0; c < C; ++c) {
+        res[i * C + c] = b[i * C + c];
+        d[i * C + c] = dinv[i] * res[i * C + c] / theta;
+        x[i * C + c] = 0.0;
+      }
   } else {
-    stencil_residual(ndim, n, stencil, b, x, C, res, threads);
+    stencil_apply_any(ndim, n, stencil, x, C, res,
+                      [&](index_t j0, index_t j1, const double* part) KRONPE_SPLINE_NO_CONTRACT {
+                        for (index_t i = j0; i < j1; ++i)
+                          for (index_t c = 0; c < C; ++c) {
+                            const index_t k = i * C + c;
+                            res[k] = b[k] - part[k - j0 * C];
+                            d[k] = dinv[i] * res[k] / theta;
+                          }
+                      },
+                      threads);
   }
-  scaled_residual(N, C, dinv, res, theta, d);
   const double sigma = theta / delta;
   double rho = 1.0 / sigma;
   for (int k = 0; k < degree; ++k) {
-    add_to(M, d, x);
-    if (k == degree - 1 && !residual) break;
-    stencil_residual(ndim, n, stencil, res, d, C, res, threads);
-    if (k == degree - 1) break;
-    const double rho_new = 1.0 / (2 * sigma - rho);
-    next_direction(N, C, dinv, res, rho_new * rho, 2 * rho_new / delta, d);
+    const bool last = k == degree - 1;
+    if (last && !residual) {  // x += d
+      for (index_t i = 0; i < M; ++i) x[i] = x[i] + d[i];
+      break;
+    }
+    const double rho_new = 1.0 / (2 * sigma - rho), keep = rho_new * rho, step = 2 * rho_new / delta;
+    // x += d; res -= A d; and but for the last step, the next direction keep d + step D^-1 res
+    stencil_apply_any(ndim, n, stencil, d, C, res,
+                      [&](index_t j0, index_t j1, const double* part) KRONPE_SPLINE_NO_CONTRACT {
+                        double* __restrict xs = x + j0 * C;
+                        double* __restrict rs = res + j0 * C;
+                        double* __restrict ns = next + j0 * C;
+                        const double* __restrict ds = d + j0 * C;
+                        const double* __restrict ps = part;
+                        const index_t m = (j1 - j0) * C;
+                        for (index_t q = 0; q < m; ++q) {
+                          xs[q] = xs[q] + ds[q];
+                          rs[q] = rs[q] - ps[q];
+                        }
+                        if (last) return;
+                        if (C == 1) {
+                          const double* __restrict di = dinv + j0;
+                          for (index_t q = 0; q < m; ++q) ns[q] = keep * ds[q] + step * (di[q] * rs[q]);
+                        } else {
+                          for (index_t i = 0; i < j1 - j0; ++i)
+                            for (index_t c = 0; c < C; ++c)
+                              ns[i * C + c] = keep * ds[i * C + c] + step * (dinv[j0 + i] * rs[i * C + c]);
+                        }
+                      },
+                      threads);
+    if (last) break;
+    std::swap(d, next);
     rho = rho_new;
   }
 }

@@ -67,7 +67,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -220,36 +220,49 @@ def _along(x: np.ndarray, axis: int) -> Tuple[int, int, int]:
     return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
 
 
-def subdivide(coarse: np.ndarray, axis: int) -> np.ndarray:
+Buffers = Optional[Callable[[str, Tuple[int, ...]], np.ndarray]]  # (name, shape) -> a work array
+
+
+def subdivide(coarse: np.ndarray, axis: int, out: Optional[np.ndarray] = None) -> np.ndarray:
     """The fine coefficients (2 n - 3 along ``axis``) of the same spline as ``coarse`` (n): the
-    taps 1 4 6 4 1 / 8 (``_core.spline_subdivide``; ``reference.spline_subdivide``)."""
+    taps 1 4 6 4 1 / 8 (``_core.spline_subdivide``; ``reference.spline_subdivide``); into ``out``
+    where given."""
     c = np.ascontiguousarray(coarse, dtype=np.float64)
     outer, n, inner = _along(c, axis)
-    fine = np.empty(c.shape[:axis] + (2 * n - 3,) + c.shape[axis + 1:])
+    shape = c.shape[:axis] + (2 * n - 3,) + c.shape[axis + 1:]
+    fine = np.empty(shape) if out is None else out
     _core.spline_subdivide(c.reshape(outer, n, inner), fine.reshape(outer, 2 * n - 3, inner))
     return fine
 
 
-def restrict(fine: np.ndarray, axis: int) -> np.ndarray:
-    """The transpose of ``subdivide``: (2 n - 3 along ``axis``) -> n."""
+def restrict(fine: np.ndarray, axis: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """The transpose of ``subdivide``: (2 n - 3 along ``axis``) -> n; into ``out`` where given."""
     f = np.ascontiguousarray(fine, dtype=np.float64)
     outer, nf, inner = _along(f, axis)
     n = (nf + 3) // 2
-    coarse = np.empty(f.shape[:axis] + (n,) + f.shape[axis + 1:])
+    shape = f.shape[:axis] + (n,) + f.shape[axis + 1:]
+    coarse = np.empty(shape) if out is None else out
     _core.spline_restrict(f.reshape(outer, nf, inner), coarse.reshape(outer, n, inner))
     return coarse
 
 
-def _prolong(x: np.ndarray, D: int) -> np.ndarray:
+def _transfer(x: np.ndarray, D: int, fine: bool, buffers: Buffers = None) -> np.ndarray:
+    """x subdivided (``fine``) or restricted along every axis; each step into buffers(name, shape)
+    where given (work arrays kept between V-cycles), else new arrays."""
     for a in range(D):
-        x = subdivide(x, a)
+        n = x.shape[a]
+        shape = x.shape[:a] + ((2 * n - 3) if fine else (n + 3) // 2,) + x.shape[a + 1:]
+        out = None if buffers is None else buffers(f"{'fine' if fine else 'coarse'}{a}", shape)
+        x = subdivide(x, a, out) if fine else restrict(x, a, out)
     return x
 
 
-def _restrict(x: np.ndarray, D: int) -> np.ndarray:
-    for a in range(D):
-        x = restrict(x, a)
-    return x
+def _prolong(x: np.ndarray, D: int, buffers: Buffers = None) -> np.ndarray:
+    return _transfer(x, D, True, buffers)
+
+
+def _restrict(x: np.ndarray, D: int, buffers: Buffers = None) -> np.ndarray:
+    return _transfer(x, D, False, buffers)
 
 
 def normal_equations(grid: Grid, points: np.ndarray, values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -286,6 +299,7 @@ class _Level:
         self._lmaxes: Dict[float, float] = {}  # per lambda solved: its lmax
         self._A32: Optional[np.ndarray] = None
         self._fresh32 = False
+        self._buffers: Dict[str, np.ndarray] = {}
         self._lmax: Optional[float] = None
         self.set_lambda(lam, force=True)
 
@@ -324,11 +338,18 @@ class _Level:
         return self._A32
 
     def apply(self, x: np.ndarray, single: bool = False) -> np.ndarray:
-        """A x; ``single``: through A's float32 copy."""
+        """A x; ``single``: through A's float32 copy. In a buffer of the level's, valid until the
+        next product (CG reads each at once)."""
         flat = np.ascontiguousarray(x.reshape(self.A.shape[1], -1))
-        y = np.empty_like(flat)
+        y = self.buffer("Ax", flat.shape)
         _core.stencil_apply(list(self.shape), self.single() if single else self.A, flat, y)
         return y.reshape(x.shape)
+
+    def residual(self, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """b - A x (b and x (N, C)): a new array."""
+        y = np.empty_like(b)
+        _core.stencil_apply(list(self.shape), self.A, np.ascontiguousarray(x), y, np.ascontiguousarray(b))
+        return y
 
     def lmax(self) -> float:
         """The largest eigenvalue of D^-1 A (with a 10% margin): the largest Ritz value of a few
@@ -338,31 +359,39 @@ class _Level:
         if self._lmax is None:
             from scipy.linalg import eigh_tridiagonal
 
-            q = np.random.default_rng(1).standard_normal((self.A.shape[1], 1))
+            N = self.A.shape[1]
+            basis = np.empty((LANCZOS_STEPS, N))  # (every step in place: no temporaries)
+            q = basis[0]
+            np.random.default_rng(1).standard_normal(out=q)
             q /= np.linalg.norm(q)
             if self.start is not None:
-                q = q + self.start / max(float(np.linalg.norm(self.start)), 1e-300)
+                q += self.start[:, 0] / max(float(np.linalg.norm(self.start)), 1e-300)
                 q /= max(float(np.linalg.norm(q)), 1e-300)
-            root = np.sqrt(self.dinv)[:, None]
-            basis, alphas, betas = [], [], []
-            prev, beta = np.zeros_like(q), 0.0
-            for _ in range(LANCZOS_STEPS):
-                basis.append(q)
-                w = root * self.apply(root * q, single=True)
-                alpha = float(np.vdot(q, w))
-                w -= alpha * q + beta * prev
+            root = np.sqrt(self.dinv)
+            single = self.single()
+            t, w = np.empty((N, 1)), np.empty((N, 1))
+            alphas, betas = [], []
+            beta = 0.0
+            for k in range(LANCZOS_STEPS):
+                q = basis[k]
+                np.multiply(root, q, out=t[:, 0])
+                _core.stencil_apply(list(self.shape), single, t, w)
+                v = w[:, 0]
+                v *= root
+                alpha = float(np.dot(q, v))
+                v -= np.multiply(q, alpha, out=t[:, 0])
+                if k:
+                    v -= np.multiply(basis[k - 1], beta, out=t[:, 0])
                 alphas.append(alpha)
-                beta = float(np.linalg.norm(w))
-                if not beta > 1e-12 * abs(alpha):  # an invariant subspace: exact
+                beta = float(np.linalg.norm(v))
+                if not beta > 1e-12 * abs(alpha) or k + 1 == LANCZOS_STEPS:  # (an invariant subspace: exact)
                     break
                 betas.append(beta)
-                prev, q = q, w / beta
-            vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:len(alphas) - 1]))
+                np.divide(v, beta, out=basis[k + 1])
+            m = len(alphas)
+            vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:m - 1]))
             self._lmax = 1.1 * float(vals[-1])
-            ritz = basis[0] * vecs[0, -1]
-            for v, c in zip(basis[1:], vecs[1:, -1]):
-                ritz += c * v
-            self.start = ritz
+            self.start = (vecs[:, -1] @ basis[:m])[:, None]
         return self._lmax
 
     def bandwidth(self) -> int:
@@ -392,17 +421,26 @@ class _Level:
         with _blas.one_lapack_thread():
             return sl.cho_solve_banded((self._chol, False), b, check_finite=False)
 
-    def smooth(self, b: np.ndarray, x: Optional[np.ndarray], residual: bool = False):
-        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero;
-        else updated in place), through A's float32 copy (``_core.spline_chebyshev``);
-        ``residual``: also return b - A x (one more product)."""
+    def buffer(self, name: str, shape: Tuple[int, ...]) -> np.ndarray:
+        """A work array of this level kept between calls (no fresh pages per V-cycle)."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape:
+            buf = self._buffers[name] = np.empty(shape)
+        return buf
+
+    def smooth(self, b: np.ndarray, x: Optional[np.ndarray], residual: bool = False,
+               out: Optional[np.ndarray] = None):
+        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero,
+        the result in ``out`` or a new array; else x updated in place), through A's float32 copy
+        (``_core.spline_chebyshev``); ``residual``: also return b - A x (one more product; in a
+        buffer of the level's, valid until its next smoothing)."""
         hi = self.lmax()
         lo = hi / CHEB_RATIO
         b = np.ascontiguousarray(b)
-        out = np.empty_like(b) if x is None else x
-        res, d = np.empty_like(b), np.empty_like(b)
+        out = (np.empty_like(b) if out is None else out) if x is None else x
+        res, work = self.buffer("res", b.shape), self.buffer("work", (2,) + b.shape)
         _core.spline_chebyshev(list(self.shape), self.single(), self.dinv, b, CHEB_DEGREE, (hi + lo) / 2,
-                               (hi - lo) / 2, x is None, residual, out, res, d)
+                               (hi - lo) / 2, x is None, residual, out, res, work)
         return (out, res) if residual else out
 
 
@@ -431,17 +469,18 @@ def _upper_pattern(shape: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray, np.n
     return i, shift[up[o]], up[o]
 
 
-def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
-    """One V-cycle over levels[0] (coarsest) .. levels[-1] for A x = b (b (N, C))."""
+def _vcycle(levels: List[_Level], b: np.ndarray, top: bool = True) -> np.ndarray:
+    """One V-cycle over levels[0] (coarsest) .. levels[-1] for A x = b (b (N, C)): a new array
+    (``top``), else one of the level's buffers (the caller's prolongation reads it at once)."""
     lev = levels[-1]
     if len(levels) == 1:
         return lev.solve_exact(b)
     D = len(lev.shape)
     C = b.shape[1]
-    x, r = lev.smooth(b, None, residual=True)
-    rc = _restrict(r.reshape(lev.shape + (C,)), D).reshape(-1, C)
-    xc = _vcycle(levels[:-1], rc)
-    x += _prolong(xc.reshape(levels[-2].shape + (C,)), D).reshape(-1, C)
+    x, r = lev.smooth(b, None, residual=True, out=None if top else lev.buffer("x", b.shape))
+    rc = _restrict(r.reshape(lev.shape + (C,)), D, lev.buffer).reshape(-1, C)
+    xc = _vcycle(levels[:-1], rc, top=False)
+    x += _prolong(xc.reshape(levels[-2].shape + (C,)), D, lev.buffer).reshape(-1, C)
     return lev.smooth(b, x)
 
 
@@ -456,7 +495,7 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
         return lev.solve_exact(b), 0, 0.0
     levels = levels[_first_level([v.shape for v in levels]):]
     bn = np.sqrt(cdot(b, b))
-    r0 = b if x0 is None else b - lev.apply(x0)
+    r0 = b if x0 is None else lev.residual(b, x0)
     rn = np.sqrt(cdot(r0, r0))
     ok = (bn > 0) & (rn > 0)
     x = np.zeros_like(b) if x0 is None else x0.copy()
