@@ -26,10 +26,11 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   interpolation limit (LAMBDA_EXACT) a spline coarser than the points is a least-squares fit: on
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
-  wins. A level solved iteratively tries a lower lambda only where a lower one gained on the
-  level below (not merely tied: on detailed fields lambda then makes no difference, and the try
-  costs a slow solve), and takes it only where CG solves it in LOWER_MAXITER iterations (a lower
-  lambda can slow CG many-fold; slower counts as no gain). Then lambda is raised (x10 per step)
+  wins. A level solved iteratively takes a lower lambda only where CG solves it in LOWER_MAXITER
+  iterations (a lower lambda can slow CG many-fold; slower counts as no gain), and gives up after
+  LOWER_PROBE iterations where its residual lags the geometric pace that would get there (on a
+  fractal terrain such a try would spend LOWER_MAXITER iterations for nothing; the tries that
+  succeed are on pace from the start). Then lambda is raised (x10 per step)
   at the best level and the one above it while the held-out error falls: noisy samples stop
   there (an iterative level above only where the best level gained: its held-out error comes
   from a short solve started at the best level's fit, so it lies near the best's anyway). Not
@@ -56,9 +57,14 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   iterations). A solve judged only by its held-out error (a level or a lambda tried) stops once
   its residual is below EXPLORE_REDUCTION times its start's and below CG_TOL_FACTOR times the
   best held-out error so far relative to the values' RMS (the final fit's tolerance without its
-  CG_TOL_MAX cap; the final fit reduces its start's residual by WARM_REDUCTION): enough to rank
-  levels and lambdas (on the finest levels of detailed fields its held-out error is then within
-  1% of the converged one's), and those solves are the costliest.
+  CG_TOL_MAX cap, which would take detailed fields several times the iterations): enough to rank
+  levels, whose errors differ by a tenth or more where such fits are costly, and those solves are
+  the costliest. The noise test compares errors a few percent apart, so before it the fits of the
+  best level and its neighbours are refined to the residual a solve held to cg_tol would have
+  reached, and its own steps are held to cg_tol (on noisy samples the choice is then that of
+  solves held to cg_tol throughout). The final fit reduces its start's residual by
+  WARM_REDUCTION. CHEB_DEGREE 4: with the smoother a kernel, a fourth step costs less than the CG
+  iterations it saves (a fractal terrain's fit a tenth faster; smooth 3-D fields alike).
 """
 from __future__ import annotations
 
@@ -88,7 +94,7 @@ NOISE_NEAR = 1.25  # direct, or iterative and its held-out error within this fac
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
-CHEB_DEGREE = 3
+CHEB_DEGREE = 4
 CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
 LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax (too few underestimate it, and CG stalls)
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
@@ -105,7 +111,8 @@ DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35
 VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
 DENSE_SPEEDUP = 30.0  # the size rule counts N^3 / 3 at this discount (3-D levels up to 11^3 factorised)
 CG_MAXITER = 300  # CG's iterations at most,
-LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda (more count as no gain there)
+LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda (more count as no gain there;
+LOWER_PROBE = 6  # behind the pace that finishes in LOWER_MAXITER after this many, it stops there)
 _GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
 
 
@@ -485,8 +492,12 @@ def _vcycle(levels: List[_Level], b: np.ndarray, top: bool = True) -> np.ndarray
 
 
 def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int,
-         reduction: float = WARM_REDUCTION) -> Tuple[np.ndarray, int, float]:
+         reduction: float = WARM_REDUCTION, probe: int = 0, start: Optional[List[float]] = None
+         ) -> Tuple[np.ndarray, int, float]:
     """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly).
+    ``probe``: after that many iterations, a solve behind the geometric pace that reaches its
+    tolerance in ``maxiter`` stops there, reported as ``maxiter`` iterations (too slow); one on
+    pace goes on (CG restarted from there). ``start``: gets the start's relative residual appended.
     Returns (x, iterations, the largest relative residual ||b - A x|| / ||b|| of the channels)."""
     from .krylov import cdot, pcg
 
@@ -498,6 +509,8 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
     r0 = b if x0 is None else lev.residual(b, x0)
     rn = np.sqrt(cdot(r0, r0))
     ok = (bn > 0) & (rn > 0)
+    if start is not None:
+        start.append(float(np.min(rn[ok] / bn[ok])) if np.any(ok) else 0.0)
     x = np.zeros_like(b) if x0 is None else x0.copy()
     if not np.any(ok):
         x[:, bn == 0] = 0.0
@@ -506,7 +519,14 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
         tol = max(min(tol, reduction * float(np.min(rn[ok] / bn[ok]))), 1e-13)
     # CG on the correction (A d = r0: no second product for the start's residual) to tol times ||b||
     tol_r = tol * float(np.min(bn[ok] / rn[ok]))
-    d, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), r0, None, tol_r, maxiter)
+    vcycle = lambda r: _vcycle(levels, r)  # noqa: E731
+    d, it, rel = pcg(lev.apply, vcycle, r0, None, tol_r, probe if 0 < probe < maxiter else maxiter)
+    if it < maxiter and np.any((rel > tol_r) & ok):  # the probe's iterations done, not converged
+        if float(np.max(rel[ok])) > tol_r ** (it / maxiter):
+            it = maxiter  # behind the pace: too slow
+        else:
+            d, more, rel = pcg(lev.apply, vcycle, r0, d, tol_r, maxiter - it)
+            it += more
     x += d
     x[:, bn == 0] = 0.0
     return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
@@ -656,7 +676,9 @@ class _HostLevels:
         self.rhs: List[np.ndarray] = []
         self.solved: Dict[int, float] = {}  # the last lambda solved per level
         self.fit_tol = math.inf  # CG_TOL_FACTOR x the best held-out error / the values' RMS (>= CG_TOL)
-        self.cg_tol = CG_TOL_MAX  # ... at most CG_TOL_MAX: the final fit's
+        self.cg_tol = CG_TOL_MAX  # ... at most CG_TOL_MAX: the final fit's and the refined ones'
+        self.loose = True  # explorations stop at fit_tol (until a fit is refined)
+        self.tight_tol: Dict[int, float] = {}  # per level: the residual its last solve held to cg_tol reaches
         self.D = len(grids[0].nint)
 
     def _assemble(self, l: int) -> None:
@@ -695,10 +717,24 @@ class _HostLevels:
         self._assemble(l)
         lower = not self.direct(l) and lam < self.solved.get(l, lam)
         self.solved[l] = lam
-        tol = self.fit_tol if math.isfinite(self.fit_tol) else self.cg_tol
+        tol = self.fit_tol if self.loose and math.isfinite(self.fit_tol) else self.cg_tol
+        start: List[float] = []
         x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, tol, LOWER_MAXITER if lower else CG_MAXITER,
-                        EXPLORE_REDUCTION)
+                        EXPLORE_REDUCTION, LOWER_PROBE if lower else 0, start)
+        # what a solve held to cg_tol would have reached: refine's goal for this fit
+        self.tight_tol[l] = self.cg_tol if x0 is None or not start else max(
+            min(self.cg_tol, EXPLORE_REDUCTION * start[0]), 1e-13)
         return None if lower and it >= LOWER_MAXITER else x
+
+    def refine(self, l: int, lam: float, x: np.ndarray) -> np.ndarray:
+        """The fit at level l and lam from x (its last, rough solve) to the residual that solve
+        would have reached held to cg_tol; every solve after this is held to cg_tol (the noise
+        test's steps compare close errors)."""
+        self.loose = False
+        if self.direct(l):
+            return x
+        self.solved[l] = lam
+        return _pcg(self._levels(l, lam), self.rhs[l], x, self.tight_tol.get(l, self.cg_tol), CG_MAXITER, 1.0)[0]
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
@@ -759,7 +795,6 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
     best = 0
     x = None
     lowering = True  # whether a lower lambda did not lose on the last level (then this one tries it too)
-    lower_gained = True  # ... and whether it gained there (an iterative level tries it only then)
     start = ridge * scale if fixed else LAMBDA_START * scale
     if not has_holdout:  # too few points to hold any out: the finest level at the starting lambda
         info.update(levels=[list(g.nint) for g in levels.grids], holdout_errors=[], limited_by="representation")
@@ -771,8 +806,8 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
         mu = start
         y = levels.solve(l, mu, levels.start(l, x))
         e = levels.holdout_error(l, y, rms)
-        tried = lowering and (levels.direct(l) or not errors or (lower_gained and e < errors[best] * LEVEL_GAIN))
-        lowering = lower_gained = False
+        tried = lowering and (levels.direct(l) or not errors or e < errors[best] * LEVEL_GAIN)
+        lowering = False
         while tried and not fixed and mu > LAMBDA_EXACT * scale * 1.001:
             mu2 = max(mu / LAMBDA_DOWN, LAMBDA_EXACT * scale)
             y2 = levels.solve(l, mu2, y)
@@ -784,7 +819,7 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
                 lowering = e2 <= e / LEVEL_GAIN  # no loss either: the next level tries too
                 break
             y, e, mu = y2, e2, mu2
-            lowering = lower_gained = True
+            lowering = True
         x = y
         sols.append(y)
         errors.append(e)
@@ -802,6 +837,17 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
     # resolution, which a larger lambda (more smoothing) does not help
     resolving = best == L and L > 0 and errors[L] < RESOLVING * errors[L - 1]
     if not fixed and limited != "tolerance" and not resolving:
+        # the fits the noise test starts from and compares with, refined from their explorations
+        # (where the levels' solves are rough: a step's gain is a few percent of the error)
+        if hasattr(levels, "refine"):
+            done: set = set()
+            near_best = lambda: {k for k in (best - 1, best, best + 1) if 0 <= k < len(sols)}  # noqa: E731
+            while not near_best() <= done:
+                for k in sorted(near_best() - done):
+                    sols[k] = levels.refine(k, lams[k], sols[k])
+                    errors[k] = levels.holdout_error(k, sols[k], rms)
+                    done.add(k)
+                best = int(np.argmin(errors))
         # raise lambda at the best level (and the one above it) while the held-out error falls
         first = best
         above = min(first + 1, len(sols) - 1)
