@@ -257,7 +257,8 @@ class _HostLevels:
         self.fit_tol = math.inf  # CG_TOL_FACTOR x the best held-out error / the values' RMS (>= CG_TOL)
         self.cg_tol = CG_TOL_MAX  # ... at most CG_TOL_MAX: the final fit's and the refined ones'
         self.loose = True  # explorations stop at fit_tol (until a fit is refined)
-        self.tight_tol: Dict[int, float] = {}  # per level: the residual its last solve held to cg_tol reaches
+        self.tight_tol: Dict[Tuple[int, float], float] = {}  # per level and lambda: the residual its
+        # last solve would have reached held to cg_tol
         self.D = len(grids[0].nint)
 
     def _assemble(self, l: int) -> None:
@@ -301,7 +302,7 @@ class _HostLevels:
         x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, tol, LOWER_MAXITER if lower else CG_MAXITER,
                         EXPLORE_REDUCTION, LOWER_PROBE if lower else 0, start)
         # what a solve held to cg_tol would have reached: refine's goal for this fit
-        self.tight_tol[l] = self.cg_tol if x0 is None or not start else max(
+        self.tight_tol[(l, lam)] = self.cg_tol if x0 is None or not start else max(
             min(self.cg_tol, EXPLORE_REDUCTION * start[0]), 1e-13)
         return None if lower and it >= LOWER_MAXITER else x
 
@@ -313,7 +314,8 @@ class _HostLevels:
         if self.direct(l):
             return x
         self.solved[l] = lam
-        return _pcg(self._levels(l, lam), self.rhs[l], x, self.tight_tol.get(l, self.cg_tol), CG_MAXITER, 1.0)[0]
+        return _pcg(self._levels(l, lam), self.rhs[l], x, self.tight_tol.get((l, lam), self.cg_tol), CG_MAXITER,
+                    1.0)[0]
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
