@@ -162,6 +162,66 @@ def test_a_slow_lower_lambda_counts_as_no_gain(monkeypatch):
     assert levels.solve(4, 1e-2 * scale, y) is not None
 
 
+
+def test_a_lower_lambda_behind_its_pace_stops_at_the_probe():
+    """A solve given ``probe`` iterations that lags the geometric pace reaching its tolerance in
+    maxiter stops there, reported as maxiter iterations; one on pace (or without a probe) goes on to
+    the tolerance, restarted from the probe's fit."""
+    rng = np.random.default_rng(22)
+    pts = rng.random((6000, 2))
+    vals = (np.sin(60 * pts[:, 0]) * np.cos(50 * pts[:, 1]))[:, None]
+    lo, ext, grids, scale = S.prepare((pts.min(axis=0), pts.max(axis=0)), 6000, 2, None, 4)
+    levels = S._HostLevels(grids, np.ascontiguousarray((pts - lo) / ext), vals, S.holdout_of(6000))
+    levels._assemble(4)
+    ops = levels._levels(4, 1e-3 * scale)
+    b = levels.rhs[4]
+    x, it, rel = S._pcg(ops, b, None, 1e-30, 40, probe=2)  # no pace reaches 1e-30 in 40 iterations
+    assert it == 40
+    x, it, rel = S._pcg(ops, b, None, 1e-6, 60, probe=3)  # on pace: solved
+    assert 3 < it < 60 and rel <= 1e-6
+    x2, it2, rel2 = S._pcg(ops, b, None, 1e-6, 60)
+    assert rel2 <= 1e-6 and np.linalg.norm(x - x2) <= 1e-4 * np.linalg.norm(x2)
+
+
+def test_a_fit_still_resolving_at_its_finest_level_tries_no_larger_lambda():
+    """Where the finest level beats the one below by more than RESOLVING (a fractal terrain), the
+    noise test is skipped: no larger lambda is tried; noisy samples of it still get the test."""
+    from kronpe.bench import field as F
+
+    s = F.inputs("terrain", 16384)
+    m = S.fit(s["pts"], s["vals"][:, None])
+    err = m.info["holdout_errors"]
+    assert m.info["limited_by"] == "representation" and len(err) == len(m.info["levels"])
+    assert err[-1] < S.RESOLVING * err[-2]
+    assert all(lam <= S.LAMBDA_START * 1.001 for lam, _, _ in m.info["lambda_holdout_errors"])
+    noisy = s["vals"] + 0.05 * np.ptp(s["vals"]) * np.random.default_rng(1).standard_normal(s["vals"].shape)
+    m = S.fit(s["pts"], noisy[:, None])  # the best level a coarser one: larger lambdas tried there
+    assert m.info["grid"] != m.info["levels"][-1]
+    assert any(lam > S.LAMBDA_START * 1.001 for lam, _, _ in m.info["lambda_holdout_errors"])
+
+
+def test_rough_explorations_are_refined_before_the_noise_test(monkeypatch):
+    """The fits the noise test starts from are solved to cg_tol first (explorations stop early):
+    the choice on noisy samples is the one of explorations held to cg_tol throughout."""
+    from kronpe.bench import field as F
+    from scipy.ndimage import map_coordinates
+
+    rng = np.random.default_rng(5)
+    pts = rng.random((16384, 2))
+    v = map_coordinates(F.terrain(), (pts * 255).T, order=3, mode="mirror")
+    v = (v + 0.02 * np.ptp(v) * rng.standard_normal(v.shape))[:, None]
+    rough = S.fit(pts, v)
+    orig = S._HostLevels.__init__
+
+    def tight(self, *a, **k):
+        orig(self, *a, **k)
+        self.loose = False
+
+    monkeypatch.setattr(S._HostLevels, "__init__", tight)
+    held = S.fit(pts, v)
+    assert rough.info["grid"] == held.info["grid"] and rough.ridge == pytest.approx(held.ridge)
+    assert rough.info["limited_by"] == held.info["limited_by"] == "noise"
+
 def test_the_final_fit_solves_the_system_of_every_point():
     """The final fit of an iterative level holds the held-out points too, and its reported
     residual is that of the system of every point."""

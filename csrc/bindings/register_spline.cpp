@@ -1,7 +1,10 @@
 // Bindings of the cubic B-spline kernels (kronpe/spline.h), CPU only. Every array is a C-contiguous
 // float64 host array; kronpe.solvers.spline validates the user's input first, these checks keep a
 // wrong internal call from reading or writing beyond an array.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -53,6 +56,40 @@ const double* contiguous(const Array& a, const char* name, const std::vector<ind
   return contiguous_as<double>(a, name, shape);
 }
 
+// Whether arrays of a_bytes at a and b_bytes at b overlap (b_bytes: a_bytes where not given).
+bool overlap(const void* a, const void* b, index_t a_bytes, index_t b_bytes = -1) {
+  if (b_bytes < 0) b_bytes = a_bytes;
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + std::uintptr_t(b_bytes) && y < x + std::uintptr_t(a_bytes);
+}
+
+// The grid's extents (1 to 3 axes, each >= 0) and their product.
+index_t grid_size(const std::vector<index_t>& shape) {
+  require(!shape.empty() && shape.size() <= 3, "shape: 1 to 3 axes");
+  index_t N = 1;
+  for (index_t n : shape) {
+    require(n >= 0, "shape: extents must be >= 0");
+    N = checked_mul(N, n, "shape");
+  }
+  return N;
+}
+
+// spline_subdivide (coarse -> fine) or spline_restrict (fine -> coarse) of (outer, n, inner) and
+// (outer, 2 n - 3, inner) arrays, checked.
+void transfer(const Array& coarse, const Array& fine, bool to_fine) {
+  require(coarse.ndim() == 3 && fine.ndim() == 3, "coarse and fine: (outer, n, inner) arrays");
+  const index_t outer = coarse.shape[0], n = coarse.shape[1], inner = coarse.shape[2];
+  require(n >= 2, "coarse: at least 2 coefficients along the axis");
+  const double* cp = contiguous(coarse, "coarse", {outer, n, inner});
+  const double* fp = contiguous(fine, "fine", {outer, 2 * n - 3, inner});
+  require(!overlap(cp, fp, outer * n * inner * index_t(sizeof(double)),
+                   outer * (2 * n - 3) * inner * index_t(sizeof(double))),
+          "coarse and fine must not overlap");
+  py::gil_scoped_release release;
+  if (to_fine) spline_subdivide(outer, n, inner, cp, const_cast<double*>(fp));
+  else spline_restrict(outer, n, inner, fp, const_cast<double*>(cp));
+}
+
 }  // namespace
 
 void register_spline(py::module_& m) {
@@ -91,32 +128,73 @@ void register_spline(py::module_& m) {
       "out (P, C) = the spline with coefficients coef (coefs, C) at the points (internal).");
   m.def(
       "stencil_apply",
-      [](const std::vector<index_t>& shape, const Array& stencil, const Array& x, const Array& y) {
-        require(!shape.empty() && shape.size() <= 3, "shape: 1 to 3 axes");
-        index_t N = 1;
-        for (index_t n : shape) {
-          require(n >= 0, "shape: extents must be >= 0");
-          N = checked_mul(N, n, "shape");
-        }
+      [](const std::vector<index_t>& shape, const Array& stencil, const Array& x, const Array& y,
+         const std::optional<Array>& b) {
+        const index_t N = grid_size(shape);
         const int D = int(shape.size());
         const bool single = stencil.dtype == "float32";
         const index_t C = x.ndim() == 2 ? x.shape[1] : 0;
         const double* xp = contiguous(x, "x", {N, -1});
         double* yp = const_cast<double*>(contiguous(y, "y", {N, C}));
-        // (y is written while x is read: the kernel takes them for separate arrays)
-        const auto xa = reinterpret_cast<std::uintptr_t>(xp), ya = reinterpret_cast<std::uintptr_t>(yp);
-        const std::uintptr_t bytes = std::uintptr_t(N * C) * sizeof(double);
-        require(N == 0 || C == 0 || ya + bytes <= xa || xa + bytes <= ya, "y must not be x, nor overlap it");
+        const double* bp = b ? contiguous(*b, "b", {N, C}) : nullptr;
+        // (y is written while x is read: the kernel takes them for separate arrays; b may be y)
+        const index_t bytes = N * C * index_t(sizeof(double));
+        require(N == 0 || C == 0 || !overlap(xp, yp, bytes), "y must not be x, nor overlap it");
+        require(!bp || N == 0 || C == 0 || bp == yp || !overlap(bp, yp, bytes), "b must be y or lie apart from it");
         if (single) {
           const float* sp = contiguous_as<float>(stencil, "stencil", {stencil_width(D), N});
           py::gil_scoped_release release;
-          stencil_apply(D, shape.data(), sp, xp, C, yp);
+          if (bp) stencil_residual(D, shape.data(), sp, bp, xp, C, yp);
+          else stencil_apply(D, shape.data(), sp, xp, C, yp);
         } else {
           const double* sp = contiguous(stencil, "stencil", {stencil_width(D), N});
           py::gil_scoped_release release;
-          stencil_apply(D, shape.data(), sp, xp, C, yp);
+          if (bp) stencil_residual(D, shape.data(), sp, bp, xp, C, yp);
+          else stencil_apply(D, shape.data(), sp, xp, C, yp);
         }
       },
-      py::arg("shape"), py::arg("stencil"), py::arg("x"), py::arg("y"),
-      "y (N, C) = A x for the 7^D-point stencil A (7^D, N; float64, or float32 for half the traffic) on a grid of `shape` (internal).");
+      py::arg("shape"), py::arg("stencil"), py::arg("x"), py::arg("y"), py::arg("b") = py::none(),
+      "y (N, C) = A x, or b - A x where b is given (b may be y), for the 7^D-point stencil A (7^D, N; "
+      "float64, or float32 for half the traffic) on a grid of `shape` (internal).");
+  m.def(
+      "spline_chebyshev",
+      [](const std::vector<index_t>& shape, const Array& stencil, const Array& dinv, const Array& b, int degree,
+         double theta, double delta, bool zero_start, bool residual, const Array& x, const Array& res,
+         const Array& work) {
+        const index_t N = grid_size(shape);
+        const int D = int(shape.size());
+        require(degree >= 1, "degree must be >= 1");
+        require(std::isfinite(theta) && std::isfinite(delta) && delta > 0 && theta > delta,
+                "theta > delta > 0 (finite): the spectrum's interval lies above 0");
+        const float* sp = contiguous_as<float>(stencil, "stencil (float32)", {stencil_width(D), N});
+        const double* dp = contiguous(dinv, "dinv", {N});
+        const index_t C = b.ndim() == 2 ? b.shape[1] : 0;
+        const double* bp = contiguous(b, "b", {N, -1});
+        double* xp = const_cast<double*>(contiguous(x, "x", {N, C}));
+        double* rp = const_cast<double*>(contiguous(res, "res", {N, C}));
+        double* wp = const_cast<double*>(contiguous(work, "work", {2, N, C}));
+        const index_t bytes = N * C * index_t(sizeof(double));
+        const double* all[4] = {bp, xp, rp, wp};
+        for (int i = 0; i < 4; ++i)
+          for (int j = i + 1; j < 4; ++j)
+            require(!overlap(all[i], all[j], i == 3 ? 2 * bytes : bytes, j == 3 ? 2 * bytes : bytes),
+                    "b, x, res and work must be separate arrays");
+        py::gil_scoped_release release;
+        spline_chebyshev(D, shape.data(), sp, dp, bp, C, degree, theta, delta, zero_start, residual, xp, rp, wp);
+      },
+      py::arg("shape"), py::arg("stencil"), py::arg("dinv"), py::arg("b"), py::arg("degree"), py::arg("theta"),
+      py::arg("delta"), py::arg("zero_start"), py::arg("residual"), py::arg("x"), py::arg("res"), py::arg("work"),
+      "x (N, C) after `degree` Chebyshev steps for A x = b on D^-1 A over [theta - delta, theta + delta] "
+      "(A a float32 stencil, dinv (N,) its inverse diagonal), from x or from zero (zero_start); res = b - A x "
+      "where residual, else scratch; work (2, N, C) scratch (internal).");
+  m.def(
+      "spline_subdivide", [](const Array& coarse, const Array& fine) { transfer(coarse, fine, true); },
+      py::arg("coarse"), py::arg("fine"),
+      "fine (outer, 2 n - 3, inner) = the cubic B-spline coarse (outer, n, inner) on twice the intervals "
+      "along the middle axis (internal).");
+  m.def(
+      "spline_restrict", [](const Array& fine, const Array& coarse) { transfer(coarse, fine, false); },
+      py::arg("fine"), py::arg("coarse"),
+      "coarse (outer, n, inner) = the transpose of spline_subdivide applied to fine (outer, 2 n - 3, inner) "
+      "(internal).");
 }

@@ -106,8 +106,23 @@ def spline_values(grid: Tuple[List[int], List[float], List[float]], points: Desc
                   out: Descriptor) -> None:
     """out (P, C) = the spline with coefficients coef (coefs, C) at the points (internal)."""
 
-def stencil_apply(shape: List[int], stencil: Descriptor, x: Descriptor, y: Descriptor) -> None:
-    """y (N, C) = A x for the 7^D-point stencil A (7^D, N) on a grid of `shape` (internal)."""
+def stencil_apply(shape: List[int], stencil: Descriptor, x: Descriptor, y: Descriptor,
+                  b: Optional[Descriptor] = None) -> None:
+    """y (N, C) = A x, or b - A x where b is given (b may be y), for the 7^D-point stencil A (7^D, N; float64 or
+    float32) on a grid of `shape` (internal)."""
+
+def spline_chebyshev(shape: List[int], stencil: Descriptor, dinv: Descriptor, b: Descriptor, degree: int,
+                     theta: float, delta: float, zero_start: bool, residual: bool, x: Descriptor, res: Descriptor,
+                     work: Descriptor) -> None:
+    """x (N, C) after `degree` Chebyshev steps for A x = b on D^-1 A over [theta - delta, theta + delta] (A a
+    float32 stencil, dinv (N,)), from x or zero; res = b - A x where residual; work (2, N, C) scratch (internal)."""
+
+def spline_subdivide(coarse: Descriptor, fine: Descriptor) -> None:
+    """fine (outer, 2 n - 3, inner) = the cubic B-spline coarse (outer, n, inner) on twice the intervals along the
+    middle axis (internal)."""
+
+def spline_restrict(fine: Descriptor, coarse: Descriptor) -> None:
+    """coarse (outer, n, inner) = the transpose of spline_subdivide of fine (outer, 2 n - 3, inner) (internal)."""
 
 def clear_caches() -> None:
     """Frees the solvers' kept work memory and forgets the calling thread's planned mode-n chains (internal:

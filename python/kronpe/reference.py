@@ -841,3 +841,60 @@ def thin_plate_spline_energy(nint, h, samples: int = 64) -> np.ndarray:
                 m = np.kron(m, per_axis[i][1 if i in (a, b) else 0])
             total = total + 2 * m
     return total
+
+
+_SPLINE_TAPS = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 8.0  # coarse coefficient J -> fine 2J - 3 .. 2J + 1
+
+
+def spline_subdivide(coarse, axis: int) -> np.ndarray:
+    """The fine coefficients (2 n - 3 along ``axis``) of the same cubic B-spline as ``coarse`` (n)
+    on twice the intervals: fine 2J - 3 + m += taps[m] coarse J, the taps 1 4 6 4 1 / 8 added in
+    the order m = 0..4."""
+    c = np.moveaxis(np.asarray(coarse, np.float64), axis, 0)
+    n = c.shape[0]
+    fine = np.zeros((2 * n - 3,) + c.shape[1:])
+    for m, w in enumerate(_SPLINE_TAPS):
+        for J in range(n):
+            i = 2 * J + m - 3
+            if 0 <= i < 2 * n - 3:
+                fine[i] += w * c[J]
+    return np.moveaxis(fine, 0, axis)
+
+
+def spline_restrict(fine, axis: int) -> np.ndarray:
+    """The transpose of ``spline_subdivide``: (2 n - 3 along ``axis``) -> n, coarse J = the sum over
+    m = 0..4 (in that order) of taps[m] fine 2J - 3 + m."""
+    f = np.moveaxis(np.asarray(fine, np.float64), axis, 0)
+    n = (f.shape[0] + 3) // 2
+    coarse = np.zeros((n,) + f.shape[1:])
+    for J in range(n):
+        for m, w in enumerate(_SPLINE_TAPS):
+            i = 2 * J + m - 3
+            if 0 <= i < f.shape[0]:
+                coarse[J] += w * f[i]
+    return np.moveaxis(coarse, 0, axis)
+
+
+def spline_chebyshev(stencil, dinv, b, x, shape, degree: int, theta: float, delta: float, residual: bool = False):
+    """``degree`` Chebyshev steps for A x = b on D^-1 A over [theta - delta, theta + delta] from x
+    (None: zero), A an offset-major stencil (its float32 entries taken exactly): x, or (x, b - A x)
+    with ``residual``. Written step by step in the kernel's order of operations."""
+    A = np.asarray(stencil).astype(np.float64)
+    b = np.asarray(b, np.float64)
+    dinv = np.asarray(dinv, np.float64)[:, None]
+    res = b.copy() if x is None else b - stencil_apply(A, x, shape)
+    x = np.zeros_like(b) if x is None else np.array(x, np.float64)
+    d = dinv * res / theta
+    sigma = theta / delta
+    rho = 1.0 / sigma
+    for k in range(degree):
+        x = x + d
+        if k == degree - 1 and not residual:
+            break
+        res = res - stencil_apply(A, d, shape)
+        if k == degree - 1:
+            break
+        rho_new = 1.0 / (2 * sigma - rho)
+        d = (rho_new * rho) * d + (2 * rho_new / delta) * (dinv * res)
+        rho = rho_new
+    return (x, res) if residual else x

@@ -51,4 +51,26 @@ void stencil_apply(int ndim, const index_t* n, const double* stencil, const doub
 void stencil_apply(int ndim, const index_t* n, const float* stencil, const double* x, index_t C, double* y,
                    int threads = 0);
 
+// y = b - A x (the float64 or float32 stencil A as in stencil_apply); y may be b itself (not x).
+void stencil_residual(int ndim, const index_t* n, const double* stencil, const double* b, const double* x,
+                      index_t C, double* y, int threads = 0);
+void stencil_residual(int ndim, const index_t* n, const float* stencil, const double* b, const double* x,
+                      index_t C, double* y, int threads = 0);
+
+// `degree` Chebyshev steps for A x = b (the multigrid smoother of the spline fit) on D^-1 A, dinv
+// its inverse diagonal (prod n), over the spectrum [theta - delta, theta + delta]; A a float32
+// stencil. x (prod n x C): the start (zero where zero_start), the result on return; res: b - A x on
+// return where residual (one product more), else scratch; work: scratch of 2 x (prod n) x C. Each
+// step's elementwise updates are made in its product's pass; the operations of
+// kronpe.reference.spline_chebyshev in their order: the same bits on every machine.
+void spline_chebyshev(int ndim, const index_t* n, const float* stencil, const double* dinv, const double* b,
+                      index_t C, int degree, double theta, double delta, bool zero_start, bool residual, double* x,
+                      double* res, double* work, int threads = 0);
+
+// The nested grids' transfers along the middle axis of C-order (outer, n, inner) arrays: fine
+// (outer, 2 n - 3, inner) = the same spline on twice the intervals (the taps 1 4 6 4 1 / 8), and
+// the transpose, coarse (outer, n, inner) from fine. n >= 2.
+void spline_subdivide(index_t outer, index_t n, index_t inner, const double* coarse, double* fine);
+void spline_restrict(index_t outer, index_t n, index_t inner, const double* fine, double* coarse);
+
 }  // namespace kronpe

@@ -27,11 +27,17 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   smooth fields that beats interpolating every sample (Franke's function from 2 000 points: 96 dB
   with 32 intervals per axis, 85 dB with 64 and more); on detailed signals the finest level
   wins. A level solved iteratively takes a lower lambda only where CG solves it in LOWER_MAXITER
-  iterations (a lower lambda can slow CG many-fold; slower counts as no gain). Then lambda is
-  raised (x10 per step) at the best level and the one above it while the held-out error falls:
-  noisy samples stop there (an iterative level above only where the best level gained: its
-  held-out error comes from a short solve started at the best level's fit, so it lies near the
-  best's anyway). ``info["limited_by"]`` says which bound the fit:
+  iterations (a lower lambda can slow CG many-fold; slower counts as no gain), and gives up after
+  LOWER_PROBE iterations where its residual lags the geometric pace that would get there (on a
+  fractal terrain such a try would spend LOWER_MAXITER iterations for nothing; the tries that
+  succeed are on pace from the start). Then lambda is raised (x10 per step)
+  at the best level and the one above it while the held-out error falls: noisy samples stop
+  there (an iterative level above only where the best level gained: its held-out error comes
+  from a short solve started at the best level's fit, so it lies near the best's anyway). Not
+  where the finest level won with a held-out error below RESOLVING times the level below's: a
+  fit still resolving detail at its finest level is bound by its resolution, which smoothing
+  does not help (on a fractal terrain the tenfold lambda loses, after a solve at the finest
+  level). ``info["limited_by"]`` says which bound the fit:
   "tolerance", "representation" (the finest level won), or "noise" (a coarser level or a larger
   lambda won).
 - **Solver.** CG preconditioned by one V-cycle over the levels below (Chebyshev smoothing of
@@ -39,18 +45,29 @@ Decisions (each measured on Franke's function and off-lattice samples of photogr
   through float32 copies of the operators: half the memory traffic of the stencil products, which
   bound the smoother; Galerkin coarse operators: each level's B^T B is assembled from the points
   with that level's weights, which equals P^T A P exactly for nested splines; the coarsest level
-  is factorised). Factorisations are banded (LAPACK pbtrf runs at potrf's flop rate on one
-  thread, so it beats a dense one on every level solved directly). The final fit holds every
-  point on every level of its V-cycle (training points alone on the coarse ones make its CG take
-  several times the iterations). A solve judged only by its held-out error (a level or a lambda
-  tried) stops once its residual is below cg_tol and EXPLORE_REDUCTION times its start's (not
-  WARM_REDUCTION): enough to rank levels and lambdas (on the finest levels of detailed fields its
-  held-out error is then within 1% of the converged one's), and those solves are the costliest.
+  is factorised). The smoother (its residuals made in the stencil product's pass) and the
+  transfers between levels are kernels (``_core.spline_chebyshev``, ``spline_subdivide``,
+  ``spline_restrict``): as NumPy expressions each step would be a pass over memory with its
+  temporaries, and the Python overhead would rival the coarse levels' work. Each level keeps one operator, data + lambda * penalty, changed in place
+  when lambda changes (a level solved by a factorisation keeps its penalty stencil; a larger one
+  adds the penalty's difference a block of offsets at a time: no stencil-sized copy).
+  Factorisations are banded (LAPACK pbtrf runs at potrf's flop rate on one thread, so it beats a
+  dense one on every level solved directly). The final fit holds every point on every level of
+  its V-cycle (training points alone on the coarse ones make its CG take several times the
+  iterations). A solve judged only by its held-out error (a level or a lambda tried) stops once
+  its residual is below EXPLORE_REDUCTION times its start's and below CG_TOL_FACTOR times the
+  best held-out error so far relative to the values' RMS (the final fit's tolerance without its
+  CG_TOL_MAX cap, which would take detailed fields several times the iterations): enough to rank
+  levels, whose errors differ by a tenth or more where such fits are costly, and those solves are
+  the costliest. The noise test compares errors a few percent apart, so before it the fits of the
+  best level and its neighbours are refined to the residual a solve held to cg_tol would have
+  reached, and its own steps are held to cg_tol (on noisy samples the choice is then that of
+  solves held to cg_tol throughout). The final fit reduces its start's residual by
+  WARM_REDUCTION. CHEB_DEGREE 4: with the smoother a kernel, a fourth step costs less than the CG
+  iterations it saves (a fractal terrain's fit a tenth faster; smooth 3-D fields alike).
 """
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -60,7 +77,11 @@ import numpy as np
 
 from .. import _core
 from .. import io as _io
-from .._adapters import blas as _blas, validate as _validate
+from .._adapters import validate as _validate
+from ._spline_grids import (CHEB_DEGREE, CHEB_RATIO, DENSE_SPEEDUP, DIRECT_WORK, LANCZOS_STEPS,  # noqa: F401
+                           VCYCLE_DIRECT_WORK, WARM_REDUCTION, Grid, _direct_work, _first_level, _Level, _pcg,
+                           _pieces, _prolong, _vcycle, add_penalty, axis_grams, normal_equations, penalty_stencil,
+                           restrict, subdivide, values_at)
 
 __all__ = ["SplineModel", "fit", "penalty_stencil", "axis_grams", "subdivide", "restrict"]
 
@@ -75,346 +96,19 @@ NOISE_NEAR = 1.25  # direct, or iterative and its held-out error within this fac
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_SEED = 0
 MIN_HOLDOUT_POINTS = 40
-CHEB_DEGREE = 3
-CHEB_RATIO = 30.0  # the smoother damps D^-1 A's spectrum in [lmax / CHEB_RATIO, lmax]
-LANCZOS_STEPS = 8  # Lanczos steps for the smoother's lmax (too few underestimate it, and CG stalls)
 STOP_LEVELS = 1  # levels without a gain after which refinement stops
 EXPLAINED = 0.5  # ... once the best level's held-out error is below this fraction of the values' RMS
 LEVEL_GAIN = 0.99  # a level counts as a gain when it cuts the held-out error below this fraction
+RESOLVING = 0.9  # the finest level still resolves detail: its error below this fraction of the level below's
 DEFAULT_TOL = 1e-5  # held-out RMS error / value range at which refinement stops
 CG_TOL = 1e-8  # CG's relative residual: at most CG_TOL_FACTOR x the held-out error / the values' RMS,
 CG_TOL_MAX = 1e-4  # within [CG_TOL, CG_TOL_MAX]
 CG_TOL_FACTOR = 0.01
-WARM_REDUCTION = 0.01  # a warm-started solve reduces its initial residual at least this much
-EXPLORE_REDUCTION = 0.1  # ... and one judged by its held-out error only (a level or lambda tried)
-DIRECT_WORK = 3e7  # N bw^2 of the largest level solved by a factorisation (a 35 x 35 grid: 1.4e7)
-VCYCLE_DIRECT_WORK = 3e6  # ... and of a V-cycle's coarsest level (a 19 x 19 grid: 1.3e6)
-DENSE_SPEEDUP = 30.0  # the size rule counts N^3 / 3 at this discount (3-D levels up to 11^3 factorised)
+EXPLORE_REDUCTION = 0.1  # a solve judged by its held-out error only (a level or lambda tried)
+#                          reduces its initial residual at least this much (the final one: WARM_REDUCTION)
 CG_MAXITER = 300  # CG's iterations at most,
-LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda (more count as no gain there)
-_GAUSS = np.polynomial.legendre.leggauss(4)  # exact for the products of cubic pieces (degree 6)
-
-
-# ---- the B-spline grid --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Grid:
-    """nint intervals of width h per axis from lo: nint + 3 coefficients per axis."""
-
-    nint: Tuple[int, ...]
-    lo: Tuple[float, ...]
-    h: float
-
-    @property
-    def shape(self) -> Tuple[int, ...]:
-        return tuple(n + 3 for n in self.nint)
-
-    @property
-    def hi(self) -> Tuple[float, ...]:
-        return tuple(lo + n * self.h for lo, n in zip(self.lo, self.nint))
-
-    def args(self):
-        return (list(self.nint), list(self.lo), [self.h] * len(self.nint))
-
-    def finer(self) -> "Grid":
-        return Grid(tuple(2 * n for n in self.nint), self.lo, self.h / 2)
-
-
-def _pieces(t: np.ndarray, d: int) -> np.ndarray:
-    """The four cubic B-spline pieces (or their d-th derivatives in u) at t in [0, 1]: (..., 4)."""
-    s = 1.0 - t
-    if d == 0:
-        return np.stack([s**3 / 6, (3 * t**3 - 6 * t**2 + 4) / 6, (-3 * t**3 + 3 * t**2 + 3 * t + 1) / 6, t**3 / 6], -1)
-    if d == 1:
-        return np.stack([-(s**2) / 2, (3 * t**2 - 4 * t) / 2, (-3 * t**2 + 2 * t + 1) / 2, t**2 / 2], -1)
-    return np.stack([s, 3 * t - 2, 1 - 3 * t, t], -1)
-
-
-def axis_grams(nint: int, h: float) -> List[np.ndarray]:
-    """Band forms (n, 7) of the Gram matrices of the B-splines, their first and their second
-    derivatives over [lo, lo + nint h]: band[i, o + 3] = integral of B_i^(d) B_{i+o}^(d)."""
-    x, w = _GAUSS
-    t = (x + 1) / 2
-    w = w / 2
-    n = nint + 3
-    vals = np.stack([_pieces(t, d) / h**d for d in range(3)])  # (3, q, 4)
-    local = np.einsum("dqa,q,dqb->dab", vals, w, vals) * h  # (3, 4, 4): one interval's couplings
-    out = np.zeros((3, n, 7))
-    for a in range(4):  # piece a of interval i is B-spline i + a
-        out[:, a:a + nint, 3 - a:7 - a] += local[:, a, None, :]
-    return list(out)
-
-
-def penalty_stencil(grid: Grid) -> np.ndarray:
-    """The thin-plate energy's stencil (7^D, prod(shape)), offset-major as kronpe/spline.h keeps it:
-    sum over i, j of the integral of (d_i d_j s)^2."""
-    D = len(grid.nint)
-    grams = [axis_grams(n, grid.h) for n in grid.nint]  # per axis: bands (n, 7) of orders 0, 1, 2
-    # the energy is a sum of T Kronecker products (one per pure and per mixed second derivative,
-    # the mixed ones twice): per axis a (T, 7, n) factor; each offset's block is a product of the
-    # leading axes' factors (n_1 ... n_(D-1), T) @ the last axis' (T, n_D)
-    orders: List[Tuple[int, ...]] = [tuple(2 if i == a else 0 for i in range(D)) for a in range(D)]
-    weights = [1.0] * D
-    for a in range(D):
-        for b in range(a + 1, D):
-            orders.append(tuple(1 if i in (a, b) else 0 for i in range(D)))
-            weights.append(2.0)
-    factors = [np.stack([w * grams[i][o[i]].T if i == 0 else grams[i][o[i]].T for o, w in zip(orders, weights)])
-               for i in range(D)]  # (T, 7, n_i)
-    T = len(orders)
-    shape = grid.shape
-    out = np.empty((7,) * D + shape)
-    if D == 1:
-        out[:] = factors[0].sum(axis=0)
-        return out
-    Np = math.prod(shape[:-1])
-    for pre in itertools.product(range(7), repeat=D - 1):  # the leading axes' offsets
-        left = factors[0][:, pre[0], :]
-        for i in range(1, D - 1):
-            left = (left[:, :, None] * factors[i][:, pre[i], None, :]).reshape(T, -1)
-        lt = np.ascontiguousarray(left.T)  # (n_1 ... n_(D-1), T)
-        for o in range(7):  # each offset's block written in place
-            np.matmul(lt, factors[-1][:, o, :], out=out[pre + (o,)].reshape(Np, shape[-1]))
-    return out.reshape(7**D, math.prod(shape))
-
-
-_TAPS = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 8.0  # coarse coefficient J -> fine 2J - 3 .. 2J + 1
-
-
-def subdivide(coarse: np.ndarray, axis: int) -> np.ndarray:
-    """The fine coefficients (2 n - 3 along ``axis``) of the same spline as ``coarse`` (n)."""
-    c = np.moveaxis(coarse, axis, 0)
-    n = c.shape[0]
-    fine = np.zeros((2 * n - 3,) + c.shape[1:])
-    for m, w in enumerate(_TAPS):
-        first = m - 3  # fine index 2J + first
-        J0 = max(0, (-first + 1) // 2)
-        J1 = min(n, (2 * n - 3 - first + 1) // 2)
-        if J1 > J0:
-            fine[2 * J0 + first:2 * (J1 - 1) + first + 1:2] += w * c[J0:J1]
-    return np.moveaxis(fine, 0, axis)
-
-
-def restrict(fine: np.ndarray, axis: int) -> np.ndarray:
-    """The transpose of ``subdivide``: (2 n - 3 along ``axis``) -> n."""
-    f = np.moveaxis(fine, axis, 0)
-    n = (f.shape[0] + 3) // 2
-    coarse = np.zeros((n,) + f.shape[1:])
-    for m, w in enumerate(_TAPS):
-        first = m - 3
-        J0 = max(0, (-first + 1) // 2)
-        J1 = min(n, (2 * n - 3 - first + 1) // 2)
-        if J1 > J0:
-            coarse[J0:J1] += w * f[2 * J0 + first:2 * (J1 - 1) + first + 1:2]
-    return np.moveaxis(coarse, 0, axis)
-
-
-def _prolong(x: np.ndarray, D: int) -> np.ndarray:
-    for a in range(D):
-        x = subdivide(x, a)
-    return x
-
-
-def _restrict(x: np.ndarray, D: int) -> np.ndarray:
-    for a in range(D):
-        x = restrict(x, a)
-    return x
-
-
-def normal_equations(grid: Grid, points: np.ndarray, values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """(B^T B as a stencil (7^D, N), B^T values (N, C)) of C-contiguous float64 points and values."""
-    N = math.prod(grid.shape)
-    st = np.zeros((7 ** len(grid.nint), N))
-    rhs = np.zeros((N, values.shape[1]))
-    _core.spline_normal(grid.args(), points, values, None, st, rhs)
-    return st, rhs
-
-
-def values_at(grid: Grid, coef: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """The spline (coefficients (N, C)) at C-contiguous float64 points: (P, C)."""
-    out = np.empty((points.shape[0], coef.shape[1]))
-    _core.spline_values(grid.args(), points, np.ascontiguousarray(coef), out)
-    return out
-
-
-# ---- one level's operator and the multigrid preconditioner --------------------------------------
-
-
-class _Level:
-    """A = data + lam * penalty on one grid, with what its smoother needs."""
-
-    def __init__(self, grid: Grid, data: np.ndarray, penalty: np.ndarray, lam: float,
-                 start: Optional[np.ndarray] = None):
-        self.grid = grid
-        self.shape = grid.shape
-        self.A = np.multiply(penalty, lam)
-        self.A += data
-        diag = self.A[(self.A.shape[0] - 1) // 2]
-        self.dinv = 1.0 / np.where(diag > 0, diag, 1.0)
-        self._lmax: Optional[float] = None
-        self.start = start  # the Lanczos steps' start: the Ritz vector at a neighbouring lambda
-        self._chol = None
-        self._A32: Optional[np.ndarray] = None
-
-    def apply(self, x: np.ndarray, single: bool = False) -> np.ndarray:
-        """A x; ``single``: through a float32 copy of A (the smoother's, half the memory traffic)."""
-        if single and self._A32 is None:
-            self._A32 = self.A.astype(np.float32)
-        flat = np.ascontiguousarray(x.reshape(self.A.shape[1], -1))
-        y = np.empty_like(flat)
-        _core.stencil_apply(list(self.shape), self._A32 if single else self.A, flat, y)
-        return y.reshape(x.shape)
-
-    def lmax(self) -> float:
-        """The largest eigenvalue of D^-1 A (with a 10% margin): the largest Ritz value of a few
-        Lanczos steps on D^-1/2 A D^-1/2 (closer from below than as many power steps) from a
-        random vector, plus ``start`` (the Ritz vector at a neighbouring lambda) where given; the
-        Ritz vector is kept as ``start``."""
-        if self._lmax is None:
-            from scipy.linalg import eigh_tridiagonal
-
-            q = np.random.default_rng(1).standard_normal((self.A.shape[1], 1))
-            q /= np.linalg.norm(q)
-            if self.start is not None:
-                q = q + self.start / max(float(np.linalg.norm(self.start)), 1e-300)
-                q /= max(float(np.linalg.norm(q)), 1e-300)
-            root = np.sqrt(self.dinv)[:, None]
-            basis, alphas, betas = [], [], []
-            prev, beta = np.zeros_like(q), 0.0
-            for _ in range(LANCZOS_STEPS):
-                basis.append(q)
-                w = root * self.apply(root * q, single=True)
-                alpha = float(np.vdot(q, w))
-                w -= alpha * q + beta * prev
-                alphas.append(alpha)
-                beta = float(np.linalg.norm(w))
-                if not beta > 1e-12 * abs(alpha):  # an invariant subspace: exact
-                    break
-                betas.append(beta)
-                prev, q = q, w / beta
-            vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:len(alphas) - 1]))
-            self._lmax = 1.1 * float(vals[-1])
-            self.start = np.hstack(basis) @ vecs[:, -1:]
-        return self._lmax
-
-    def bandwidth(self) -> int:
-        """Half-bandwidth of A in the flat coefficient order."""
-        return _bandwidth(self.shape)
-
-    def direct(self, work: float = 0.0) -> bool:
-        """Whether a factorisation is cheap enough (``_direct_work`` <= work, DIRECT_WORK)."""
-        return _direct_work(self.shape)[0] <= (work or DIRECT_WORK)
-
-    def solve_exact(self, b: np.ndarray) -> np.ndarray:
-        """A x = b by a banded Cholesky factorisation (LAPACK pbtrf), kept for the next call; on
-        one LAPACK thread (every direct level is small). Banded even where a dense factorisation
-        has fewer flops: pbtrf runs at potrf's rate, ten times faster than its flop count gives
-        on a 19 x 19 grid and four times on an 11^3 one."""
-        import scipy.linalg as sl
-
-        if self._chol is None:
-            N = self.A.shape[1]
-            rows, shifts, vals = _upper_entries(self.A, self.shape)
-            bw = self.bandwidth()
-            ab = np.zeros((bw + 1, N))  # upper form: ab[bw + i - j, j] = A[i, j]
-            ab[bw - shifts, rows + shifts] = vals
-            ab[bw] += 1e-13 * max(float(ab[bw].max()), 1e-300)
-            with _blas.one_lapack_thread():
-                self._chol = sl.cholesky_banded(ab, lower=False, check_finite=False)
-        with _blas.one_lapack_thread():
-            return sl.cho_solve_banded((self._chol, False), b, check_finite=False)
-
-    def smooth(self, b: np.ndarray, x: Optional[np.ndarray], residual: bool = False):
-        """CHEB_DEGREE Chebyshev steps on D^-1 A over [lmax / CHEB_RATIO, lmax] from x (None: zero,
-        which needs no product); ``residual``: also return b - A x (one more product)."""
-        hi = self.lmax()
-        lo = hi / CHEB_RATIO
-        theta, delta = (hi + lo) / 2, (hi - lo) / 2
-        sigma = theta / delta
-        rho = 1.0 / sigma
-        dinv = self.dinv[:, None]
-        res = b.copy() if x is None else b - self.apply(x, single=True)  # b - A x, kept up to date
-        d = dinv * res / theta
-        x = np.zeros_like(b) if x is None else x
-        for k in range(CHEB_DEGREE):
-            x = x + d
-            if k == CHEB_DEGREE - 1 and not residual:
-                break
-            res -= self.apply(d, single=True)
-            if k == CHEB_DEGREE - 1:
-                break
-            rho_new = 1.0 / (2 * sigma - rho)
-            d = rho_new * rho * d + (2 * rho_new / delta) * (dinv * res)
-            rho = rho_new
-        return (x, res) if residual else x
-
-
-def _upper_entries(A: np.ndarray, shape: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The entries A[i, i + shift], shift >= 0, of a stencil (7^D, N) whose neighbour lies inside
-    the grid: (rows i, shifts, values)."""
-    rows, shifts, offsets = _upper_pattern(tuple(shape))
-    return rows, shifts, A[offsets, rows]
-
-
-@functools.lru_cache(maxsize=8)
-def _upper_pattern(shape: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, shifts, stencil offsets) of ``_upper_entries`` on a grid of this shape."""
-    D = len(shape)
-    N = math.prod(shape)
-    offsets = np.array(np.unravel_index(np.arange(7**D), (7,) * D)) - 3  # (D, 7^D)
-    strides = np.array([math.prod(shape[a + 1:]) for a in range(D)])
-    shift = strides @ offsets  # (7^D,)
-    up = np.flatnonzero(shift >= 0)
-    idx = np.unravel_index(np.arange(N), shape)
-    inside = np.ones((up.size, N), bool)
-    for a in range(D):
-        nb = idx[a][None, :] + offsets[a, up][:, None]
-        inside &= (nb >= 0) & (nb < shape[a])
-    o, i = np.nonzero(inside)
-    return i, shift[up[o]], up[o]
-
-
-def _vcycle(levels: List[_Level], b: np.ndarray) -> np.ndarray:
-    """One V-cycle over levels[0] (coarsest) .. levels[-1] for A x = b (b (N, C))."""
-    lev = levels[-1]
-    if len(levels) == 1:
-        return lev.solve_exact(b)
-    D = len(lev.shape)
-    C = b.shape[1]
-    x, r = lev.smooth(b, None, residual=True)
-    rc = _restrict(r.reshape(lev.shape + (C,)), D).reshape(-1, C)
-    xc = _vcycle(levels[:-1], rc)
-    x = x + _prolong(xc.reshape(levels[-2].shape + (C,)), D).reshape(-1, C)
-    return lev.smooth(b, x)
-
-
-def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: float, maxiter: int,
-         reduction: float = WARM_REDUCTION) -> Tuple[np.ndarray, int, float]:
-    """CG on levels[-1]'s system, preconditioned by a V-cycle (the coarsest level exactly).
-    Returns (x, iterations, the largest relative residual ||b - A x|| / ||b|| of the channels)."""
-    from .krylov import cdot, pcg
-
-    lev = levels[-1]
-    if lev.direct():
-        return lev.solve_exact(b), 0, 0.0
-    levels = levels[_first_level([v.shape for v in levels]):]
-    bn = np.sqrt(cdot(b, b))
-    r0 = b if x0 is None else b - lev.apply(x0)
-    rn = np.sqrt(cdot(r0, r0))
-    ok = (bn > 0) & (rn > 0)
-    x = np.zeros_like(b) if x0 is None else x0.copy()
-    if not np.any(ok):
-        x[:, bn == 0] = 0.0
-        return x, 0, 0.0
-    if x0 is not None:  # a warm start (a neighbouring lambda or level) still takes a real step
-        tol = max(min(tol, reduction * float(np.min(rn[ok] / bn[ok]))), 1e-13)
-    # CG on the correction (A d = r0: no second product for the start's residual) to tol times ||b||
-    tol_r = tol * float(np.min(bn[ok] / rn[ok]))
-    d, it, rel = pcg(lev.apply, lambda r: _vcycle(levels, r), r0, None, tol_r, maxiter)
-    x += d
-    x[:, bn == 0] = 0.0
-    return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
+LOWER_MAXITER = 25  # ... and at an iterative level's lower lambda (more count as no gain there;
+LOWER_PROBE = 6  # behind the pace that finishes in LOWER_MAXITER after this many, it stops there)
 
 
 # ---- the model ----------------------------------------------------------------------------------
@@ -557,44 +251,33 @@ class _HostLevels:
         train[hold] = False
         self.p_tr, self.v_tr = np.ascontiguousarray(points[train]), np.ascontiguousarray(values[train])
         self.p_ho, self.v_ho = np.ascontiguousarray(points[hold]), np.ascontiguousarray(values[hold])
-        self.data: List[np.ndarray] = []
+        self.ops: List[_Level] = []  # per level: its operator at the lambda last solved there
         self.rhs: List[np.ndarray] = []
-        self.pens: List[np.ndarray] = []
-        self.made: Dict[Tuple[int, float, int], _Level] = {}
-        self.version = 0  # of the data: the final fit adds the held-out points
         self.solved: Dict[int, float] = {}  # the last lambda solved per level
-        self.eigvec: Dict[int, np.ndarray] = {}  # per level: the smoother's last top eigenvector
-        self.lmaxes: Dict[Tuple[int, float], float] = {}  # per level and lambda: its lmax
-        self.cg_tol = CG_TOL_MAX
+        self.fit_tol = math.inf  # CG_TOL_FACTOR x the best held-out error / the values' RMS (>= CG_TOL)
+        self.cg_tol = CG_TOL_MAX  # ... at most CG_TOL_MAX: the final fit's and the refined ones'
+        self.loose = True  # explorations stop at fit_tol (until a fit is refined)
+        self.tight_tol: Dict[Tuple[int, float], float] = {}  # per level and lambda: the residual its
+        # last solve would have reached held to cg_tol
         self.D = len(grids[0].nint)
 
     def _assemble(self, l: int) -> None:
-        while len(self.data) <= l:
-            g = self.grids[len(self.data)]
+        while len(self.ops) <= l:
+            g = self.grids[len(self.ops)]
             st, rhs = normal_equations(g, self.p_tr, self.v_tr)
-            self.data.append(st)
+            # (a level solved by a factorisation keeps its penalty: its lambdas change often and it
+            # is small; a larger one makes its penalty a block at a time where lambda changes)
+            pen = penalty_stencil(g) if self.direct(len(self.ops)) else None
+            self.ops.append(_Level(g, st, pen, 0.0, own=True))
             self.rhs.append(rhs)
-            self.pens.append(penalty_stencil(g))
 
     def _levels(self, l: int, lam: float) -> List[_Level]:
-        """The operators a solve at level l uses, one lambda's (and one data's) kept at a time. The
-        final fit's keep the training operators' lmax at the same lambda (the held-out points move
-        it by under 1%, within the estimate's margin)."""
+        """The operators a solve at level l uses, set to lam (each level keeps its lmax per lambda
+        and its smoother's top eigenvector across lambdas)."""
         self._assemble(l)
-        for key, lev in self.made.items():
-            if lev.start is not None:
-                self.eigvec[key[0]] = lev.start
-            if lev._lmax is not None:
-                self.lmaxes[key[:2]] = lev._lmax
-        for key in [k for k in self.made if k[1:] != (lam, self.version)]:
-            del self.made[key]
-        out = []
-        for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
-            key = (k, lam, self.version)
-            if key not in self.made:
-                self.made[key] = _Level(self.grids[k], self.data[k], self.pens[k], lam, self.eigvec.get(k))
-                self.made[key]._lmax = self.lmaxes.get((k, lam))
-            out.append(self.made[key])
+        out = self.ops[_first_level([g.shape for g in self.grids[:l + 1]]):l + 1]
+        for lev in out:
+            lev.set_lambda(lam)
         return out
 
     def direct(self, l: int) -> bool:
@@ -614,49 +297,46 @@ class _HostLevels:
         self._assemble(l)
         lower = not self.direct(l) and lam < self.solved.get(l, lam)
         self.solved[l] = lam
-        x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, LOWER_MAXITER if lower else CG_MAXITER,
-                        EXPLORE_REDUCTION)
+        tol = self.fit_tol if self.loose and math.isfinite(self.fit_tol) else self.cg_tol
+        start: List[float] = []
+        x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, tol, LOWER_MAXITER if lower else CG_MAXITER,
+                        EXPLORE_REDUCTION, LOWER_PROBE if lower else 0, start)
+        # what a solve held to cg_tol would have reached: refine's goal for this fit
+        self.tight_tol[(l, lam)] = self.cg_tol if x0 is None or not start else max(
+            min(self.cg_tol, EXPLORE_REDUCTION * start[0]), 1e-13)
         return None if lower and it >= LOWER_MAXITER else x
+
+    def refine(self, l: int, lam: float, x: np.ndarray) -> np.ndarray:
+        """The fit at level l and lam from x (its last, rough solve) to the residual that solve
+        would have reached held to cg_tol; every solve after this is held to cg_tol (the noise
+        test's steps compare close errors)."""
+        self.loose = False
+        if self.direct(l):
+            return x
+        self.solved[l] = lam
+        return _pcg(self._levels(l, lam), self.rhs[l], x, self.tight_tol.get((l, lam), self.cg_tol), CG_MAXITER,
+                    1.0)[0]
 
     def holdout_error(self, l: int, x: np.ndarray, rms: float) -> float:
         e = values_at(self.grids[l], x, self.p_ho) - self.v_ho
         err = float(np.sqrt(np.mean(e * e)))
         if rms > 0:  # the solves need be no more accurate than the fit they can reach
-            self.cg_tol = min(self.cg_tol, max(CG_TOL, CG_TOL_FACTOR * err / rms))
+            self.fit_tol = min(self.fit_tol, max(CG_TOL, CG_TOL_FACTOR * err / rms))
+            self.cg_tol = min(self.fit_tol, CG_TOL_MAX)
         return err
 
     def final(self, l: int, lam: float, x0: Optional[np.ndarray]) -> Tuple[np.ndarray, int, float]:
         """Every point at level l, and at the coarser levels its V-cycle uses (Galerkin operators
         of the same data: training points alone there slow CG several-fold). The held-out points
-        are added to the training operators in place: nothing solves with those after this."""
-        self._assemble(l)
+        are added to the training operators in place (nothing solves with those after this); each
+        keeps its lmax (the held-out points move it by under 1%, within the estimate's margin)."""
+        levs = self._levels(l, lam)
         if self.p_ho.shape[0]:
-            for k in range(_first_level([g.shape for g in self.grids[:l + 1]]), l + 1):
-                _core.spline_normal(self.grids[k].args(), self.p_ho, self.v_ho, None, self.data[k], self.rhs[k])
-            self.version += 1
-        return _pcg(self._levels(l, lam), self.rhs[l], x0, self.cg_tol, CG_MAXITER)
-
-
-def _first_level(shapes: Sequence[Sequence[int]]) -> int:
-    """The coarsest of these levels a solve of the last one uses: the last itself when it is
-    factorised, else the V-cycle's coarsest (the finest level cheap to factorise)."""
-    if _direct_work(shapes[-1])[0] <= DIRECT_WORK:
-        return len(shapes) - 1
-    return max([k for k, s in enumerate(shapes) if _direct_work(s)[0] <= VCYCLE_DIRECT_WORK], default=0)
-
-
-def _bandwidth(shape: Sequence[int]) -> int:
-    return 3 * sum(math.prod(shape[a + 1:]) for a in range(len(shape)))
-
-
-def _direct_work(shape: Sequence[int]) -> Tuple[float, str]:
-    """A level's size in the choice between a factorisation and CG (levels up to DIRECT_WORK are
-    factorised, always banded): N bw^2, or N^3 / 3 / DENSE_SPEEDUP where that is smaller; and
-    which of the two it is."""
-    N = math.prod(shape)
-    banded = float(N) * _bandwidth(shape) ** 2
-    dense = float(N) ** 3 / 3 / DENSE_SPEEDUP
-    return (banded, "banded") if banded <= dense else (dense, "dense")
+            first = l + 1 - len(levs)
+            for k, lev in enumerate(levs, first):
+                _core.spline_normal(self.grids[k].args(), self.p_ho, self.v_ho, None, lev.A, self.rhs[k])
+                lev.changed()
+        return _pcg(levs, self.rhs[l], x0, self.cg_tol, CG_MAXITER)
 
 
 def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: Optional[float],
@@ -711,7 +391,21 @@ def choose(levels, scale: float, vrange: float, rms: float, tol: float, ridge: O
         # some of the values: below that, coarse levels may just not resolve the signal yet)
         if l - best >= STOP_LEVELS and errors[best] < EXPLAINED * rms:
             break
-    if not fixed and limited != "tolerance":
+    # the finest level won by a wide margin over the one below: the fit is limited by its
+    # resolution, which a larger lambda (more smoothing) does not help
+    resolving = best == L and L > 0 and errors[L] < RESOLVING * errors[L - 1]
+    if not fixed and limited != "tolerance" and not resolving:
+        # the fits the noise test starts from and compares with, refined from their explorations
+        # (where the levels' solves are rough: a step's gain is a few percent of the error)
+        if hasattr(levels, "refine"):
+            done: set = set()
+            near_best = lambda: {k for k in (best - 1, best, best + 1) if 0 <= k < len(sols)}  # noqa: E731
+            while not near_best() <= done:
+                for k in sorted(near_best() - done):
+                    sols[k] = levels.refine(k, lams[k], sols[k])
+                    errors[k] = levels.holdout_error(k, sols[k], rms)
+                    done.add(k)
+                best = int(np.argmin(errors))
         # raise lambda at the best level (and the one above it) while the held-out error falls
         first = best
         above = min(first + 1, len(sols) - 1)
