@@ -151,8 +151,9 @@ def end_chain(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int], o
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
     shape = mmp_shape(T, matrices, modes)
-    if len(matrices) <= 2:  # one GEMM per mode on end axes, in the cheaper order
-        order = list(range(len(matrices)))
+    last = T.dim() - 1
+    if len(matrices) <= 2 and all(m == 0 or m == last for m in modes):  # one GEMM per mode on end
+        order = list(range(len(matrices)))  # axes, in the cheaper order
         if len(order) == 2 and chain_cost(T, matrices, modes, [1, 0]) < chain_cost(T, matrices, modes, order):
             order = [1, 0]
         out = end_chain(T, matrices, modes, order)
@@ -169,10 +170,94 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     if bands is not None:  # banded matrices (compact bases): only their bands are multiplied
         _banded_chain(T, matrices, modes, bands, out)
         return out
+    by_axis = channel_rotation(T, matrices, modes)
+    if by_axis is not None:  # a few carried channels: channels-first GEMMs, one interleaving copy
+        _rotate_channels(T, matrices, by_axis, out)
+        return out
     # kronpe plans (any input strides; the result in C order), torch runs the GEMMs and copies
     ops, workspace = program(T, matrices, modes)
     run_program(ops, workspace, T, matrices, out)
     return out
+
+
+# ---- GEMMs: kronpe's packed GEMM where it runs, else torch's ---------------------------------
+
+#: whether this CPU runs kronpe's packed AVX-512 GEMM (kronpe/packed_gemm.h)
+_PACKED = bool(_core._tuning.packed_gemm_supported())
+#: multiply-adds from which a single GEMM runs on it: below, torch.mm's shorter call wins
+_PACKED_MIN_MACS = 128 * 128 * 128
+
+
+def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out = L @ R for 2-D CPU tensors of one dtype, L and R each with a unit stride along one
+    axis (a matrix or a transposed one, as views give them) and ``out`` with contiguous rows.
+
+    Large products run on kronpe's packed AVX-512 GEMM where the CPU has it, on torch's thread
+    count and OpenMP runtime (the one torch loads; kronpe's extension links the same): on the
+    chains' skinny shapes it outruns torch's BLAS (a 768 x 256 x 256 float32 step by a tenth, a
+    65536 x 64 x 64 one twice, float64 two to five times). Elsewhere, and for small products,
+    ``torch.mm``."""
+    M, K = L.shape
+    N = R.shape[1]
+    if _PACKED and M * N * K >= _PACKED_MIN_MACS:
+        ta, tb = L.stride(1) != 1, R.stride(1) != 1
+        _core.packed_gemm(describe(L.mT if ta else L), describe(R.mT if tb else R), describe(out), ta, tb,
+                          torch.get_num_threads())
+        return out
+    return torch.mm(L, R, out=out)
+
+
+# ---- a few carried channels: the chain by rotation ---------------------------------------------
+#
+# A tensor (n_0, ..., n_{D-1}, c) whose modes are its leading axes and whose carried axes hold a
+# few channels (colours: c = 3) is channels-last: no GEMM can write the interleaved result
+# (a channel is neither the row nor the column axis of any product), so some copy must permute it.
+# The rotation makes that copy the cheapest one there is: the chain runs in axis order, each step
+# one GEMM on views that contracts the first axis and appends the new one last (Y = X^T A^T, X
+# viewed (n_k, rest)), so after D steps the channels are outermost, (c, m_0, ..., m_{D-1}): c
+# dense slabs, as a channels-first model's batched matmuls leave them; one copy interleaves the c
+# slabs into the C-ordered result (c streams read, one written: torch's vectorised elementwise
+# copy, half the time of a general blocked transpose).
+
+_ROTATE_MAX_CHANNELS = 8  # more channels: the interleave is a full transposition, the planner's program wins
+
+
+def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]):
+    """The matrix index of each axis when the rotation applies (a C-contiguous, nonempty T whose
+    modes are its leading axes, 2 to ``_ROTATE_MAX_CHANNELS`` carried elements, nonempty
+    matrices, the axis order as cheap as the planner's), else None."""
+    D = len(modes)
+    if D == 0 or T.dim() <= D or not T.is_contiguous() or T.numel() == 0:
+        return None
+    if not 1 < math.prod(T.shape[D:]) <= _ROTATE_MAX_CHANNELS or sorted(modes) != list(range(D)):
+        return None
+    if any(A.numel() == 0 for A in matrices):
+        return None
+    by_axis = sorted(range(D), key=lambda j: modes[j])
+    best = sorted(range(D), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
+    if by_axis != best and chain_cost(T, matrices, modes, by_axis) > chain_cost(T, matrices, modes, best):
+        return None
+    return by_axis
+
+
+def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], by_axis: List[int], out: torch.Tensor) -> None:
+    sizes, n = [], T.numel()
+    for j in by_axis:  # elements after each step
+        n = n // matrices[j].shape[1] * matrices[j].shape[0]
+        sizes.append(n)
+    half = max(sizes)
+    work = _workspace(T, 2 * half)
+    X, slot = T, 0
+    for j, size in zip(by_axis, sizes):
+        A = matrices[j]
+        m, k = A.shape
+        Y = work[slot * half: slot * half + size].view(size // m, m)
+        gemm(X.view(k, X.numel() // k).mT, A.mT, Y)
+        X, slot = Y, slot ^ 1
+    c = T.numel() // math.prod(T.shape[: len(by_axis)])
+    # (c, M) -> (M, c), as a 3-D copy: torch's 2-D transposed copy is a blocked transpose that
+    # is slow for a few columns
+    out.view(1, -1, c).copy_(X.view(c, -1).mT.unsqueeze(0))
 
 
 # ---- banded matrices: the chain on their bands ------------------------------------------------

@@ -270,8 +270,9 @@ def _mmp_setup(ctx, inputs, output):
 
 def _eager(*tensors) -> bool:
     """Whether a backward may call the kernels directly rather than the ops: plain tensors (not
-    traced or fake) with grad mode off, i.e. no double backward is being recorded."""
-    return not torch.is_grad_enabled() and all(type(t) is torch.Tensor for t in tensors)
+    traced or fake; a saved parameter comes back as its Parameter) with grad mode off, i.e. no
+    double backward is being recorded."""
+    return not torch.is_grad_enabled() and all(type(t) in _PLAIN for t in tensors)
 
 
 def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
