@@ -619,7 +619,8 @@ def test_channel_rotation_declines():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("size", [(5, 4, 3), (130, 140, 150)], ids=["torch.mm", "packed"])
+@pytest.mark.parametrize("size", [(5, 4, 3), (150, 140, 130), (130, 120, 900)],
+                         ids=["torch.mm", "packed", "long contraction"])
 def test_gemm_layouts(size, ta, tb, dtype):
     """_cpu.gemm: L @ R for plain and transposed views, small (torch.mm) and large (kronpe's
     packed GEMM where the CPU runs it), into a row-major view with a row stride."""
@@ -634,3 +635,17 @@ def test_gemm_layouts(size, ta, tb, dtype):
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(_np(out), _np(L) @ _np(R), **tol)
     assert torch.isnan(buf[:, N:]).all()  # nothing written beyond the view
+
+
+def test_gemm_strided_operands_fall_back():
+    """Operands the packed GEMM cannot read (no unit stride, broadcast rows) go to torch.mm."""
+    from kronpe.torch import _cpu
+
+    g = torch.Generator().manual_seed(2)
+    L = torch.randn(300, 260, generator=g, dtype=torch.float64)[::2, ::2]  # (150, 130), strides (520, 2)
+    R = torch.randn(130, generator=g, dtype=torch.float64).unsqueeze(1).expand(130, 140)  # strides (1, 0)
+    out = _cpu.gemm(L, R, torch.empty(150, 140, dtype=torch.float64))
+    np.testing.assert_allclose(_np(out), _np(L) @ _np(R), rtol=1e-12)
+    Rw = torch.randn(140, 130, generator=g, dtype=torch.float64).mT  # a transposed view: packed
+    out = _cpu.gemm(L.contiguous(), Rw, torch.empty(150, 140, dtype=torch.float64))
+    np.testing.assert_allclose(_np(out), _np(L) @ _np(Rw), rtol=1e-12)

@@ -6,11 +6,14 @@ allocates a contiguous output tensor.
 - ``multi_mode_product``: kronpe's chain planner (mode order, layouts, no unfold copies) lowers
   the chain to a program of strided copies and (batched) GEMMs
   (``_core.mode_chain_program``, planned with the core's "library" cost model), and
-  :func:`run_program` runs that program with torch itself: ``torch.mm`` / ``torch.bmm`` with
-  ``out=`` on ``as_strided`` views (the permuting copies, single-threaded, with kronpe's
-  cache-blocked ``strided_copy``). So a torch model's products run on
-  torch's BLAS and torch's thread pool (``torch.get_num_threads()``), not on SciPy's OpenBLAS
-  beside them; the extension still never links libtorch.
+  :func:`run_program` runs that program from Python on ``as_strided`` views: each single GEMM
+  through :func:`gemm` (kronpe's packed AVX-512 GEMM where the CPU has it and the product is
+  large, else ``torch.mm``), strided batches with ``torch.bmm``, the permuting copies with
+  kronpe's cache-blocked ``strided_copy`` (single-threaded). Every GEMM runs on torch's thread
+  count and on the OpenMP runtime torch loaded (the extension links the same one, and never
+  libtorch). Two shapes skip the planner: chains on end axes (one ``torch.mm`` per mode,
+  :func:`end_chain`) and leading-axis chains with a few carried channels (channels first, one
+  interleaving copy, :func:`channel_rotation`); banded matrices multiply their bands only.
 - ``blend`` / ``blend_transpose``: kronpe's compiled kernels, handed descriptors of the tensors
   (:func:`kronpe._adapters.arrays.describe`) and ``torch.get_num_threads()`` as their thread count.
 """
@@ -98,7 +101,7 @@ def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tenso
             L, R = X, (A if batch == 1 else A.expand(batch, K, N))
         C = _operand(dst, base_d, M, N, ldc, False, batch, sc)
         if batch == 1:
-            torch.mm(L, R, out=C)
+            gemm(L, R, C)
         else:
             torch.bmm(L, R, out=C)
 
@@ -195,16 +198,29 @@ def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     Large products run on kronpe's packed AVX-512 GEMM where the CPU has it, on torch's thread
     count and OpenMP runtime (the one torch loads; kronpe's extension links the same): on the
     chains' skinny shapes it outruns torch's BLAS (a 768 x 256 x 256 float32 step by a tenth, a
-    65536 x 64 x 64 one twice, float64 two to five times). Elsewhere, and for small products,
-    ``torch.mm``."""
+    65536 x 64 x 64 one twice, float64 two to five times). Elsewhere, for small products and for
+    contractions longer than both free extents (a matrix gradient, G Y^T over a whole tensor, where
+    the BLAS is faster), ``torch.mm``."""
     M, K = L.shape
     N = R.shape[1]
-    if _PACKED and M * N * K >= _PACKED_MIN_MACS:
-        ta, tb = L.stride(1) != 1, R.stride(1) != 1
-        _core.packed_gemm(describe(L.mT if ta else L), describe(R.mT if tb else R), describe(out), ta, tb,
-                          torch.get_num_threads())
-        return out
+    if _PACKED and M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _rows(out) is False:
+        ta, tb = _rows(L), _rows(R)
+        if ta is not None and tb is not None:
+            _core.packed_gemm(describe(L.mT if ta else L), describe(R.mT if tb else R), describe(out), ta, tb,
+                              torch.get_num_threads())
+            return out
     return torch.mm(L, R, out=out)
+
+
+def _rows(X: torch.Tensor):
+    """False when X (2-D, nonempty) is row-major (unit column stride, rows apart by at least a
+    row), True when its transpose is, else None (the packed GEMM takes neither)."""
+    r, c = X.stride()
+    if c == 1 and r >= X.shape[1]:
+        return False
+    if r == 1 and c >= X.shape[0]:
+        return True
+    return None
 
 
 # ---- a few carried channels: the chain by rotation ---------------------------------------------
@@ -229,11 +245,11 @@ def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[
     D = len(modes)
     if D == 0 or T.dim() <= D or not T.is_contiguous() or T.numel() == 0:
         return None
-    if not 1 < math.prod(T.shape[D:]) <= _ROTATE_MAX_CHANNELS or sorted(modes) != list(range(D)):
+    if not 1 < math.prod(T.shape[D:]) <= _ROTATE_MAX_CHANNELS or any(A.numel() == 0 for A in matrices):
         return None
-    if any(A.numel() == 0 for A in matrices):
+    by_axis = list(range(D)) if list(modes) == list(range(D)) else sorted(range(D), key=modes.__getitem__)
+    if sorted(by_axis) != list(range(D)) or [modes[j] for j in by_axis] != list(range(D)):
         return None
-    by_axis = sorted(range(D), key=lambda j: modes[j])
     best = sorted(range(D), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
     if by_axis != best and chain_cost(T, matrices, modes, by_axis) > chain_cost(T, matrices, modes, best):
         return None
@@ -241,23 +257,24 @@ def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[
 
 
 def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], by_axis: List[int], out: torch.Tensor) -> None:
-    sizes, n = [], T.numel()
-    for j in by_axis:  # elements after each step
+    n, half = T.numel(), 0
+    for j in by_axis:  # the largest step
         n = n // matrices[j].shape[1] * matrices[j].shape[0]
-        sizes.append(n)
-    half = max(sizes)
-    work = _workspace(T, 2 * half)
-    X, slot = T, 0
-    for j, size in zip(by_axis, sizes):
+        half = max(half, n)
+    work = _workspace(T, 2 * half)  # two halves, used in turn; storage offset 0
+    X, base = T, 0
+    for j in by_axis:
         A = matrices[j]
         m, k = A.shape
-        Y = work[slot * half: slot * half + size].view(size // m, m)
-        gemm(X.view(k, X.numel() // k).mT, A.mT, Y)
-        X, slot = Y, slot ^ 1
-    c = T.numel() // math.prod(T.shape[: len(by_axis)])
-    # (c, M) -> (M, c), as a 3-D copy: torch's 2-D transposed copy is a blocked transpose that
-    # is slow for a few columns
-    out.view(1, -1, c).copy_(X.view(c, -1).mT.unsqueeze(0))
+        rows = X.numel() // k
+        Y = work.as_strided((rows, m), (m, 1), base)
+        gemm(X.view(k, rows).mT, A.mT, Y)
+        X, base = Y, half - base
+    c = math.prod(T.shape[len(by_axis):])
+    M = out.numel() // c
+    # X is (c, M): the interleave (c, M) -> (M, c) as a 3-D copy (torch's 2-D transposed copy is
+    # a blocked transpose, slow for a few columns)
+    out.view(1, M, c).copy_(X.as_strided((1, M, c), (0, 1, M)))
 
 
 # ---- banded matrices: the chain on their bands ------------------------------------------------

@@ -193,7 +193,8 @@ def _rotation_forward(T, mats, modes) -> List[torch.Tensor]:
     for j in by_axis:
         A = mats[j]
         n = A.shape[1]
-        X = torch.mm(X.view(n, X.numel() // n).mT, A.mT)
+        rows = X.numel() // n
+        X = _cpu.gemm(X.view(n, rows).mT, A.mT, X.new_empty((rows, A.shape[0])))
         Ys.append(X)
     return Ys
 
@@ -206,12 +207,13 @@ def _rotation_adjoint(grad, T, mats, modes, Ys, needs_T, needs_A):
         j = by_axis[k]
         A = mats[j]
         m, n = A.shape
-        Gm = G.view(G.numel() // m, m).mT  # (m, R)
+        R = G.numel() // m
+        Gm = G.view(R, m).mT  # (m, R)
         if needs_A[j]:
-            gA[j] = torch.mm(Gm, Ys[k].view(n, Ys[k].numel() // n).mT)
+            gA[j] = _cpu.gemm(Gm, Ys[k].view(n, R).mT, G.new_empty((m, n)))
         if not needs_T and not any(needs_A[i] for i in by_axis[:k]):
             return None, gA
-        G = torch.mm(A.mT, Gm)  # (n, R): the layout of Y_{k-1}
+        G = _cpu.gemm(A.mT, Gm, G.new_empty((n, R)))  # (n, R): the layout of Y_{k-1}
     return G.view(T.shape), gA
 
 
