@@ -26,8 +26,8 @@ get none. The blending weights come from :class:`kronpe.BlendingMatrix` (NumPy),
 not flow back to the point coordinates themselves: callers treat points as data.
 
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
-(:mod:`kronpe.torch._cpu`) run the planner's chain program on torch's own GEMMs and call kronpe's
-compiled blend kernels with ``data_ptr()`` and strides (the extension never links libtorch); the
+(:mod:`kronpe.torch._cpu`) run the planner's chain program (its GEMMs through ``_cpu.gemm``: kronpe's
+packed GEMM or torch's, on torch's threads) and call kronpe's compiled blend kernels with ``data_ptr()`` and strides (the extension never links libtorch); the
 CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise
 RuntimeError when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
 """
@@ -105,7 +105,8 @@ def _mmp_composite(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[in
         if kernel is not None:
             if not (torch.is_grad_enabled() and (T.requires_grad or any(A.requires_grad for A in matrices))):
                 return kernel(T, matrices, modes)
-            if DIRECT_GEMMS and kernel is _cpu.multi_mode_product:
+            if (DIRECT_GEMMS and kernel is _cpu.multi_mode_product
+                    and all(m == 0 or m == T.dim() - 1 for m in modes)):
                 mmp_shape(T, matrices, modes)
                 Y = _cpu.end_chain(T, matrices, modes, _chain_order(matrices))
                 if Y is not None:
@@ -168,7 +169,7 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
 # does; after D steps the layout is the result's. No step and no gradient contraction touches
 # a middle axis (those need a strided batch or a permuting copy), and the adjoint runs the
 # same rotation backwards: with G_k of layout (rest, m_k) and Y_k of layout (n_k, rest),
-# dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views.
+# dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views (``_cpu.gemm``).
 
 
 def _rotates(T, mats, modes, order) -> bool:
