@@ -621,9 +621,21 @@ def test_channel_rotation_declines():
 @pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("size", [(5, 4, 3), (150, 140, 130), (130, 120, 900)],
                          ids=["torch.mm", "packed", "long contraction"])
-def test_gemm_layouts(size, ta, tb, dtype):
+@pytest.mark.parametrize("chain_gemm", ["auto", "blas"])
+def test_gemm_layouts(size, ta, tb, dtype, chain_gemm):
     """_cpu.gemm: L @ R for plain and transposed views, small (torch.mm) and large (kronpe's
-    packed GEMM where the CPU runs it), into a row-major view with a row stride."""
+    packed GEMM where the CPU runs it, unless the chains' GEMM is set to the BLAS), into a
+    row-major view with a row stride."""
+    from kronpe import _core
+
+    _core._tuning.set_chain_gemm(chain_gemm)
+    try:
+        _check_gemm(size, ta, tb, dtype)
+    finally:
+        _core._tuning.set_chain_gemm("auto")
+
+
+def _check_gemm(size, ta, tb, dtype):
     from kronpe.torch import _cpu
 
     M, N, K = size

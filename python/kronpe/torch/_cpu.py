@@ -185,8 +185,6 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
 
 # ---- GEMMs: kronpe's packed GEMM where it runs, else torch's ---------------------------------
 
-#: whether this CPU runs kronpe's packed AVX-512 GEMM (kronpe/packed_gemm.h)
-_PACKED = bool(_core._tuning.packed_gemm_supported())
 #: multiply-adds from which a single GEMM runs on it: below, torch.mm's shorter call wins
 _PACKED_MIN_MACS = 128 * 128 * 128
 
@@ -195,15 +193,17 @@ def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out = L @ R for 2-D CPU tensors of one dtype, L and R each with a unit stride along one
     axis (a matrix or a transposed one, as views give them) and ``out`` with contiguous rows.
 
-    Large products run on kronpe's packed AVX-512 GEMM where the CPU has it, on torch's thread
-    count and OpenMP runtime (the one torch loads; kronpe's extension links the same): on the
-    chains' skinny shapes it outruns torch's BLAS (a 768 x 256 x 256 float32 step by a tenth, a
-    65536 x 64 x 64 one twice, float64 two to five times). Elsewhere, for small products and for
-    contractions longer than both free extents (a matrix gradient, G Y^T over a whole tensor, where
-    the BLAS is faster), ``torch.mm``."""
+    Large products run on kronpe's packed AVX-512 GEMM where the chains' GEMM is the packed one
+    (``_core.chain_gemm()``: the CPU has AVX-512 and ``_tuning.set_chain_gemm`` did not say
+    "blas"), on torch's thread count and on the OpenMP runtime torch loaded (kronpe's extension
+    links the same one). On the chains' skinny products it outran torch's BLAS (MKL, on an AMD
+    EPYC): a 768 x 256 x 256 float32 step by a tenth, 65536 x 64 x 64 twice, float64 two to five
+    times. Small products, contractions longer than both free extents (a matrix gradient,
+    G Y^T over a whole tensor, where the BLAS was faster) and operands the packed GEMM cannot
+    read run on ``torch.mm``."""
     M, K = L.shape
     N = R.shape[1]
-    if _PACKED and M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _rows(out) is False:
+    if M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _rows(out) is False and _core.chain_gemm() == "packed":
         ta, tb = _rows(L), _rows(R)
         if ta is not None and tb is not None:
             _core.packed_gemm(describe(L.mT if ta else L), describe(R.mT if tb else R), describe(out), ta, tb,
