@@ -177,7 +177,7 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     if by_axis is not None:  # a few carried channels: channels-first GEMMs, one interleaving copy
         _rotate_channels(T, matrices, by_axis, out)
         return out
-    # kronpe plans (any input strides; the result in C order), torch runs the GEMMs and copies
+    # kronpe plans (any input strides; the result in C order), run_program runs its GEMMs and copies
     ops, workspace = program(T, matrices, modes)
     run_program(ops, workspace, T, matrices, out)
     return out
@@ -247,8 +247,8 @@ def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[
         return None
     if not 1 < math.prod(T.shape[D:]) <= _ROTATE_MAX_CHANNELS or any(A.numel() == 0 for A in matrices):
         return None
-    by_axis = list(range(D)) if list(modes) == list(range(D)) else sorted(range(D), key=modes.__getitem__)
-    if sorted(by_axis) != list(range(D)) or [modes[j] for j in by_axis] != list(range(D)):
+    by_axis = sorted(range(D), key=modes.__getitem__)  # the matrix of each axis
+    if [modes[j] for j in by_axis] != list(range(D)):
         return None
     best = sorted(range(D), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
     if by_axis != best and chain_cost(T, matrices, modes, by_axis) > chain_cost(T, matrices, modes, best):

@@ -26,10 +26,11 @@ get none. The blending weights come from :class:`kronpe.BlendingMatrix` (NumPy),
 not flow back to the point coordinates themselves: callers treat points as data.
 
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
-(:mod:`kronpe.torch._cpu`) run the planner's chain program (its GEMMs through ``_cpu.gemm``: kronpe's
-packed GEMM or torch's, on torch's threads) and call kronpe's compiled blend kernels with ``data_ptr()`` and strides (the extension never links libtorch); the
-CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise
-RuntimeError when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
+(:mod:`kronpe.torch._cpu`) run the planner's chain program (its GEMMs through ``_cpu.gemm``:
+kronpe's packed GEMM or torch's, on torch's threads) and call kronpe's compiled blend kernels
+with ``data_ptr()`` and strides (the extension never links libtorch); the CUDA ones
+(:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise RuntimeError
+when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
 """
 from __future__ import annotations
 
