@@ -27,7 +27,7 @@ from typing import Dict, List
 import torch
 
 from .. import _core
-from .._adapters.arrays import cast, describe
+from .._adapters.arrays import Array, cast, describe
 from ._checks import blend_output, check_blend, check_blend_transpose, index_error, mmp_shape
 
 
@@ -203,23 +203,30 @@ def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     read run on ``torch.mm``."""
     M, K = L.shape
     N = R.shape[1]
-    if M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _rows(out) is False and _core.chain_gemm() == "packed":
-        ta, tb = _rows(L), _rows(R)
-        if ta is not None and tb is not None:
-            _core.packed_gemm(describe(L.mT if ta else L), describe(R.mT if tb else R), describe(out), ta, tb,
-                              torch.get_num_threads())
+    if M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _core.chain_gemm() == "packed":
+        a, b, c = _matrix(L), _matrix(R), _matrix(out)
+        if a is not None and b is not None and c is not None and not c[1]:
+            _core.packed_gemm(a[0], b[0], c[0], a[1], b[1], torch.get_num_threads())
             return out
     return torch.mm(L, R, out=out)
 
 
-def _rows(X: torch.Tensor):
-    """False when X (2-D, nonempty) is row-major (unit column stride, rows apart by at least a
-    row), True when its transpose is, else None (the packed GEMM takes neither)."""
-    r, c = X.stride()
-    if c == 1 and r >= X.shape[1]:
-        return False
-    if r == 1 and c >= X.shape[0]:
-        return True
+_KERNEL_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def _matrix(X: torch.Tensor):
+    """(descriptor, transposed) of the row-major matrix that X (2-D, nonempty, CPU) is (unit
+    column stride, rows apart by at least a row; transposed False) or whose transpose X is
+    (transposed True), else None: the packed GEMM reads neither. Built directly (no views):
+    the GEMM's Python is a few microseconds of each call."""
+    (r, c), (sr, sc) = X.shape, X.stride()
+    dt = _KERNEL_DTYPES.get(X.dtype)
+    if dt is None:
+        return None
+    if sc == 1 and sr >= c:
+        return Array(X.data_ptr(), (r, c), (sr, 1), dt, -1, 0), False
+    if sr == 1 and sc >= r:
+        return Array(X.data_ptr(), (c, r), (sc, 1), dt, -1, 0), True
     return None
 
 
