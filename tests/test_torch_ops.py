@@ -578,9 +578,11 @@ def test_rotation_skips_two_axes_and_costlier_orders():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(
     "shape, modes, rows",
-    [((6, 5, 3), [0, 1], [4, 7]), ((6, 5, 3), [1, 0], [7, 4]), ((7, 2), [0], [3]),
-     ((4, 3, 5, 2, 2), [2, 0, 1], [6, 3, 3]), ((140, 150, 3), [0, 1], [130, 160])],
-    ids=["D=2 c=3", "modes reversed", "D=1 c=2", "D=3 c=2x2", "large (packed GEMM)"])
+    [((6, 5, 3), [0, 1], [4, 7]), ((6, 5, 3), [1, 0], [7, 4]), ((6, 5, 3), [0, 1], [7, 4]), ((7, 2), [0], [3]),
+     ((4, 3, 5, 2, 2), [2, 0, 1], [6, 3, 3]), ((4, 3, 5, 2), [0, 1, 2], [4, 3, 5]),
+     ((140, 150, 3), [0, 1], [130, 160]), ((140, 150, 3), [0, 1], [140, 150])],
+    ids=["D=2 c=3", "modes reversed", "D=2 copy first", "D=1 c=2", "D=3 c=2x2", "D=3 copy first",
+         "large (packed GEMM)", "large, copy first"])
 def test_channel_rotation_matches_numpy(shape, modes, rows, dtype):
     """Leading-axis chains with a few carried channels run channels-first (the rotation) and
     interleave once: the values of the NumPy reference, C-contiguous; forward and adjoint under
@@ -614,7 +616,12 @@ def test_channel_rotation_declines():
     assert _cpu.channel_rotation(torch.randn(3, 6, 6, dtype=torch.float64).permute(1, 2, 0), [A, A], [0, 1]) is None
     assert _cpu.channel_rotation(torch.randn(6, 6, 1, dtype=torch.float64), [A, A], [0, 1]) is None  # no channels
     grow, shrink = torch.randn(40, 6, dtype=torch.float64), torch.randn(1, 6, dtype=torch.float64)
-    assert _cpu.channel_rotation(torch.randn(6, 6, 3, dtype=torch.float64), [grow, shrink], [0, 1]) is None
+    T = torch.randn(6, 6, 3, dtype=torch.float64)
+    assert _cpu.channel_rotation(T, [shrink, grow], [0, 1]) == ([0, 1], False)  # axis 0 first: copy last
+    assert _cpu.channel_rotation(T, [grow, shrink], [0, 1]) == ([1, 0], True)  # axis 1 first: copy first
+    mid = torch.randn(40, 6, dtype=torch.float64)
+    T3 = torch.randn(6, 6, 6, 2, dtype=torch.float64)
+    assert _cpu.channel_rotation(T3, [grow, shrink, mid], [0, 1, 2]) is None  # shrinking axis 1 first is cheapest
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -12,8 +12,9 @@ allocates a contiguous output tensor.
   kronpe's cache-blocked ``strided_copy`` (single-threaded). Every GEMM runs on torch's thread
   count and on the OpenMP runtime torch loaded (the extension links the same one, and never
   libtorch). Two shapes skip the planner: chains on end axes (one ``torch.mm`` per mode,
-  :func:`end_chain`) and leading-axis chains with a few carried channels (channels first, one
-  interleaving copy, :func:`channel_rotation`); banded matrices multiply their bands only.
+  :func:`end_chain`) and leading-axis chains with a few carried channels (channels-first GEMMs
+  and one copy that (de-)interleaves the channels, :func:`channel_rotation`); banded matrices
+  multiply their bands only.
 - ``blend`` / ``blend_transpose``: kronpe's compiled kernels, handed descriptors of the tensors
   (:func:`kronpe._adapters.arrays.describe`) and ``torch.get_num_threads()`` as their thread count.
 """
@@ -173,9 +174,9 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     if bands is not None:  # banded matrices (compact bases): only their bands are multiplied
         _banded_chain(T, matrices, modes, bands, out)
         return out
-    by_axis = channel_rotation(T, matrices, modes)
-    if by_axis is not None:  # a few carried channels: channels-first GEMMs, one interleaving copy
-        _rotate_channels(T, matrices, by_axis, out)
+    rotation = channel_rotation(T, matrices, modes)
+    if rotation is not None:  # a few carried channels: one (de-)interleaving copy, channels-first GEMMs
+        _rotate_channels(T, matrices, *rotation, out)
         return out
     # kronpe plans (any input strides; the result in C order), run_program runs its GEMMs and copies
     ops, workspace = program(T, matrices, modes)
@@ -233,22 +234,28 @@ def _matrix(X: torch.Tensor):
 # ---- a few carried channels: the chain by rotation ---------------------------------------------
 #
 # A tensor (n_0, ..., n_{D-1}, c) whose modes are its leading axes and whose carried axes hold a
-# few channels (colours: c = 3) is channels-last: no GEMM can write the interleaved result
-# (a channel is neither the row nor the column axis of any product), so some copy must permute it.
-# The rotation makes that copy the cheapest one there is: the chain runs in axis order, each step
-# one GEMM on views that contracts the first axis and appends the new one last (Y = X^T A^T, X
-# viewed (n_k, rest)), so after D steps the channels are outermost, (c, m_0, ..., m_{D-1}): c
-# dense slabs, as a channels-first model's batched matmuls leave them; one copy interleaves the c
-# slabs into the C-ordered result (c streams read, one written: torch's vectorised elementwise
-# copy, half the time of a general blocked transpose).
+# few channels (colours: c = 3) is channels-last: no GEMM reads or writes it interleaved (a
+# channel is neither the row nor the column axis of any product), so some copy must permute it.
+# The rotation makes that copy the cheapest one there is (c dense slabs to or from one
+# interleaved array: torch's vectorised elementwise copy, half the time of a general blocked
+# transpose) and runs every GEMM on views, channels first, as a channels-first model's batched
+# matmuls do. Two directions:
+#
+# - copy first (axes D-1, ..., 0): T is de-interleaved into (c, n_0, ..., n_{D-1}) in the
+#   workspace (from and to memory in cache), then each step contracts the last axis and puts the
+#   new one first (Y = A X^T, X viewed (rest, n)); after D steps the layout is
+#   (m_0, ..., m_{D-1}, c), the C-ordered result, which the last GEMM writes in place. Preferred.
+# - copy last (axes 0, ..., D-1): each step contracts the first axis of T and appends the new one
+#   (Y = X^T A^T, X viewed (n, rest)); after D steps the layout is (c, m_0, ..., m_{D-1}), which
+#   one copy interleaves into the result. For chains whose cheap order is that one.
 
-_ROTATE_MAX_CHANNELS = 8  # more channels: the interleave is a full transposition, the planner's program wins
+_ROTATE_MAX_CHANNELS = 8  # more channels: the copy is a full transposition, the planner's program wins
 
 
 def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]):
-    """The matrix index of each axis when the rotation applies (a C-contiguous, nonempty T whose
-    modes are its leading axes, 2 to ``_ROTATE_MAX_CHANNELS`` carried elements, nonempty
-    matrices, the axis order as cheap as the planner's), else None."""
+    """(matrix order, copy first) when a rotation applies (a C-contiguous, nonempty T whose modes
+    are its leading axes, 2 to ``_ROTATE_MAX_CHANNELS`` carried elements, nonempty matrices, the
+    direction's order as cheap as the planner's), else None."""
     D = len(modes)
     if D == 0 or T.dim() <= D or not T.is_contiguous() or T.numel() == 0:
         return None
@@ -258,30 +265,44 @@ def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[
     if [modes[j] for j in by_axis] != list(range(D)):
         return None
     best = sorted(range(D), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
-    if by_axis != best and chain_cost(T, matrices, modes, by_axis) > chain_cost(T, matrices, modes, best):
-        return None
-    return by_axis
+    least = chain_cost(T, matrices, modes, best)
+    for order, first in ((by_axis[::-1], True), (by_axis, False)):
+        if order == best or chain_cost(T, matrices, modes, order) <= least:
+            return order, first
+    return None
 
 
-def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], by_axis: List[int], out: torch.Tensor) -> None:
-    n, half = T.numel(), 0
-    for j in by_axis:  # the largest step
+def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], order: List[int], first: bool,
+                     out: torch.Tensor) -> None:
+    D = len(order)
+    c = math.prod(T.shape[D:])
+    half, n = T.numel() if first else 0, T.numel()
+    for j in order[:-1] if first else order:  # the largest buffer in the workspace
         n = n // matrices[j].shape[1] * matrices[j].shape[0]
         half = max(half, n)
     work = _workspace(T, 2 * half)  # two halves, used in turn; storage offset 0
-    X, base = T, 0
-    for j in by_axis:
+    # the copies are 3-D: torch's 2-D transposed copy is a blocked transpose, slow for few columns
+    if first:  # (N, c) -> (c, N)
+        N = T.numel() // c
+        X = work.as_strided((c, N), (N, 1), 0)
+        X.as_strided((1, N, c), (0, 1, N)).copy_(T.view(1, N, c))
+        base = half
+    else:
+        X, base = T, 0
+    for step, j in enumerate(order):
         A = matrices[j]
         m, k = A.shape
         rows = X.numel() // k
-        Y = work.as_strided((rows, m), (m, 1), base)
-        gemm(X.view(k, rows).mT, A.mT, Y)
+        if first:  # Y = A X^T: the new axis first; the last step writes the result
+            Y = out.view(m, rows) if step == D - 1 else work.as_strided((m, rows), (rows, 1), base)
+            gemm(A, X.view(rows, k).mT, Y)
+        else:  # Y = X^T A^T: the new axis last
+            Y = work.as_strided((rows, m), (m, 1), base)
+            gemm(X.view(k, rows).mT, A.mT, Y)
         X, base = Y, half - base
-    c = math.prod(T.shape[len(by_axis):])
-    M = out.numel() // c
-    # X is (c, M): the interleave (c, M) -> (M, c) as a 3-D copy (torch's 2-D transposed copy is
-    # a blocked transpose, slow for a few columns)
-    out.view(1, M, c).copy_(X.as_strided((1, M, c), (0, 1, M)))
+    if not first:  # (c, M) -> (M, c)
+        M = out.numel() // c
+        out.view(1, M, c).copy_(X.as_strided((1, M, c), (0, 1, M)))
 
 
 # ---- banded matrices: the chain on their bands ------------------------------------------------
