@@ -573,3 +573,98 @@ def test_rotation_skips_two_axes_and_costlier_orders():
     order = _ops._chain_order(shrink_last)
     assert order[0] == 2 and not _ops._rotates(T3, shrink_last, [0, 1, 2], order)
     assert not _ops._rotates(T3.mT, [torch.randn(4, 40, dtype=torch.float64)] * 3, [0, 1, 2], [0, 1, 2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "shape, modes, rows",
+    [((6, 5, 3), [0, 1], [4, 7]), ((6, 5, 3), [1, 0], [7, 4]), ((6, 5, 3), [0, 1], [7, 4]), ((7, 2), [0], [3]),
+     ((4, 3, 5, 2, 2), [2, 0, 1], [6, 3, 3]), ((4, 3, 5, 2), [0, 1, 2], [4, 3, 5]),
+     ((140, 150, 3), [0, 1], [130, 160]), ((140, 150, 3), [0, 1], [140, 150])],
+    ids=["D=2 c=3", "modes reversed", "D=2 copy first", "D=1 c=2", "D=3 c=2x2", "D=3 copy first",
+         "large (packed GEMM)", "large, copy first"])
+def test_channel_rotation_matches_numpy(shape, modes, rows, dtype):
+    """Leading-axis chains with a few carried channels run channels-first (the rotation) and
+    interleave once: the values of the NumPy reference, C-contiguous; forward and adjoint under
+    autograd agree with einsum."""
+    from kronpe.torch import _cpu
+
+    g = torch.Generator().manual_seed(5)
+    T = torch.randn(*shape, generator=g, dtype=dtype)
+    mats = [torch.randn(m, shape[ax], generator=g, dtype=dtype) / shape[ax] ** 0.5 for m, ax in zip(rows, modes)]
+    assert _cpu.channel_rotation(T, mats, modes) is not None
+    out = _cpu.multi_mode_product(T, mats, modes)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-11, atol=1e-12)
+    assert out.is_contiguous()
+    np.testing.assert_allclose(_np(out), ref_mmp(T, mats, modes), **tol)
+    W = T.clone().requires_grad_()
+    y = kt.multi_mode_product(W, mats, modes)
+    G = torch.randn(y.shape, generator=g, dtype=dtype)
+    (dW,) = torch.autograd.grad(y, W, G)
+    np.testing.assert_allclose(_np(dW), ref_mmp(G, [A.mT for A in mats], modes), **tol)
+
+
+def test_channel_rotation_declines():
+    """The planner's program keeps what the rotation does not suit: many channels, middle or
+    trailing modes, a non-contiguous T, an order costlier than the planner's."""
+    from kronpe.torch import _cpu
+
+    A = torch.randn(4, 6, dtype=torch.float64)
+    assert _cpu.channel_rotation(torch.randn(6, 6, 16, dtype=torch.float64), [A, A], [0, 1]) is None  # 16 channels
+    assert _cpu.channel_rotation(torch.randn(3, 6, 6, dtype=torch.float64), [A, A], [1, 2]) is None  # channels first
+    assert _cpu.channel_rotation(torch.randn(6, 3, 6, dtype=torch.float64), [A, A], [0, 2]) is None  # middle axis
+    assert _cpu.channel_rotation(torch.randn(3, 6, 6, dtype=torch.float64).permute(1, 2, 0), [A, A], [0, 1]) is None
+    assert _cpu.channel_rotation(torch.randn(6, 6, 1, dtype=torch.float64), [A, A], [0, 1]) is None  # no channels
+    grow, shrink = torch.randn(40, 6, dtype=torch.float64), torch.randn(1, 6, dtype=torch.float64)
+    T = torch.randn(6, 6, 3, dtype=torch.float64)
+    assert _cpu.channel_rotation(T, [shrink, grow], [0, 1]) == ([0, 1], False)  # axis 0 first: copy last
+    assert _cpu.channel_rotation(T, [grow, shrink], [0, 1]) == ([1, 0], True)  # axis 1 first: copy first
+    mid = torch.randn(40, 6, dtype=torch.float64)
+    T3 = torch.randn(6, 6, 6, 2, dtype=torch.float64)
+    assert _cpu.channel_rotation(T3, [grow, shrink, mid], [0, 1, 2]) is None  # shrinking axis 1 first is cheapest
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("size", [(5, 4, 3), (150, 140, 130), (130, 120, 900)],
+                         ids=["torch.mm", "packed", "long contraction"])
+@pytest.mark.parametrize("chain_gemm", ["auto", "blas"])
+def test_gemm_layouts(size, ta, tb, dtype, chain_gemm):
+    """_cpu.gemm: L @ R for plain and transposed views, small (torch.mm) and large (kronpe's
+    packed GEMM where the CPU runs it, unless the chains' GEMM is set to the BLAS), into a
+    row-major view with a row stride."""
+    from kronpe import _core
+
+    _core._tuning.set_chain_gemm(chain_gemm)
+    try:
+        _check_gemm(size, ta, tb, dtype)
+    finally:
+        _core._tuning.set_chain_gemm("auto")
+
+
+def _check_gemm(size, ta, tb, dtype):
+    from kronpe.torch import _cpu
+
+    M, N, K = size
+    g = torch.Generator().manual_seed(1)
+    L = torch.randn(K, M, generator=g, dtype=dtype).mT if ta else torch.randn(M, K, generator=g, dtype=dtype)
+    R = torch.randn(N, K, generator=g, dtype=dtype).mT if tb else torch.randn(K, N, generator=g, dtype=dtype)
+    buf = torch.full((M, N + 3), float("nan"), dtype=dtype)
+    out = _cpu.gemm(L, R, buf[:, :N])
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_np(out), _np(L) @ _np(R), **tol)
+    assert torch.isnan(buf[:, N:]).all()  # nothing written beyond the view
+
+
+def test_gemm_strided_operands_fall_back():
+    """Operands the packed GEMM cannot read (no unit stride, broadcast rows) go to torch.mm."""
+    from kronpe.torch import _cpu
+
+    g = torch.Generator().manual_seed(2)
+    L = torch.randn(300, 260, generator=g, dtype=torch.float64)[::2, ::2]  # (150, 130), strides (520, 2)
+    R = torch.randn(130, generator=g, dtype=torch.float64).unsqueeze(1).expand(130, 140)  # strides (1, 0)
+    out = _cpu.gemm(L, R, torch.empty(150, 140, dtype=torch.float64))
+    np.testing.assert_allclose(_np(out), _np(L) @ _np(R), rtol=1e-12)
+    Rw = torch.randn(140, 130, generator=g, dtype=torch.float64).mT  # a transposed view: packed
+    out = _cpu.gemm(L.contiguous(), Rw, torch.empty(150, 140, dtype=torch.float64))
+    np.testing.assert_allclose(_np(out), _np(L) @ _np(Rw), rtol=1e-12)

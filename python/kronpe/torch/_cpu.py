@@ -6,11 +6,15 @@ allocates a contiguous output tensor.
 - ``multi_mode_product``: kronpe's chain planner (mode order, layouts, no unfold copies) lowers
   the chain to a program of strided copies and (batched) GEMMs
   (``_core.mode_chain_program``, planned with the core's "library" cost model), and
-  :func:`run_program` runs that program with torch itself: ``torch.mm`` / ``torch.bmm`` with
-  ``out=`` on ``as_strided`` views (the permuting copies, single-threaded, with kronpe's
-  cache-blocked ``strided_copy``). So a torch model's products run on
-  torch's BLAS and torch's thread pool (``torch.get_num_threads()``), not on SciPy's OpenBLAS
-  beside them; the extension still never links libtorch.
+  :func:`run_program` runs that program from Python on ``as_strided`` views: each single GEMM
+  through :func:`gemm` (kronpe's packed AVX-512 GEMM where the CPU has it and the product is
+  large, else ``torch.mm``), strided batches with ``torch.bmm``, the permuting copies with
+  kronpe's cache-blocked ``strided_copy`` (single-threaded). Every GEMM runs on torch's thread
+  count and on the OpenMP runtime torch loaded (the extension links the same one, and never
+  libtorch). Two shapes skip the planner: chains on end axes (one ``torch.mm`` per mode,
+  :func:`end_chain`) and leading-axis chains with a few carried channels (channels-first GEMMs
+  and one copy that (de-)interleaves the channels, :func:`channel_rotation`); banded matrices
+  multiply their bands only.
 - ``blend`` / ``blend_transpose``: kronpe's compiled kernels, handed descriptors of the tensors
   (:func:`kronpe._adapters.arrays.describe`) and ``torch.get_num_threads()`` as their thread count.
 """
@@ -24,7 +28,7 @@ from typing import Dict, List
 import torch
 
 from .. import _core
-from .._adapters.arrays import cast, describe
+from .._adapters.arrays import Array, cast, describe
 from ._checks import blend_output, check_blend, check_blend_transpose, index_error, mmp_shape
 
 
@@ -98,7 +102,7 @@ def run_program(ops, workspace: int, T: torch.Tensor, matrices: List[torch.Tenso
             L, R = X, (A if batch == 1 else A.expand(batch, K, N))
         C = _operand(dst, base_d, M, N, ldc, False, batch, sc)
         if batch == 1:
-            torch.mm(L, R, out=C)
+            gemm(L, R, C)
         else:
             torch.bmm(L, R, out=C)
 
@@ -151,8 +155,9 @@ def end_chain(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int], o
 
 def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]) -> torch.Tensor:
     shape = mmp_shape(T, matrices, modes)
-    if len(matrices) <= 2:  # one GEMM per mode on end axes, in the cheaper order
-        order = list(range(len(matrices)))
+    last = T.dim() - 1
+    if len(matrices) <= 2 and all(m == 0 or m == last for m in modes):  # one GEMM per mode on end
+        order = list(range(len(matrices)))  # axes, in the cheaper order
         if len(order) == 2 and chain_cost(T, matrices, modes, [1, 0]) < chain_cost(T, matrices, modes, order):
             order = [1, 0]
         out = end_chain(T, matrices, modes, order)
@@ -169,10 +174,135 @@ def multi_mode_product(T: torch.Tensor, matrices: List[torch.Tensor], modes: Lis
     if bands is not None:  # banded matrices (compact bases): only their bands are multiplied
         _banded_chain(T, matrices, modes, bands, out)
         return out
-    # kronpe plans (any input strides; the result in C order), torch runs the GEMMs and copies
+    rotation = channel_rotation(T, matrices, modes)
+    if rotation is not None:  # a few carried channels: one (de-)interleaving copy, channels-first GEMMs
+        _rotate_channels(T, matrices, *rotation, out)
+        return out
+    # kronpe plans (any input strides; the result in C order), run_program runs its GEMMs and copies
     ops, workspace = program(T, matrices, modes)
     run_program(ops, workspace, T, matrices, out)
     return out
+
+
+# ---- GEMMs: kronpe's packed GEMM where it runs, else torch's ---------------------------------
+
+#: multiply-adds from which a single GEMM runs on it: below, torch.mm's shorter call wins
+_PACKED_MIN_MACS = 128 * 128 * 128
+
+
+def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out = L @ R for 2-D CPU tensors of one dtype, L and R each with a unit stride along one
+    axis (a matrix or a transposed one, as views give them) and ``out`` with contiguous rows.
+
+    Large products run on kronpe's packed AVX-512 GEMM where the chains' GEMM is the packed one
+    (``_core.chain_gemm()``: the CPU has AVX-512 and ``_tuning.set_chain_gemm`` did not say
+    "blas"), on torch's thread count and on the OpenMP runtime torch loaded (kronpe's extension
+    links the same one). On the chains' skinny products it outran torch's BLAS (MKL, on an AMD
+    EPYC): a 768 x 256 x 256 float32 step by a tenth, 65536 x 64 x 64 twice, float64 two to five
+    times. Small products, contractions longer than both free extents (a matrix gradient,
+    G Y^T over a whole tensor, where the BLAS was faster) and operands the packed GEMM cannot
+    read run on ``torch.mm``."""
+    M, K = L.shape
+    N = R.shape[1]
+    if M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _core.chain_gemm() == "packed":
+        a, b, c = _matrix(L), _matrix(R), _matrix(out)
+        if a is not None and b is not None and c is not None and not c[1]:
+            _core.packed_gemm(a[0], b[0], c[0], a[1], b[1], torch.get_num_threads())
+            return out
+    return torch.mm(L, R, out=out)
+
+
+_KERNEL_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def _matrix(X: torch.Tensor):
+    """(descriptor, transposed) of the row-major matrix that X (2-D, nonempty, CPU) is (unit
+    column stride, rows apart by at least a row; transposed False) or whose transpose X is
+    (transposed True), else None: the packed GEMM reads neither. Built directly (no views):
+    the GEMM's Python is a few microseconds of each call."""
+    (r, c), (sr, sc) = X.shape, X.stride()
+    dt = _KERNEL_DTYPES.get(X.dtype)
+    if dt is None:
+        return None
+    if sc == 1 and sr >= c:
+        return Array(X.data_ptr(), (r, c), (sr, 1), dt, -1, 0), False
+    if sr == 1 and sc >= r:
+        return Array(X.data_ptr(), (c, r), (sc, 1), dt, -1, 0), True
+    return None
+
+
+# ---- a few carried channels: the chain by rotation ---------------------------------------------
+#
+# A tensor (n_0, ..., n_{D-1}, c) whose modes are its leading axes and whose carried axes hold a
+# few channels (colours: c = 3) is channels-last: no GEMM reads or writes it interleaved (a
+# channel is neither the row nor the column axis of any product), so some copy must permute it.
+# The rotation makes that copy the cheapest one there is (c dense slabs to or from one
+# interleaved array: torch's vectorised elementwise copy, half the time of a general blocked
+# transpose) and runs every GEMM on views, channels first, as a channels-first model's batched
+# matmuls do. Two directions:
+#
+# - copy first (axes D-1, ..., 0): T is de-interleaved into (c, n_0, ..., n_{D-1}) in the
+#   workspace (from and to memory in cache), then each step contracts the last axis and puts the
+#   new one first (Y = A X^T, X viewed (rest, n)); after D steps the layout is
+#   (m_0, ..., m_{D-1}, c), the C-ordered result, which the last GEMM writes in place. Preferred.
+# - copy last (axes 0, ..., D-1): each step contracts the first axis of T and appends the new one
+#   (Y = X^T A^T, X viewed (n, rest)); after D steps the layout is (c, m_0, ..., m_{D-1}), which
+#   one copy interleaves into the result. For chains whose cheap order is that one.
+
+_ROTATE_MAX_CHANNELS = 8  # more channels: the copy is a full transposition, the planner's program wins
+
+
+def channel_rotation(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]):
+    """(matrix order, copy first) when a rotation applies (a C-contiguous, nonempty T whose modes
+    are its leading axes, 2 to ``_ROTATE_MAX_CHANNELS`` carried elements, nonempty matrices, the
+    direction's order as cheap as the planner's), else None."""
+    D = len(modes)
+    if D == 0 or T.dim() <= D or not T.is_contiguous() or T.numel() == 0:
+        return None
+    if not 1 < math.prod(T.shape[D:]) <= _ROTATE_MAX_CHANNELS or any(A.numel() == 0 for A in matrices):
+        return None
+    by_axis = sorted(range(D), key=modes.__getitem__)  # the matrix of each axis
+    if [modes[j] for j in by_axis] != list(range(D)):
+        return None
+    best = sorted(range(D), key=lambda j: matrices[j].shape[0] / max(matrices[j].shape[1], 1))
+    least = chain_cost(T, matrices, modes, best)
+    for order, first in ((by_axis[::-1], True), (by_axis, False)):
+        if order == best or chain_cost(T, matrices, modes, order) <= least:
+            return order, first
+    return None
+
+
+def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], order: List[int], first: bool,
+                     out: torch.Tensor) -> None:
+    D = len(order)
+    c = math.prod(T.shape[D:])
+    half, n = T.numel() if first else 0, T.numel()
+    for j in order[:-1] if first else order:  # the largest buffer in the workspace
+        n = n // matrices[j].shape[1] * matrices[j].shape[0]
+        half = max(half, n)
+    work = _workspace(T, 2 * half)  # two halves, used in turn; storage offset 0
+    # the copies are 3-D: torch's 2-D transposed copy is a blocked transpose, slow for few columns
+    if first:  # (N, c) -> (c, N)
+        N = T.numel() // c
+        X = work.as_strided((c, N), (N, 1), 0)
+        X.as_strided((1, N, c), (0, 1, N)).copy_(T.view(1, N, c))
+        base = half
+    else:
+        X, base = T, 0
+    for step, j in enumerate(order):
+        A = matrices[j]
+        m, k = A.shape
+        rows = X.numel() // k
+        if first:  # Y = A X^T: the new axis first; the last step writes the result
+            Y = out.view(m, rows) if step == D - 1 else work.as_strided((m, rows), (rows, 1), base)
+            gemm(A, X.view(rows, k).mT, Y)
+        else:  # Y = X^T A^T: the new axis last
+            Y = work.as_strided((rows, m), (m, 1), base)
+            gemm(X.view(k, rows).mT, A.mT, Y)
+        X, base = Y, half - base
+    if not first:  # (c, M) -> (M, c)
+        M = out.numel() // c
+        out.view(1, M, c).copy_(X.as_strided((1, M, c), (0, 1, M)))
 
 
 # ---- banded matrices: the chain on their bands ------------------------------------------------

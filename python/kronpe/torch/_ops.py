@@ -26,10 +26,11 @@ get none. The blending weights come from :class:`kronpe.BlendingMatrix` (NumPy),
 not flow back to the point coordinates themselves: callers treat points as data.
 
 The device implementations sit in ``KERNELS`` (device type -> op name -> function). The CPU ones
-(:mod:`kronpe.torch._cpu`) run the planner's chain program on torch's own GEMMs and call kronpe's
-compiled blend kernels with ``data_ptr()`` and strides (the extension never links libtorch); the
-CUDA ones (:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise
-RuntimeError when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
+(:mod:`kronpe.torch._cpu`) run the planner's chain program (its GEMMs through ``_cpu.gemm``:
+kronpe's packed GEMM or torch's, on torch's threads) and call kronpe's compiled blend kernels
+with ``data_ptr()`` and strides (the extension never links libtorch); the CUDA ones
+(:mod:`kronpe.torch._cuda`) call its CUDA kernels on torch's current stream, and raise RuntimeError
+when kronpe was built without CUDA. Both are registered by :func:`register_kernels`.
 """
 from __future__ import annotations
 
@@ -105,7 +106,8 @@ def _mmp_composite(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[in
         if kernel is not None:
             if not (torch.is_grad_enabled() and (T.requires_grad or any(A.requires_grad for A in matrices))):
                 return kernel(T, matrices, modes)
-            if DIRECT_GEMMS and kernel is _cpu.multi_mode_product:
+            if (DIRECT_GEMMS and kernel is _cpu.multi_mode_product
+                    and all(m == 0 or m == T.dim() - 1 for m in modes)):
                 mmp_shape(T, matrices, modes)
                 Y = _cpu.end_chain(T, matrices, modes, _chain_order(matrices))
                 if Y is not None:
@@ -168,7 +170,7 @@ class _KronpeMultiModeProduct(torch.autograd.Function):
 # does; after D steps the layout is the result's. No step and no gradient contraction touches
 # a middle axis (those need a strided batch or a permuting copy), and the adjoint runs the
 # same rotation backwards: with G_k of layout (rest, m_k) and Y_k of layout (n_k, rest),
-# dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views.
+# dA_k = G_k^T Y_k^T and G_{k-1} = A_k^T G_k^T, each one GEMM on views (``_cpu.gemm``).
 
 
 def _rotates(T, mats, modes, order) -> bool:
@@ -193,7 +195,8 @@ def _rotation_forward(T, mats, modes) -> List[torch.Tensor]:
     for j in by_axis:
         A = mats[j]
         n = A.shape[1]
-        X = torch.mm(X.view(n, X.numel() // n).mT, A.mT)
+        rows = X.numel() // n
+        X = _cpu.gemm(X.view(n, rows).mT, A.mT, X.new_empty((rows, A.shape[0])))
         Ys.append(X)
     return Ys
 
@@ -206,12 +209,13 @@ def _rotation_adjoint(grad, T, mats, modes, Ys, needs_T, needs_A):
         j = by_axis[k]
         A = mats[j]
         m, n = A.shape
-        Gm = G.view(G.numel() // m, m).mT  # (m, R)
+        R = G.numel() // m
+        Gm = G.view(R, m).mT  # (m, R)
         if needs_A[j]:
-            gA[j] = torch.mm(Gm, Ys[k].view(n, Ys[k].numel() // n).mT)
+            gA[j] = _cpu.gemm(Gm, Ys[k].view(n, R).mT, G.new_empty((m, n)))
         if not needs_T and not any(needs_A[i] for i in by_axis[:k]):
             return None, gA
-        G = torch.mm(A.mT, Gm)  # (n, R): the layout of Y_{k-1}
+        G = _cpu.gemm(A.mT, Gm, G.new_empty((n, R)))  # (n, R): the layout of Y_{k-1}
     return G.view(T.shape), gA
 
 
@@ -270,8 +274,9 @@ def _mmp_setup(ctx, inputs, output):
 
 def _eager(*tensors) -> bool:
     """Whether a backward may call the kernels directly rather than the ops: plain tensors (not
-    traced or fake) with grad mode off, i.e. no double backward is being recorded."""
-    return not torch.is_grad_enabled() and all(type(t) is torch.Tensor for t in tensors)
+    traced or fake; a saved parameter comes back as its Parameter) with grad mode off, i.e. no
+    double backward is being recorded."""
+    return not torch.is_grad_enabled() and all(type(t) in _PLAIN for t in tensors)
 
 
 def _chain_adjoint(grad, T, mats, modes, order, Ys, needs_T, needs_A):
