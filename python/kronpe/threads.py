@@ -4,9 +4,9 @@ kronpe's own kernels (blending matrix products, the embedders) run on OpenMP, an
 products on SciPy's BLAS (OpenBLAS in SciPy's wheels). :func:`set_num_threads` sets both; a call's
 ``threads=`` argument (``BlendingMatrix(..., threads=)``) still wins for that call.
 
-``kronpe.torch`` does not follow this setting: there the matrix products run on torch's own BLAS
-and thread pool, and kronpe's kernels use ``torch.get_num_threads()`` threads (at most; small
-products run on fewer). kronpe and torch load the same OpenMP runtime (one ``libgomp.so.1`` per
+``kronpe.torch`` does not follow this setting: there small matrix products run on torch's own
+BLAS, large ones of a chain on kronpe's packed GEMM where the CPU has AVX-512, and kronpe's kernels
+use ``torch.get_num_threads()`` threads (at most; small products run on fewer). kronpe and torch load the same OpenMP runtime (one ``libgomp.so.1`` per
 process), so kronpe's kernels add no thread pool beside torch's.
 
 Busy-waiting: libgomp's threads spin for a while after each parallel region before they sleep
