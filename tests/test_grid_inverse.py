@@ -43,6 +43,10 @@ def test_singular_and_bad_arguments():
     assert _core.invert_in_place(x)
     with pytest.raises(ValueError, match="contiguous rows"):
         _core.invert_in_place(np.eye(6)[::2, ::2])
+    with pytest.raises(ValueError, match="rows must not overlap"):
+        _core.invert_in_place(np.eye(6)[::-1])
+    with pytest.raises(ValueError, match="rows must not overlap"):
+        _core.invert_in_place(np.broadcast_to(np.ones(4), (4, 4)))
     with pytest.raises(ValueError, match="float32 or float64"):
         _core.invert_in_place(np.eye(3, dtype=np.int64))
     nan = np.eye(5)

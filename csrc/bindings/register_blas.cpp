@@ -120,6 +120,8 @@ void register_blas(py::module_& m, py::module_& tuning) {
       [](const Array& a) {
         const index_t lda = leading(a, "a");
         require(a.shape[0] == a.shape[1], "invert_in_place: a must be square");
+        require(a.shape[0] <= 1 || a.strides[0] >= a.shape[1],
+                "invert_in_place: a's rows must not overlap (a row stride of at least n, not reversed)");
         bool ok = false;
         bindings::dispatch1(a.dtype, [&](auto t) {
           using T = decltype(t);

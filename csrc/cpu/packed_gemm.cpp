@@ -428,9 +428,9 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
     // that another thread is still packing. A thread that starts late (its core taken by another
     // process: one scheduler tick, 4 ms, is common on a shared machine) finds the work done or
     // under way rather than holding the others at a barrier: a D=2 512^2 chain step costs the
-    // caller's own time plus what is left, not the tick plus half the step. (Packed by the
-    // calling thread alone before the team, the small operand left the other threads idle for a
-    // quarter of its time in a D=2 256 chain.) Tiles and their sums are those of one thread.
+    // caller's own time plus what is left, not the tick plus half the step. The pieces are packed by
+    // the whole team, not by the caller alone before it (that idles the others for about a
+    // quarter of a D=2 256 chain). Tiles and their sums are those of one thread.
     std::unique_ptr<std::atomic<index_t>[]> counts(new std::atomic<index_t>[std::size_t(nk)]);
     for (index_t kb = 0; kb < nk; ++kb) counts[kb].store(0, std::memory_order_relaxed);
     packed = counts.get();

@@ -12,10 +12,10 @@
 // than that and than a quarter of the region's time, make a late team; a late team marks the
 // cores busy when more tasks are runnable than there are CPUs (Linux: /proc/loadavg; a thread
 // waking on an idle core is late too, with nothing else running: 7-11 ms on this machine's
-// virtual CPUs after a pause) and the team before it came late too (kBusyShare: a thread that
-// lost its core for one scheduler tick, 4 ms here, now and then under a light load costs that
-// team the tick, while one thread would have cost the next 100 ms of calls half their speed: a
-// D=2 512^2 chain ran at one thread's time by median behind a peer on two), elsewhere when three
+// virtual CPUs after a pause) and the team before it came late too (kBusyShare: on a shared
+// machine a thread loses its core for a scheduler tick now and then, which costs that one team
+// the tick, while falling back to one thread would halve the next 100 ms of calls; late teams in
+// a row mean the cores are busy), elsewhere when three
 // came within kLateWindowMilliseconds; then
 // the cores are busy and for kBusyMilliseconds after that the default count is halved, and halved
 // again by every late team while they are busy (at least one; one on two cores) (calls that name

@@ -197,11 +197,10 @@ def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     Large products run on kronpe's packed AVX-512 GEMM where the chains' GEMM is the packed one
     (``_core.chain_gemm()``: the CPU has AVX-512 and ``_tuning.set_chain_gemm`` did not say
     "blas"), on torch's thread count and on the OpenMP runtime torch loaded (kronpe's extension
-    links the same one). On the chains' skinny products it outran torch's BLAS (MKL, on an AMD
-    EPYC): a 768 x 256 x 256 float32 step by a tenth, 65536 x 64 x 64 twice, float64 two to five
-    times. Small products, contractions longer than both free extents (a matrix gradient,
-    G Y^T over a whole tensor, where the BLAS was faster) and operands the packed GEMM cannot
-    read run on ``torch.mm``."""
+    links the same one): on the chains' skinny products it outruns a BLAS that does not take
+    AVX-512 paths on the CPU (MKL on AMD). Small products, contractions longer than both free
+    extents (a matrix gradient, G Y^T over a whole tensor, where the BLAS's own blocking wins)
+    and operands the packed GEMM cannot read run on ``torch.mm``."""
     M, K = L.shape
     N = R.shape[1]
     if M * N * K >= _PACKED_MIN_MACS and K <= max(M, N) and _core.chain_gemm() == "packed":
