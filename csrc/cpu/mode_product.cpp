@@ -76,6 +76,57 @@ inline void copy_run(const T* s, T* d, index_t len) {
   }
 }
 
+// Channels: C planes (plane stride `plane`) <-> n interleaved groups of C contiguous elements.
+// With C a constant the compiler turns the grouped accesses into vector permutes: the copies
+// that move a few channels to or from the front of a tensor run at memory speed.
+template <int C, typename T>
+KRONPE_CLONES void deinterleave(index_t n, const T* __restrict s, T* __restrict d, index_t plane) {
+  constexpr index_t kBlock = 512;  // groups per block: a block of every plane stays in L1
+  for (index_t i0 = 0; i0 < n; i0 += kBlock) {
+    const index_t m = std::min(kBlock, n - i0);
+    const T* __restrict sb = s + i0 * C;
+    T* planes[C];
+    for (int c = 0; c < C; ++c) planes[c] = d + c * plane + i0;
+    for (index_t i = 0; i < m; ++i)
+      for (int c = 0; c < C; ++c) planes[c][i] = sb[i * C + c];
+  }
+}
+
+template <int C, typename T>
+KRONPE_CLONES void interleave(index_t n, const T* __restrict s, index_t plane, T* __restrict d) {
+  constexpr index_t kBlock = 512;
+  for (index_t i0 = 0; i0 < n; i0 += kBlock) {
+    const index_t m = std::min(kBlock, n - i0);
+    T* __restrict db = d + i0 * C;
+    const T* planes[C];
+    for (int c = 0; c < C; ++c) planes[c] = s + c * plane + i0;
+    for (index_t i = 0; i < m; ++i)
+      for (int c = 0; c < C; ++c) db[i * C + c] = planes[c][i];
+  }
+}
+
+// One (de-)interleaving copy of `c` channels (2..8) by a kernel with C = c; false for other c.
+template <typename T>
+bool channel_copy(bool to_planes, int c, index_t n, const T* s, T* d, index_t plane) {
+  switch (c) {
+#define KRONPE_CHANNELS(C)                                         \
+  case C:                                                          \
+    if (to_planes) deinterleave<C, T>(n, s, d, plane);             \
+    else interleave<C, T>(n, s, plane, d);                         \
+    return true;
+    KRONPE_CHANNELS(2)
+    KRONPE_CHANNELS(3)
+    KRONPE_CHANNELS(4)
+    KRONPE_CHANNELS(5)
+    KRONPE_CHANNELS(6)
+    KRONPE_CHANNELS(7)
+    KRONPE_CHANNELS(8)
+#undef KRONPE_CHANNELS
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -106,6 +157,12 @@ void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* s
   const int no = int(outer.size());
   const Dim da = dims[a];
   const Dim db = tiled ? dims[b] : Dim{1, 0, 0};
+  // a few channels gathered into planes (de-interleave: the source's fastest axis holds the
+  // channels, packed tightly) or spread from planes (interleave: the destination's does)
+  const bool planar = tiled && run == 1 && db.s == 1 && da.d == 1;
+  const bool to_planes = planar && da.s == db.n && db.n <= 8;
+  const bool from_planes = planar && !to_planes && db.d == da.n && da.n <= 8;
+  const int channels = int(to_planes ? db.n : from_planes ? da.n : 0);
   // tile so that one tile of both arrays stays in L1
   const index_t tile = std::max<index_t>(4, 64 / std::max<index_t>(1, run * index_t(sizeof(T)) / 4));
   std::vector<index_t> idx(no, 0);
@@ -113,7 +170,9 @@ void strided_copy(int ndim, const index_t* shape, const T* src, const index_t* s
   for (;;) {
     const T* s0 = src + so;
     T* d0 = dst + dof;
-    if (!tiled) {
+    if (channels >= 2 &&
+        channel_copy(to_planes, channels, to_planes ? da.n : db.n, s0, d0, to_planes ? db.d : da.s)) {
+    } else if (!tiled) {
       for (index_t i = 0; i < da.n; ++i) copy_run(s0 + i * da.s, d0 + i * da.d, run);
     } else {
       for (index_t j0 = 0; j0 < db.n; j0 += tile) {

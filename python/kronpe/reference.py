@@ -22,6 +22,15 @@ def gemm(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = Fa
     return a.astype(np.float64) @ b.astype(np.float64)
 
 
+def strided_copy(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """dst[...] = src[...] element by element (``_core.strided_copy``'s reference); returns dst."""
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        raise ValueError("strided_copy: src and dst differ in shape or dtype")
+    for i in np.ndindex(*src.shape):
+        dst[i] = src[i]
+    return dst
+
+
 # ---- embedders ---------------------------------------------------------------------------
 # The obvious NumPy formulas of docs/math/embedders.rst, evaluated in float64 and rounded once to
 # the input's dtype (as the compiled kernels do). Arguments mirror kronpe._core.embed_basis /

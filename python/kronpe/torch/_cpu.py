@@ -236,8 +236,8 @@ def _matrix(X: torch.Tensor):
 # few channels (colours: c = 3) is channels-last: no GEMM reads or writes it interleaved (a
 # channel is neither the row nor the column axis of any product), so some copy must permute it.
 # The rotation makes that copy the cheapest one there is (c dense slabs to or from one
-# interleaved array: torch's vectorised elementwise copy, half the time of a general blocked
-# transpose) and runs every GEMM on views, channels first, as a channels-first model's batched
+# interleaved array: kronpe's (de-)interleaving copy, at memory speed) and runs every GEMM on
+# views, channels first, as a channels-first model's batched
 # matmuls do. Two directions:
 #
 # - copy first (axes D-1, ..., 0): T is de-interleaved into (c, n_0, ..., n_{D-1}) in the
@@ -280,11 +280,12 @@ def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], order: List[
         n = n // matrices[j].shape[1] * matrices[j].shape[0]
         half = max(half, n)
     work = _workspace(T, 2 * half)  # two halves, used in turn; storage offset 0
-    # the copies are 3-D: torch's 2-D transposed copy is a blocked transpose, slow for few columns
+    # the copies are kronpe's (de-)interleaving kernels (vector permutes; torch's strided copy
+    # moves one element at a time)
     if first:  # (N, c) -> (c, N)
         N = T.numel() // c
         X = work.as_strided((c, N), (N, 1), 0)
-        X.as_strided((1, N, c), (0, 1, N)).copy_(T.view(1, N, c))
+        _core.strided_copy(describe(T.view(N, c).mT), describe(X))
         base = half
     else:
         X, base = T, 0
@@ -301,7 +302,7 @@ def _rotate_channels(T: torch.Tensor, matrices: List[torch.Tensor], order: List[
         X, base = Y, half - base
     if not first:  # (c, M) -> (M, c)
         M = out.numel() // c
-        out.view(1, M, c).copy_(X.as_strided((1, M, c), (0, 1, M)))
+        _core.strided_copy(describe(X.as_strided((c, M), (M, 1))), describe(out.view(M, c).mT))
 
 
 # ---- banded matrices: the chain on their bands ------------------------------------------------
