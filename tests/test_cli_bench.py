@@ -338,6 +338,28 @@ def test_rows_record_every_librarys_threads():
     assert f"kronpe {threads['kronpe']}" in line and "caches warm" in line
 
 
+def test_rows_count_the_busy_marks_of_their_timed_calls(monkeypatch):
+    """A row records how often kronpe's threads backed off during its own timed calls (not during
+    the warm-up or the other methods' calls), and the summary names the rows that did."""
+    from kronpe.bench import harness
+
+    count = [0]
+    monkeypatch.setattr(harness, "busy_marks", lambda: count[0])
+
+    def marking(s):
+        count[0] += 2
+        return 1
+
+    case = Case("t", "g", lambda: {}, [Method("kronpe", marking, peer=False), Method("peer", lambda s: 1)],
+                None, rounds=3)
+    recs = measure(case)
+    assert [r["extra_info"]["busy_marks"] for r in recs] == [6, 0]  # 3 timed calls, not the warm-up
+    doc = {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "benchmarks": recs,
+           "caches": {"flushed": False}}
+    assert "backed off (cores marked busy during their timed calls): 1 of 1: g / kronpe (6 marks)" in \
+        report.markdown(doc)
+
+
 def test_threads_limited_sets_every_library_and_puts_it_back():
     before = kronpe.get_num_threads()
     seen = []

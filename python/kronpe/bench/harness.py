@@ -126,6 +126,15 @@ def timings(fn: Callable[[], Any], rounds: int = 1, *, warmup: int = 0, batch: i
     return out
 
 
+def busy_marks() -> int:
+    """How many times kronpe's kernels have marked the cores busy (kronpe.threads: their teams
+    then shrink for a moment): recorded per row over its timed calls, so that a slow kronpe row
+    says whether its threads backed off."""
+    from .. import _core
+
+    return int(_core._tuning.busy_cores()[1])
+
+
 SETTLE_SECONDS = 0.3
 SETTLE_POLL = 0.002
 WARM_SECONDS = 0.05
@@ -364,6 +373,7 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
         del result
         live.append(m)
     times: Dict[str, List[float]] = {m.name: [] for m in live}
+    marks: Dict[str, int] = {m.name: 0 for m in live}
     n = max(1, case.rounds if rounds is None else rounds)
     limit = settle_seconds()
     for r in range(n):
@@ -375,9 +385,12 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
                     m.fn(state)
             if flush:
                 flush_caches()
+            before = busy_marks()
             times[m.name] += timings(lambda: m.fn(state))
+            marks[m.name] += busy_marks() - before
     for name, ts in times.items():
         records[name]["stats"] = _stats(ts)
+        records[name]["extra_info"]["busy_marks"] = marks[name]
     if seeds > 1 and case.variant is not None and case.check is not None:
         _score_seeds(case, live, records, seeds)
     return [records[m.name] for m in case.methods]

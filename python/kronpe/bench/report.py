@@ -85,7 +85,8 @@ def rows(doc: dict) -> List[dict]:
             info = b.get("extra_info", {})
             row = dict(group=group, method=method(b), peer=is_peer(b), suite=b.get("suite", ""),
                        skipped=b.get("skipped"), size=info.get("size"), psnr=info.get("psnr"),
-                       psnr_seeds=info.get("psnr_seeds"), flops=info.get("flops"), bytes=info.get("bytes"))
+                       psnr_seeds=info.get("psnr_seeds"), flops=info.get("flops"), bytes=info.get("bytes"),
+                       busy_marks=info.get("busy_marks", 0))
             if _timed(b):
                 med = b["stats"]["median"]
                 row.update(median=med, min=b["stats"]["min"], max=b["stats"].get("max", med), vs_best_peer=med / best)
@@ -250,6 +251,10 @@ def summary(doc: dict) -> List[str]:
                + (": " + ", ".join(f"{r['group']} / {r['method']} {r['max'] / r['median']:.2f}x" for r in spread)
                   if spread else "")
                + (f" (peers' rows, same run: {sum(map(_beyond, peers))} of {len(peers)})" if peers else ""))
+    backed = [r for r in rs if r.get("busy_marks")]
+    out.append(f"- kronpe rows whose threads backed off (cores marked busy during their timed calls): "
+               f"{len(backed)} of {len(rs)}" + (": " + ", ".join(
+                   f"{r['group']} / {r['method']} ({r['busy_marks']} marks)" for r in backed) if backed else ""))
     out += psnr_margins(doc)
     chains = [r for r in rs if r["group"].startswith("mode chain") and r["method"] == "kronpe"]
     large = [r for r in chains if (r.get("flops") or 0) >= LARGE_FLOPS]
