@@ -406,6 +406,27 @@ def test_seeds_score_every_method_on_each_draw_and_report_the_paired_margin():
     assert recs["peer"]["extra_info"]["seed_failures"][0].startswith("seed 2: ZeroDivisionError")
 
 
+def test_threads_limited_covers_libraries_not_yet_loaded():
+    """In a fresh process, the libraries the GEMM probe loads (SciPy's BLAS, torch) run at the
+    limit too: a BLAS loaded inside the block would keep its default threads."""
+    code = (
+        "import threadpoolctl\n"
+        "from kronpe.bench.harness import threads_limited\n"
+        "with threads_limited(1):\n"
+        "    from scipy.linalg import blas\n"
+        "    counts = {i['filepath']: i['num_threads'] for i in threadpoolctl.threadpool_info()\n"
+        "              if i['user_api'] == 'blas'}\n"
+        "    import sys\n"
+        "    t = sys.modules.get('torch')\n"
+        "    print(sorted(set(counts.values())), t.get_num_threads() if t is not None else 1)\n"
+    )
+    pytest.importorskip("threadpoolctl")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[1]", "1"]
+
+
 def test_one_table_per_thread_setting_and_slow_rounds_named():
     doc = _doc({("g", "kronpe"): (1.0, False, 1e9), ("g", "peer"): (2.0, True, 1e9)})
     doc["thread_settings"] = [1, "default"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib
 import math
 import os
 import platform
@@ -69,8 +70,6 @@ class Case:
 
 def missing_module(names: Sequence[str]) -> Optional[str]:
     """The first of ``names`` that does not import (any failure counts), or None."""
-    import importlib
-
     for name in names:
         try:
             importlib.import_module(name)
@@ -256,19 +255,20 @@ def thread_setting(text: str) -> Optional[int]:
 @contextlib.contextmanager
 def threads_limited(n: Optional[int]):
     """Every library at ``n`` threads inside the block: kronpe's kernels, each BLAS and OpenMP
-    runtime loaded (threadpoolctl where installed, else the BLAS that kronpe calls) and torch's
-    pool where torch is loaded; restored afterwards. None: nothing changed (the defaults the
+    runtime (threadpoolctl where installed, else the BLAS that kronpe calls) and torch's pool
+    where torch is installed, SciPy's BLAS and torch loaded first; restored afterwards. None: nothing changed (the defaults the
     process started with, i.e. its environment's OMP_NUM_THREADS and the like)."""
     if n is None:
         yield
         return
-    import sys
-
     import kronpe
     from .._adapters import blas as _blas
 
+    # every library a row or the GEMM probe may call is loaded first: one loaded inside the
+    # block would run at its default threads (SciPy's OpenBLAS is a library of its own)
+    importlib.import_module("scipy.linalg.blas")
+    torch = None if missing_module(["torch"]) else importlib.import_module("torch")
     before = kronpe.get_num_threads()
-    torch = sys.modules.get("torch")
     torch_before = torch.get_num_threads() if torch is not None else None
     with contextlib.ExitStack() as stack:
         try:
