@@ -399,6 +399,16 @@ def test_kernel_bindings_refuse_bad_arrays():
     x = np.zeros((N, 1))
     with pytest.raises(ValueError, match="y must not be x"):
         _core.stencil_apply(list(g.shape), np.zeros((49, N)), x, x)
+    frozen = np.zeros((N, 1))
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="y is read-only"):
+        _core.stencil_apply(list(g.shape), np.zeros((49, N)), x, frozen)
+    _core.stencil_apply(list(g.shape), np.zeros((49, N)), frozen, x)  # (read-only and read: taken)
+    coarse, fine = np.zeros((1, 4, 1)), np.zeros((1, 5, 1))
+    coarse.flags.writeable = False
+    _core.spline_subdivide(coarse, fine)
+    with pytest.raises(ValueError, match="coarse is read-only"):
+        _core.spline_restrict(fine, coarse)
 
 
 def test_results_do_not_depend_on_the_thread_count():
