@@ -346,6 +346,9 @@ class _Level:
         (``_core.spline_chebyshev``); ``residual``: also return b - A x (one more product; in a
         buffer of the level's, valid until its next smoothing)."""
         hi = self.lmax()
+        # (lmax > 0 wherever a solve smooths: D^-1 A is zero only where A is, on a level without
+        # points at lambda 0, and there b = B^T values is zero too, which _pcg returns before smoothing)
+        assert math.isfinite(hi) and hi > 0, f"the smoother needs D^-1 A's largest eigenvalue > 0, got {hi}"
         lo = hi / CHEB_RATIO
         b = np.ascontiguousarray(b)
         out = (np.empty_like(b) if out is None else out) if x is None else x
