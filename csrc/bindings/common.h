@@ -3,9 +3,10 @@
 // in elements, dtype a NumPy name, device -1 for host memory or the CUDA ordinal, stream the
 // cudaStream_t as an integer (0 on the host). The Python adapters own the arrays and keep them
 // alive during the call. A value of the wrong Python type is refused by pybind11 (TypeError); a
-// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError). A host NumPy
-// array may stand for its own descriptor: the caster reads its buffer (address, shape, strides,
-// dtype) directly, which is what the adapters pass for NumPy arrays (no per-call Python work).
+// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError), as is a
+// read-only NumPy array where a kernel writes. A host NumPy array may stand for its own
+// descriptor: the caster reads its buffer (address, shape, strides, dtype, writable flag)
+// directly, which is what the adapters pass for NumPy arrays (no per-call Python work).
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
