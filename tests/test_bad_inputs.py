@@ -1120,6 +1120,26 @@ def test_blend_out_overlapping_input(which):
         assert got is out
 
 
+def test_bindings_refuse_read_only_outputs_and_read_read_only_inputs():
+    """A read-only NumPy array passed where a kernel writes is a named error (nothing written); as
+    an input it is read as any other."""
+    from kronpe import _core
+
+    src, dst = np.arange(4.0), np.zeros(4)
+    dst.flags.writeable = False
+    with pytest.raises(ValueError, match="dst is read-only"):
+        _core.strided_copy(src, dst)
+    assert not dst.any()
+    src.flags.writeable = False
+    out = np.zeros(4)
+    _core.strided_copy(src, out)
+    np.testing.assert_array_equal(out, src)
+    c = np.zeros((2, 2))
+    c.flags.writeable = False
+    with pytest.raises(ValueError, match="c is read-only"):
+        _core.gemm(np.eye(2), np.eye(2), c)
+
+
 def test_blending_matrix_keeps_a_private_copy_of_points():
     pts = PTS.copy()
     B = kronpe.BlendingMatrix(pts, (6, 6), PEMB)

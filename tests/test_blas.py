@@ -61,6 +61,33 @@ def test_gemm_refuses_rows_that_are_not_contiguous(rng, layout):
             kernel(describe(CPU.view(a, layout)), describe(b), describe(np.zeros((5, 3))), False, False, *args)
 
 
+@pytest.mark.parametrize("kernel,args", [(_core.gemm, (False, False, 1.0, 0.0)), (_core.packed_gemm, (False, False, 1))],
+                         ids=["gemm", "packed_gemm"])
+def test_gemm_refuses_an_output_that_shares_an_operand(rng, kernel, args):
+    """c is written while a and b are read: a c that shares an entry with either (an aliased view)
+    is a named error, as are operands whose rows overlap (a broadcast view, read as other memory);
+    column blocks of one array that interleave without sharing an entry are taken."""
+    buf = rng.standard_normal((6, 9))
+    a, b = buf[:, :3], buf[:3, 3:6]  # (6, 3) @ (3, 3)
+    before = buf.copy()
+    with pytest.raises(ValueError, match="c must not overlap a"):
+        kernel(a, b, buf[:, 2:5], *args)
+    with pytest.raises(ValueError, match="c must not overlap b"):
+        kernel(a, b, buf[:, 5:8], *args)
+    square = buf[:3, :3]
+    with pytest.raises(ValueError, match="c must not overlap a"):
+        kernel(square, square.copy(), square, *args)
+    with pytest.raises(ValueError, match="c must not overlap b"):
+        kernel(square.copy(), square, square, *args)
+    with pytest.raises(ValueError, match="a's rows must not overlap"):
+        kernel(np.broadcast_to(buf[0, :3], (6, 3)), b.copy(), np.zeros((6, 3)), *args)
+    np.testing.assert_array_equal(buf, before)  # nothing written
+    if kernel is _core.gemm or _core._tuning.packed_gemm_supported():
+        kernel(a, b, buf[:, 6:9], *args)  # beside a's columns, below b's rows: no entry shared
+        np.testing.assert_allclose(buf[:, 6:9], before[:, :3] @ before[:3, 3:6], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(buf[:, :6], before[:, :6])
+
+
 needs_packed = pytest.mark.skipif(not _core._tuning.packed_gemm_supported(), reason="no AVX-512 on this CPU")
 
 

@@ -399,6 +399,33 @@ def test_kernel_bindings_refuse_bad_arrays():
     x = np.zeros((N, 1))
     with pytest.raises(ValueError, match="y must not be x"):
         _core.stencil_apply(list(g.shape), np.zeros((49, N)), x, x)
+    frozen = np.zeros((N, 1))
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="y is read-only"):
+        _core.stencil_apply(list(g.shape), np.zeros((49, N)), x, frozen)
+    _core.stencil_apply(list(g.shape), np.zeros((49, N)), frozen, x)  # (read-only and read: taken)
+    coarse, fine = np.zeros((1, 4, 1)), np.zeros((1, 5, 1))
+    coarse.flags.writeable = False
+    _core.spline_subdivide(coarse, fine)
+    with pytest.raises(ValueError, match="coarse is read-only"):
+        _core.spline_restrict(fine, coarse)
+
+
+def test_the_smoother_refuses_a_zero_operator():
+    """A zero operator (a level without points at lambda 0) has no spectrum to smooth: a solve
+    never reaches it (its right-hand side is zero), and the smoother says so by name."""
+    g = S.Grid((3, 3), (0.0, 0.0), 1.0)
+    N = math.prod(g.shape)
+    lev = S._Level(g, np.zeros((49, N)), None, 0.0)
+    assert lev.lmax() == 0.0
+    with pytest.raises(AssertionError, match="largest eigenvalue > 0"):
+        lev.smooth(np.ones((N, 1)), None)
+    g = S.Grid((57, 57), (0.0, 0.0), 1.0)  # a level solved by CG, not factorised
+    N = math.prod(g.shape)
+    lev = S._Level(g, np.zeros((49, N)), None, 0.0)
+    assert not S._factorised(g.shape)
+    x, it, rel = S._pcg([lev], np.zeros((N, 1)), None, 1e-8, 10)
+    assert not x.any() and it == 0 and rel == 0.0
 
 
 def test_results_do_not_depend_on_the_thread_count():

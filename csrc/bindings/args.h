@@ -36,9 +36,9 @@ blend::MatrixView<T> view(const Array& a, const char* name) {
 }
 
 // The address of an optional contiguous 1-D int64 array (perm, offsets), or null.
-inline index_t* index_ptr(const OptArray& a, const char* name) {
+inline const index_t* index_ptr(const OptArray& a, const char* name) {
   if (!a) return nullptr;
-  index_t* p = data<index_t>(*a, name, 1);
+  const index_t* p = data<const index_t>(*a, name, 1);
   require(a->shape[0] <= 1 || a->strides[0] == 1, std::string(name) + " must be contiguous");
   return p;
 }

@@ -3,9 +3,10 @@
 // in elements, dtype a NumPy name, device -1 for host memory or the CUDA ordinal, stream the
 // cudaStream_t as an integer (0 on the host). The Python adapters own the arrays and keep them
 // alive during the call. A value of the wrong Python type is refused by pybind11 (TypeError); a
-// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError). A host NumPy
-// array may stand for its own descriptor: the caster reads its buffer (address, shape, strides,
-// dtype) directly, which is what the adapters pass for NumPy arrays (no per-call Python work).
+// descriptor of the wrong dtype, rank or device is an ArgumentError (ValueError), as is a
+// read-only NumPy array where a kernel writes. A host NumPy array may stand for its own
+// descriptor: the caster reads its buffer (address, shape, strides, dtype, writable flag)
+// directly, which is what the adapters pass for NumPy arrays (no per-call Python work).
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kronpe/common.h"
@@ -26,6 +28,7 @@ struct Array {
   std::string dtype;
   int device = -1;  // -1: host memory
   std::uintptr_t stream = 0;
+  bool writable = true;  // false: a read-only NumPy array (a descriptor tuple is always writable)
   int ndim() const { return int(shape.size()); }
 };
 
@@ -46,10 +49,13 @@ template <> constexpr const char* dtype_of<double> = "float64";
 template <> constexpr const char* dtype_of<index_t> = "int64";
 template <> constexpr const char* dtype_of<unsigned char> = "uint8";
 
-// The array's address as T* after checking its dtype and rank (ndim < 0: any rank).
+// The array's address as T* after checking its dtype and rank (ndim < 0: any rank); a non-const
+// T is an array the kernel writes, refused where it is read-only.
 template <typename T>
 T* data(const Array& a, const char* name, int ndim = -1) {
   using U = std::remove_const_t<T>;
+  if constexpr (!std::is_const_v<T>)
+    if (!a.writable) throw ArgumentError(std::string(name) + " is read-only; the kernel writes into it");
   if (a.dtype != dtype_of<U>)
     throw ArgumentError(std::string(name) + " must be " + dtype_of<U> + ", got " + a.dtype);
   if (ndim >= 0 && a.ndim() != ndim)
@@ -58,6 +64,13 @@ T* data(const Array& a, const char* name, int ndim = -1) {
   if (a.strides.size() != a.shape.size())
     throw ArgumentError(std::string(name) + ": shape and strides differ in length");
   return ptr<T>(a.address);
+}
+
+// Whether arrays of a_bytes at a and b_bytes at b overlap (b_bytes: a_bytes where not given).
+inline bool overlap(const void* a, const void* b, index_t a_bytes, index_t b_bytes = -1) {
+  if (b_bytes < 0) b_bytes = a_bytes;
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + std::uintptr_t(b_bytes) && y < x + std::uintptr_t(a_bytes);
 }
 
 // The array must be in host memory (for a CPU kernel) / on `device` (for a CUDA kernel).
@@ -136,6 +149,7 @@ struct type_caster<kronpe::bindings::Array> {
     }
     value.device = -1;
     value.stream = 0;
+    value.writable = a.writeable();
     return true;
   }
   bool load(handle src, bool convert) {
@@ -157,6 +171,7 @@ struct type_caster<kronpe::bindings::Array> {
     value.dtype = cast_op<std::string&&>(std::move(dtype));
     value.device = cast_op<int>(device);
     value.stream = cast_op<std::uintptr_t>(stream);
+    value.writable = true;
     return true;
   }
   static handle cast(const kronpe::bindings::Array&, return_value_policy, handle) {

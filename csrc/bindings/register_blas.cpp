@@ -1,5 +1,8 @@
 // Bindings of the CPU BLAS (kronpe/blas.h): the library's addresses in, a checked row-major GEMM
 // on descriptors out (internal, for tests).
+#include <algorithm>
+#include <cstdint>
+
 #include "common.h"
 #include "kronpe/blas.h"
 #include "kronpe/packed_gemm.h"
@@ -10,13 +13,36 @@ using bindings::Array;
 
 namespace {
 
-// Row stride of a row-major 2-D host matrix whose rows are contiguous.
+// Row stride of a row-major 2-D host matrix whose rows are contiguous and lie apart, in order (a
+// row stride of at least a row: a broadcast or reversed view would be read as other memory).
 index_t leading(const Array& a, const char* name) {
   bindings::require_host(a, name);
   require(a.ndim() == 2 && a.strides.size() == 2, std::string(name) + " must be 2-D");
   require(a.strides[1] == 1 || a.shape[1] <= 1 || a.shape[0] == 0,
           std::string(name) + " must have contiguous rows");
+  require(a.shape[0] <= 1 || a.shape[1] == 0 || a.strides[0] >= a.shape[1],
+          std::string(name) + "'s rows must not overlap (a row stride of at least the row length, not reversed)");
   return std::max<index_t>(a.strides[0], std::max<index_t>(a.shape[1], 1));
+}
+
+// Whether two row-major matrices of `item`-byte entries (their row strides ld from `leading`)
+// share an entry. Exact where both have one row stride (column blocks of one array interleave
+// without sharing: both may be used), else whether their spans of memory meet.
+bool share(const void* p, const Array& a, index_t lda, const void* q, const Array& b, index_t ldb,
+           index_t item) {
+  const index_t ar = a.shape[0], ac = a.shape[1], br = b.shape[0], bc = b.shape[1];
+  if (ar == 0 || ac == 0 || br == 0 || bc == 0) return false;
+  if (!bindings::overlap(p, q, ((ar - 1) * lda + ac) * item, ((br - 1) * ldb + bc) * item)) return false;
+  const index_t L = ar == 1 ? ldb : lda;  // (a single row's stride is free)
+  const auto diff = std::intptr_t(reinterpret_cast<std::uintptr_t>(q) - reinterpret_cast<std::uintptr_t>(p));
+  if ((br > 1 && ldb != L) || L < std::max(ac, bc) || diff % item != 0) return true;
+  // b's row k meets a's row i where m = i - k (in [1 - br, ar - 1]) has m L - d in [1 - ac, bc - 1]
+  // (d: b's offset in entries); that range is shorter than 2 L, so at most m1 and m1 - 1 qualify
+  const index_t d = index_t(diff / item), hi = d + bc - 1;
+  const index_t m1 = hi >= 0 ? hi / L : -((-hi + L - 1) / L);  // floor(hi / L)
+  for (index_t m : {m1, m1 - 1})
+    if (m * L - d >= 1 - ac && m >= 1 - br && m <= ar - 1) return true;
+  return false;
 }
 
 // Checks c = op(a) op(b) on row-major host matrices of one dtype T, then calls
@@ -36,6 +62,11 @@ void gemm_call(const char* name, const Array& a, const Array& b, const Array& c,
     const T* ap = bindings::data<const T>(a, "a");
     const T* bp = bindings::data<const T>(b, "b");
     T* cp = bindings::data<T>(c, "c");
+    const index_t item = index_t(sizeof(T));
+    require(!share(cp, c, ldc, ap, a, lda, item),
+            std::string(name) + ": c must not overlap a (the product is written while a is read)");
+    require(!share(cp, c, ldc, bp, b, ldb, item),
+            std::string(name) + ": c must not overlap b (the product is written while b is read)");
     py::gil_scoped_release release;
     run(t, mm, n, k, ap, lda, bp, ldb, cp, ldc);
   });
@@ -120,8 +151,6 @@ void register_blas(py::module_& m, py::module_& tuning) {
       [](const Array& a) {
         const index_t lda = leading(a, "a");
         require(a.shape[0] == a.shape[1], "invert_in_place: a must be square");
-        require(a.shape[0] <= 1 || a.strides[0] >= a.shape[1],
-                "invert_in_place: a's rows must not overlap (a row stride of at least n, not reversed)");
         bool ok = false;
         bindings::dispatch1(a.dtype, [&](auto t) {
           using T = decltype(t);

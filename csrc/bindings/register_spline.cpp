@@ -15,6 +15,7 @@
 namespace py = pybind11;
 using namespace kronpe;
 using bindings::Array;
+using bindings::overlap;
 
 namespace {
 
@@ -33,11 +34,12 @@ SplineGrid grid_of(const GridArgs& args) {
   return g;
 }
 
-// A C-contiguous host array of T and the given shape (-1: any extent); its address.
+// A C-contiguous host array of T and the given shape (-1: any extent); its address (T non-const:
+// an array the kernel writes, refused where read-only).
 template <typename T>
-const T* contiguous_as(const Array& a, const char* name, const std::vector<index_t>& shape) {
+T* contiguous_as(const Array& a, const char* name, const std::vector<index_t>& shape) {
   bindings::require_host(a, name);
-  const T* p = bindings::data<const T>(a, name, int(shape.size()));
+  T* p = bindings::data<T>(a, name, int(shape.size()));
   bool empty = false;
   for (index_t n : a.shape) empty = empty || n == 0;
   index_t stride = 1;
@@ -53,14 +55,11 @@ const T* contiguous_as(const Array& a, const char* name, const std::vector<index
 }
 
 const double* contiguous(const Array& a, const char* name, const std::vector<index_t>& shape) {
-  return contiguous_as<double>(a, name, shape);
+  return contiguous_as<const double>(a, name, shape);
 }
 
-// Whether arrays of a_bytes at a and b_bytes at b overlap (b_bytes: a_bytes where not given).
-bool overlap(const void* a, const void* b, index_t a_bytes, index_t b_bytes = -1) {
-  if (b_bytes < 0) b_bytes = a_bytes;
-  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + std::uintptr_t(b_bytes) && y < x + std::uintptr_t(a_bytes);
+double* writable(const Array& a, const char* name, const std::vector<index_t>& shape) {
+  return contiguous_as<double>(a, name, shape);
 }
 
 // The grid's extents (1 to 3 axes, each >= 0) and their product.
@@ -80,13 +79,14 @@ void transfer(const Array& coarse, const Array& fine, bool to_fine) {
   require(coarse.ndim() == 3 && fine.ndim() == 3, "coarse and fine: (outer, n, inner) arrays");
   const index_t outer = coarse.shape[0], n = coarse.shape[1], inner = coarse.shape[2];
   require(n >= 2, "coarse: at least 2 coefficients along the axis");
-  const double* cp = contiguous(coarse, "coarse", {outer, n, inner});
-  const double* fp = contiguous(fine, "fine", {outer, 2 * n - 3, inner});
+  const std::vector<index_t> cs{outer, n, inner}, fs{outer, 2 * n - 3, inner};
+  const double* cp = to_fine ? contiguous(coarse, "coarse", cs) : writable(coarse, "coarse", cs);
+  const double* fp = to_fine ? writable(fine, "fine", fs) : contiguous(fine, "fine", fs);
   require(!overlap(cp, fp, outer * n * inner * index_t(sizeof(double)),
                    outer * (2 * n - 3) * inner * index_t(sizeof(double))),
           "coarse and fine must not overlap");
   py::gil_scoped_release release;
-  if (to_fine) spline_subdivide(outer, n, inner, cp, const_cast<double*>(fp));
+  if (to_fine) spline_subdivide(outer, n, inner, cp, const_cast<double*>(fp));  // (checked writable)
   else spline_restrict(outer, n, inner, fp, const_cast<double*>(cp));
 }
 
@@ -103,8 +103,8 @@ void register_spline(py::module_& m) {
         const index_t C = values.ndim() == 2 ? values.shape[1] : 0;
         const double* vp = contiguous(values, "values", {P, -1});
         const double* wp = weights ? contiguous(*weights, "weights", {P}) : nullptr;
-        double* sp = const_cast<double*>(contiguous(stencil, "stencil", {stencil_width(g.ndim), g.size()}));
-        double* rp = const_cast<double*>(contiguous(rhs, "rhs", {g.size(), C}));
+        double* sp = writable(stencil, "stencil", {stencil_width(g.ndim), g.size()});
+        double* rp = writable(rhs, "rhs", {g.size(), C});
         py::gil_scoped_release release;
         spline_normal(g, P, pp, vp, C, wp, sp, rp);
       },
@@ -120,7 +120,7 @@ void register_spline(py::module_& m) {
         const double* pp = contiguous(points, "points", {-1, g.ndim});
         const index_t C = coef.ndim() == 2 ? coef.shape[1] : 0;
         const double* cp = contiguous(coef, "coef", {g.size(), -1});
-        double* op = const_cast<double*>(contiguous(out, "out", {P, C}));
+        double* op = writable(out, "out", {P, C});
         py::gil_scoped_release release;
         spline_values(g, P, pp, cp, C, op);
       },
@@ -135,14 +135,14 @@ void register_spline(py::module_& m) {
         const bool single = stencil.dtype == "float32";
         const index_t C = x.ndim() == 2 ? x.shape[1] : 0;
         const double* xp = contiguous(x, "x", {N, -1});
-        double* yp = const_cast<double*>(contiguous(y, "y", {N, C}));
+        double* yp = writable(y, "y", {N, C});
         const double* bp = b ? contiguous(*b, "b", {N, C}) : nullptr;
         // (y is written while x is read: the kernel takes them for separate arrays; b may be y)
         const index_t bytes = N * C * index_t(sizeof(double));
         require(N == 0 || C == 0 || !overlap(xp, yp, bytes), "y must not be x, nor overlap it");
         require(!bp || N == 0 || C == 0 || bp == yp || !overlap(bp, yp, bytes), "b must be y or lie apart from it");
         if (single) {
-          const float* sp = contiguous_as<float>(stencil, "stencil", {stencil_width(D), N});
+          const float* sp = contiguous_as<const float>(stencil, "stencil", {stencil_width(D), N});
           py::gil_scoped_release release;
           if (bp) stencil_residual(D, shape.data(), sp, bp, xp, C, yp);
           else stencil_apply(D, shape.data(), sp, xp, C, yp);
@@ -166,13 +166,13 @@ void register_spline(py::module_& m) {
         require(degree >= 1, "degree must be >= 1");
         require(std::isfinite(theta) && std::isfinite(delta) && delta > 0 && theta > delta,
                 "theta > delta > 0 (finite): the spectrum's interval lies above 0");
-        const float* sp = contiguous_as<float>(stencil, "stencil (float32)", {stencil_width(D), N});
+        const float* sp = contiguous_as<const float>(stencil, "stencil (float32)", {stencil_width(D), N});
         const double* dp = contiguous(dinv, "dinv", {N});
         const index_t C = b.ndim() == 2 ? b.shape[1] : 0;
         const double* bp = contiguous(b, "b", {N, -1});
-        double* xp = const_cast<double*>(contiguous(x, "x", {N, C}));
-        double* rp = const_cast<double*>(contiguous(res, "res", {N, C}));
-        double* wp = const_cast<double*>(contiguous(work, "work", {2, N, C}));
+        double* xp = writable(x, "x", {N, C});
+        double* rp = writable(res, "res", {N, C});
+        double* wp = writable(work, "work", {2, N, C});
         const index_t bytes = N * C * index_t(sizeof(double));
         const double* all[4] = {bp, xp, rp, wp};
         for (int i = 0; i < 4; ++i)

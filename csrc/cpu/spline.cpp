@@ -606,6 +606,15 @@ KRONPE_SPLINE_INLINE void apply_block(const S* st, index_t N, int W, const index
 // The product's rows straight into y (y = A x).
 struct Store {};
 
+// A thread's block of product rows for a finish other than Store, kept between products (a
+// product allocates nothing once its threads have met its block size).
+thread_local std::vector<double> t_part;
+
+double* part_buffer(index_t size) {
+  if (t_part.size() < static_cast<std::size_t>(size)) t_part.resize(static_cast<std::size_t>(size));
+  return t_part.data();
+}
+
 // y = A x, or with a finish other than Store: each block of rows' product made apart (yb, rows
 // j0 .. j1 - 1) and handed to finish(j0, j1, yb), which may write any array's rows of that block
 // (not x's: other blocks read it).
@@ -629,13 +638,13 @@ void apply_impl_c(const index_t* n, const S* st, const double* x, index_t C, dou
   if (team) block = std::min(block, std::max<index_t>(1024, (N + 4 * nt - 1) / (4 * nt)));  // 4 per thread
   const index_t blocks = (N + block - 1) / block;
   run_team(team ? int(std::min<index_t>(nt, blocks)) : 1, [&](int, int) {
-    std::vector<double> part(store ? 0 : static_cast<std::size_t>(std::min(block, N) * C));
+    double* const part = store ? nullptr : part_buffer(std::min(block, N) * C);
 #ifdef KRONPE_OPENMP
 #pragma omp for schedule(static)
 #endif
     for (index_t b = 0; b < blocks; ++b) {
       const index_t j0 = b * block, j1 = std::min(N, j0 + block);
-      double* yb = store ? y + j0 * C : part.data();
+      double* yb = store ? y + j0 * C : part;
       with_simd([&](auto) KRONPE_SPLINE_INLINE_LAMBDA { apply_block<S, CC>(st, N, W, shift, x, C, yb, j0, j1); });
       if constexpr (!store) finish(j0, j1, static_cast<const double*>(yb));
     }

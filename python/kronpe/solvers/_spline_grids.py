@@ -253,12 +253,11 @@ class _Level:
             self._fresh32 = True
         return self._A32
 
-    def apply(self, x: np.ndarray, single: bool = False) -> np.ndarray:
-        """A x; ``single``: through A's float32 copy. In a buffer of the level's, valid until the
-        next product (CG reads each at once)."""
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """A x, in a buffer of the level's, valid until the next product (CG reads each at once)."""
         flat = np.ascontiguousarray(x.reshape(self.A.shape[1], -1))
         y = self.buffer("Ax", flat.shape)
-        _core.stencil_apply(list(self.shape), self.single() if single else self.A, flat, y)
+        _core.stencil_apply(list(self.shape), self.A, flat, y)
         return y.reshape(x.shape)
 
     def residual(self, b: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -314,10 +313,6 @@ class _Level:
         """Half-bandwidth of A in the flat coefficient order."""
         return _bandwidth(self.shape)
 
-    def direct(self, work: float = 0.0) -> bool:
-        """Whether a factorisation is cheap enough (``_direct_work`` <= work, DIRECT_WORK)."""
-        return _direct_work(self.shape)[0] <= (work or DIRECT_WORK)
-
     def solve_exact(self, b: np.ndarray) -> np.ndarray:
         """A x = b by a banded Cholesky factorisation (LAPACK pbtrf), kept for the next call; on
         one LAPACK thread (every direct level is small). Banded even where a dense factorisation
@@ -351,6 +346,9 @@ class _Level:
         (``_core.spline_chebyshev``); ``residual``: also return b - A x (one more product; in a
         buffer of the level's, valid until its next smoothing)."""
         hi = self.lmax()
+        # (lmax > 0 wherever a solve smooths: D^-1 A is zero only where A is, on a level without
+        # points at lambda 0, and there b = B^T values is zero too, which _pcg returns before smoothing)
+        assert math.isfinite(hi) and hi > 0, f"the smoother needs D^-1 A's largest eigenvalue > 0, got {hi}"
         lo = hi / CHEB_RATIO
         b = np.ascontiguousarray(b)
         out = (np.empty_like(b) if out is None else out) if x is None else x
@@ -411,7 +409,7 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
     from .krylov import cdot, pcg
 
     lev = levels[-1]
-    if lev.direct():
+    if _factorised(lev.shape):
         return lev.solve_exact(b), 0, 0.0
     levels = levels[_first_level([v.shape for v in levels]):]
     bn = np.sqrt(cdot(b, b))
@@ -424,8 +422,8 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
     if not np.any(ok):
         x[:, bn == 0] = 0.0
         return x, 0, 0.0
-    if x0 is not None:  # a warm start (a neighbouring lambda or level) still takes a real step
-        tol = max(min(tol, reduction * float(np.min(rn[ok] / bn[ok]))), 1e-13)
+    if x0 is not None:
+        tol = _warm_tol(tol, reduction, float(np.min(rn[ok] / bn[ok])))
     # CG on the correction (A d = r0: no second product for the start's residual) to tol times ||b||
     tol_r = tol * float(np.min(bn[ok] / rn[ok]))
     vcycle = lambda r: _vcycle(levels, r)  # noqa: E731
@@ -441,12 +439,19 @@ def _pcg(levels: List[_Level], b: np.ndarray, x0: Optional[np.ndarray], tol: flo
     return x, it, float(np.max(np.where(bn > 0, rel * rn / np.where(bn > 0, bn, 1.0), 0.0)))
 
 
+def _warm_tol(tol: float, reduction: float, start: float) -> float:
+    """The tolerance of a warm-started solve (from a neighbouring lambda or level) whose start has
+    the relative residual ``start``: tol, or ``reduction`` times start where smaller (a warm start
+    still takes a real step), at least 1e-13."""
+    return max(min(tol, reduction * start), 1e-13)
+
+
 def _first_level(shapes: Sequence[Sequence[int]]) -> int:
     """The coarsest of these levels a solve of the last one uses: the last itself when it is
     factorised, else the V-cycle's coarsest (the finest level cheap to factorise)."""
-    if _direct_work(shapes[-1])[0] <= DIRECT_WORK:
+    if _factorised(shapes[-1]):
         return len(shapes) - 1
-    return max([k for k, s in enumerate(shapes) if _direct_work(s)[0] <= VCYCLE_DIRECT_WORK], default=0)
+    return max([k for k, s in enumerate(shapes) if _factor_work(tuple(s)) <= VCYCLE_DIRECT_WORK], default=0)
 
 
 def _bandwidth(shape: Sequence[int]) -> int:
@@ -454,11 +459,14 @@ def _bandwidth(shape: Sequence[int]) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _direct_work(shape: Tuple[int, ...]) -> Tuple[float, str]:
-    """A level's size in the choice between a factorisation and CG (levels up to DIRECT_WORK are
-    factorised, always banded): N bw^2, or N^3 / 3 / DENSE_SPEEDUP where that is smaller; and
-    which of the two it is."""
+def _factor_work(shape: Tuple[int, ...]) -> float:
+    """A level's size in the choice between a factorisation and CG: N bw^2, or N^3 / 3 /
+    DENSE_SPEEDUP where that is smaller (the factorisation itself is always banded)."""
     N = math.prod(shape)
-    banded = float(N) * _bandwidth(shape) ** 2
-    dense = float(N) ** 3 / 3 / DENSE_SPEEDUP
-    return (banded, "banded") if banded <= dense else (dense, "dense")
+    return min(float(N) * _bandwidth(shape) ** 2, float(N) ** 3 / 3 / DENSE_SPEEDUP)
+
+
+def _factorised(shape: Sequence[int]) -> bool:
+    """Whether a level of this shape is solved by a factorisation (``_factor_work`` up to
+    DIRECT_WORK) rather than by CG: the one rule of the host's and the device's solves."""
+    return _factor_work(tuple(shape)) <= DIRECT_WORK

@@ -79,9 +79,9 @@ from .. import _core
 from .. import io as _io
 from .._adapters import validate as _validate
 from ._spline_grids import (CHEB_DEGREE, CHEB_RATIO, DENSE_SPEEDUP, DIRECT_WORK, LANCZOS_STEPS,  # noqa: F401
-                           VCYCLE_DIRECT_WORK, WARM_REDUCTION, Grid, _direct_work, _first_level, _Level, _pcg,
-                           _pieces, _prolong, _vcycle, add_penalty, axis_grams, normal_equations, penalty_stencil,
-                           restrict, subdivide, values_at)
+                           VCYCLE_DIRECT_WORK, WARM_REDUCTION, Grid, _factorised, _first_level, _Level, _pcg,
+                           _pieces, _prolong, _vcycle, _warm_tol, add_penalty, axis_grams, normal_equations,
+                           penalty_stencil, restrict, subdivide, values_at)
 
 __all__ = ["SplineModel", "fit", "penalty_stencil", "axis_grams", "subdivide", "restrict"]
 
@@ -282,7 +282,7 @@ class _HostLevels:
 
     def direct(self, l: int) -> bool:
         """Whether level l is solved by a factorisation (cheap) rather than iteratively."""
-        return _direct_work(self.grids[l].shape)[0] <= DIRECT_WORK
+        return _factorised(self.grids[l].shape)
 
     def start(self, l: int, x: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Level l's starting point from level l - 1's fit (the same spline, subdivided)."""
@@ -302,8 +302,8 @@ class _HostLevels:
         x, it, _ = _pcg(self._levels(l, lam), self.rhs[l], x0, tol, LOWER_MAXITER if lower else CG_MAXITER,
                         EXPLORE_REDUCTION, LOWER_PROBE if lower else 0, start)
         # what a solve held to cg_tol would have reached: refine's goal for this fit
-        self.tight_tol[(l, lam)] = self.cg_tol if x0 is None or not start else max(
-            min(self.cg_tol, EXPLORE_REDUCTION * start[0]), 1e-13)
+        self.tight_tol[(l, lam)] = (self.cg_tol if x0 is None or not start
+                                    else _warm_tol(self.cg_tol, EXPLORE_REDUCTION, start[0]))
         return None if lower and it >= LOWER_MAXITER else x
 
     def refine(self, l: int, lam: float, x: np.ndarray) -> np.ndarray:

@@ -111,7 +111,7 @@ class TorchLevels:
 
     def direct(self, l: int) -> bool:
         """As the host decides (the same choices of lambda follow), though every level here is dense."""
-        return _spline._direct_work(self.grids[l].shape)[0] <= _spline.DIRECT_WORK
+        return _spline._factorised(self.grids[l].shape)
 
     def start(self, l: int, x):
         return None
