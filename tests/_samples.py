@@ -693,10 +693,10 @@ def blend_factor_cases(normalize=(True, False)) -> Iterator[BlendFactorCase]:
 
 #: (m, k, n) of C = op(A) op(B) through the BLAS: a single element, odd sizes, empty products.
 GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (64, 33, 17), (0, 4, 3), (5, 0, 2), (3, 4, 0)]
-#: ... through kronpe's packed AVX-512 GEMM: odd sizes (partial register tiles), a contraction
-#: longer than one k block, empty products; with m >= n and a transposed B the small operand's panels
-#: are packed by 16 x 16 transposes, k in whole blocks of 16 and with a remainder, full and partial
-#: 32-column panels.
+#: ... through kronpe's packed GEMM (AVX-512 or AVX2 kernels): odd sizes (partial register tiles), a
+#: contraction longer than one k block, empty products; with m >= n and a transposed B the small
+#: operand's panels are packed by 16 x 16 transposes (AVX2: 8 x 8), k in whole blocks of 16 and with a
+#: remainder, full and partial 32-column panels (AVX2: 16).
 PACKED_GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37), (0, 4, 3), (5, 0, 2),
                       (3, 4, 0), (1, 300, 1), (2, 9, 50), (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32)]
 #: Layouts the GEMMs take: rows contiguous in memory, packed or padded (rows of a wider array).

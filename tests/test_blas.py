@@ -88,7 +88,8 @@ def test_gemm_refuses_an_output_that_shares_an_operand(rng, kernel, args):
         np.testing.assert_array_equal(buf[:, :6], before[:, :6])
 
 
-needs_packed = pytest.mark.skipif(not _core._tuning.packed_gemm_supported(), reason="no AVX-512 on this CPU")
+needs_packed = pytest.mark.skipif(not _core._tuning.packed_gemm_supported(),
+                                  reason="neither AVX-512 nor AVX2 and FMA on this CPU")
 
 
 def _packed(a, b, ta, tb, threads=1):
@@ -103,8 +104,8 @@ def _packed(a, b, ta, tb, threads=1):
 @needs_packed
 @pytest.mark.parametrize("case", PACKED_CASES, ids=ids(PACKED_CASES))
 def test_packed_gemm_matches_numpy(rng, dtype, case):
-    """The AVX-512 packed GEMM against float64 NumPy (tests/_samples.py: PACKED_GEMM_SHAPES), packed
-    and padded rows."""
+    """The packed GEMM against float64 NumPy (tests/_samples.py: PACKED_GEMM_SHAPES), packed and
+    padded rows; its AVX2 kernels too (test_packed_gemm_tests_pass_on_avx2)."""
     c, ref = _case_product(_core.packed_gemm, case, rng, dtype, 1)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(c, ref, rtol=tol, atol=tol * max(1, case.k) ** 0.5 * 4)
@@ -166,16 +167,54 @@ def test_packed_gemm_from_memory(rng, dtype, big, offset):
     np.testing.assert_allclose(out[0], ref, rtol=tol, atol=tol * k**0.5 * 4)
 
 
+def _packed_products():
+    """A few products of the packed GEMM (odd sizes, every transpose, several k blocks, two
+    threads), as bytes."""
+    rng = np.random.default_rng(5)
+    out = []
+    for dtype in (np.float32, np.float64):
+        for m, k, n in [(13, 33, 47), (300, 700, 290), (45, 70, 1000), (253, 70, 40)]:
+            for ta, tb in [(False, False), (True, True), (True, False)]:
+                a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+                b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+                out.append(_packed(a, b, ta, tb, threads=2).tobytes())
+    return b"".join(out)
+
+
+@needs_packed
+def test_packed_gemm_tests_pass_on_avx2():
+    """The packed GEMM's tests of this file again with KRONPE_SIMD=avx2 (read once per process):
+    the AVX2 kernels, which CPUs without AVX-512 run, against NumPy and on one and two threads;
+    and their products have the bits of this process's kernels (every element of C gets the same
+    FMAs in the same order)."""
+    import hashlib
+    import subprocess
+
+    env = dict(os.environ, KRONPE_SIMD="avx2")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kronpe.__file__)), env.get("PYTHONPATH", "")])
+    tests = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "(packed_gemm or chain_gemm) and not avx2"], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(tests), timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " skipped" not in r.stdout, r.stdout[-2000:]
+    code = "import hashlib, test_blas; print(hashlib.sha256(test_blas._packed_products()).hexdigest())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tests,
+                       timeout=600, check=True)
+    assert r.stdout.split()[-1] == hashlib.sha256(_packed_products()).hexdigest()
+
+
 def test_chain_gemm_setting():
-    """The chains' GEMM: 'auto' resolves to the packed one exactly where AVX-512 runs; 'packed'
-    is refused elsewhere; bad names are named."""
+    """The chains' GEMM: 'auto' resolves to the packed one exactly where it runs (AVX-512, or AVX2
+    and FMA: build_info names the kernels); 'packed' is refused elsewhere; bad names are named."""
     try:
         _core._tuning.set_chain_gemm("blas")
         assert _core.chain_gemm() == "blas"
         assert kronpe.build_info()["chain_gemm"] == "BLAS"
         _core._tuning.set_chain_gemm("auto")
         assert _core.chain_gemm() == ("packed" if _core._tuning.packed_gemm_supported() else "blas")
-        assert kronpe.build_info()["chain_gemm"] == ("packed AVX-512" if _core._tuning.packed_gemm_supported() else "BLAS")
+        kernels = {"avx512": "packed AVX-512", "avx2": "packed AVX2"}.get(kronpe.build_info()["simd"], "BLAS")
+        assert kronpe.build_info()["chain_gemm"] == (kernels if _core._tuning.packed_gemm_supported() else "BLAS")
         if _core._tuning.packed_gemm_supported():
             _core._tuning.set_chain_gemm("packed")
             assert _core.chain_gemm() == "packed"

@@ -43,9 +43,10 @@ def test_chain_matches_einsum(case, device, dtype, rng):
 
 @pytest.fixture(params=["blas", "packed"])
 def chain_gemm(request):
-    """The CPU chains on the BLAS and on kronpe's packed AVX-512 GEMM (where the CPU runs it)."""
+    """The CPU chains on the BLAS and on kronpe's packed GEMM (where the CPU runs it: AVX-512, or
+    AVX2 and FMA; CI runs this file with KRONPE_SIMD=avx2 too)."""
     if request.param == "packed" and not _core._tuning.packed_gemm_supported():
-        pytest.skip("no AVX-512 on this CPU")
+        pytest.skip("neither AVX-512 nor AVX2 and FMA on this CPU")
     _core._tuning.set_chain_gemm(request.param)
     yield request.param
     _core._tuning.set_chain_gemm("auto")
@@ -142,7 +143,7 @@ def test_numpy_fast_path_matches_the_general_path(dtype, order):
         np.testing.assert_array_equal(fast, general)
 
 
-@pytest.mark.skipif(not _core._tuning.packed_gemm_supported(), reason="no AVX-512 on this CPU")
+@pytest.mark.skipif(not _core._tuning.packed_gemm_supported(), reason="neither AVX-512 nor AVX2 and FMA on this CPU")
 @pytest.mark.parametrize("rows", [256, 253, 250, 245])
 @pytest.mark.parametrize("big", ["a", "b"])
 def test_packed_gemm_last_rows_keep_their_bits(dtype, rows, big):

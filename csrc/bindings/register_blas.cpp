@@ -131,9 +131,9 @@ void register_blas(py::module_& m, py::module_& tuning) {
       },
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("trans_a") = false,
       py::arg("trans_b") = false, py::arg("threads") = 0,
-      "c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal).");
+      "c = op(a) op(b) with kronpe's packed AVX-512 or AVX2 GEMM, row-major host matrices (internal).");
   tuning.def("packed_gemm_supported", &packed_gemm_supported,
-        "Whether this build and CPU run kronpe's packed AVX-512 GEMM.");
+        "Whether this build and CPU run kronpe's packed GEMM (AVX-512, or AVX2 and FMA).");
   tuning.def(
       "set_chain_gemm",
       [](const std::string& which) {
@@ -144,7 +144,7 @@ void register_blas(py::module_& m, py::module_& tuning) {
                                            : ChainGemm::automatic);
       },
       py::arg("which"),
-      "The GEMM of the CPU mode-product chains: 'auto' (packed where AVX-512 runs, else the "
+      "The GEMM of the CPU mode-product chains: 'auto' (packed where it runs, else the "
       "BLAS), 'blas' or 'packed' (internal: tests and measurements).");
   m.def(
       "invert_in_place",

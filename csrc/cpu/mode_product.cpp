@@ -1,5 +1,5 @@
 // Mode-n products on the CPU: the shared executor (kronpe/mode_product_exec.h) with
-// kronpe::chain_gemm (the packed AVX-512 GEMM, or the BLAS NumPy/SciPy loaded), a cache-blocked
+// kronpe::chain_gemm (the packed AVX-512 or AVX2 GEMM, or the BLAS NumPy/SciPy loaded), a cache-blocked
 // strided copy and a per-thread workspace.
 #include "kronpe/mode_product.h"
 

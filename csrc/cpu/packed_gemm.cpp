@@ -1,15 +1,17 @@
-// The packed GEMM of the CPU chains (kronpe/packed_gemm.h): dispatch, packing, blocking and the
-// AVX-512 micro-kernels.
+// The packed GEMM of the CPU chains (kronpe/packed_gemm.h): dispatch, and the vector traits of
+// the AVX-512 and AVX2 kernels; packing, blocking and the micro-kernels are packed_gemm_body.h,
+// compiled once for each.
 #include "kronpe/simd.h"
 #include "kronpe/packed_gemm.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
-#include <type_traits>
 
 #include "kronpe/avx512.h"
 #include "kronpe/blas.h"
@@ -40,7 +42,6 @@ namespace {
 std::atomic<int> g_chain_gemm{int(ChainGemm::automatic)};
 std::atomic<int> g_active_calls{0};  // packed_gemm calls running now
 
-
 // Scratch for packed operands, one per thread, kept between calls (64-byte aligned).
 struct PackBuffer {
   struct Free {
@@ -63,23 +64,35 @@ struct PackBuffer {
 thread_local PackBuffer t_big;    // a block of the large operand (per thread)
 thread_local PackBuffer t_small;  // the small operand, packed whole (the calling thread's)
 
+// The kernels the packed GEMM runs here: 2 the AVX-512 ones (F, DQ, BW, VL), 1 the AVX2 and FMA
+// ones, 0 none (another CPU or compiler); KRONPE_SIMD lowers it (kronpe/simd.h).
+int packed_isa() {
+#if KRONPE_AVX512
+  static const int isa = [] {
+    const int level = simd_level();
+    if (level >= 2) return 2;
+    __builtin_cpu_init();
+    return level == 1 && __builtin_cpu_supports("fma") ? 1 : 0;
+  }();
+  return isa;
+#else
+  return 0;
+#endif
+}
+
+constexpr const char* kNeeds = "an x86-64 CPU with AVX2 and FMA, or AVX-512 (F, DQ, BW, VL)";
+
 }  // namespace
 
 void set_chain_gemm(ChainGemm which) {
   if (which == ChainGemm::packed && !packed_gemm_supported())
-    throw ArgumentError("the packed GEMM needs an x86-64 CPU with AVX-512 (F, DQ, BW, VL)");
+    throw ArgumentError(std::string("the packed GEMM needs ") + kNeeds);
   g_chain_gemm.store(int(which));
 }
 
 ChainGemm chain_gemm_setting() { return ChainGemm(g_chain_gemm.load()); }
 
-bool packed_gemm_supported() {
-#if KRONPE_AVX512
-  return cpu_has_avx512(true);
-#else
-  return false;
-#endif
-}
+bool packed_gemm_supported() { return packed_isa() > 0; }
 
 bool chain_uses_packed_gemm() {
   const ChainGemm w = chain_gemm_setting();
@@ -87,126 +100,14 @@ bool chain_uses_packed_gemm() {
 }
 
 #if KRONPE_AVX512
-// ---- AVX-512 part: everything below is compiled for AVX-512 and only called after the check ----
-KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
+// ---- The kernels, one region per instruction set: its vector traits and kernel shape (kMR rows x
+// kNV vectors), then the algorithm (packed_gemm_body.h). Each runs only after packed_isa() chose
+// it. ----
 namespace {
 
-template <typename T>
-struct Vec;
-
-template <>
-struct Vec<float> {
-  using reg = __m512;
-  using mask = __mmask16;
-  static constexpr int W = 16;
-  static reg zero() { return _mm512_setzero_ps(); }
-  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
-  static reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static void stream(float* p, reg v) { _mm512_stream_ps(p, v); }
-  static reg mload(const float* p, mask m) { return _mm512_maskz_loadu_ps(m, p); }
-  static void mstore(float* p, mask m, reg v) { _mm512_mask_storeu_ps(p, m, v); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
-  static mask first(int n) {
-    return n <= 0 ? mask(0) : n >= W ? mask(0xFFFF) : mask((1u << n) - 1);
-  }
-};
-
-template <>
-struct Vec<double> {
-  using reg = __m512d;
-  using mask = __mmask8;
-  static constexpr int W = 8;
-  static reg zero() { return _mm512_setzero_pd(); }
-  static reg bcast(const double* p) { return _mm512_set1_pd(*p); }
-  static reg load(const double* p) { return _mm512_loadu_pd(p); }
-  static void store(double* p, reg v) { _mm512_storeu_pd(p, v); }
-  static void stream(double* p, reg v) { _mm512_stream_pd(p, v); }
-  static reg mload(const double* p, mask m) { return _mm512_maskz_loadu_pd(m, p); }
-  static void mstore(double* p, mask m, reg v) { _mm512_mask_storeu_pd(p, m, v); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_pd(a, b, c); }
-  static reg add(reg a, reg b) { return _mm512_add_pd(a, b); }
-  static mask first(int n) {
-    return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1);
-  }
-};
-
-// The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
-// plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR, or
-// the operand itself when its rows are contiguous) and a B panel (kc x NR, bp[p * NR + j] =
-// B(p, j)); only its first mr rows and nr columns are written. PF: each step of k prefetches
-// the A row `ahead` elements past the sliver (the next slivers' values); stream: a whole tile
-// (64-byte aligned rows) that is not accumulated goes out with streaming stores.
-template <typename T, int MR, int NV, bool PF = false>
-void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
-                  index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
-  using V = Vec<T>;
-  constexpr int W = V::W, NR = NV * W;
-  typename V::reg r[MR][NV];
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) r[i][v] = V::zero();
-  for (index_t p = 0; p < kc; ++p) {
-    typename V::reg b[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * W);
-    if constexpr (PF) __builtin_prefetch(ap + ahead);
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i) {
-      const typename V::reg a = V::bcast(ap + i);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) r[i][v] = V::fma(a, b[v], r[i][v]);
-    }
-    ap += as;
-    bp += NR;
-  }
-  if (mr == MR && nr == NR) {
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        T* q = c + i * ldc + v * W;
-        if (acc)
-          V::store(q, V::add(V::load(q), r[i][v]));
-        else if (stream)
-          V::stream(q, r[i][v]);
-        else
-          V::store(q, r[i][v]);
-      }
-    return;
-  }
-  typename V::mask m[NV];
-#pragma GCC unroll 4
-  for (int v = 0; v < NV; ++v) m[v] = V::first(nr - v * W);
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i) {
-    if (i >= mr) break;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      T* q = c + i * ldc + v * W;
-      V::mstore(q, m[v], acc ? V::add(V::mload(q, m[v]), r[i][v]) : r[i][v]);
-    }
-  }
-}
-
-// One tile: micro_kernel, except that a last sliver of mr < MR rows runs the kernel of the next
-// multiple of 4 rows (reading its packed sliver with the same stride `as`) rather than all MR
-// rows on zero padding: a 256-row operand is 21 slivers of 12 and one of 4, and the 4-row kernel
-// takes a third of the 12-row one's time (a 256^3 float32 GEMM 3% faster). Every element of C
-// gets the same operations in the same order, so the bits do not change.
-template <typename T, int MR, int NV, bool PF = false>
-inline void tile_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
-                        index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
-  if constexpr (MR > 4 && MR % 4 == 0) {
-    if (mr <= 4) return micro_kernel<T, 4, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
-    if constexpr (MR > 8) {
-      if (mr <= 8) return micro_kernel<T, 8, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
-    }
-  }
-  micro_kernel<T, MR, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
-}
+// AVX-512: 12 x 2 vectors (24 accumulators, 2 panel loads and 12 broadcasts per step of k).
+KRONPE_AVX512_BEGIN("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
+namespace avx512 {
 
 // the 64-bit halves of a and b, interleaved per 128-bit lane (low halves, high halves)
 inline __m512 lo64(__m512 a, __m512 b) {
@@ -243,236 +144,145 @@ inline void transpose16(const float* src, index_t rs, float* dst, index_t ds) {
   }
 }
 
-// Slivers of R rows: rows [0, rows) x columns [0, kc) of a matrix whose element (i, p) lies at
-// src[i * rs + p * cs] go to dst[(s * kc + p) * R + r] (i = s * R + r), zero past `rows`.
-template <typename T, int R>
-void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs, T* dst) {
-  for (index_t s0 = 0; s0 < rows; s0 += R, dst += kc * R) {
-    const index_t h = std::min<index_t>(R, rows - s0);
-    const T* s = src + s0 * rs;
-    if constexpr (std::is_same_v<T, float> && R % 16 == 0) {
-      if (h == R && cs == 1 && rs != 1) {  // transposing rows contiguous along p: 16 x 16 blocks
-        index_t p = 0;
-        for (; p + 16 <= kc; p += 16)
-          for (int r0 = 0; r0 < R; r0 += 16) transpose16(s + r0 * rs + p, rs, dst + p * R + r0, R);
-        for (; p < kc; ++p)
-          for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p];
-        continue;
-      }
-    }
-    if (h == R && rs == 1) {  // a sliver's rows are contiguous: one short copy per p
-      for (index_t p = 0; p < kc; ++p) {
-        const T* q = s + p * cs;
-        T* d = dst + p * R;
-#pragma GCC unroll 64
-        for (int r = 0; r < R; ++r) d[r] = q[r];
-      }
-    } else if (h == R) {  // transposing: R rows read along p, 8 at a time
-      index_t p = 0;
-      for (; p + 8 <= kc; p += 8)
-#pragma GCC unroll 64
-        for (int r = 0; r < R; ++r) {
-          const T* q = s + r * rs + p * cs;
-#pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j) dst[(p + j) * R + r] = q[j * cs];
-        }
-      for (; p < kc; ++p)
-        for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p * cs];
-    } else {
-      for (index_t p = 0; p < kc; ++p) {
-        T* d = dst + p * R;
-        for (index_t r = 0; r < h; ++r) d[r] = s[r * rs + p * cs];
-        for (index_t r = h; r < R; ++r) d[r] = T(0);
-      }
-    }
+template <typename T>
+struct Vec;
+
+template <>
+struct Vec<float> {
+  using reg = __m512;
+  using mask = __mmask16;
+  static constexpr int W = 16, TB = 16;
+  static constexpr bool in_place = true;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static void stream(float* p, reg v) { _mm512_stream_ps(p, v); }
+  static reg mload(const float* p, mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void mstore(float* p, mask m, reg v) { _mm512_mask_storeu_ps(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static mask first(int n) {
+    return n <= 0 ? mask(0) : n >= W ? mask(0xFFFF) : mask((1u << n) - 1);
+  }
+  static void transpose(const float* src, index_t rs, float* dst, index_t ds) { transpose16(src, rs, dst, ds); }
+};
+
+template <>
+struct Vec<double> {
+  using reg = __m512d;
+  using mask = __mmask8;
+  static constexpr int W = 8, TB = 0;
+  static constexpr bool in_place = true;
+  static reg zero() { return _mm512_setzero_pd(); }
+  static reg bcast(const double* p) { return _mm512_set1_pd(*p); }
+  static reg load(const double* p) { return _mm512_loadu_pd(p); }
+  static void store(double* p, reg v) { _mm512_storeu_pd(p, v); }
+  static void stream(double* p, reg v) { _mm512_stream_pd(p, v); }
+  static reg mload(const double* p, mask m) { return _mm512_maskz_loadu_pd(m, p); }
+  static void mstore(double* p, mask m, reg v) { _mm512_mask_storeu_pd(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_pd(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_pd(a, b); }
+  static mask first(int n) {
+    return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1);
+  }
+  static void transpose(const double*, index_t, double*, index_t) {}
+};
+
+constexpr int kMR = 12, kNV = 2;
+#include "packed_gemm_body.h"
+
+}  // namespace avx512
+KRONPE_AVX512_END
+
+// AVX2 and FMA: 6 x 2 vectors (6 rows x 16 floats or 8 doubles: 12 accumulators, 2 panel loads
+// and a broadcast, 15 of the 16 ymm registers). Partial tiles load and store through lane masks.
+KRONPE_AVX512_BEGIN("avx2,fma")
+namespace avx2 {
+
+// 8 x 8 floats transposed (as transpose16 above): in-lane unpacks and shuffles, then the 128-bit
+// halves swapped across registers; 8 loads and 8 stores for 64 values.
+inline void transpose8(const float* src, index_t rs, float* dst, index_t ds) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+  for (int i = 0; i < 8; i += 2) {  // half h: [a(4h), b(4h), a(4h+1), b(4h+1)], [... 4h+2, 4h+3]
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // r[i + q], half h: column 4h + q of rows i..i+3
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int q = 0; q < 4; ++q) {  // column q: low halves of rows 0..3 and 4..7; column 4 + q: high
+    _mm256_storeu_ps(dst + q * ds, _mm256_permute2f128_ps(r[q], r[4 + q], 0x20));
+    _mm256_storeu_ps(dst + (4 + q) * ds, _mm256_permute2f128_ps(r[q], r[4 + q], 0x31));
   }
 }
 
-// A packed block of the big operand: a quarter of a 1 MiB L2.
-constexpr index_t kBlockBytes = index_t(256) << 10;
-
-// An A read in place from memory (not cache) is prefetched this many elements ahead, row by row
-// of k, in a sliver's first micro-kernel call: its rows lie far apart (a chain step's X^T: one
-// row per index of the contracted axis, 64 rows 1 MiB apart in a 64^4 step), too many streams
-// for the hardware prefetchers. Two threads, a 64^4 float32 chain's steps (262144 x 64 x 64):
-// 135 -> 162 GFLOP/s; the D = 4 64 -> 64 chain 59.5 -> 51.1 ms (medians of four alternating
-// processes). Cached operands are left alone (16 MiB: half this machine's L3).
-constexpr index_t kPrefetchAhead = 32;
-constexpr double kPrefetchFromBytes = double(16 << 20);
-
-// The longest k block whose A slivers are read in place (see packed_gemm_impl).
-constexpr index_t kDirectKc = 128;
-
 template <typename T>
-constexpr index_t kc_max() {
-  return sizeof(T) == 4 ? 384 : 256;
-}
+struct Vec;
 
-// C = op(A) op(B) with the MR x (NV vectors) kernel. The operand with the longer free extent
-// ("big") is packed block by block on each thread (or read in place: direct_a below); the other
-// ("small") is packed whole once per call.
-template <typename T, int MR, int NV>
-void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, index_t csa,
-                      const T* b, index_t rsb, index_t csb, T* c, index_t ldc, int threads) {
-  constexpr int NR = NV * Vec<T>::W;
-  const index_t nk = (K + kc_max<T>() - 1) / kc_max<T>();
-  const index_t kc0 = (K + nk - 1) / nk;  // every k block but the last has kc0 columns
-  const bool big_a = M >= N;
-  // the small operand: slivers (of A) or panels (of B) for every k block, one after another
-  const index_t small_n = big_a ? N : M;
-  const int small_r = big_a ? NR : MR;
-  const index_t small_rows = (small_n + small_r - 1) / small_r * small_r;
-  T* sp = static_cast<T*>(t_small.get(std::size_t(small_rows * K) * sizeof(T)));
-  const index_t small_slivers = small_rows / small_r;
-  // piece q of the small operand's packing: k block q / small_slivers, sliver q % small_slivers
-  auto pack_small = [&](index_t q) {
-    const index_t kb = q / small_slivers, s0 = q % small_slivers * small_r;
-    const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
-    T* d = sp + small_rows * p0 + s0 * kc;
-    const index_t h = std::min<index_t>(small_r, small_n - s0);
-    if (big_a)
-      pack_slivers<T, NR>(h, kc, b + p0 * rsb + s0 * csb, csb, rsb, d);
-    else
-      pack_slivers<T, MR>(h, kc, a + p0 * csa + s0 * rsa, rsa, csa, d);
-  };
-  const index_t small_pieces = nk * small_slivers;
-  // the big operand in blocks of `bb` rows (a multiple of its sliver height)
-  const index_t big_n = big_a ? M : N;
-  const int big_r = big_a ? MR : NR;
-  const index_t slivers = (big_n + big_r - 1) / big_r;
-  const index_t max_per_block =
-      std::max<index_t>(1, kBlockBytes / (kc0 * index_t(sizeof(T)) * big_r));
-  const double flops = 2.0 * double(M) * double(N) * double(K);
-  int nt = std::max(1, threads);
-  nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(flops / kPackedFlopsPerThread))));
-  nt = int(std::min<index_t>(nt, slivers));
-  // blocks per thread: four on one thread; eight in a team, for the dynamic schedule to even out
-  // (four left a 512^2 step's 43 slivers in 7 blocks of 6 and one of 1; two threads, interleaved in
-  // one process, best of three calls: eight took the D=2 chains 512 and 256->512 in 0.92-0.93 and
-  // 0.94-0.95 of four's time, 256, 1024 and the D=3 chains within 0.5%; on one thread eight moved
-  // the rows by -5% to +2%, so one thread keeps four)
-  const index_t per_thread = nt > 1 ? 8 : 4;
-  const index_t per_block = std::min(
-      max_per_block, std::max<index_t>(1, (slivers + per_thread * nt - 1) / (per_thread * nt)));
-  const index_t nblocks = (slivers + per_block - 1) / per_block;
-  const index_t bb = per_block * big_r;
-  // An A with contiguous columns (X^T of a chain step) is read in place, without a pack pass,
-  // when a sliver's kc rows of cache lines stay in L1 beside a B panel (kc <= kDirectKc): at
-  // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins.
-  const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc;
-  const bool prefetch = direct_a && double(M) * double(K) * sizeof(T) >= kPrefetchFromBytes;
-  // A C that large is written with streaming stores (whole aligned cache lines, no read for
-  // ownership) where a single k block writes it once: the next chain step reads it from memory
-  // anyway. The D = 4 64 -> 64 chain (prefetching) 57.6 -> 51.3 ms, and 51.7 -> 51.2 with the
-  // result aligned too (kronpe.ops allocates it so); D = 3 256 -> 256 147 -> 139 ms.
-  const bool stream = nk == 1 && double(M) * double(N) * sizeof(T) >= kPrefetchFromBytes &&
-                      reinterpret_cast<std::uintptr_t>(c) % 64 == 0 && (ldc * index_t(sizeof(T))) % 64 == 0;
-  // In a team, the slivers of the small operand packed so far per k block (see the team below);
-  // null on one thread.
-  std::atomic<index_t>* packed = nullptr;
-  auto block = [&](index_t blk) {
-    const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
-    T* bp = static_cast<T*>(t_big.get(std::size_t(bb * kc0) * sizeof(T)));
-    for (index_t kb = 0; kb < nk; ++kb) {
-      if (packed)  // every piece is taken: wait for those another thread is still packing (and
-                   // give the core away while it waits long: that thread may be waiting for one)
-        for (int spins = 0; packed[kb].load(std::memory_order_acquire) < small_slivers; ++spins) {
-          if (spins < 4096)
-            _mm_pause();
-          else
-            std::this_thread::yield();
-        }
-      const index_t p0 = kb * kc0, kc = std::min(kc0, K - p0);
-      const T* spk = sp + small_rows * p0;
-      const bool acc = kb > 0;
-      if (big_a) {
-        const T* ab = a + i0 * rsa + p0 * csa;
-        if (!direct_a) pack_slivers<T, MR>(ib, kc, ab, rsa, csa, bp);
-        for (index_t i = 0; i < ib; i += MR) {
-          const int mr = int(std::min<index_t>(MR, ib - i));
-          const T* ap = bp + i * kc;
-          index_t as = MR;
-          if (direct_a && mr == MR) {  // read in place
-            ap = ab + i;
-            as = csa;
-          } else if (direct_a) {  // the last rows: a sliver of its own, zero-padded
-            pack_slivers<T, MR>(mr, kc, ab + i, rsa, csa, bp);
-            ap = bp;
-          }
-          for (index_t j = 0; j < N; j += NR) {
-            const int nr = int(std::min<index_t>(NR, N - j));
-            T* cj = c + (i0 + i) * ldc + j;
-            if (prefetch && j == 0)
-              tile_kernel<T, MR, NV, true>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc,
-                                           kPrefetchAhead, stream);
-            else
-              tile_kernel<T, MR, NV>(kc, ap, as, spk + j * kc, cj, ldc, mr, nr, acc, 0, stream);
-          }
-        }
-      } else {
-        pack_slivers<T, NR>(ib, kc, b + i0 * csb + p0 * rsb, csb, rsb, bp);
-        for (index_t j = 0; j < ib; j += NR) {
-          const T* bq = bp + j * kc;
-          const int nr = int(std::min<index_t>(NR, ib - j));
-          for (index_t i = 0; i < M; i += MR)
-            tile_kernel<T, MR, NV>(kc, spk + i * kc, MR, bq, c + i * ldc + i0 + j, ldc,
-                                   int(std::min<index_t>(MR, M - i)), nr, acc, 0, stream);
-        }
-      }
-    }
-  };
-#ifdef KRONPE_OPENMP
-  if (nt > 1 && nblocks > 1) {
-    // The small operand is packed by the team, then the blocks, both handed out piece by piece
-    // from shared counters, with no barrier: a block waits only for the pieces of its k block
-    // that another thread is still packing. A thread that starts late (its core taken by another
-    // process: one scheduler tick, 4 ms, is common on a shared machine) finds the work done or
-    // under way rather than holding the others at a barrier: a D=2 512^2 chain step costs the
-    // caller's own time plus what is left, not the tick plus half the step. The pieces are packed by
-    // the whole team, not by the caller alone before it (that idles the others for about a
-    // quarter of a D=2 256 chain). Tiles and their sums are those of one thread.
-    std::unique_ptr<std::atomic<index_t>[]> counts(new std::atomic<index_t>[std::size_t(nk)]);
-    for (index_t kb = 0; kb < nk; ++kb) counts[kb].store(0, std::memory_order_relaxed);
-    packed = counts.get();
-    std::atomic<index_t> next_piece{0}, next_block{0};
-    const TeamClock clock(nt);
-#pragma omp parallel num_threads(nt)
-    {
-      clock.started();
-      for (index_t q = next_piece.fetch_add(1); q < small_pieces; q = next_piece.fetch_add(1)) {
-        pack_small(q);
-        packed[q / small_slivers].fetch_add(1, std::memory_order_release);
-      }
-      for (index_t blk = next_block.fetch_add(1); blk < nblocks; blk = next_block.fetch_add(1)) block(blk);
-      if (stream) _mm_sfence();  // before the team's closing barrier
-      clock.finished();
-    }
-    return;
+template <>
+struct Vec<float> {
+  using reg = __m256;
+  using mask = __m256i;  // a lane is stored where its sign bit is set
+  static constexpr int W = 8, TB = 8;
+  static constexpr bool in_place = true;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg bcast(const float* p) { return _mm256_set1_ps(*p); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static void stream(float* p, reg v) { _mm256_stream_ps(p, v); }
+  static reg mload(const float* p, mask m) { return _mm256_maskload_ps(p, m); }
+  static void mstore(float* p, mask m, reg v) { _mm256_maskstore_ps(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static mask first(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-#endif
-  for (index_t q = 0; q < small_pieces; ++q) pack_small(q);
-  for (index_t blk = 0; blk < nblocks; ++blk) block(blk);
-  if (stream) _mm_sfence();  // the streamed lines ordered before whatever the caller does next
-}
+  static void transpose(const float* src, index_t rs, float* dst, index_t ds) { transpose8(src, rs, dst, ds); }
+};
 
-template <typename T>
-void packed_gemm_avx512(bool ta, bool tb, index_t m, index_t n, index_t k, const T* a,
-                        index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads) {
-  const index_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
-  const index_t rsb = tb ? 1 : ldb, csb = tb ? ldb : 1;
-  // 12 x 2 vectors: 24 accumulators, 2 panel loads and 12 broadcasts per step of k
-  packed_gemm_impl<T, 12, 2>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, threads);
-}
+template <>
+struct Vec<double> {
+  using reg = __m256d;
+  using mask = __m256i;
+  static constexpr int W = 4, TB = 0;
+  // A sliver's row of k, 6 doubles (48 bytes), straddles cache lines every other sliver: read in
+  // place it left a 65536 x 64 x 64 float64 product with A transposed 1.4x slower than packed.
+  static constexpr bool in_place = false;
+  static reg zero() { return _mm256_setzero_pd(); }
+  static reg bcast(const double* p) { return _mm256_set1_pd(*p); }
+  static reg load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, reg v) { _mm256_storeu_pd(p, v); }
+  static void stream(double* p, reg v) { _mm256_stream_pd(p, v); }
+  static reg mload(const double* p, mask m) { return _mm256_maskload_pd(p, m); }
+  static void mstore(double* p, mask m, reg v) { _mm256_maskstore_pd(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_pd(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_pd(a, b); }
+  static mask first(int n) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+  }
+  static void transpose(const double*, index_t, double*, index_t) {}
+};
+
+constexpr int kMR = 6, kNV = 2;
+#include "packed_gemm_body.h"
+
+}  // namespace avx2
+KRONPE_AVX512_END
 
 }  // namespace
-KRONPE_AVX512_END
 #endif  // KRONPE_AVX512
+
 
 template <typename T>
 void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
                  index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads) {
   if (!packed_gemm_supported())
-    throw BackendError("kronpe: the packed GEMM needs an x86-64 CPU with AVX-512");
+    throw BackendError(std::string("kronpe: the packed GEMM needs ") + kNeeds);
   require(m >= 0 && n >= 0 && k >= 0, "packed gemm: negative extent");
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -488,7 +298,12 @@ void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, co
   } active;
   if (active.before > 0) nt = 1;
 #if KRONPE_AVX512
-  packed_gemm_avx512<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, nt);
+  const index_t rsa = trans_a ? 1 : lda, csa = trans_a ? lda : 1;
+  const index_t rsb = trans_b ? 1 : ldb, csb = trans_b ? ldb : 1;
+  if (packed_isa() == 2)
+    avx512::packed_gemm_impl<T, avx512::kMR, avx512::kNV>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, nt);
+  else
+    avx2::packed_gemm_impl<T, avx2::kMR, avx2::kNV>(m, n, k, a, rsa, csa, b, rsb, csb, c, ldc, nt);
 #else
   (void)nt, (void)a, (void)lda, (void)b, (void)ldb, (void)trans_a, (void)trans_b;
 #endif

@@ -73,12 +73,15 @@ def build_info() -> dict:
         ``cuda_architectures``, ``cuda_devices`` (devices visible now), ``cublas`` (version
         string of the cuBLAS found at run time, or None) and ``cublas_path`` (where it was found,
         or why not). Without CUDA the last three are 0, None and "". ``chain_gemm``: the GEMM of
-        the CPU mode-product chains, "packed AVX-512" (kronpe's own, on CPUs with AVX-512) or
-        "BLAS".
+        the CPU mode-product chains, "packed AVX-512" or "packed AVX2" (kronpe's own, on CPUs with
+        AVX-512, or with AVX2 and FMA) or "BLAS".
     """
     info = dict(_core.build_info())
     info["blas"] = _blas_name()
-    info["chain_gemm"] = "packed AVX-512" if _core.chain_gemm() == "packed" else "BLAS"
+    if _core.chain_gemm() == "packed":  # its kernels are the widest the vector paths allow
+        info["chain_gemm"] = "packed AVX-512" if info["simd"] == "avx512" else "packed AVX2"
+    else:
+        info["chain_gemm"] = "BLAS"
     info["cuda_devices"] = cuda.device_count()
     info["cublas"], info["cublas_path"] = None, ""
     if info["cuda"]:

@@ -164,7 +164,7 @@ def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, tra
     """c = alpha op(a) op(b) + beta c, row-major host matrices (internal)."""
 
 def packed_gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, threads: int = 0) -> None:
-    """c = op(a) op(b) with kronpe's packed AVX-512 GEMM, row-major host matrices (internal)."""
+    """c = op(a) op(b) with kronpe's packed AVX-512 or AVX2 GEMM, row-major host matrices (internal)."""
 
 def invert_in_place(a: Descriptor) -> bool:
     """a (square, row-major host matrix) replaced by its inverse: blocked Gauss-Jordan with row
@@ -383,7 +383,7 @@ class _tuning:
 
     @staticmethod
     def packed_gemm_supported() -> bool:
-        """Whether this build and CPU run kronpe's packed AVX-512 GEMM."""
+        """Whether this build and CPU run kronpe's packed GEMM (AVX-512, or AVX2 and FMA)."""
 
     @staticmethod
     def set_chain_gemm(which: str) -> None:

@@ -4,8 +4,9 @@
 chains such products over several modes. The chain is planned in C++ (the order that costs the
 fewest flops, and for each step one large GEMM or a strided batch of GEMMs on the buffer as it
 lies, with a permuting copy only where it is cheaper than many small GEMMs), runs on kronpe's own
-packed GEMM with AVX-512 kernels where the CPU has AVX-512 (else on the BLAS that NumPy or SciPy
-loaded; the choice is in ``kronpe.build_info()["chain_gemm"]``), and releases the GIL. NumPy arrays
+packed GEMM with AVX-512 or AVX2 kernels where the CPU has AVX-512, or AVX2 and FMA (else on the
+BLAS that NumPy or SciPy loaded; the choice is in ``kronpe.build_info()["chain_gemm"]``), and
+releases the GIL. NumPy arrays
 in give NumPy out; CPU torch tensors in give torch out (no autograd here: see ``kronpe.torch``). A
 CuPy array or a CUDA torch tensor (T or any matrix) runs the same plan on its GPU, GEMMs in cuBLAS,
 on the caller's current stream, and gives the same kind on the same device (host operands are

@@ -5,7 +5,7 @@ products on SciPy's BLAS (OpenBLAS in SciPy's wheels). :func:`set_num_threads` s
 ``threads=`` argument (``BlendingMatrix(..., threads=)``) still wins for that call.
 
 ``kronpe.torch`` does not follow this setting: there small matrix products run on torch's own
-BLAS, large ones of a chain on kronpe's packed GEMM where the CPU has AVX-512, and kronpe's kernels
+BLAS, large ones of a chain on kronpe's packed GEMM where the CPU has AVX-512 or AVX2, and kronpe's kernels
 use ``torch.get_num_threads()`` threads (at most; small products run on fewer). kronpe and torch load the same OpenMP runtime (one ``libgomp.so.1`` per
 process), so kronpe's kernels add no thread pool beside torch's.
 

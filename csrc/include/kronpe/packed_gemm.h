@@ -1,17 +1,21 @@
-// kronpe C++ core: a packed GEMM of kronpe's own for the mode-product chains on CPUs with
-// AVX-512 (csrc/cpu/packed_gemm.cpp).
+// kronpe C++ core: a packed GEMM of kronpe's own for the mode-product chains on x86-64 CPUs with
+// AVX-512 or AVX2 and FMA (csrc/cpu/packed_gemm.cpp).
 //
 // Why: the BLAS kronpe calls (SciPy's OpenBLAS) may run kernels below the machine's vector width
 // (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU: AVX2 kernels at half the FMA width), and the
 // chains' GEMMs are skinny (one side is a small matrix, the other the whole tensor). The packed
 // GEMM follows the BLIS design: the small operand is packed once into micro-panels, the tensor
 // operand block by block into slivers (any strides: transposed operands cost no extra pass), and
-// a register-blocked micro-kernel of 512-bit FMAs multiplies a sliver by a panel into a tile of
-// C held in registers. Tiles of C belong to one thread each and are summed in a fixed order, so
+// a register-blocked micro-kernel of vector FMAs multiplies a sliver by a panel into a tile of C
+// held in registers. Tiles of C belong to one thread each and are summed in a fixed order, so
 // results do not depend on the thread count.
 //
-// The AVX-512 code is compiled for every x86-64 build (function-level target attributes) and
-// runs only where the CPU reports AVX-512F/DQ/BW/VL; elsewhere the chains call kronpe::gemm.
+// The algorithm is written once (csrc/cpu/packed_gemm_body.h) and compiled for every x86-64 build
+// twice, with function-level target attributes: 512-bit kernels (12 rows x 2 vectors) that run
+// where the CPU reports AVX-512F/DQ/BW/VL, and 256-bit ones (6 rows x 2 vectors) where it reports
+// AVX2 and FMA only, or KRONPE_SIMD=avx2 caps it there (kronpe/simd.h). Both give the same bits:
+// every element of C gets the same FMAs in the same order (the same k blocks), whatever the tile.
+// Elsewhere (KRONPE_SIMD=generic, other CPUs) the chains call kronpe::gemm.
 #pragma once
 #include "kronpe/common.h"
 

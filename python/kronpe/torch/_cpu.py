@@ -7,8 +7,8 @@ allocates a contiguous output tensor.
   the chain to a program of strided copies and (batched) GEMMs
   (``_core.mode_chain_program``, planned with the core's "library" cost model), and
   :func:`run_program` runs that program from Python on ``as_strided`` views: each single GEMM
-  through :func:`gemm` (kronpe's packed AVX-512 GEMM where the CPU has it and the product is
-  large, else ``torch.mm``), strided batches with ``torch.bmm``, the permuting copies with
+  through :func:`gemm` (kronpe's packed GEMM where the CPU has AVX-512, or AVX2 and FMA, and the
+  product is large, else ``torch.mm``), strided batches with ``torch.bmm``, the permuting copies with
   kronpe's cache-blocked ``strided_copy`` (single-threaded). Every GEMM runs on torch's thread
   count and on the OpenMP runtime torch loaded (the extension links the same one, and never
   libtorch). Two shapes skip the planner: chains on end axes (one ``torch.mm`` per mode,
@@ -194,11 +194,11 @@ def gemm(L: torch.Tensor, R: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out = L @ R for 2-D CPU tensors of one dtype, L and R each with a unit stride along one
     axis (a matrix or a transposed one, as views give them) and ``out`` with contiguous rows.
 
-    Large products run on kronpe's packed AVX-512 GEMM where the chains' GEMM is the packed one
-    (``_core.chain_gemm()``: the CPU has AVX-512 and ``_tuning.set_chain_gemm`` did not say
-    "blas"), on torch's thread count and on the OpenMP runtime torch loaded (kronpe's extension
-    links the same one): on the chains' skinny products it outruns a BLAS that does not take
-    AVX-512 paths on the CPU (MKL on AMD). Small products, contractions longer than both free
+    Large products run on kronpe's packed GEMM where the chains' GEMM is the packed one
+    (``_core.chain_gemm()``: the CPU has AVX-512, or AVX2 and FMA, and
+    ``_tuning.set_chain_gemm`` did not say "blas"), on torch's thread count and on the OpenMP
+    runtime torch loaded (kronpe's extension links the same one): on the chains' skinny products
+    it outruns a BLAS that does not take the CPU's widest paths (MKL on AMD). Small products, contractions longer than both free
     extents (a matrix gradient, G Y^T over a whole tensor, where the BLAS's own blocking wins)
     and operands the packed GEMM cannot read run on ``torch.mm``."""
     M, K = L.shape
