@@ -167,6 +167,68 @@ def test_packed_gemm_from_memory(rng, dtype, big, offset):
     np.testing.assert_allclose(out[0], ref, rtol=tol, atol=tol * k**0.5 * 4)
 
 
+def _banded(rng, m, k, dtype, rows=5, width=4):
+    """A block-banded m x k matrix (zero outside its blocks) and its (nblocks, 4) table: blocks of
+    `rows` rows, each with a window of columns around its diagonal, one block of empty windows."""
+    blocks = []
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        c0 = max(0, min(k, r0 * k // max(m, 1) - width))
+        c1 = min(k, c0 + 2 * width)
+        blocks.append((r0, r1, c0, c1))
+    if len(blocks) > 2:
+        r0, r1, _, _ = blocks[1]
+        blocks[1] = (r0, r1, 0, 0)  # rows of zeros
+    a = np.zeros((m, k), dtype)
+    for r0, r1, c0, c1 in blocks:
+        a[r0:r1, c0:c1] = rng.standard_normal((r1 - r0, c1 - c0))
+    return a, np.array(blocks, dtype=np.int64).reshape(-1, 4)
+
+
+@needs_packed
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("m,k,n", [(37, 29, 300), (64, 64, 1000), (7, 3, 5), (0, 4, 6), (5, 4, 0)])
+def test_packed_gemm_blocks_matches_the_reference(rng, dtype, ta, tb, m, k, n):
+    """Each block's rows get op(a)'s window times op(b)'s rows (reference.gemm_blocks), on strided
+    operands and output, on one and two threads with the same bits; a block with an empty window
+    zeroes its rows."""
+    a, blocks = _banded(rng, m, k, dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    av = np.ascontiguousarray(a.T) if ta else a
+    c = np.full((m, n + 3), np.nan, dtype)[:, 1:n + 1]  # a row stride longer than a row
+    want = reference.gemm_blocks(av, b, blocks, np.zeros((m, n)), ta, tb)
+    got = []
+    for threads in (1, 2):
+        c[...] = np.nan
+        _core.packed_gemm_blocks(av, b, c, blocks, ta, tb, threads)
+        got.append(c.copy())
+    np.testing.assert_array_equal(got[0], got[1])
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got[0], want, rtol=tol, atol=tol * 4)
+    # a is zero outside its blocks: the whole product
+    np.testing.assert_allclose(got[0], reference.gemm(a, b, False, tb), rtol=tol, atol=tol * 4)
+
+
+@needs_packed
+def test_packed_gemm_blocks_refuses_bad_tables(rng):
+    a, blocks = _banded(rng, 10, 8, np.float64)
+    b, c = rng.standard_normal((8, 6)), np.zeros((10, 6))
+    bad = {"rows out of order": [[5, 10, 0, 2], [0, 5, 0, 2]], "rows past c": [[0, 11, 0, 2]],
+           "window past a": [[0, 5, 3, 9]], "reversed": [[0, 5, 4, 2]]}
+    for name, table in bad.items():
+        with pytest.raises(ValueError, match="blocks must be row ranges"):
+            _core.packed_gemm_blocks(a, b, c, np.array(table, np.int64), False, False, 1)
+    with pytest.raises(ValueError, match="int32"):
+        _core.packed_gemm_blocks(a, b, c, blocks.astype(np.int32), False, False, 1)
+    with pytest.raises(ValueError, match=r"\(nblocks, 4\) int64"):
+        _core.packed_gemm_blocks(a, b, c, blocks.astype(np.float64), False, False, 1)
+    with pytest.raises(ValueError, match=r"\(nblocks, 4\) int64"):
+        _core.packed_gemm_blocks(a, b, c, blocks[:, :3], False, False, 1)
+    with pytest.raises(ValueError, match="c must not overlap"):
+        _core.packed_gemm_blocks(a, b, a[:, :6], blocks, False, False, 1)
+
+
 def _packed_products():
     """A few products of the packed GEMM (odd sizes, every transpose, several k blocks, two
     threads), as bytes."""

@@ -132,6 +132,27 @@ void register_blas(py::module_& m, py::module_& tuning) {
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("trans_a") = false,
       py::arg("trans_b") = false, py::arg("threads") = 0,
       "c = op(a) op(b) with kronpe's packed AVX-512 or AVX2 GEMM, row-major host matrices (internal).");
+  m.def(
+      "packed_gemm_blocks",
+      [](const Array& a, const Array& b, const Array& c, const Array& blocks, bool trans_a, bool trans_b,
+         int threads) {
+        bindings::require_host(blocks, "blocks");
+        require(blocks.dtype == "int64" && blocks.ndim() == 2 && blocks.shape[1] == 4 &&
+                    (blocks.shape[0] <= 1 || blocks.strides[0] == 4) && blocks.strides[1] == 1,
+                "blocks must be a C-contiguous (nblocks, 4) int64 array of (r0, r1, c0, c1)");
+        const index_t* bl = bindings::data<const index_t>(blocks, "blocks");
+        const index_t nb = blocks.shape[0];
+        gemm_call("packed_gemm_blocks", a, b, c, trans_a, trans_b,
+                  [&](auto t, index_t mm, index_t n, index_t k, const auto* ap, index_t lda,
+                      const auto* bp, index_t ldb, auto* cp, index_t ldc) {
+                    using T = decltype(t);
+                    packed_gemm_blocks<T>(trans_a, trans_b, mm, n, k, ap, lda, bp, ldb, cp, ldc, bl, nb, threads);
+                  });
+      },
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("blocks"), py::arg("trans_a") = false,
+      py::arg("trans_b") = false, py::arg("threads") = 0,
+      "c[r0:r1] = op(a)[r0:r1, c0:c1] op(b)[c0:c1] for each row of blocks, one team of "
+      "single-threaded packed GEMMs (internal).");
   tuning.def("packed_gemm_supported", &packed_gemm_supported,
         "Whether this build and CPU run kronpe's packed GEMM (AVX-512, or AVX2 and FMA).");
   tuning.def(

@@ -310,6 +310,60 @@ void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, co
 }
 
 template <typename T>
+void packed_gemm_blocks(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
+                        index_t lda, const T* b, index_t ldb, T* c, index_t ldc, const index_t* blocks,
+                        index_t nblocks, int threads) {
+  if (!packed_gemm_supported())
+    throw BackendError(std::string("kronpe: the packed GEMM needs ") + kNeeds);
+  require(m >= 0 && n >= 0 && k >= 0 && nblocks >= 0, "packed gemm blocks: negative extent");
+  index_t macs = 0, rows = 0;
+  for (index_t q = 0; q < nblocks; ++q) {
+    const index_t* bl = blocks + 4 * q;
+    require(bl[0] >= rows && bl[0] <= bl[1] && bl[1] <= m && bl[2] >= 0 && bl[2] <= bl[3] && bl[3] <= k,
+            "blocks must be row ranges in order, apart, within c's rows, with column windows within a's "
+            "columns (r0 <= r1 <= next r0, 0 <= c0 <= c1 <= k)");
+    rows = bl[1];
+    macs = saturating_mul(saturating_mul(bl[1] - bl[0], bl[3] - bl[2]), n) + macs;
+  }
+  if (n == 0 || nblocks == 0) return;
+  int nt = threads > 0 ? std::min(checked_threads(threads), kMaxThreads) : kernel_threads();
+  nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(2.0 * double(macs) / kPackedFlopsPerThread))));
+  // tasks: each block's rows times a run of columns, enough of them for a dynamic schedule to even
+  // out (about four per thread); every task is one single-threaded packed GEMM
+  const index_t per_block = nt > 1 ? std::max<index_t>(1, (4 * nt + nblocks - 1) / nblocks) : 1;
+  const index_t width = std::max<index_t>(64, ((n + per_block - 1) / per_block + 63) / 64 * 64);
+  const index_t chunks = (n + width - 1) / width, tasks = nblocks * chunks;
+  auto task = [&](index_t t) {
+    const index_t* bl = blocks + 4 * (t / chunks);
+    const index_t j0 = t % chunks * width, w = std::min(width, n - j0);
+    const index_t r0 = bl[0], h = bl[1] - bl[0], c0 = bl[2], kk = bl[3] - bl[2];
+    if (h == 0) return;
+    T* ct = c + r0 * ldc + j0;
+    if (kk == 0) {
+      for (index_t i = 0; i < h; ++i) std::fill(ct + i * ldc, ct + i * ldc + w, T(0));
+      return;
+    }
+    const T* at = trans_a ? a + c0 * lda + r0 : a + r0 * lda + c0;
+    const T* bt = trans_b ? b + j0 * ldb + c0 : b + c0 * ldb + j0;
+    packed_gemm<T>(trans_a, trans_b, h, w, kk, at, lda, bt, ldb, ct, ldc, 1);
+  };
+#ifdef KRONPE_OPENMP
+  if (nt > 1 && tasks > 1) {
+    const TeamClock clock(nt);
+#pragma omp parallel num_threads(nt)
+    {
+      clock.started();
+#pragma omp for schedule(dynamic, 1)
+      for (index_t t = 0; t < tasks; ++t) task(t);
+      clock.finished();
+    }
+    return;
+  }
+#endif
+  for (index_t t = 0; t < tasks; ++t) task(t);
+}
+
+template <typename T>
 void chain_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
                 index_t lda, const T* b, index_t ldb, T* c, index_t ldc) {
   if (chain_uses_packed_gemm())
@@ -322,7 +376,9 @@ void chain_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, con
   template void packed_gemm<T>(bool, bool, index_t, index_t, index_t, const T*, index_t,      \
                                const T*, index_t, T*, index_t, int);                          \
   template void chain_gemm<T>(bool, bool, index_t, index_t, index_t, const T*, index_t,       \
-                              const T*, index_t, T*, index_t);
+                              const T*, index_t, T*, index_t);                                \
+  template void packed_gemm_blocks<T>(bool, bool, index_t, index_t, index_t, const T*, index_t, \
+                                      const T*, index_t, T*, index_t, const index_t*, index_t, int);
 KRONPE_PACKED_GEMM_INSTANTIATE(float)
 KRONPE_PACKED_GEMM_INSTANTIATE(double)
 #undef KRONPE_PACKED_GEMM_INSTANTIATE

@@ -166,6 +166,12 @@ def gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, tra
 def packed_gemm(a: Descriptor, b: Descriptor, c: Descriptor, trans_a: bool = False, trans_b: bool = False, threads: int = 0) -> None:
     """c = op(a) op(b) with kronpe's packed AVX-512 or AVX2 GEMM, row-major host matrices (internal)."""
 
+def packed_gemm_blocks(a: Descriptor, b: Descriptor, c: Descriptor, blocks: Descriptor, trans_a: bool = False,
+                       trans_b: bool = False, threads: int = 0) -> None:
+    """c[r0:r1] = op(a)[r0:r1, c0:c1] op(b)[c0:c1] for each row (r0, r1, c0, c1) of blocks (an
+    (nblocks, 4) int64 table, row ranges in order): one team of single-threaded packed GEMMs
+    (internal)."""
+
 def invert_in_place(a: Descriptor) -> bool:
     """a (square, row-major host matrix) replaced by its inverse: blocked Gauss-Jordan with row
     pivoting; False when a pivot is exactly zero (internal)."""

@@ -37,6 +37,18 @@ def strided_copy(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 # embed_fourier; kronpe.embedders builds them from an embedder (``Embedder._kernel_args``).
 
 
+def gemm_blocks(a: np.ndarray, b: np.ndarray, blocks, c: np.ndarray, trans_a: bool = False,
+                trans_b: bool = False) -> np.ndarray:
+    """c[r0:r1] = op(a)[r0:r1, c0:c1] @ op(b)[c0:c1] in float64 for each (r0, r1, c0, c1) of
+    ``blocks`` (``_core.packed_gemm_blocks``' reference); rows of c outside every block are kept."""
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
+    out = np.array(c, dtype=np.float64)
+    for r0, r1, c0, c1 in np.asarray(blocks, dtype=np.int64).reshape(-1, 4):
+        out[r0:r1] = a[r0:r1, c0:c1].astype(np.float64) @ b[c0:c1].astype(np.float64)
+    return out
+
+
 def inverse(a: np.ndarray) -> np.ndarray:
     """The inverse of a square matrix in float64 (``_core.invert_in_place``'s reference); a
     singular one raises numpy.linalg.LinAlgError."""

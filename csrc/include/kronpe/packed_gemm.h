@@ -45,6 +45,18 @@ template <typename T>
 void packed_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
                  index_t lda, const T* b, index_t ldb, T* c, index_t ldc, int threads = 0);
 
+// The product of a block-banded op(A) (m x k) and op(B) (k x n) into C (m x n): for each block
+// (r0, r1, c0, c1) of `blocks` (nblocks x 4, row ranges in order and apart), C[r0:r1, :] =
+// op(A)[r0:r1, c0:c1] op(B)[c0:c1, :] (zero where c0 == c1); A's entries outside the windows are
+// taken as zero and rows of C outside every block are left alone. One team for the whole product:
+// each task (a block's rows times a run of C's columns) is a single-threaded packed GEMM, so a
+// matrix of many small blocks pays one team's start, not one per block. Same support as
+// packed_gemm; results do not depend on the thread count.
+template <typename T>
+void packed_gemm_blocks(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, const T* a,
+                        index_t lda, const T* b, index_t ldb, T* c, index_t ldc, const index_t* blocks,
+                        index_t nblocks, int threads = 0);
+
 // The GEMM of the CPU chains: packed_gemm where chain_uses_packed_gemm(), else kronpe::gemm
 // (alpha 1, beta 0).
 template <typename T>

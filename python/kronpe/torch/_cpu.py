@@ -378,6 +378,24 @@ def _band(A: torch.Tensor):
     return band.blocks
 
 
+def _banded_gemm(A: torch.Tensor, blocks, X: torch.Tensor, out: torch.Tensor) -> None:
+    """out = A @ X for a banded A (``blocks``: its row blocks and their column windows; A is zero
+    outside them) and 2-D X and ``out``. Where the packed GEMM runs, one call: a team of
+    single-threaded GEMMs, one per block and run of columns (a team per block, as torch.mm's on
+    blocks of 32 rows, costs its start each time, several times a block's work at two threads);
+    else one torch.mm per block."""
+    a, x, c = _matrix(A), _matrix(X), _matrix(out)
+    if _core._tuning.packed_gemm_supported() and a is not None and x is not None and c is not None and not c[1]:
+        table = torch.tensor(blocks, dtype=torch.int64).reshape(-1, 4)
+        _core.packed_gemm_blocks(a[0], x[0], c[0], describe(table), a[1], x[1], torch.get_num_threads())
+        return
+    for r0, r1, c0, c1 in blocks:
+        if c1 > c0:
+            torch.mm(A[r0:r1, c0:c1], X[c0:c1], out=out[r0:r1])
+        else:
+            out[r0:r1].zero_()
+
+
 def _chain_bands(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int]):
     """The blocks of every matrix by axis (axis i -> (matrix index, blocks)) when the banded
     chain applies: the modes are the leading axes, T is C-contiguous and every matrix banded."""
@@ -420,11 +438,7 @@ def _banded_chain(T: torch.Tensor, matrices: List[torch.Tensor], modes: List[int
         else:
             Y = work[slot * half: slot * half + A.shape[0] * R].view(A.shape[0], R)
             slot ^= 1
-        for r0, r1, c0, c1 in blocks:
-            if c1 > c0:
-                torch.mm(A[r0:r1, c0:c1], Xt[c0:c1], out=Y[r0:r1])
-            else:
-                Y[r0:r1].zero_()
+        _banded_gemm(A, blocks, Xt, Y)
         X = Y
 
 
