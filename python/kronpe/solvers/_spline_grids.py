@@ -278,10 +278,10 @@ class _Level:
             basis = np.empty((LANCZOS_STEPS, N))  # (every step in place: no temporaries)
             q = basis[0]
             np.random.default_rng(1).standard_normal(out=q)
-            q /= np.linalg.norm(q)
+            q /= _norm(q)
             if self.start is not None:
-                q += self.start[:, 0] / max(float(np.linalg.norm(self.start)), 1e-300)
-                q /= max(float(np.linalg.norm(q)), 1e-300)
+                q += self.start[:, 0] / max(_norm(np.ascontiguousarray(self.start[:, 0])), 1e-300)
+                q /= max(_norm(q), 1e-300)
             root = np.sqrt(self.dinv)
             single = self.single()
             t, w = np.empty((N, 1)), np.empty((N, 1))
@@ -293,12 +293,12 @@ class _Level:
                 _core.stencil_apply(list(self.shape), single, t, w)
                 v = w[:, 0]
                 v *= root
-                alpha = float(np.dot(q, v))
+                alpha = _core.dot(q, v)
                 v -= np.multiply(q, alpha, out=t[:, 0])
                 if k:
                     v -= np.multiply(basis[k - 1], beta, out=t[:, 0])
                 alphas.append(alpha)
-                beta = float(np.linalg.norm(v))
+                beta = _norm(v)
                 if not beta > 1e-12 * abs(alpha) or k + 1 == LANCZOS_STEPS:  # (an invariant subspace: exact)
                     break
                 betas.append(beta)
@@ -306,7 +306,7 @@ class _Level:
             m = len(alphas)
             vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas[:m - 1]))
             self._lmax = 1.1 * float(vals[-1])
-            self.start = (vecs[:, -1] @ basis[:m])[:, None]
+            self.start = np.einsum("k,kn->n", vecs[:, -1], basis[:m])[:, None]
         return self._lmax
 
     def bandwidth(self) -> int:
@@ -456,6 +456,12 @@ def _first_level(shapes: Sequence[Sequence[int]]) -> int:
 
 def _bandwidth(shape: Sequence[int]) -> int:
     return 3 * sum(math.prod(shape[a + 1:]) for a in range(len(shape)))
+
+
+def _norm(v: np.ndarray) -> float:
+    """The 2-norm of a C-contiguous float64 vector by kronpe's kernel, on kronpe's threads (the
+    BLAS's own would wake a second thread pool beside the smoother's team, on the same cores)."""
+    return math.sqrt(_core.dot(v, v))
 
 
 @functools.lru_cache(maxsize=64)
