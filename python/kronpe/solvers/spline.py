@@ -199,15 +199,19 @@ class SplineModel:
         coords = _validate.sequence("coords", coords, f"{self.ndim} 1-D arrays of coordinates")
         if len(coords) != self.ndim:
             raise ValueError(f"coords must be a list of {self.ndim} 1-D arrays of coordinates, got {len(coords)}")
-        out = self.coef.astype(np.float64)
+        from ..ops import multi_mode_product
+
         grid = self.grid
+        mats = []
         for a, c in enumerate(coords):
             c = _validate.coords_1d(f"coords[{a}]", c, dtype=np.float64, unit=False)
             self._check_inside(f"coords[{a}]", c, axis=a)
             _validate.check_array_budget(f"coords[{a}]", (c.size, grid.nint[a] + 3), 8,
                                          "the evaluation matrix of this axis: ask for fewer coordinates")
-            E = axis_matrix(grid.nint[a], 0.0, grid.h, self._unit(c, a))
-            out = np.moveaxis(np.tensordot(E, np.moveaxis(out, a, 0), axes=(1, 0)), 0, a)
+            mats.append(axis_matrix(grid.nint[a], 0.0, grid.h, self._unit(c, a)))
+        # kronpe's chain, on its kernels' threads (NumPy's BLAS would leave its own pool spinning
+        # beside them)
+        out = multi_mode_product(np.ascontiguousarray(self.coef, dtype=np.float64), mats, modes=list(range(self.ndim)))
         return np.ascontiguousarray(out).astype(self.coef.dtype, copy=False)
 
 
