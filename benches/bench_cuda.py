@@ -6,7 +6,7 @@ Skips (exit 0, one line) without kronpe's CUDA kernels, a CUDA device, or CUDA t
 from kronpe.bench.harness.timings: the device rows the median of repeated runs between CUDA events
 on one stream, after a warm-up; the point fits (host solvers, the fill of CUDA tensors) wall time
 with the device synchronised. Every kronpe result is checked against its baseline before it is
-reported. ``--only`` runs some of the sections (chains, blend, fits, device_fits, torch).
+reported. ``--only`` runs some of the sections (chains, blend, fits, device_fits, torch, field).
 
 Sections:
 1. mode-n chains: kronpe.multi_mode_product vs torch.einsum, a torch.tensordot chain and
@@ -23,7 +23,11 @@ Sections:
 4. device fits: ``GridPlan.fit`` of CUDA tensors (one 256^2 image, a batch of 64, GCV) and a 3-D
    fit + ``predict_grid``, each checked against the host's fit of the same values;
 5. torch Adam steps of the complex-encoding models (kronpe.bench.torch_steps) against the official
-   formulation, after checking that 200 steps of each end at the same loss.
+   formulation, after checking that 200 steps of each end at the same loss;
+6. field: ``fit_spline`` of scattered samples given as CUDA tensors (kronpe.solvers.spline_torch)
+   beside the same fit of host arrays on every core (the cases of ``kronpe bench --suite field``),
+   the fit alone (its model's coefficients back on the host) and fit + the grid, PSNR of both
+   against the noise-free field; the device's must be within 0.1 dB of the host's.
 
 TF32 is OFF by default for kronpe (kronpe.cuda.allow_tf32() is False: float32 GEMMs in full
 float32) and this harness turns it off in torch too (torch.backends.cuda.matmul.allow_tf32 =
@@ -406,6 +410,44 @@ def bench_torch_steps(torch, kronpe, results, quick: bool) -> None:
                 official_eager_over_this=t["official eager"] / t[label])
 
 
+# ---- 6. scattered samples of smooth fields ----------------------------------------------------------
+
+
+def bench_field(torch, kronpe, results, quick: bool) -> None:
+    """fit_spline of the field suite's samples as CUDA tensors against the host's fit of the same
+    arrays (default threads), each timed on its own and with the grid's evaluation."""
+    print("field (fit_spline of CUDA tensors on the device vs host arrays, float64)")
+    from kronpe.bench import field
+
+    plan = [("franke", 100000, "uniform", 0.0), ("franke", 20000, "uniform", 0.0), ("franke", 2000, "uniform", 0.0),
+            ("franke", 10000, "halton", 0.0), ("franke", 10000, "tracks", 0.0),
+            ("franke", 20000, "uniform", field.NOISE), ("terrain", field.GRID_2D ** 2 // 4, "uniform", 0.0),
+            ("smooth3d", 20000, "uniform", 0.0)]
+    if quick:
+        plan = plan[:1]
+    for name, P, layout, noise in plan:
+        s = field.inputs(name, P, layout, noise)
+        D = len(s["axes"])
+        box = (np.zeros(D), np.ones(D))
+        pts, vals = torch.tensor(s["pts"], device="cuda"), torch.tensor(s["vals"], device="cuda")
+        dev = lambda: kronpe.fit_spline(pts, vals, _box=box)  # noqa: E731
+        host = lambda: kronpe.fit_spline(s["pts"], s["vals"], _box=box)  # noqa: E731
+        md, mh = dev(), host()
+        on_device = str(md.info.get("device", "")).startswith("cuda")
+        psnr_d = field._check(s, None, md.predict_grid(s["axes"]))["psnr"]
+        psnr_h = field._check(s, None, mh.predict_grid(s["axes"]))["psnr"]
+        if not psnr_d >= min(psnr_h, 80.0) - 0.1:
+            raise AssertionError(f"field {name} {P}: device fit {psnr_d:.2f} dB, host fit {psnr_h:.2f} dB")
+        reps = 5 if quick else 11
+        t_dev = timeit(torch, dev, repeat=reps, warmup=2)
+        t_dev_grid = timeit(torch, lambda: dev().predict_grid(s["axes"]), repeat=reps, warmup=1)
+        t_host = statistics.median(timings(host, 5 if quick else 7, warmup=1))
+        label = f"{name} {layout} {P}" + (f" noise {noise:g}" if noise else "")
+        row(results, "field", f"fit_spline device, {label}", t_dev, on_device=on_device, grid=str(md.info.get("grid")),
+            psnr=psnr_d, host_ms=t_host * 1e3, host_psnr=psnr_h, host_over_device=t_host / t_dev,
+            fit_and_grid_ms=t_dev_grid * 1e3, target_ms=50.0 if P == 100000 else float("nan"))
+
+
 def _section(name, fn, *args) -> None:
     """Run one section; a failure is printed and the other sections still run (exit code 1)."""
     try:
@@ -426,7 +468,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in kronpe and torch")
     ap.add_argument("--json", help="write the rows to this file")
-    ap.add_argument("--only", help="comma-separated sections to run (chains, blend, fits, device_fits, torch)")
+    ap.add_argument("--only", help="comma-separated sections to run (chains, blend, fits, device_fits, torch, field)")
     args = ap.parse_args(argv)
     torch, kronpe, cupy = _setup()
     kronpe.cuda.set_allow_tf32(args.tf32)
@@ -440,7 +482,8 @@ def main(argv=None) -> int:
                 ("blend", bench_blend, (torch, kronpe, results, args.quick)),
                 ("fits", bench_fits, (torch, kronpe, results, args.quick)),
                 ("device_fits", bench_device_fits, (torch, kronpe, results, args.quick)),
-                ("torch", bench_torch_steps, (torch, kronpe, results, args.quick))]
+                ("torch", bench_torch_steps, (torch, kronpe, results, args.quick)),
+                ("field", bench_field, (torch, kronpe, results, args.quick))]
     for name, fn, fargs in sections:
         if only is None or name in only:
             _section(name, fn, *fargs)

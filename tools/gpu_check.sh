@@ -2,8 +2,13 @@
 # One run on a GPU machine: the CUDA tests, the GPU benchmarks, the CPU suite and
 # compute-sanitizer, each step under its own time limit, the logs under $OUT.
 #
-#   tools/gpu_check.sh [steps]   # steps: any of env,gpu,bench,kbench,suite,threads,sanitize
+#   tools/gpu_check.sh [steps]   # steps: any of env,field,gpu,bench,kbench,cpubench,suite,threads,sanitize
 #                                # (default: env,gpu,bench,suite,threads,sanitize)
+#
+# field: bench_cuda.py's field section alone (the device's spline fit, first: the issue's target);
+# bench: every section, or those in GPU_BENCH_ONLY; cpubench: `kronpe bench` on the host's cores
+# (suites GPU_CPU_SUITES, default chains,fits,torch,scattered, at one thread and the default), its
+# tables in the archive. CUDAARCHS (default 90) names the architectures the module is built for.
 #
 # The module: kronpe's, imported from python/ when it was built with CUDA, else built here first
 # (cmake, KRONPE_CUDA=ON, into python/kronpe). Time limits (seconds) come from GPU_T_<STEP>
@@ -31,7 +36,7 @@ export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 py=$(command -v python3)
 if ! $py -c "import kronpe, sys; sys.exit(0 if kronpe.cuda.is_available() else 1)" >"$OUT/import.log" 2>&1; then
   s=$(date +%s)
-  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKRONPE_CUDA=ON \
+  CUDAARCHS=${CUDAARCHS:-90} cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKRONPE_CUDA=ON \
     -Dpybind11_DIR="$($py -m pybind11 --cmakedir)" >"$OUT/build.log" 2>&1 &&
     cmake --build build/gpu -j"$(nproc)" >>"$OUT/build.log" 2>&1
   note "built: rc=$? $(( $(date +%s) - s ))s"
@@ -51,10 +56,14 @@ fi
 # the GPU tests: every "cuda-cupy"/"cuda-torch" case of the suite and the GPU-only files
 has gpu && run_step gpu "${GPU_T_GPU:-150}" $py -m pytest -q -p no:cacheprovider -n 8 --tb=short -rfE \
   -m "gpu and not slow" tests/
-has bench && run_step bench "${GPU_T_BENCH:-150}" $py benches/bench_cuda.py --json "$OUT/bench.json"
+has field && run_step field "${GPU_T_FIELD:-90}" $py benches/bench_cuda.py --only field --json "$OUT/field.json"
+has bench && run_step bench "${GPU_T_BENCH:-150}" $py benches/bench_cuda.py ${GPU_BENCH_ONLY:+--only "$GPU_BENCH_ONLY"} \
+  --json "$OUT/bench.json"
 # kronpe bench's own CUDA suite (mode-n chains on the GPU with torch's peers): its table and JSON
 has kbench && run_step kbench "${GPU_T_KBENCH:-120}" $py -m kronpe bench --suite cuda --no-progress --no-plots \
   --out "$OUT/kbench"
+has cpubench && run_step cpubench "${GPU_T_CPUBENCH:-240}" $py -m kronpe bench --suite "${GPU_CPU_SUITES:-chains,fits,torch,scattered}" \
+  --threads 1,default --seeds 1 --no-progress --no-plots --out "$OUT/cpubench"
 # the CPU suite: 8 workers of 2 OpenMP threads (16 workers of 16 threads oversubscribe the cores),
 # then the threaded kernels' files alone with every core
 has suite && OMP_NUM_THREADS=2 run_step suite "${GPU_T_SUITE:-120}" $py -m pytest -q -p no:cacheprovider -n 8 \
@@ -84,10 +93,10 @@ if has sanitize; then
   unset PYTORCH_NO_CUDA_MEMORY_CACHING KRONPE_TEST_NO_POOL
 fi
 echo
-grep -E "^  (kronpe|cuBLAS|torch|papers|official|device|blend|cupy)" "$OUT/bench.log" 2>/dev/null | cut -c1-140
+grep -E "^  (kronpe|cuBLAS|torch|papers|official|device|blend|cupy|fit_spline)" "$OUT/field.log" "$OUT/bench.log" 2>/dev/null | cut -c1-160
 # the logs as one archive (bench.json beside it)
 printf '%s\n' "${summary[@]}" >"$OUT/summary.log"
-(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+(cd "$OUT" && tar czf logs.tgz ./*.log $(ls -d kbench cpubench 2>/dev/null) && rm -rf ./*.log kbench cpubench)
 echo
 echo "gpu_check: $(( $(date +%s) - t0 ))s (logs in \$OUT/logs.tgz)"
 printf '%s\n' "${summary[@]}"
