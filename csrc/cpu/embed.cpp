@@ -59,7 +59,7 @@ void embed_basis(const BasisParams& p, index_t n, const T* x, index_t x_stride, 
     });
   } else if (p.kind == Basis::random) {
     for_each_row(n, K, x, x_stride, out, out_row_stride, [&](double xi, T* row) {
-      for (index_t k = 0; k < K; ++k) row[k * cs] = T(embed_math::random_value(p.seed, xi, k));
+      for (index_t k = 0; k < K; ++k) row[k * cs] = embed_math::stored<T>(embed_math::random_value(p.seed, xi, k));
     });
   } else {
     // Only the columns whose centre lies within the support of psi are evaluated (one column
@@ -80,7 +80,7 @@ void embed_basis(const BasisParams& p, index_t n, const T* x, index_t x_stride, 
       }
       for (index_t k = lo; k < hi; ++k) {
         const double t = static_cast<double>(k + p.first_index) / p.K_base;
-        row[k * cs] = T(embed_math::shifted_value(p.kind, p.param, p.degree, xi, t));
+        row[k * cs] = embed_math::stored<T>(embed_math::shifted_value(p.kind, p.param, p.degree, xi, t));
       }
     });
   }
@@ -102,8 +102,8 @@ void embed_fourier(const FourierParams& p, index_t n, const T* x, index_t x_stri
       const double a = p.omega[j] * xi;
       const double c = p.amplitude * std::cos(a);
       const double s = p.amplitude * std::sin(a);
-      row[(first + embed_math::fourier_slot(p.layout, p.F, j, true)) * cs] = T(c);
-      row[(first + embed_math::fourier_slot(p.layout, p.F, j, false)) * cs] = T(s);
+      row[(first + embed_math::fourier_slot(p.layout, p.F, j, true)) * cs] = embed_math::stored<T>(c);
+      row[(first + embed_math::fourier_slot(p.layout, p.F, j, false)) * cs] = embed_math::stored<T>(s);
     }
   });
 }

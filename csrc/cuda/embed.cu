@@ -18,7 +18,7 @@ __global__ void basis_kernel(BasisParams p, I n, const T* __restrict__ x, I xs, 
     const I i = e / K, k = e - i * K;
     const double xi = double(x[i * xs]);
     const double v = embed_math::basis_value(p, xi, index_t(k));
-    out[i * rs + k * cs] = T(v);
+    out[i * rs + k * cs] = embed_math::stored<T>(v);
   }
 }
 
@@ -40,7 +40,7 @@ __global__ void fourier_kernel(const double* __restrict__ omega, I F, FourierLay
       const double a = omega[j] * xi;
       v = amplitude * (cosine ? cos(a) : sin(a));
     }
-    out[i * rs + col * cs] = T(v);
+    out[i * rs + col * cs] = col < first ? T(v) : embed_math::stored<T>(v);
   }
 }
 

@@ -77,6 +77,13 @@ def random_noise(x: np.ndarray, K: int, seed: int) -> np.ndarray:
     return 2.0 * ((h >> np.uint64(11)).astype(np.float64) * 2.0**-53) - 1.0
 
 
+def flush_subnormal(a: np.ndarray) -> np.ndarray:
+    """a (a new array, floating point) with its subnormal entries set to 0: how the embedders
+    store their values."""
+    a[np.abs(a) < np.finfo(a.dtype).tiny] = 0
+    return a
+
+
 def embed_basis(
     x: np.ndarray,  # (N,)
     kind: str,
@@ -112,7 +119,7 @@ def embed_basis(
         out = random_noise(xd, K, seed)
     else:
         raise ValueError(f"unknown basis kind {kind!r}")
-    return out.astype(dtype)
+    return flush_subnormal(out.astype(dtype))
 
 
 def embed_fourier(
@@ -133,9 +140,10 @@ def embed_fourier(
         feats = np.stack([s, c], axis=2).reshape(xd.size, 2 * a.shape[1])
     else:
         raise ValueError(f"unknown layout {layout!r}")
+    feats = flush_subnormal(feats.astype(dtype))
     if include_input:
-        feats = np.concatenate([xd[:, None], feats], axis=1)
-    return feats.astype(dtype)
+        feats = np.concatenate([xd[:, None].astype(dtype), feats], axis=1)
+    return feats
 
 # ---- mode-n products and grid fits ---------------------------------------------------------
 

@@ -43,7 +43,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._adapters import arrays as _arrays, cuda as _cuda, validate as _validate
-from .._shared import Ridge, outer, ridge_or_gcv
+from .._shared import Ridge, gemm_operand, outer, ridge_or_gcv
 from ..embedders import Embedder
 from ..operators.penalty import DifferencePenalty, IdentityPenalty, penalty_arg
 from ..ops import host_chain
@@ -169,9 +169,9 @@ class GridPlan:
         key = (np.dtype(dt).char, which)
         if key not in self._cast:
             if which == "Ut":
-                mats = [np.ascontiguousarray(a.U.T.astype(dt)) for a in self._axes]
+                mats = [gemm_operand(a.U.T, dt) for a in self._axes]
             else:
-                mats = [np.ascontiguousarray(a.V.astype(dt)) for a in self._axes]
+                mats = [gemm_operand(a.V, dt) for a in self._axes]
             self._cast[key] = mats
         return self._cast[key]
 
@@ -235,7 +235,7 @@ class GridPlan:
         cast = {}  # axes that share their factors (a square image) share the cast too
         for (X, _), p in zip(invs, self.pads):
             if (id(X), p) not in cast:
-                cast[id(X), p] = np.ascontiguousarray(_fold_pad(X.T, p).T, dtype=dt)
+                cast[id(X), p] = gemm_operand(_fold_pad(X.T, p).T, dt)
         return [cast[id(X), p] for (X, _), p in zip(invs, self.pads)]
 
     def _weights(self, Z: np.ndarray) -> np.ndarray:
