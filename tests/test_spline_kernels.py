@@ -199,7 +199,8 @@ def _points(rng, nint, P):
     return np.ascontiguousarray(pts)
 
 
-NORMAL_CASES = [((23,), 400, 2), ((6, 9), 3000, 1), ((2, 7), 60, 3), ((3, 4, 11), 2500, 3), ((5, 5, 5), 700, 1)]
+NORMAL_CASES = [((23,), 400, 2), ((6, 9), 3000, 1), ((2, 7), 60, 3), ((3, 4, 11), 2500, 3), ((5, 5, 5), 700, 1),
+                ((4, 4, 4), 4000, 2)]  # (the last: a cell of 400 points, more than a batch in 3-D)
 
 
 @pytest.mark.parametrize("nint,P,C", NORMAL_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -247,7 +248,7 @@ void cell_lines(const index_t* stride, index_t N, CellLines<D>& c) {
 // and offset: the points' sums over the chunk, made in registers, pair by pair. (The stencil is a
 // large array, its writes the kernel's main cost: a cell's 4-vectors at a time would write it up to
 // kChunk times as often.) The rows a chunk adds to are prefetched kPrefetchChunks chunks earlier.
-constexpr int kChunk = 5, kWindow = kChunk + 3, kBatch = 32;
+constexpr int kChunk = 5, kWindow = kChunk + 3, kBatch = 256;
 constexpr index_t kPrefetchChunks = 2;
 
 // A chunk: its first point, its window's first coefficient (flat), and how much of the window lies
@@ -282,23 +283,36 @@ void chunks_of(const SplineGrid& g, const index_t* stride, const index_t* key, i
   out.push_back({q1, 0, 0});
 }
 
+// A task's scratch for one chunk's points (kBatch of them: 0.13 MB in 3-D, on the heap).
+template <int D>
+struct NormalWork {
+  static constexpr int L = CellLines<D>::L;
+  alignas(64) double dz[kBatch][7][kWindow];  // per offset d + 3: w_c w_{c+d} at the cell's corners c
+                                              // in the window, else 0
+  alignas(64) double lw[kBatch][L], lwp[kBatch][L];  // the lines' weights, without and with the point's
+  alignas(64) double pads[kBatch][24];               // the last axis's 4 weights at 8 .. 11, else 0
+  alignas(64) double at[D][kBatch], wt[D][4][kBatch];  // each axis's interval and weights
+  int shifts[kBatch];                                // the cell's first corner in the window
+};
+
 // stencil and rhs += the chunks' points (units: in_intervals of their coordinates; units, vals and
 // weights sorted by cell).
 template <int D, int Level>
 KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* stride, index_t N, const CellLines<D>& cl,
                                        const double* units, const double* vals, index_t C, const double* weights,
                                        const Chunk* chunks, index_t nchunks, double* st, double* rhs,
-                                       double* zv) {
+                                       NormalWork<D>& work, double* zv) {
   constexpr int L = CellLines<D>::L, NP = CellLines<D>::P;
   // vectors of the registers' width: VW doubles (8 x 8 doubles in AVX2's or SSE2's registers spill)
   constexpr int VW = Level == 2 ? 8 : Level == 1 ? 4 : 2, NB = kWindow / VW;
   using V = vec<VW>;
-  alignas(64) double dz[kBatch][7][kWindow];  // per offset d + 3: w_c w_{c+d} at the cell's corners c
-                                              // in the window, else 0
-  alignas(64) double lw[kBatch][L], lwp[kBatch][L];  // the lines' weights, without and with the point's
-  alignas(64) double pads[kBatch][24];               // the last axis's 4 weights at 8 .. 11, else 0
-  int shifts[kBatch];                                // the cell's first corner in the window
-  alignas(64) double at[D][kBatch], wt[D][4][kBatch];  // each axis's interval and weights
+  auto& dz = work.dz;
+  auto& lw = work.lw;
+  auto& lwp = work.lwp;
+  auto& pads = work.pads;
+  auto& at = work.at;
+  auto& wt = work.wt;
+  auto& shifts = work.shifts;
   for (index_t ci = 0; ci < nchunks; ++ci) {
     if (ci + kPrefetchChunks < nchunks) {  // the stencil rows of a chunk further on
       const index_t wn = chunks[ci + kPrefetchChunks].window;
@@ -368,36 +382,51 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
           const double* pad = pads[r] + b - shifts[r];
           storev(dz[r][m] + b, loadv<VW>(pad + 8) * loadv<VW>(pad + 5 + m));
         }
-    // the offsets G at a time: their sums in registers (G NB of them)
+    // the offsets G at a time and the pairs KP at a time: their sums in registers (KP G NB of
+    // them; with AVX-512's 32 registers 4 pairs x 7 offsets, so that each of the points' dz
+    // vectors, loaded once, feeds KP independent accumulations). Each pair's sums run over the
+    // points in the same order whatever KP, so the bits do not depend on it.
     constexpr int G = Level == 2 ? 7 : Level == 1 ? 4 : 2;
-    for (int k = 0; k < NP; ++k) {
-      const int l1 = cl.first[k], l2 = cl.second[k];
-      double* direct = st + cl.row[k] + window + cl.line[l1];
-      double* mirror = st + cl.mirror[k] + window + cl.line[l2];
+    constexpr int KP = Level == 2 && NP >= 4 ? 4 : 1;
+    auto pairs = [&](int k, auto kp) KRONPE_SPLINE_INLINE_LAMBDA {
+      constexpr int Q = decltype(kp)::value;
+      int l1[Q], l2[Q];
+      for (int j = 0; j < Q; ++j) l1[j] = cl.first[k + j], l2[j] = cl.second[k + j];
       for (int m0 = 0; m0 < 7; m0 += G) {
         const int g = std::min(G, 7 - m0);
-        V sum[G][NB] = {};
+        V sum[Q][G][NB] = {};
         for (int r = 0; r < n; ++r) {
-          const double s = lwp[r][l1] * lw[r][l2];
+          double sc[Q];
+          for (int j = 0; j < Q; ++j) sc[j] = lwp[r][l1[j]] * lw[r][l2[j]];
           for (int m = 0; m < G; ++m)
             if (m < g)
-              for (int b = 0; b < NB; ++b) sum[m][b] += s * loadv<VW>(dz[r][m0 + m] + b * VW);
+              for (int b = 0; b < NB; ++b) {
+                const V d = loadv<VW>(dz[r][m0 + m] + b * VW);
+                for (int j = 0; j < Q; ++j) sum[j][m][b] += sc[j] * d;
+              }
         }
-        for (int m = 0; m < g; ++m) {
-          double* row = direct + (m0 + m) * N;
-          double* row2 = mirror + (m0 + m) * N;
-          if (span == kWindow) {
-            for (int b = 0; b < NB; ++b) addv(row + b * VW, sum[m][b]);
-            if (l1 != l2)
-              for (int b = 0; b < NB; ++b) addv(row2 + b * VW, sum[m][b]);
-          } else {  // the end of a line
-            for (int i = 0; i < span; ++i) row[i] += sum[m][i / VW][i % VW];
-            if (l1 != l2)
-              for (int i = 0; i < span; ++i) row2[i] += sum[m][i / VW][i % VW];
+        for (int j = 0; j < Q; ++j) {
+          double* direct = st + cl.row[k + j] + window + cl.line[l1[j]];
+          double* mirror = st + cl.mirror[k + j] + window + cl.line[l2[j]];
+          for (int m = 0; m < g; ++m) {
+            double* row = direct + (m0 + m) * N;
+            double* row2 = mirror + (m0 + m) * N;
+            if (span == kWindow) {
+              for (int b = 0; b < NB; ++b) addv(row + b * VW, sum[j][m][b]);
+              if (l1[j] != l2[j])
+                for (int b = 0; b < NB; ++b) addv(row2 + b * VW, sum[j][m][b]);
+            } else {  // the end of a line
+              for (int i = 0; i < span; ++i) row[i] += sum[j][m][i / VW][i % VW];
+              if (l1[j] != l2[j])
+                for (int i = 0; i < span; ++i) row2[i] += sum[j][m][i / VW][i % VW];
+            }
           }
         }
       }
-    }
+    };
+    int k = 0;
+    for (; k + KP <= NP; k += KP) pairs(k, std::integral_constant<int, KP>{});
+    for (; k < NP; ++k) pairs(k, std::integral_constant<int, 1>{});
   }
 }
 
@@ -462,12 +491,13 @@ void normal_impl(const SplineGrid& g, index_t P, const double* pts, const double
       for (index_t i = 0; i < count; ++i) {
         index_t q0, q1;
         stripe_rows(2 * i + parity, &q0, &q1);
+        const std::unique_ptr<NormalWork<D>> work(new NormalWork<D>);
         std::vector<double> zv(static_cast<std::size_t>(4 * C));
         std::vector<Chunk> chunks;
         chunks_of<D>(g, stride, key.data(), q0, q1, chunks);
         with_simd([&](auto level) KRONPE_SPLINE_INLINE_LAMBDA {
           normal_cells<D, level>(g, stride, N, cl, su.data(), svals.data(), C, weights ? sw.data() : nullptr,
-                                 chunks.data(), index_t(chunks.size()) - 1, st, rhs, zv.data());
+                                 chunks.data(), index_t(chunks.size()) - 1, st, rhs, *work, zv.data());
         });
       }
     });
