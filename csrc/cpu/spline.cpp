@@ -248,6 +248,8 @@ void cell_lines(const index_t* stride, index_t N, CellLines<D>& c) {
 // and offset: the points' sums over the chunk, made in registers, pair by pair. (The stencil is a
 // large array, its writes the kernel's main cost: a cell's 4-vectors at a time would write it up to
 // kChunk times as often.) The rows a chunk adds to are prefetched kPrefetchChunks chunks earlier.
+// (kBatch: one chunk's scratch stays in L2 while the stencil is written once per 256 points of a
+// dense cell, not once per 32; the same on every vector path, so that they sum alike.)
 constexpr int kChunk = 5, kWindow = kChunk + 3, kBatch = 256;
 constexpr index_t kPrefetchChunks = 2;
 
@@ -383,11 +385,11 @@ KRONPE_SPLINE_INLINE void normal_cells(const SplineGrid& g, const index_t* strid
           storev(dz[r][m] + b, loadv<VW>(pad + 8) * loadv<VW>(pad + 5 + m));
         }
     // the offsets G at a time and the pairs KP at a time: their sums in registers (KP G NB of
-    // them; with AVX-512's 32 registers 4 pairs x 7 offsets, so that each of the points' dz
-    // vectors, loaded once, feeds KP independent accumulations). Each pair's sums run over the
-    // points in the same order whatever KP, so the bits do not depend on it.
-    constexpr int G = Level == 2 ? 7 : Level == 1 ? 4 : 2;
-    constexpr int KP = Level == 2 && NP >= 4 ? 4 : 1;
+    // them: 4 pairs x 7 offsets in AVX-512's 32 registers, 2 x 3 x 2 in AVX2's 16), so that each of
+    // the points' dz vectors, loaded once, feeds KP independent accumulations. Each pair's sums run
+    // over the points in the same order whatever KP and G, so the bits do not depend on them.
+    constexpr int G = Level == 2 ? 7 : Level == 1 ? 3 : 2;
+    constexpr int KP = Level == 2 && NP >= 4 ? 4 : Level == 1 && NP >= 2 ? 2 : 1;
     auto pairs = [&](int k, auto kp) KRONPE_SPLINE_INLINE_LAMBDA {
       constexpr int Q = decltype(kp)::value;
       int l1[Q], l2[Q];
