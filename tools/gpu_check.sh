@@ -5,7 +5,7 @@
 #   tools/gpu_check.sh [steps]   # steps: any of env,field,gpu,bench,kbench,cpubench,suite,threads,sanitize
 #                                # (default: env,gpu,bench,suite,threads,sanitize)
 #
-# field: bench_cuda.py's field section alone (the device's spline fit, first: the target);
+# field: bench_cuda.py's field section alone (the spline fit of CUDA tensors against the host's);
 # bench: every section, or those in GPU_BENCH_ONLY; cpubench: `kronpe bench` on the host's cores
 # (suites GPU_CPU_SUITES, default chains,fits,torch,scattered, at one thread and the default), its
 # tables in the archive. CUDAARCHS (default 90) names the architectures the module is built for.
