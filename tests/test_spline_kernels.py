@@ -287,3 +287,13 @@ def test_vector_paths_give_the_same_bits(simd):
     out = subprocess.run([sys.executable, "-c", _DIGEST + "\nprint(digest)"], capture_output=True, text=True,
                          env=env, timeout=300, check=True)
     assert out.stdout.strip().splitlines()[-1] == here["digest"]
+
+
+@pytest.mark.parametrize("nint", [(5,), (4, 3), (3, 2, 4)], ids=lambda v: "x".join(map(str, v)))
+def test_normal_equations_of_no_points_are_zero(nint):
+    D = len(nint)
+    g = S.Grid(nint, (0.0,) * D, 1.0)
+    st = np.full((7 ** D, math.prod(g.shape)), 0.0)
+    rhs = np.zeros((st.shape[1], 2))
+    _core.spline_normal(g.args(), np.zeros((0, D)), np.zeros((0, 2)), None, st, rhs)
+    assert not st.any() and not rhs.any()
