@@ -696,9 +696,11 @@ GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (64, 33, 17), (0, 4, 3), (5, 0, 2), (3, 4, 
 #: ... through kronpe's packed GEMM (AVX-512 or AVX2 kernels): odd sizes (partial register tiles), a
 #: contraction longer than one k block, empty products; with m >= n and a transposed B the small
 #: operand's panels are packed by 16 x 16 transposes (AVX2: 8 x 8), k in whole blocks of 16 and with a
-#: remainder, full and partial 32-column panels (AVX2: 16).
+#: remainder, full and partial 32-column panels (AVX2: 16); a transposed A (columns contiguous) is read
+#: in place for B up to 64 columns, and packed by AVX2 beyond (200 x 48 x 100).
 PACKED_GEMM_SHAPES = [(1, 1, 1), (7, 5, 3), (13, 33, 47), (64, 33, 17), (25, 400, 37), (0, 4, 3), (5, 0, 2),
-                      (3, 4, 0), (1, 300, 1), (2, 9, 50), (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32)]
+                      (3, 4, 0), (1, 300, 1), (2, 9, 50), (70, 37, 64), (70, 50, 40), (64, 500, 48), (33, 16, 32),
+                      (200, 48, 100)]
 #: Layouts the GEMMs take: rows contiguous in memory, packed or padded (rows of a wider array).
 GEMM_LAYOUTS = ("contiguous", "padded")
 

@@ -39,6 +39,9 @@ bool cpu_has_avx512(bool full) {
 
 namespace {
 
+// Vec<T>::in_place_panels for a kernel that reads A in place whatever B's width
+constexpr index_t kAnyPanels = index_t(1) << 40;
+
 std::atomic<int> g_chain_gemm{int(ChainGemm::automatic)};
 std::atomic<int> g_active_calls{0};  // packed_gemm calls running now
 
@@ -152,7 +155,7 @@ struct Vec<float> {
   using reg = __m512;
   using mask = __mmask16;
   static constexpr int W = 16, TB = 16;
-  static constexpr bool in_place = true;
+  static constexpr index_t in_place_panels = kAnyPanels;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
@@ -173,7 +176,7 @@ struct Vec<double> {
   using reg = __m512d;
   using mask = __mmask8;
   static constexpr int W = 8, TB = 0;
-  static constexpr bool in_place = true;
+  static constexpr index_t in_place_panels = kAnyPanels;
   static reg zero() { return _mm512_setzero_pd(); }
   static reg bcast(const double* p) { return _mm512_set1_pd(*p); }
   static reg load(const double* p) { return _mm512_loadu_pd(p); }
@@ -229,7 +232,10 @@ struct Vec<float> {
   using reg = __m256;
   using mask = __m256i;  // a lane is stored where its sign bit is set
   static constexpr int W = 8, TB = 8;
-  static constexpr bool in_place = true;
+  // A sliver's row of k, 6 floats, gets 12 FMAs per pass: read in place by more than 4 panels
+  // it costs more than the pack pass. One thread, against packing: 65536 x 96 x 96 1.4x slower
+  // in place, 16384 x 128 x 128 1.05x; 65536 x 64 x 64 (4 panels) 0.85x.
+  static constexpr index_t in_place_panels = 4;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg bcast(const float* p) { return _mm256_set1_ps(*p); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
@@ -252,7 +258,7 @@ struct Vec<double> {
   static constexpr int W = 4, TB = 0;
   // A sliver's row of k, 6 doubles (48 bytes), straddles cache lines every other sliver: read in
   // place it left a 65536 x 64 x 64 float64 product with A transposed 1.4x slower than packed.
-  static constexpr bool in_place = false;
+  static constexpr index_t in_place_panels = 0;
   static reg zero() { return _mm256_setzero_pd(); }
   static reg bcast(const double* p) { return _mm256_set1_pd(*p); }
   static reg load(const double* p) { return _mm256_loadu_pd(p); }

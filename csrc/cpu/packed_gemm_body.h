@@ -5,8 +5,8 @@
 //   Vec<T>: reg, mask, W (lanes), zero, bcast, load, store, stream (64-byte aligned rows),
 //     mload / mstore (the first lanes only, as `first(n)` selects), fma, add; and TB, the side of
 //     the square blocks `transpose(src, rs, dst, ds)` turns (dst[j * ds + r] = src[r * rs + j]),
-//     0 where the set has none; in_place, whether an A with contiguous columns may be read in
-//     place rather than packed (packed_gemm_impl).
+//     0 where the set has none; in_place_panels, up to how many B panels (of NR columns) an A
+//     with contiguous columns is read in place rather than packed (packed_gemm_impl).
 // No include guard: it is meant to be included more than once, and includes nothing itself.
 
 // The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
@@ -203,9 +203,10 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   const index_t bb = per_block * big_r;
   // An A with contiguous columns (X^T of a chain step) is read in place, without a pack pass,
   // when a sliver's kc rows of cache lines stay in L1 beside a B panel (kc <= kDirectKc): at
-  // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins
-  // (where the kernel's rows fill whole cache lines: Vec<T>::in_place).
-  const bool direct_a = Vec<T>::in_place && big_a && rsa == 1 && kc0 <= kDirectKc;
+  // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins.
+  // Each B panel reads the sliver again; where those reads cost more than the pass, for a kernel
+  // with few FMAs per row of the sliver, B is narrow enough only up to Vec<T>::in_place_panels.
+  const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc && (N + NR - 1) / NR <= Vec<T>::in_place_panels;
   const bool prefetch = direct_a && double(M) * double(K) * sizeof(T) >= kPrefetchFromBytes;
   // A C that large is written with streaming stores (whole aligned cache lines, no read for
   // ownership) where a single k block writes it once: the next chain step reads it from memory
