@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import kronpe
 import numpy as np
@@ -152,9 +153,16 @@ def test_measure_interleaves_checks_and_skips():
     assert "no_such_module_x does not import" in recs["absent peer"]["skipped"]
     assert recs["raising peer"]["skipped"].startswith("failed: ZeroDivisionError")
     assert calls.count("wrong") == 1 and "absent" not in calls  # never timed
-    # rounds interleaved: after the checks, round r starts with method r mod 2; each timed call of
-    # these instant methods follows an untimed one (harness.WARM_SECONDS)
-    assert calls[3:] == [m for m in ["kronpe", "peer", "peer", "kronpe", "kronpe", "peer"] for _ in range(2)]
+    # rounds interleaved: after the checks (each instant method that passes is called three times
+    # more, untimed, to size its batch), round r starts with method r mod 2; each timed round of these instant
+    # methods follows an untimed call (harness.WARM_SECONDS) and times a batch of MAX_BATCH calls
+    # (harness.ROUND_SECONDS)
+    from kronpe.bench import harness
+
+    b = harness.MAX_BATCH
+    assert recs["kronpe"]["extra_info"]["calls_per_round"] == b
+    assert calls[:9] == ["kronpe"] * 4 + ["peer"] * 4 + ["wrong"]
+    assert calls[9:] == [m for m in ["kronpe", "peer", "peer", "kronpe", "kronpe", "peer"] for m in [m] * (1 + b)]
 
 
 def test_every_suite_lists_its_cases_and_the_quick_ones_are_few():
@@ -353,10 +361,11 @@ def test_rows_count_the_busy_marks_of_their_timed_calls(monkeypatch):
     case = Case("t", "g", lambda: {}, [Method("kronpe", marking, peer=False), Method("peer", lambda s: 1)],
                 None, rounds=3)
     recs = measure(case)
-    assert [r["extra_info"]["busy_marks"] for r in recs] == [6, 0]  # 3 timed calls, not the warm-up
+    n = 3 * recs[0]["extra_info"]["calls_per_round"]  # 3 timed rounds of a batch, not the untimed calls
+    assert [r["extra_info"]["busy_marks"] for r in recs] == [2 * n, 0]
     doc = {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "benchmarks": recs,
            "caches": {"flushed": False}}
-    assert "backed off (cores marked busy during their timed calls): 1 of 1: g / kronpe (6 marks)" in \
+    assert f"backed off (cores marked busy during their timed calls): 1 of 1: g / kronpe ({2 * n} marks)" in \
         report.markdown(doc)
 
 
@@ -473,3 +482,35 @@ def test_the_gemm_rate_is_the_fastest_gemm_at_hand():
     doc = _doc({("g", "kronpe"): (1.0, False, 1e9)})
     doc["rates"]["gemm_by"] = r["fastest"]
     assert f"fastest round, by {r['fastest']})" in report.machine_line(doc)
+
+
+def test_short_methods_are_timed_in_batches_of_about_a_round(monkeypatch):
+    """A method faster than ROUND_SECONDS is timed in rounds of several calls (about ROUND_SECONDS
+    of them, at most MAX_BATCH), one slower than that one call a round; with --flush every timed
+    call starts from evicted caches, so one call a round; the table says how calls were batched."""
+    from kronpe.bench import harness
+
+    assert harness.batch_size(harness.ROUND_SECONDS / 4) == 4
+    assert harness.batch_size(harness.ROUND_SECONDS * 3) == 1
+    assert harness.batch_size(1e-9) == harness.batch_size(0.0) == harness.MAX_BATCH
+    calls = {"fast": 0, "slow": 0}
+
+    def fast(s):
+        calls["fast"] += 1
+
+    def slow(s):
+        calls["slow"] += 1
+        time.sleep(harness.ROUND_SECONDS * 1.5)
+
+    case = Case("t", "g", lambda: {}, [Method("fast", fast, peer=False), Method("slow", slow)], None, rounds=2)
+    monkeypatch.setenv("KRONPE_BENCH_SETTLE", "0")
+    recs = {r["name"]: r for r in measure(case)}
+    assert recs["fast"]["extra_info"]["calls_per_round"] == harness.MAX_BATCH
+    assert recs["slow"]["extra_info"]["calls_per_round"] == 1 and calls["slow"] == 1 + 2
+    assert calls["fast"] == 4 + 2 * harness.MAX_BATCH
+    doc = {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "benchmarks": list(recs.values()),
+           "caches": {"flushed": False}}
+    assert f"a batch of calls back to back ({harness.MAX_BATCH} to {harness.MAX_BATCH} calls" in report.markdown(doc)
+    monkeypatch.setattr(harness, "flush_caches", lambda: 0)
+    recs = {r["name"]: r for r in measure(case, flush=True)}
+    assert recs["fast"]["extra_info"]["calls_per_round"] == 1

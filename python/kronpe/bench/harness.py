@@ -13,8 +13,11 @@ a tenth of that), and a method timed among them is timed against the previous me
 (a 32^3 chain takes four times as long right after the peers' calls). After the wait, a method
 whose first call took less than WARM_SECONDS (50 ms) is called once more, untimed, just before its
 timed call: the wait lets thread pools fall asleep, and waking them (torch's, OpenMP's) costs tiny
-calls up to 10 ms. Every method, kronpe's and the peers', gets the same treatment, outside its
-timing. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
+calls up to 10 ms. A round of a method faster than ROUND_SECONDS (2 ms) times a batch of calls
+back to back, as many as make up about ROUND_SECONDS (at most MAX_BATCH), and records their mean:
+one call of 50 us is moved by a few microseconds of anything else the machine does, a batch of
+40 much less (not with --flush, where every call starts from evicted caches). Every method,
+kronpe's and the peers', gets the same treatment, outside its timing. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
 the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
 ``extra_info``), so ``benches/report.py`` and ``--compare`` read both. Every timed call
 goes through :func:`timings`.
@@ -137,6 +140,8 @@ def busy_marks() -> int:
 SETTLE_SECONDS = 0.3
 SETTLE_POLL = 0.002
 WARM_SECONDS = 0.05
+ROUND_SECONDS = 0.002
+MAX_BATCH = 64
 FLUSH_MIN_BYTES = 64 << 20  # a flush writes at least this much (where /sys names no cache)
 
 
@@ -334,12 +339,21 @@ def measure(case: Case, rounds: Optional[int] = None, flush: bool = False, threa
         return _measure(case, state, rounds, flush, threads, seeds)
 
 
+def batch_size(seconds: float) -> int:
+    """Calls per timed round of a method whose warm call took ``seconds``: about ROUND_SECONDS
+    of them, at least 1, at most MAX_BATCH."""
+    if not seconds > 0:
+        return MAX_BATCH
+    return max(1, min(MAX_BATCH, math.ceil(ROUND_SECONDS / seconds)))
+
+
 def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bool, setting: Optional[int],
              seeds: int) -> List[dict]:
     threads = thread_settings()
     live: List[Method] = []
     records: Dict[str, dict] = {}
     short = set()  # methods called once more, untimed, right before each timed call
+    batch: Dict[str, int] = {}  # calls per timed round
     for m in case.methods:
         rec = {"group": case.group, "name": m.name, "suite": case.suite, "params": dict(case.params),
                "extra_info": {"method": m.name, "peer": m.peer, "size": case.size,
@@ -357,9 +371,10 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
             continue
         try:
             first: List[Any] = []
-            if timings(lambda: m.fn(state), keep=first)[0] < WARM_SECONDS:  # warm-up, and the result to check
-                short.add(m.name)
+            took = timings(lambda: m.fn(state), keep=first)[0]  # warm-up, and the result to check
             result = first.pop()
+            if took < WARM_SECONDS:
+                short.add(m.name)
         except Exception as exc:  # a peer that fails here (version, memory) is reported, not fatal
             rec["skipped"] = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             continue
@@ -371,6 +386,8 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
                 continue
             rec["extra_info"].update(extra or {})
         del result
+        if took < ROUND_SECONDS and not flush:  # the fastest of three more calls, warm, sizes the batch
+            batch[m.name] = batch_size(min([took] + timings(lambda: m.fn(state), 3)))
         live.append(m)
     times: Dict[str, List[float]] = {m.name: [] for m in live}
     marks: Dict[str, int] = {m.name: 0 for m in live}
@@ -386,11 +403,12 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
             if flush:
                 flush_caches()
             before = busy_marks()
-            times[m.name] += timings(lambda: m.fn(state))
+            times[m.name] += timings(lambda: m.fn(state), batch=batch.get(m.name, 1))
             marks[m.name] += busy_marks() - before
     for name, ts in times.items():
         records[name]["stats"] = _stats(ts)
         records[name]["extra_info"]["busy_marks"] = marks[name]
+        records[name]["extra_info"]["calls_per_round"] = batch.get(name, 1)
     if seeds > 1 and case.variant is not None and case.check is not None:
         _score_seeds(case, live, records, seeds)
     return [records[m.name] for m in case.methods]
