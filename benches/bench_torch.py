@@ -33,7 +33,8 @@ checks that 200 Adam steps give the same loss.
 Run: python -m pytest benches/bench_torch.py --benchmark-only --benchmark-group-by=group, or
 ``python benches/bench_torch.py [rounds] [--load] [--parts steps,mmp]`` for the interleaved
 tables of benches/README_torch.md (the steps are the cases of ``kronpe bench --suite torch``, the
-op alone is added; both timed by kronpe.bench's harness).
+op alone is added; both timed by kronpe.bench's harness); ``--profile``: the steps' ops by self
+time under torch.profiler instead.
 """
 from __future__ import annotations
 
@@ -208,6 +209,25 @@ def interleaved(rounds: int = 40, parts=("steps", "mmp")) -> str:
     return "\n".join(lines + ["", "| case | ratio | of min | of median |", "|---|---|---:|---:|"] + ratios)
 
 
+def profile_steps(steps: int = 20, rows: int = 12) -> str:
+    """Where each step's time goes: ``steps`` Adam steps of every case and formulation under
+    torch.profiler (CPU), the ops with the most self time first, at torch's thread count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = []
+    for case in CASES:
+        for name, (model, target) in make_models(case).items():
+            step = stepper(model, target, CASE_LR.get(case, LR))
+            for _ in range(3):
+                step()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(steps):
+                    step()
+            out += [f"## {case}: {name} Adam step, {steps} steps, {torch.get_num_threads()} threads", "",
+                    prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows), ""]
+    return "\n".join(out)
+
+
 def _busy_core():
     """Another process busy on one core (``python -c "while 1: pass"``), for the loaded runs."""
     import subprocess
@@ -222,12 +242,14 @@ if __name__ == "__main__":
     ap.add_argument("rounds", nargs="?", type=int, default=40)
     ap.add_argument("--parts", default="steps,mmp", help="steps, mmp or both (comma-separated)")
     ap.add_argument("--load", action="store_true", help="run with another process busy on one core")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of timing: ROUNDS steps of each case under torch.profiler, the ops by self time")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     busy = _busy_core() if args.load else None
     try:
         print(f"torch threads: {torch.get_num_threads()}, load: {'one busy core' if busy else 'none'}")
-        print(interleaved(args.rounds, tuple(args.parts.split(","))))
+        print(profile_steps(args.rounds) if args.profile else interleaved(args.rounds, tuple(args.parts.split(","))))
     finally:
         if busy is not None:
             busy.kill()
