@@ -289,6 +289,30 @@ def test_chain_gemm_setting():
         _core._tuning.set_chain_gemm("auto")
 
 
+@needs_packed
+@pytest.mark.parametrize("n", [16, 64, 100, 300])
+def test_packed_gemm_in_place_or_packed_gives_the_same_bits(rng, dtype, n):
+    """A chain step's X^T (columns contiguous) read in place or packed first (the in-place panels
+    setting: every kernel, none, each kernel's own): the same bits, on one and two threads."""
+    m, k = 700, 96
+    a = rng.standard_normal((k, m)).astype(dtype)
+    b = rng.standard_normal((n, k)).astype(dtype)
+    assert _core._tuning.in_place_panels() == -1
+    try:
+        out = []
+        for panels in (-1, 0, 1 << 20):
+            _core._tuning.set_in_place_panels(panels)
+            out += [_packed(a, b, True, True, threads=t) for t in (1, 2)]
+    finally:
+        _core._tuning.set_in_place_panels(-1)
+    for c in out[1:]:
+        np.testing.assert_array_equal(c, out[0])
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out[0], reference.gemm(a, b, True, True), rtol=tol, atol=tol * k**0.5 * 4)
+    with pytest.raises(ValueError, match="in-place panels must be -1"):
+        _core._tuning.set_in_place_panels(-2)
+
+
 def test_gemm_alpha_beta(rng):
     a = rng.standard_normal((4, 6))
     b = rng.standard_normal((6, 5))

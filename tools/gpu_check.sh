@@ -2,14 +2,15 @@
 # One run on a GPU machine: the CUDA tests, the GPU benchmarks, the CPU suite and
 # compute-sanitizer, each step under its own time limit, the logs under $OUT.
 #
-#   tools/gpu_check.sh [steps]   # steps: any of env,field,gpu,bench,kbench,cpubench,tprofile,suite,threads,sanitize
+#   tools/gpu_check.sh [steps]   # steps: any of env,field,gpu,bench,kbench,cpubench,tprofile,inplace,suite,threads,sanitize
 #                                # (default: env,gpu,bench,suite,threads,sanitize)
 #
 # field: bench_cuda.py's field section alone (the spline fit of CUDA tensors against the host's);
 # bench: every section, or those in GPU_BENCH_ONLY; cpubench: `kronpe bench` on the host's cores
 # (suites GPU_CPU_SUITES, default chains,fits,torch,scattered, at one thread and the default), its
 # tables in the archive; tprofile: the torch Adam steps' ops by self time (torch.profiler) on one
-# thread and on every core. CUDAARCHS (default 90) names the architectures the module is built for.
+# thread and on every core; inplace: benches/bench_in_place.py (the packed GEMM's in-place limit on
+# this host's CPU). CUDAARCHS (default 90) names the architectures the module is built for.
 #
 # The module: kronpe's, imported from python/ when it was built with CUDA, else built here first
 # (cmake, KRONPE_CUDA=ON, into python/kronpe). Time limits (seconds) come from GPU_T_<STEP>
@@ -67,6 +68,7 @@ has cpubench && run_step cpubench "${GPU_T_CPUBENCH:-240}" $py -m kronpe bench -
   --threads 1,default --seeds 1 --no-progress --no-plots --out "$OUT/cpubench"
 has tprofile && run_step tprofile "${GPU_T_TPROFILE:-120}" bash -c \
   "OMP_NUM_THREADS=1 $py benches/bench_torch.py 20 --profile && $py benches/bench_torch.py 20 --profile"
+has inplace && run_step inplace "${GPU_T_INPLACE:-150}" $py benches/bench_in_place.py 10
 # the CPU suite: 8 workers of 2 OpenMP threads (16 workers of 16 threads oversubscribe the cores),
 # then the threaded kernels' files alone with every core
 has suite && OMP_NUM_THREADS=2 run_step suite "${GPU_T_SUITE:-120}" $py -m pytest -q -p no:cacheprovider -n 8 \

@@ -167,6 +167,11 @@ void register_blas(py::module_& m, py::module_& tuning) {
       py::arg("which"),
       "The GEMM of the CPU mode-product chains: 'auto' (packed where it runs, else the "
       "BLAS), 'blas' or 'packed' (internal: tests and measurements).");
+  tuning.def(
+      "set_in_place_panels", [](long long n) { set_in_place_panels(n); }, py::arg("n"),
+      "Up to how many B panels the packed GEMM reads a column-contiguous A in place (n >= 0), or "
+      "-1: each kernel's own limit (internal: measurements).");
+  tuning.def("in_place_panels", &in_place_panels_setting, "The in-place panels setting (-1: the kernels' own).");
   m.def(
       "invert_in_place",
       [](const Array& a) {

@@ -44,6 +44,7 @@ constexpr index_t kAnyPanels = index_t(1) << 40;
 
 std::atomic<int> g_chain_gemm{int(ChainGemm::automatic)};
 std::atomic<int> g_active_calls{0};  // packed_gemm calls running now
+std::atomic<long long> g_in_place_panels{-1};
 
 // Scratch for packed operands, one per thread, kept between calls (64-byte aligned).
 struct PackBuffer {
@@ -94,6 +95,13 @@ void set_chain_gemm(ChainGemm which) {
 }
 
 ChainGemm chain_gemm_setting() { return ChainGemm(g_chain_gemm.load()); }
+
+void set_in_place_panels(long long n) {
+  require(n >= -1, "in-place panels must be -1 (each kernel's own) or a count >= 0");
+  g_in_place_panels.store(n);
+}
+
+long long in_place_panels_setting() { return g_in_place_panels.load(); }
 
 bool packed_gemm_supported() { return packed_isa() > 0; }
 

@@ -206,7 +206,9 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   // k = 32-128 the pass cost a quarter to a half of the time, at k = 256-512 packing wins.
   // Each B panel reads the sliver again; where those reads cost more than the pass, for a kernel
   // with few FMAs per row of the sliver, B is narrow enough only up to Vec<T>::in_place_panels.
-  const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc && (N + NR - 1) / NR <= Vec<T>::in_place_panels;
+  const long long panels_set = in_place_panels_setting();
+  const index_t in_place_panels = panels_set >= 0 ? index_t(panels_set) : Vec<T>::in_place_panels;
+  const bool direct_a = big_a && rsa == 1 && kc0 <= kDirectKc && (N + NR - 1) / NR <= in_place_panels;
   const bool prefetch = direct_a && double(M) * double(K) * sizeof(T) >= kPrefetchFromBytes;
   // A C that large is written with streaming stores (whole aligned cache lines, no read for
   // ownership) where a single k block writes it once: the next chain step reads it from memory

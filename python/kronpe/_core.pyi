@@ -396,6 +396,15 @@ class _tuning:
         """The GEMM of the CPU chains: "auto", "blas" or "packed" (internal)."""
 
     @staticmethod
+    def set_in_place_panels(n: int) -> None:
+        """Up to how many B panels the packed GEMM reads a column-contiguous A in place (n >= 0),
+        or -1: each kernel's own limit (internal: measurements)."""
+
+    @staticmethod
+    def in_place_panels() -> int:
+        """The in-place panels setting (-1: the kernels' own)."""
+
+    @staticmethod
     def mode_cost_model() -> Dict[str, Any]:
         """The CPU planner's cost model in force, for the GEMM the chains run ("gemm": "packed" or
         "blas"; internal)."""

@@ -33,6 +33,12 @@ bool chain_uses_packed_gemm();
 // Whether this build and CPU can run the packed GEMM.
 bool packed_gemm_supported();
 
+// Up to how many panels of B (of the kernel's width) an A with contiguous columns is read in
+// place rather than packed: n >= 0 for every kernel, or -1 (the default) for each kernel's own
+// limit. For measurements on other CPUs; the bits of C do not depend on it.
+void set_in_place_panels(long long n);
+long long in_place_panels_setting();
+
 // The flops per thread of a packed GEMM's team: a product of f flops runs on at most
 // max(1, f / kPackedFlopsPerThread) threads (below that a team costs more than it saves).
 constexpr double kPackedFlopsPerThread = 4e6;
