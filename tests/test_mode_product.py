@@ -62,6 +62,24 @@ def test_chain_gemms_match_einsum(case, chain_gemm, dtype, rng):
         check_product(CPU, kronpe.multi_mode_product(T, mats, case.modes, order=order), expected, dtype, k, order)
 
 
+def test_packed_chain_plans_follow_the_kernels():
+    """The packed GEMM's cost model is its kernels': with the AVX-512 ones every step of a cube's
+    chain is X^T A^T (the tensor read in place), with the AVX2 ones (this file also runs with
+    KRONPE_SIMD=avx2) the steps at k = 64-128 over thousands of columns are A X^T (the tensor
+    packed by 8 x 8 transposes: 5-17% faster there), the others X^T A^T."""
+    gemm = kronpe.build_info()["chain_gemm"]
+    if not gemm.startswith("packed"):
+        pytest.skip("the chains do not run the packed GEMM on this CPU")
+    avx2 = gemm == "packed AVX2"
+
+    def matrix_left(n, m):
+        ops = _core.mode_chain_program([n] * 3, [n * n, n, 1], [0, 1, 2], [m] * 3, 4, False, "packed")[0]
+        return [op[4] for op in ops if op[0] == "gemm"]
+
+    assert matrix_left(64, 64) == matrix_left(128, 128) == matrix_left(64, 128) == [avx2] * 3
+    assert matrix_left(32, 32) == matrix_left(256, 256) == [False] * 3
+
+
 @pytest.mark.parametrize("shape, rows", LARGE_CHAINS)
 def test_large_chains_on_both_gemms_and_threads(chain_gemm, dtype, shape, rows):
     """Chains big enough for several blocks per GEMM step (and a contraction longer than a k

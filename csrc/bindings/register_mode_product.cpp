@@ -179,7 +179,7 @@ void register_mode_product(py::module_& m, py::module_& tuning) {
       "mode_cost_model",
       []() {
         const bool packed = chain_uses_packed_gemm();
-        const ModeCostModel& cm = packed ? packed_cpu_cost_model() : cpu_cost_model();
+        const ModeCostModel& cm = packed ? packed_cpu_cost_model(packed_gemm_isa() == 1) : cpu_cost_model();
         py::dict d;
         d["gemm"] = packed ? "packed" : "blas";
         d["rate_f32"] = cm.rate_f32;
@@ -202,7 +202,7 @@ void register_mode_product(py::module_& m, py::module_& tuning) {
         require(model == "cpu" || model == "packed" || model == "library",
                 "mode_chain_program: model must be 'cpu', 'packed' or 'library'");
         const ModeCostModel& cm = model == "cpu"      ? cpu_cost_model()
-                                  : model == "packed" ? packed_cpu_cost_model()
+                                  : model == "packed" ? packed_cpu_cost_model(packed_gemm_isa() == 1)
                                                       : library_cost_model();
         const ChainProgram prog =
             mode_chain_program(int(shape.size()), shape.data(), strides.data(), int(modes.size()),

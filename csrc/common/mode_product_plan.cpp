@@ -25,8 +25,14 @@ ModeCostModel& cpu_model() {
 // operand read in place at k <= 128: 190-210 Gflop/s at k = 64-128, ~175 packed at k = 256),
 // X A^T and A X 5-20% slower, the transposing pack of A X^T 1.2x-1.8x slower at k = 64-128; a
 // call costs under a microsecond.
-ModeCostModel& packed_model() {
-  static ModeCostModel cm = [] {
+//
+// The AVX2 kernels (6 x 16 floats) on the same machine, held to them (KRONPE_SIMD=avx2), one
+// thread: the same order at k = 32 and 256 and on short buffers, but at k = 64-128 with long
+// buffers (a chain step's thousands of columns) A X^T leads, its transposed B packed in 8 x 8
+// blocks: X^T A^T 1.05-1.17x its time, A X 1.03-1.09x, X A^T 1.03-1.06x (median of three
+// measurements of the four layouts per shape class, kronpe._core._tuning.mode_layout_table).
+ModeCostModel& packed_model(bool avx2) {
+  static ModeCostModel wide = [] {
     ModeCostModel m;
     m.rate_f32 = 170e9;
     m.call = 0.5e-6;
@@ -35,7 +41,18 @@ ModeCostModel& packed_model() {
     m.id = 3;
     return m;
   }();
-  return cm;
+  static ModeCostModel narrow = [] {
+    ModeCostModel m = wide;
+    m.rate_f32 = 100e9;
+    m.id = 4;
+    m.band_k_lo = 64;
+    m.band_k_hi = 128;
+    m.band_rest = 1024;
+    const double band[5] = {0.07, 0.12, 0.06, 0.0, 0.2};
+    for (int i = 0; i < 5; ++i) m.band_penalty[i] = band[i];
+    return m;
+  }();
+  return avx2 ? narrow : wide;
 }
 std::atomic<long long> g_cpu_model_version{0};
 
@@ -51,7 +68,9 @@ double gemm_flops_cost(const ModeCostModel& cm, index_t m, index_t n, index_t k,
 double slowdown(const ModeCostModel& cm, StepKind kind, index_t rows, index_t k, index_t rest,
                 int elem_size) {
   if (cm.layout_factor) return cm.layout_factor(kind, rows, k, rest, elem_size);
-  return 1.0 + cm.layout_penalty[int(kind)] * 64.0 / double(std::max<index_t>(k, 1));
+  const bool band = k >= cm.band_k_lo && k <= cm.band_k_hi && rest >= cm.band_rest;
+  const double* penalty = band ? cm.band_penalty : cm.layout_penalty;
+  return 1.0 + penalty[int(kind)] * 64.0 / double(std::max<index_t>(k, 1));
 }
 
 // One GEMM of layout `kind`: (m x k) times (k x n) in the row-major sense, k contracted.
@@ -351,13 +370,14 @@ void set_mode_layout_penalty(const double* penalty) {
 
 void set_mode_layout_factor(double (*factor)(StepKind, index_t, index_t, index_t, int)) {
   cpu_model().layout_factor = factor;
-  packed_model().layout_factor = factor;
+  packed_model(false).layout_factor = factor;
+  packed_model(true).layout_factor = factor;
   g_cpu_model_version.fetch_add(1);
 }
 
 const ModeCostModel& cpu_cost_model() { return cpu_model(); }
 
-const ModeCostModel& packed_cpu_cost_model() { return packed_model(); }
+const ModeCostModel& packed_cpu_cost_model(bool avx2) { return packed_model(avx2); }
 
 const ModeCostModel& library_cost_model() {
   static const ModeCostModel cm = [] {
@@ -684,7 +704,7 @@ ChainProgram mode_chain_program(int ndim, const index_t* shape, const index_t* s
   std::vector<index_t> key;
   key.reserve(5 + 2 * size_t(ndim) + 2 * size_t(nmodes));
   key.push_back(model.id);
-  const bool cpu = &model == &cpu_model() || &model == &packed_model();
+  const bool cpu = &model == &cpu_model() || &model == &packed_model(false) || &model == &packed_model(true);
   key.push_back(cpu ? index_t(g_cpu_model_version.load()) : 0);
   key.push_back(index_t(elem_size));
   key.push_back(any_layout);

@@ -319,7 +319,7 @@ struct CpuBackend {
   int part = 0, parts = 1;  // in a team: this thread's share of every step (part of parts)
 
   const ModeCostModel& model() const {
-    return chain_uses_packed_gemm() ? packed_cpu_cost_model() : cpu_cost_model();
+    return chain_uses_packed_gemm() ? packed_cpu_cost_model(packed_gemm_isa() == 1) : cpu_cost_model();
   }
   void start() {}
   void zero(T* dst, index_t n) { std::fill(dst, dst + n, T(0)); }

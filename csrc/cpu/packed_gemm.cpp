@@ -105,6 +105,8 @@ long long in_place_panels_setting() { return g_in_place_panels.load(); }
 
 bool packed_gemm_supported() { return packed_isa() > 0; }
 
+int packed_gemm_isa() { return packed_isa(); }
+
 bool chain_uses_packed_gemm() {
   const ChainGemm w = chain_gemm_setting();
   return w == ChainGemm::packed || (w == ChainGemm::automatic && packed_gemm_supported());

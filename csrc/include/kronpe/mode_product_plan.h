@@ -63,13 +63,19 @@ struct ModeCostModel {
   // measures these once per shape class (kronpe::set_mode_layout_measured).
   double (*layout_factor)(StepKind kind, index_t m, index_t k, index_t rest, int elem_size) =
       nullptr;
+  // A band of steps with penalties of their own (band_penalty instead of layout_penalty): k in
+  // [band_k_lo, band_k_hi] and at least band_rest columns of the buffer; none where band_k_hi <
+  // band_k_lo. A kernel whose fastest layout changes with k has one (the AVX2 packed GEMM).
+  index_t band_k_lo = 1, band_k_hi = 0, band_rest = 0;
+  double band_penalty[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
 };
 
 // The CPU model of chains on the BLAS (calibrated on a 2-core AVX2 machine with OpenBLAS).
 const ModeCostModel& cpu_cost_model();
-// The CPU model of chains on kronpe's packed GEMM (kronpe/packed_gemm.h); it shares the
-// measured layout factors (set_mode_layout_factor) with cpu_cost_model().
-const ModeCostModel& packed_cpu_cost_model();
+// The CPU model of chains on kronpe's packed GEMM (kronpe/packed_gemm.h), for its AVX-512
+// kernels or (avx2) its AVX2 ones; it shares the measured layout factors
+// (set_mode_layout_factor) with cpu_cost_model().
+const ModeCostModel& packed_cpu_cost_model(bool avx2 = false);
 
 // The model of a host executor outside the core that runs each program op as one call of
 // another library (kronpe.torch's: torch.mm / torch.bmm / copy_ from Python): a strided batch is

@@ -32,6 +32,8 @@ bool chain_uses_packed_gemm();
 
 // Whether this build and CPU can run the packed GEMM.
 bool packed_gemm_supported();
+// The packed GEMM's kernels here: 2 the AVX-512 ones, 1 AVX2 and FMA, 0 none (KRONPE_SIMD caps it).
+int packed_gemm_isa();
 
 // Up to how many panels of B (of the kernel's width) an A with contiguous columns is read in
 // place rather than packed: n >= 0 for every kernel, or -1 (the default) for each kernel's own
