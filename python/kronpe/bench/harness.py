@@ -17,8 +17,8 @@ calls up to 10 ms. A round of a method faster than ROUND_SECONDS (2 ms) times a 
 back to back, as many as make up about ROUND_SECONDS (at most MAX_BATCH), and records their mean:
 one call of 50 us is moved by a few microseconds of anything else the machine does, a batch of
 40 much less (not with --flush, where every call starts from evicted caches). Every method,
-kronpe's and the peers', gets the same treatment, outside its timing. The statistics are those of pytest-benchmark (min, median, mean, stddev, rounds), and
-the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
+kronpe's and the peers', gets the same treatment, outside its timing. The statistics are those
+of pytest-benchmark (min, median, mean, stddev, rounds), and the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
 ``extra_info``), so ``benches/report.py`` and ``--compare`` read both. Every timed call
 goes through :func:`timings`.
 
