@@ -18,9 +18,9 @@ back to back, as many as make up about ROUND_SECONDS (at most MAX_BATCH), and re
 one call of 50 us is moved by a few microseconds of anything else the machine does, a batch of
 40 much less (not with --flush, where every call starts from evicted caches). Every method,
 kronpe's and the peers', gets the same treatment, outside its timing. The statistics are those
-of pytest-benchmark (min, median, mean, stddev, rounds), and the records it returns have pytest-benchmark's layout (``group``, ``name``, ``stats``,
-``extra_info``), so ``benches/report.py`` and ``--compare`` read both. Every timed call
-goes through :func:`timings`.
+of pytest-benchmark (min, median, mean, stddev, rounds), and the records it returns have
+pytest-benchmark's layout (``group``, ``name``, ``stats``, ``extra_info``), so
+``benches/report.py`` and ``--compare`` read both. Every timed call goes through :func:`timings`.
 
 The files of ``benches/`` run the same cases under pytest-benchmark (``benches/conftest.py``).
 """
