@@ -29,8 +29,9 @@ ModeCostModel& cpu_model() {
 // The AVX2 kernels (6 x 16 floats) on the same machine, held to them (KRONPE_SIMD=avx2), one
 // thread: the same order at k = 32 and 256 and on short buffers, but at k = 64-128 with long
 // buffers (a chain step's thousands of columns) A X^T leads, its transposed B packed in 8 x 8
-// blocks: X^T A^T 1.05-1.17x its time, A X 1.03-1.09x, X A^T 1.03-1.06x (median of three
-// measurements of the four layouts per shape class, kronpe._core._tuning.mode_layout_table).
+// blocks: X^T A^T 1.05-1.17x its time, A X 1.03-1.09x, X A^T 1.03-1.06x (float32; median of
+// three measurements of the four layouts per shape class, kronpe._core._tuning.mode_layout_table;
+// in float64 the four layouts lie within 5% of each other there, A X^T among them).
 ModeCostModel& packed_model(bool avx2) {
   static ModeCostModel wide = [] {
     ModeCostModel m;
