@@ -207,7 +207,8 @@ def _markdown(doc: dict) -> str:
     lines = [machine_line(doc), "",
              f"| group | method | median ms (min) | vs best peer | rate | of GEMM / copy | {psnr_head} |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    for r in rows(doc):
+    table = rows(doc)
+    for r in table:
         name = r["method"]
         if r.get("median") is None:
             lines.append(f"| {r['group']} | {name} | skipped: {r['skipped']} | | | | |")
@@ -217,7 +218,7 @@ def _markdown(doc: dict) -> str:
         frac = f"{100 * r['fraction']:.0f}% {'GEMM' if r['unit'] == 'GFLOP/s' else 'copy'}" if "fraction" in r else ""
         psnr = _psnr_cell(r)
         lines.append(f"| {r['group']} | {name} | {_ms(r['median'])} ({_ms(r['min'])}) | {vs} | {rate} | {frac} | {psnr} |")
-    batched = [r["calls_per_round"] for r in rows(doc) if r.get("calls_per_round", 1) > 1]
+    batched = [r["calls_per_round"] for r in table if r["calls_per_round"] > 1]
     lines += ["", "vs best peer: median time / the fastest peer's median time in the same group (< 1: kronpe "
               "faster). Rates: the case's flops (cheapest order) or bytes touched per median time."
               + (f" Times per call: a round of a method faster than 2 ms is the mean of a batch of calls back to "
