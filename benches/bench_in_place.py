@@ -23,10 +23,11 @@ if _PY not in sys.path:
 
 import kronpe  # noqa: E402
 from kronpe import _core  # noqa: E402
-from kronpe.bench.harness import timings  # noqa: E402
+from kronpe.bench.harness import Case, Method, measure  # noqa: E402
 
 CHAINS = [(3, 64, 64), (3, 128, 128), (3, 64, 128), (3, 96, 96), (4, 64, 64), (2, 256, 512)]  # (D, n, m)
 SETTINGS = {"kronpe, own limit": -1, "kronpe, all packed": 0, "kronpe, all in place": 1 << 40}
+PEER = "numpy tensordot chain"
 
 
 def tensordot_chain(T, mats):
@@ -35,34 +36,36 @@ def tensordot_chain(T, mats):
     return T
 
 
-def run(rounds: int, threads):
-    from threadpoolctl import threadpool_limits
+def kronpe_with(panels: int):
+    def run(s):  # the setting is put in force by each call (the harness's warm call included)
+        _core._tuning.set_in_place_panels(panels)
+        return kronpe.multi_mode_product(s["T"], s["mats"])
+    return run
 
-    rng = np.random.default_rng(0)
-    lines = [f"| chain | threads | {' | '.join(SETTINGS)} | numpy tensordot chain |", "|---|---|" + "---:|" * 4]
-    for D, n, m in CHAINS:
-        T = rng.standard_normal((n,) * D).astype(np.float32)
-        mats = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(D)]
-        for th in threads:
-            kronpe.set_num_threads(th)
-            with threadpool_limits(th):
-                fns = {k: (lambda v=v: (_core._tuning.set_in_place_panels(v), kronpe.multi_mode_product(T, mats))[1])
-                       for k, v in SETTINGS.items()}
-                fns["numpy tensordot chain"] = lambda: tensordot_chain(T, mats)
-                times = {k: [] for k in fns}
-                for f in fns.values():
-                    f()
-                names = list(fns)
-                for r in range(rounds):
-                    for i in range(len(names)):
-                        k = names[(i + r) % len(names)]
-                        times[k] += timings(fns[k], warmup=1)  # the warm call puts its setting in force
-                _core._tuning.set_in_place_panels(-1)
-            med = {k: np.median(v) * 1e3 for k, v in times.items()}
-            ref = med["numpy tensordot chain"]
-            cells = " | ".join(f"{med[k]:.3f} ({med[k] / ref:.2f}x)" for k in names)
-            lines.append(f"| D={D} {n}->{m} | {th or 'default'} | {cells} |")
-    kronpe.set_num_threads(None)
+
+def case(D: int, n: int, m: int) -> Case:
+    def setup():
+        rng = np.random.default_rng(0)
+        return {"T": rng.standard_normal((n,) * D).astype(np.float32),
+                "mats": [rng.standard_normal((m, n)).astype(np.float32) for _ in range(D)]}
+
+    methods = [Method(name, kronpe_with(v), peer=False) for name, v in SETTINGS.items()]
+    methods.append(Method(PEER, lambda s: tensordot_chain(s["T"], s["mats"])))
+    return Case("in place", f"D={D} {n}->{m}", setup, methods)
+
+
+def run(rounds: int, threads) -> str:
+    """The table: per chain and thread setting (None: the default), each method's median ms and
+    its ratio to the tensordot chain, timed by kronpe.bench's harness."""
+    lines = [f"| chain | threads | {' | '.join(SETTINGS)} | {PEER} |", "|---|---|" + "---:|" * (len(SETTINGS) + 1)]
+    try:
+        for D, n, m in CHAINS:
+            for th in threads:
+                med = {r["name"]: r["stats"]["median"] * 1e3 for r in measure(case(D, n, m), rounds, threads=th)}
+                cells = " | ".join(f"{med[k]:.3f} ({med[k] / med[PEER]:.2f}x)" for k in [*SETTINGS, PEER])
+                lines.append(f"| D={D} {n}->{m} | {th or 'default'} | {cells} |")
+    finally:
+        _core._tuning.set_in_place_panels(-1)
     return "\n".join(lines)
 
 

@@ -179,7 +179,7 @@ void register_mode_product(py::module_& m, py::module_& tuning) {
       "mode_cost_model",
       []() {
         const bool packed = chain_uses_packed_gemm();
-        const ModeCostModel& cm = packed ? packed_cpu_cost_model(packed_gemm_isa() == 1) : cpu_cost_model();
+        const ModeCostModel& cm = chain_cost_model();
         py::dict d;
         d["gemm"] = packed ? "packed" : "blas";
         d["rate_f32"] = cm.rate_f32;

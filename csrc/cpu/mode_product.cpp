@@ -278,6 +278,10 @@ double measured_factor(StepKind kind, index_t m, index_t k, index_t rest, int el
 
 }  // namespace
 
+const ModeCostModel& chain_cost_model() {
+  return chain_uses_packed_gemm() ? packed_cpu_cost_model(packed_gemm_isa() == 1) : cpu_cost_model();
+}
+
 void set_mode_layout_measured(bool on) {
   set_mode_layout_factor(on ? &measured_factor : nullptr);
 }
@@ -318,9 +322,7 @@ template <typename T>
 struct CpuBackend {
   int part = 0, parts = 1;  // in a team: this thread's share of every step (part of parts)
 
-  const ModeCostModel& model() const {
-    return chain_uses_packed_gemm() ? packed_cpu_cost_model(packed_gemm_isa() == 1) : cpu_cost_model();
-  }
+  const ModeCostModel& model() const { return chain_cost_model(); }
   void start() {}
   void zero(T* dst, index_t n) { std::fill(dst, dst + n, T(0)); }
   unsigned char* scratch(std::size_t bytes) {

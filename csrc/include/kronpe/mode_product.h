@@ -58,5 +58,8 @@ void set_mode_layout_measured(bool on);
 std::vector<std::array<double, 8>> mode_layout_table();
 // Forget the measurements (the next plans measure again).
 void clear_mode_layout_table();
+// The cost model the CPU chains plan with now: the packed GEMM's kernels' (AVX-512 or AVX2)
+// where the chains run it, else the BLAS's.
+const ModeCostModel& chain_cost_model();
 
 }  // namespace kronpe
