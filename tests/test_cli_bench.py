@@ -514,3 +514,24 @@ def test_short_methods_are_timed_in_batches_of_about_a_round(monkeypatch):
     monkeypatch.setattr(harness, "flush_caches", lambda: 0)
     recs = {r["name"]: r for r in measure(case, flush=True)}
     assert recs["fast"]["extra_info"]["calls_per_round"] == 1
+
+
+def test_quick_runs_at_most_quick_rounds_a_case(monkeypatch):
+    """--quick times a case in at most QUICK_ROUNDS rounds (fewer when the case asks fewer);
+    --rounds overrides both, and a full run keeps each case's own."""
+    monkeypatch.setenv("KRONPE_BENCH_SETTLE", "0")
+    monkeypatch.setattr(bench, "gemm_rate", lambda *a, **k: {"best": 1e9, "fastest": "x"})
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda *a, **k: 1e9)
+    many = bench.QUICK_ROUNDS + 7
+    cases = [Case("chains", "long", lambda: {}, [Method("kronpe", lambda s: 1.0, peer=False)], rounds=many,
+                  quick=True),
+             Case("chains", "short", lambda: {}, [Method("kronpe", lambda s: 1.0, peer=False)], rounds=2,
+                  quick=True)]
+    monkeypatch.setitem(bench.SUITES, "chains", lambda: cases)
+
+    def rounds(**kw):
+        return {r["group"]: r["stats"]["rounds"] for r in bench.run(["chains"], **kw)["benchmarks"]}
+
+    assert rounds(quick=True) == {"long": bench.QUICK_ROUNDS, "short": 2}
+    assert rounds() == {"long": many, "short": 2}
+    assert rounds(quick=True, rounds=3) == {"long": 3, "short": 3}

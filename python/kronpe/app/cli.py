@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--match", default=None, metavar="REGEX",
                    help="run only the groups whose name matches REGEX (e.g. 'D=3'); validation: the images "
                         "whose name matches")
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: per case)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timed rounds per case (default: per case, at most 10 with --quick)")
     p.add_argument("--flush", action="store_true",
                    help="evict the CPU caches before every timed call (twice the largest cache; else the "
                         "figures are warm: each method's inputs may still be cached from its last call)")

@@ -97,6 +97,12 @@ def _label(setting: Optional[int]):
     return "default" if setting is None else setting
 
 
+#: With ``quick`` (and no ``rounds``), every case is timed in at most this many rounds: the settle
+#: before each timed call (harness rule 4) waits out the peers' spinning BLAS threads, up to
+#: 0.1 s a call, and at a case's full rounds those waits alone took the quick run past a minute.
+QUICK_ROUNDS = 10
+
+
 def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Optional[str] = None,
         rounds: Optional[int] = None, progress: bool = False, argv: Optional[Sequence[str]] = None,
         flush: bool = False, threads: Sequence[Optional[int]] = (None,), seeds: int = 1) -> dict:
@@ -105,7 +111,9 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
     ``flush``: the CPU caches evicted before every timed call (else the figures are warm).
     ``threads``: the thread settings to measure every case under, in turn (an int: every library
     limited to that many; None: as the process runs); the report gives a table per setting.
-    ``seeds``: the cases with random inputs are scored on that many draws (PSNR intervals)."""
+    ``seeds``: the cases with random inputs are scored on that many draws (PSNR intervals).
+    ``rounds``: timed rounds per case (default: the case's own; with ``quick`` at most
+    QUICK_ROUNDS)."""
     if seeds < 1:
         raise ValueError(f"seeds must be a positive integer, got {seeds}")
     threads = list(threads) or [None]
@@ -131,7 +139,8 @@ def run(suites: Optional[Sequence[str]] = None, quick: bool = False, match: Opti
             bar.set_postfix_str(case.group[:40])
             for setting in threads:
                 probes.append(dict(gemm_probe(setting, 2, gemm_before[setting]["fastest"]), setting=_label(setting)))
-                records += measure(case, rounds, flush=flush, threads=setting, seeds=seeds)
+                n = rounds if rounds is not None or not quick else min(case.rounds, QUICK_ROUNDS)
+                records += measure(case, n, flush=flush, threads=setting, seeds=seeds)
     gemm_after = {t: gemm_probe(t) for t in threads}
     copy_after = copy_bandwidth()
     per_setting = {}
