@@ -10,7 +10,8 @@ Signal: the astronaut photograph (skimage.data.astronaut, RGB, 512 x 512, values
 - points: 25% of the 512 x 512 pixels at random (its Table 2), K = 256 (sigma = 0.005, the
   official random-points script), blended from a virtual grid of 257 x 257 nodes.
 
-Methods, one group per case (same device: CPU; float32; one process):
+Methods, in two groups per case, each comparing like with like (the whole steps; the products
+alone) (same device: CPU; float32; one process):
 
 - kronpe: ``ComplexEncoding`` through torch.ops.kronpe (grid: one multi_mode_product; points:
   multi_mode_product on the virtual grid, then blend), backward through the ops' adjoints, Adam.
@@ -85,7 +86,7 @@ def test_step(benchmark, case, method):
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("backend", ["torch.matmul", "kronpe chain"])
 def test_products_alone(benchmark, case, backend):
-    benchmark.group = f"torch Adam step: {case}"
+    benchmark.group = f"torch step products: {case}"
     benchmark.extra_info.update(method=f"products alone, {backend}", peer=backend == "torch.matmul")
     run = products_alone(case, backend)
     V, dW = benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=2)

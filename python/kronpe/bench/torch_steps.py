@@ -17,7 +17,9 @@ Methods (CPU, float32): kronpe's ``ComplexEncoding`` through torch.ops.kronpe, b
 ops' adjoints, Adam; the official formulation written as the official code writes it (our own code,
 not a copy: weights (C, K, K), ``Psi_1 @ W @ Psi_2^T`` per channel; the points by indexing the whole
 virtual grid and summing with the blending weights), autograd for the backward; and the four GEMMs
-of a step alone, with torch.matmul and with kronpe's compiled chain. Both formulations use the same
+of a step alone, with torch.matmul and with kronpe's compiled chain. Each case gives two groups, each
+comparing like with like: ``torch Adam step: <case>`` (kronpe's step against the official step) and
+``torch step products: <case>`` (kronpe's chain against torch.matmul). Both formulations use the same
 pruned bases and blending matrix, so they compute the same model (benches/bench_torch.py checks
 that 200 Adam steps give the same loss).
 """
@@ -183,30 +185,49 @@ def products_alone(case: str, backend: str):
 
 
 CASES = ["grid", "grid, dense basis", "points"]
+#: The groups of each case, each comparing like with like: (title, kronpe's method, its peer). A
+#: whole step against the official whole step; the step's products alone by kronpe's chain against
+#: torch.matmul.
+GROUPS = [("torch Adam step", "kronpe Adam step", "official Adam step"),
+          ("torch step products", "products alone, kronpe chain", "products alone, torch.matmul")]
+
+
+def _flops(case: str) -> int:
+    """The four GEMMs of a step (two forward, two for dW), 3 channels."""
+    P1, P2 = setup_case(case)["bases"]
+    return 2 * 2 * 3 * (P1.shape[0] * P1.shape[1] * P2.shape[1] + P1.shape[0] * P2.shape[0] * P2.shape[1])
+
+
+def _functions(case: str, names) -> dict:
+    """The callables of ``names`` (methods of GROUPS) for one case."""
+    out = {}
+    models = make_models(case) if any(n.endswith(" Adam step") for n in names) else {}
+    for name in names:
+        if name.endswith(" Adam step"):
+            model, target = models[name[: -len(" Adam step")]]
+            out[name] = stepper(model, target, CASE_LR.get(case, LR))
+        else:
+            out[name] = products_alone(case, name[len("products alone, "):])
+    return out
+
+
+def _check(s, method, result):
+    if method.endswith("Adam step"):
+        loss = float(result.detach())
+        assert np.isfinite(loss), f"loss {loss}"
+        return {"loss": loss}
+    return None
 
 
 def cases() -> List[Case]:
     out = []
     for case in CASES:
-        def setup(case=case):
-            s = setup_case(case)
-            fns = {f"{name} Adam step": stepper(m, t, CASE_LR.get(case, LR)) for name, (m, t) in make_models(case).items()}
-            fns.update({f"products alone, {b}": products_alone(case, b) for b in ("torch.matmul", "kronpe chain")})
-            P1, P2 = s["bases"]
-            flops = 2 * 2 * 3 * (P1.shape[0] * P1.shape[1] * P2.shape[1] + P1.shape[0] * P2.shape[0] * P2.shape[1])
-            return dict(fns=fns, flops=flops)
+        for title, mine, peer in GROUPS:
+            def setup(case=case, names=(mine, peer)):
+                return dict(fns=_functions(case, names), flops=_flops(case))
 
-        def check(s, method, result):
-            if method.endswith("Adam step"):
-                loss = float(result.detach())
-                assert np.isfinite(loss), f"loss {loss}"
-                return {"loss": loss}
-            return None
-
-        ms = [Method("kronpe Adam step", lambda s: s["fns"]["kronpe Adam step"](), peer=False),
-              Method("official Adam step", lambda s: s["fns"]["official Adam step"]()),
-              Method("products alone, kronpe chain", lambda s: s["fns"]["products alone, kronpe chain"](), peer=False),
-              Method("products alone, torch.matmul", lambda s: s["fns"]["products alone, torch.matmul"]())]
-        out.append(Case("torch", f"torch Adam step: {case}", setup, ms, check, rounds=20, quick=case == "grid",
-                        size=float(512 * 512 // 4 if case == "points" else 256 * 256), params=dict(case=case)))
+            ms = [Method(mine, lambda s, n=mine: s["fns"][n](), peer=False),
+                  Method(peer, lambda s, n=peer: s["fns"][n]())]
+            out.append(Case("torch", f"{title}: {case}", setup, ms, _check, rounds=20, quick=case == "grid",
+                            size=float(512 * 512 // 4 if case == "points" else 256 * 256), params=dict(case=case)))
     return out
