@@ -469,7 +469,9 @@ def test_machine_line_warns_of_a_blas_held_below_its_kernels():
     line = report.machine_line(doc)
     assert "WARNING: OPENBLAS_CORETYPE=Haswell limits the BLAS" in line
     doc["machine_info"] = {"env": {"OMP_NUM_THREADS": "1"}}
-    assert "WARNING" not in report.machine_line(doc)
+    assert "WARNING" not in report.machine_line(doc) and "NOTE" not in report.machine_line(doc)
+    doc["machine_info"] = {"env": {"KRONPE_SIMD": "avx2"}}
+    assert "NOTE: KRONPE_SIMD=avx2 holds kronpe's kernels to avx2 at most; peers that pick" in report.machine_line(doc)
 
 
 def test_the_gemm_rate_is_the_fastest_gemm_at_hand():

@@ -136,6 +136,10 @@ def machine_line(doc: dict) -> str:
     for k in limiting:
         parts.append(f"WARNING: {k}={m['env'][k]} limits the BLAS to other kernels than this CPU's best: "
                      "its rows are not the peers' best")
+    simd = m.get("env", {}).get("KRONPE_SIMD")
+    if simd:
+        parts.append(f"NOTE: KRONPE_SIMD={simd} holds kronpe's kernels to {simd} at most; peers that pick their "
+                     "kernels by CPUID alone (pyfastkron, NumPy's own loops) still run this CPU's best")
     threads = _threads_of(doc)
     if threads:
         parts.append("threads: " + ", ".join(f"{k} {v}" for k, v in threads.items()))
