@@ -185,11 +185,6 @@ def products_alone(case: str, backend: str):
 
 
 CASES = ["grid", "grid, dense basis", "points"]
-#: The groups of each case, each comparing like with like: (title, kronpe's method, its peer). A
-#: whole step against the official whole step; the step's products alone by kronpe's chain against
-#: torch.matmul.
-GROUPS = [("torch Adam step", "kronpe Adam step", "official Adam step"),
-          ("torch step products", "products alone, kronpe chain", "products alone, torch.matmul")]
 
 
 def _flops(case: str) -> int:
@@ -198,17 +193,20 @@ def _flops(case: str) -> int:
     return 2 * 2 * 3 * (P1.shape[0] * P1.shape[1] * P2.shape[1] + P1.shape[0] * P2.shape[0] * P2.shape[1])
 
 
-def _functions(case: str, names) -> dict:
-    """The callables of ``names`` (methods of GROUPS) for one case."""
-    out = {}
-    models = make_models(case) if any(n.endswith(" Adam step") for n in names) else {}
-    for name in names:
-        if name.endswith(" Adam step"):
-            model, target = models[name[: -len(" Adam step")]]
-            out[name] = stepper(model, target, CASE_LR.get(case, LR))
-        else:
-            out[name] = products_alone(case, name[len("products alone, "):])
-    return out
+def _steps(case: str) -> dict:
+    """{method: one Adam step}: kronpe's model and the official formulation."""
+    return {f"{name} Adam step": stepper(m, t, CASE_LR.get(case, LR)) for name, (m, t) in make_models(case).items()}
+
+
+def _products(case: str) -> dict:
+    """{method: the step's four GEMMs}: by kronpe's chain and by torch.matmul."""
+    return {f"products alone, {b}": products_alone(case, b) for b in ("kronpe chain", "torch.matmul")}
+
+
+#: The groups of each case, each comparing like with like: (title, (kronpe's method, its peer), the
+#: callables of both).
+GROUPS = [("torch Adam step", ("kronpe Adam step", "official Adam step"), _steps),
+          ("torch step products", ("products alone, kronpe chain", "products alone, torch.matmul"), _products)]
 
 
 def _check(s, method, result):
@@ -222,9 +220,9 @@ def _check(s, method, result):
 def cases() -> List[Case]:
     out = []
     for case in CASES:
-        for title, mine, peer in GROUPS:
-            def setup(case=case, names=(mine, peer)):
-                return dict(fns=_functions(case, names), flops=_flops(case))
+        for title, (mine, peer), build in GROUPS:
+            def setup(case=case, build=build):
+                return dict(fns=build(case), flops=_flops(case))
 
             ms = [Method(mine, lambda s, n=mine: s["fns"][n](), peer=False),
                   Method(peer, lambda s, n=peer: s["fns"][n]())]
