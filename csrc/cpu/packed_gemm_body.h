@@ -90,9 +90,8 @@ inline void tile_kernel(index_t kc, const T* __restrict ap, index_t as, const T*
 template <typename T, int R>
 void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs, T* dst) {
   if (rs == 1) {  // a sliver's rows are contiguous: each p reads its run of all the full slivers
-    // at once. Sliver by sliver, a chain step's X^T (runs of a block 256 KiB apart) re-read
-    // every line from L3 for each sliver in it: those lines share an L1 and an L2 set. One
-    // thread, AVX2, 65536 x 256 x 256 with A = X^T: 91 -> 94-97 GFLOP/s.
+    // at once. Sliver by sliver, the runs of a chain step's X^T (256 KiB apart) share one L1 and
+    // one L2 set, so every line came from L3 again for each sliver in it.
     const index_t full = rows / R;
     for (index_t p = 0; p < kc; ++p) {
       const T* q = src + p * cs;
@@ -258,10 +257,8 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   // null on one thread.
   std::atomic<index_t>* packed = nullptr;
   // The big operand's lines of piece (blk, kb), prefetched while the piece before it computes:
-  // its pack pass then reads cache, not memory. One thread, AVX2 (medians of four alternating
-  // processes): a chain step's 65536 x 256 x 256 with A = X^T 91 -> 101 GFLOP/s, float64
-  // 65536 x 128 x 128 43 -> 51; the D = 3 256 -> 256 chain 291 -> 265 ms, D = 4 64 -> 64
-  // 128 -> 104 ms; AVX-512, D = 3 256 278 -> 259 ms. An A read in place prefetches its own
+  // its pack pass then reads cache, not memory (one thread, AVX2: a chain step's
+  // 65536 x 256 x 256 with A = X^T 91 -> 101 GFLOP/s). An A read in place prefetches its own
   // lines (kPrefetchAhead).
   auto piece_lines = [&](index_t blk, index_t kb) -> LineWalk {
     if (direct_a || blk >= nblocks) return LineWalk();
