@@ -99,7 +99,8 @@ def _label(setting: Optional[int]):
 
 #: With ``quick`` (and no ``rounds``), every case is timed in at most this many rounds: the settle
 #: before each timed call (harness rule 4) waits out the peers' spinning BLAS threads, up to
-#: 0.1 s a call, and at a case's full rounds those waits alone took the quick run past a minute.
+#: 0.1 s a call, and at each case's full rounds those waits take the quick run past a minute on
+#: two cores.
 QUICK_ROUNDS = 10
 
 
