@@ -15,7 +15,7 @@
 // B(p, j)); only its first mr rows and nr columns are written. PF: each step of k prefetches
 // the A row `ahead` elements past the sliver (the next slivers' values); stream: a whole tile
 // (64-byte aligned rows) that is not accumulated goes out with streaming stores.
-template <typename T, int MR, int NV, bool PF = false>
+template <typename T, int MR, int NV, bool PF = false, int PANEL = NV>
 void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
                   index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
   using V = Vec<T>;
@@ -37,7 +37,7 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
       for (int v = 0; v < NV; ++v) r[i][v] = V::fma(a, b[v], r[i][v]);
     }
     ap += as;
-    bp += NR;
+    bp += PANEL * W;  // the packed panel's row: PANEL vectors, of which the kernel reads NV
   }
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 32
@@ -71,18 +71,29 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
 // One tile: micro_kernel, except that a last sliver of mr < MR rows runs the kernel of the next
 // multiple of 4 rows below MR, if any (reading its packed sliver with the same stride `as`),
 // rather than all MR rows on zero padding: a 256-row operand is 21 slivers of 12 and one of 4, and
-// the 4-row kernel takes a third of the 12-row one's time (a 256^3 float32 GEMM 3% faster). Every
-// element of C gets the same operations in the same order, so the bits do not change.
+// the 4-row kernel takes a third of the 12-row one's time (a 256^3 float32 GEMM 3% faster). Likewise
+// a last panel of at most one vector's columns runs the one-vector kernel (reading the packed
+// panel with its full row): a chain step of 100 output columns is 3 panels of 32 and one of 4.
+// Every element of C gets the same operations in the same order, so the bits do not change.
+template <typename T, int MR, int NV, bool PF, int PANEL>
+inline void rows_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
+                        index_t ldc, int mr, int nr, bool acc, index_t ahead, bool stream) {
+  if constexpr (MR > 4) {
+    if (mr <= 4) return micro_kernel<T, 4, NV, PF, PANEL>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+    if constexpr (MR > 8) {
+      if (mr <= 8) return micro_kernel<T, 8, NV, PF, PANEL>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+    }
+  }
+  micro_kernel<T, MR, NV, PF, PANEL>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+}
+
 template <typename T, int MR, int NV, bool PF = false>
 inline void tile_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
                         index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
-  if constexpr (MR > 4) {
-    if (mr <= 4) return micro_kernel<T, 4, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
-    if constexpr (MR > 8) {
-      if (mr <= 8) return micro_kernel<T, 8, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
-    }
+  if constexpr (NV > 1) {
+    if (nr <= Vec<T>::W) return rows_kernel<T, MR, 1, PF, NV>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
   }
-  micro_kernel<T, MR, NV, PF>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+  rows_kernel<T, MR, NV, PF, NV>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
 }
 
 // Slivers of R rows: rows [0, rows) x columns [0, kc) of a matrix whose element (i, p) lies at
