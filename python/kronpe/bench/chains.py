@@ -2,7 +2,7 @@
 
 Every case maps a float32 tensor of shape (n,) * D through one matrix per axis, A_k of shape
 (m, n) (square chains n -> n, as in a fit's projections, and n -> 2n, as in predicting a
-twice-as-fine grid). Peers: numpy.einsum(optimize=True), a NumPy tensordot chain, the same in
+twice-as-fine grid; powers of two and sizes such as 100 and 300). Peers: numpy.einsum(optimize=True), a NumPy tensordot chain, the same in
 torch (``torch.tensordot`` chain and ``torch.einsum``), tensorly's multi_mode_dot and pyfastkron's
 gemkm (each skipped when it does not import). Work: the flops of the cheapest contraction order.
 """
@@ -27,6 +27,10 @@ CASES = [
     (3, 256, 256, 3, False),
     (4, 32, 32, 10, False),
     (4, 64, 64, 3, False),
+    # sizes that are no multiple of any kernel's tile, as users' grids are
+    (2, 300, 300, 10, False),
+    (3, 100, 100, 5, False),
+    (4, 40, 40, 5, False),
 ]
 
 
