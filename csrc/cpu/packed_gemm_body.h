@@ -11,10 +11,11 @@
 
 // The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
 // plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR, or
-// the operand itself when its rows are contiguous) and a B panel (kc x NR, bp[p * NR + j] =
-// B(p, j)); only its first mr rows and nr columns are written. PF: each step of k prefetches
-// the A row `ahead` elements past the sliver (the next slivers' values); stream: a whole tile
-// (64-byte aligned rows) that is not accumulated goes out with streaming stores.
+// the operand itself when its rows are contiguous) and a B panel (kc rows of PANEL vectors,
+// bp[p * PANEL * W + j] = B(p, j), of which the kernel reads the first NV); only its first mr
+// rows and nr columns are written. PF: each step of k prefetches the A row `ahead` elements
+// past the sliver (the next slivers' values); stream: a whole tile (aligned rows) that is not
+// accumulated goes out with streaming stores.
 template <typename T, int MR, int NV, bool PF = false, int PANEL = NV>
 void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
                   index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
