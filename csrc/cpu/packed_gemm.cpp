@@ -130,12 +130,13 @@ inline __m512 hi64(__m512 a, __m512 b) {
   return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
 }
 
-// 16 x 16 floats transposed: rows 16 floats apart along p (row r of the block at src + r * rs,
-// its 16 values contiguous) to dst[j * ds + r] (j = 0..15): three rounds of in-lane and
-// across-lane shuffles, 16 loads and 16 stores for 256 values.
+// ROWS x 16 floats transposed (ROWS <= 16): rows rs floats apart (row r of the block at src + r * rs,
+// its 16 values contiguous) to dst[j * ds + r] (j = 0..15, r < ROWS): three rounds of in-lane and
+// across-lane shuffles, ROWS loads and 16 stores (masked to ROWS lanes when ROWS < 16).
+template <int ROWS>
 inline void transpose16(const float* src, index_t rs, float* dst, index_t ds) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * rs);
+  for (int i = 0; i < 16; ++i) r[i] = i < ROWS ? _mm512_loadu_ps(src + i * rs) : _mm512_setzero_ps();
   for (int i = 0; i < 16; i += 2) {  // lane k: [a(4k), b(4k), a(4k+1), b(4k+1)], [... 4k+2, 4k+3]
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -146,14 +147,21 @@ inline void transpose16(const float* src, index_t rs, float* dst, index_t ds) {
     r[i + 2] = lo64(t[i + 1], t[i + 3]);
     r[i + 3] = hi64(t[i + 1], t[i + 3]);
   }
+  const __mmask16 m = ROWS >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << ROWS) - 1);
+  auto put = [&](index_t j, __m512 v) {
+    if constexpr (ROWS >= 16)
+      _mm512_storeu_ps(dst + j * ds, v);
+    else
+      _mm512_mask_storeu_ps(dst + j * ds, m, v);
+  };
   for (int q = 0; q < 4; ++q) {  // column 4k + q: lane k of r[q], r[4 + q], r[8 + q], r[12 + q]
     const __m512 v0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), w0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
     const __m512 v1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
                  w1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
-    _mm512_storeu_ps(dst + q * ds, _mm512_shuffle_f32x4(v0, v1, 0x88));
-    _mm512_storeu_ps(dst + (4 + q) * ds, _mm512_shuffle_f32x4(w0, w1, 0x88));
-    _mm512_storeu_ps(dst + (8 + q) * ds, _mm512_shuffle_f32x4(v0, v1, 0xdd));
-    _mm512_storeu_ps(dst + (12 + q) * ds, _mm512_shuffle_f32x4(w0, w1, 0xdd));
+    put(q, _mm512_shuffle_f32x4(v0, v1, 0x88));
+    put(4 + q, _mm512_shuffle_f32x4(w0, w1, 0x88));
+    put(8 + q, _mm512_shuffle_f32x4(v0, v1, 0xdd));
+    put(12 + q, _mm512_shuffle_f32x4(w0, w1, 0xdd));
   }
 }
 
@@ -178,7 +186,10 @@ struct Vec<float> {
   static mask first(int n) {
     return n <= 0 ? mask(0) : n >= W ? mask(0xFFFF) : mask((1u << n) - 1);
   }
-  static void transpose(const float* src, index_t rs, float* dst, index_t ds) { transpose16(src, rs, dst, ds); }
+  template <int ROWS>
+  static void transpose(const float* src, index_t rs, float* dst, index_t ds) {
+    transpose16<ROWS>(src, rs, dst, ds);
+  }
 };
 
 template <>
@@ -199,6 +210,7 @@ struct Vec<double> {
   static mask first(int n) {
     return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1);
   }
+  template <int ROWS>
   static void transpose(const double*, index_t, double*, index_t) {}
 };
 
@@ -213,11 +225,16 @@ KRONPE_AVX512_END
 KRONPE_AVX512_BEGIN("avx2,fma")
 namespace avx2 {
 
-// 8 x 8 floats transposed (as transpose16 above): in-lane unpacks and shuffles, then the 128-bit
-// halves swapped across registers; 8 loads and 8 stores for 64 values.
+// ROWS x 8 floats transposed (as transpose16 above, ROWS <= 8): in-lane unpacks and shuffles,
+// then the 128-bit halves swapped across registers; ROWS loads and 8 stores. Short rows (ROWS < 8)
+// need ds == ROWS: the columns are stored in order, each with whole vectors whose lanes past ROWS
+// land where the next column goes and are overwritten by it, and the last one with its ROWS lanes
+// only (AVX2's masked stores are microcoded on AMD's cores: a 128-bit and a 64-bit store).
+template <int ROWS>
 inline void transpose8(const float* src, index_t rs, float* dst, index_t ds) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+  static_assert(ROWS == 8 || ROWS == 6 || ROWS == 4, "transpose8: 4, 6 or 8 rows");
+  __m256 r[8], t[8], o[8];
+  for (int i = 0; i < 8; ++i) r[i] = i < ROWS ? _mm256_loadu_ps(src + i * rs) : _mm256_setzero_ps();
   for (int i = 0; i < 8; i += 2) {  // half h: [a(4h), b(4h), a(4h+1), b(4h+1)], [... 4h+2, 4h+3]
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -229,8 +246,15 @@ inline void transpose8(const float* src, index_t rs, float* dst, index_t ds) {
     r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
   }
   for (int q = 0; q < 4; ++q) {  // column q: low halves of rows 0..3 and 4..7; column 4 + q: high
-    _mm256_storeu_ps(dst + q * ds, _mm256_permute2f128_ps(r[q], r[4 + q], 0x20));
-    _mm256_storeu_ps(dst + (4 + q) * ds, _mm256_permute2f128_ps(r[q], r[4 + q], 0x31));
+    o[q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x20);
+    o[4 + q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x31);
+  }
+  for (int j = 0; j < 7; ++j) _mm256_storeu_ps(dst + j * ds, o[j]);
+  if constexpr (ROWS == 8) {
+    _mm256_storeu_ps(dst + 7 * ds, o[7]);
+  } else {
+    _mm_storeu_ps(dst + 7 * ds, _mm256_castps256_ps128(o[7]));
+    if constexpr (ROWS == 6) _mm_storel_pi(reinterpret_cast<__m64*>(dst + 7 * ds + 4), _mm256_extractf128_ps(o[7], 1));
   }
 }
 
@@ -258,7 +282,10 @@ struct Vec<float> {
   static mask first(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-  static void transpose(const float* src, index_t rs, float* dst, index_t ds) { transpose8(src, rs, dst, ds); }
+  template <int ROWS>
+  static void transpose(const float* src, index_t rs, float* dst, index_t ds) {
+    transpose8<ROWS>(src, rs, dst, ds);
+  }
 };
 
 template <>
@@ -281,6 +308,7 @@ struct Vec<double> {
   static mask first(int n) {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
   }
+  template <int ROWS>
   static void transpose(const double*, index_t, double*, index_t) {}
 };
 

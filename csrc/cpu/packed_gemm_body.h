@@ -4,9 +4,10 @@
 // vector traits (the dispatch picks the kernel's shape, packed_gemm_impl's MR and NV):
 //   Vec<T>: reg, mask, W (lanes), zero, bcast, load, store, stream (64-byte aligned rows),
 //     mload / mstore (the first lanes only, as `first(n)` selects), fma, add; and TB, the side of
-//     the square blocks `transpose(src, rs, dst, ds)` turns (dst[j * ds + r] = src[r * rs + j]),
-//     0 where the set has none; in_place_panels, up to how many B panels (of NR columns) an A
-//     with contiguous columns is read in place rather than packed (packed_gemm_impl).
+//     the blocks `transpose<ROWS>(src, rs, dst, ds)` turns (ROWS <= TB rows of TB values:
+//     dst[j * ds + r] = src[r * rs + j]; ds == ROWS where ROWS < TB), 0 where the set has none;
+//     in_place_panels, up to how many B panels (of NR columns) an A with contiguous columns is
+//     read in place rather than packed (packed_gemm_impl).
 // No include guard: it is meant to be included more than once, and includes nothing itself.
 
 // The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
@@ -97,20 +98,31 @@ inline void tile_kernel(index_t kc, const T* __restrict ap, index_t as, const T*
   rows_kernel<T, MR, NV, PF, NV>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
 }
 
+// Rows of p a contiguous sliver copy takes at a time (pack_slivers): 4, 8 and 16 measured within
+// noise of each other.
+constexpr index_t kPackRunRows = 8;
+
 // Slivers of R rows: rows [0, rows) x columns [0, kc) of a matrix whose element (i, p) lies at
 // src[i * rs + p * cs] go to dst[(s * kc + p) * R + r] (i = s * R + r), zero past `rows`.
 template <typename T, int R>
 void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs, T* dst) {
-  if (rs == 1) {  // a sliver's rows are contiguous: each p reads its run of all the full slivers
-    // at once. Sliver by sliver, the runs of a chain step's X^T (256 KiB apart) share one L1 and
-    // one L2 set, so every line came from L3 again for each sliver in it.
+  if (rs == 1) {  // a sliver's rows are contiguous: the full slivers are copied kPackRunRows rows
+    // of p at a time, each sliver's share of them before the next sliver's. Sliver by sliver, the
+    // runs of a chain step's X^T (256 KiB apart) would share one L1 and one L2 set, and every
+    // line come from L3 again for each sliver in it; row by row (p outer), the slivers' rows
+    // written (kc R elements apart: 6 KiB at kc = 256, R = 6) would share two L1 sets (one
+    // thread, AVX2: a 1536 x 256 x 256 product of a given A^T 103 -> 109 GFLOP/s, the D=3 256
+    // chain 267 -> 247 ms).
     const index_t full = rows / R;
-    for (index_t p = 0; p < kc; ++p) {
-      const T* q = src + p * cs;
-      T* d = dst + p * R;
-      for (index_t s0 = 0; s0 < full; ++s0, q += R, d += kc * R)
-#pragma GCC unroll 64
-        for (int r = 0; r < R; ++r) d[r] = q[r];
+    for (index_t p0 = 0; p0 < kc; p0 += kPackRunRows) {
+      const index_t pe = std::min(kc, p0 + kPackRunRows);
+      for (index_t s0 = 0; s0 < full; ++s0) {
+        const T* q = src + p0 * cs + s0 * R;
+        T* d = dst + (s0 * kc + p0) * R;
+        // a fixed-size copy: whole vector moves (an element loop's are scalar: the compiler
+        // cannot rule out that src and dst overlap)
+        for (index_t p = p0; p < pe; ++p, q += cs, d += R) std::memcpy(d, q, R * sizeof(T));
+      }
     }
     src += full * R;
     dst += full * kc * R;
@@ -121,11 +133,16 @@ void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs
     const T* s = src + s0 * rs;
     constexpr int TB = Vec<T>::TB;
     if constexpr (TB > 0) {
-      if constexpr (R % TB == 0) {
+      if constexpr (R % TB == 0 || R < TB) {
         if (h == R && cs == 1 && rs != 1) {  // transposing rows contiguous along p: TB x TB blocks
+          // (R x TB ones for slivers shorter than TB: a row-major A's 6 or 12 rows)
           index_t p = 0;
           for (; p + TB <= kc; p += TB)
-            for (int r0 = 0; r0 < R; r0 += TB) Vec<T>::transpose(s + r0 * rs + p, rs, dst + p * R + r0, R);
+            if constexpr (R < TB)
+              Vec<T>::template transpose<R>(s + p, rs, dst + p * R, R);
+            else
+              for (int r0 = 0; r0 < R; r0 += TB)
+                Vec<T>::template transpose<TB>(s + r0 * rs + p, rs, dst + p * R + r0, R);
           for (; p < kc; ++p)
             for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p];
           continue;
