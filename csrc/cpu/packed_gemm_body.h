@@ -176,9 +176,9 @@ constexpr index_t kBlockBytes = index_t(256) << 10;
 // An A read in place from memory (not cache) is prefetched this many elements ahead, row by row
 // of k, in a sliver's first micro-kernel call: its rows lie far apart (a chain step's X^T: one
 // row per index of the contracted axis, 64 rows 1 MiB apart in a 64^4 step), too many streams
-// for the hardware prefetchers. Two threads, a 64^4 float32 chain's steps (262144 x 64 x 64):
-// 135 -> 162 GFLOP/s; the D = 4 64 -> 64 chain 59.5 -> 51.1 ms (medians of four alternating
-// processes). Cached operands are left alone (16 MiB: half this machine's L3).
+// for the hardware prefetchers: without it a 64^4 float32 chain's steps (262144 x 64 x 64, two
+// threads) took 1.2x as long. Cached operands are left alone (16 MiB: half the development
+// machine's L3).
 constexpr index_t kPrefetchAhead = 32;
 constexpr double kPrefetchFromBytes = double(16 << 20);
 
@@ -258,10 +258,8 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   nt = int(std::min<index_t>(nt, std::max<index_t>(1, index_t(flops / kPackedFlopsPerThread))));
   nt = int(std::min<index_t>(nt, slivers));
   // blocks per thread: four on one thread; eight in a team, for the dynamic schedule to even out
-  // (four left a 512^2 step's 43 slivers in 7 blocks of 6 and one of 1; two threads, interleaved in
-  // one process, best of three calls: eight took the D=2 chains 512 and 256->512 in 0.92-0.93 and
-  // 0.94-0.95 of four's time, 256, 1024 and the D=3 chains within 0.5%; on one thread eight moved
-  // the rows by -5% to +2%, so one thread keeps four)
+  // (four left a 512^2 step's 43 slivers in 7 blocks of 6 and one of 1, and the D=2 512 chain 8%
+  // slower on two threads; on one thread eight gained nothing)
   const index_t per_thread = nt > 1 ? 8 : 4;
   const index_t per_block = std::min(
       max_per_block, std::max<index_t>(1, (slivers + per_thread * nt - 1) / (per_thread * nt)));
@@ -278,17 +276,17 @@ void packed_gemm_impl(index_t M, index_t N, index_t K, const T* a, index_t rsa, 
   const bool prefetch = direct_a && double(M) * double(K) * sizeof(T) >= kPrefetchFromBytes;
   // A C that large is written with streaming stores (whole aligned cache lines, no read for
   // ownership) where a single k block writes it once: the next chain step reads it from memory
-  // anyway. The D = 4 64 -> 64 chain (prefetching) 57.6 -> 51.3 ms, and 51.7 -> 51.2 with the
-  // result aligned too (kronpe.ops allocates it so); D = 3 256 -> 256 147 -> 139 ms.
+  // anyway (plain stores left the D = 4 64 -> 64 chain 12% slower; kronpe.ops allocates results
+  // that large 64-byte aligned).
   const bool stream = nk == 1 && double(M) * double(N) * sizeof(T) >= kPrefetchFromBytes &&
                       reinterpret_cast<std::uintptr_t>(c) % 64 == 0 && (ldc * index_t(sizeof(T))) % 64 == 0;
   // In a team, the slivers of the small operand packed so far per k block (see the team below);
   // null on one thread.
   std::atomic<index_t>* packed = nullptr;
   // The big operand's lines of piece (blk, kb), prefetched while the piece before it computes:
-  // its pack pass then reads cache, not memory (one thread, AVX2: a chain step's
-  // 65536 x 256 x 256 with A = X^T 91 -> 101 GFLOP/s). An A read in place prefetches its own
-  // lines (kPrefetchAhead).
+  // its pack pass then reads cache, not memory (without it, a chain step's 65536 x 256 x 256
+  // with A = X^T took 1.1x as long on one thread with the AVX2 kernels). An A read in place
+  // prefetches its own lines (kPrefetchAhead).
   auto piece_lines = [&](index_t blk, index_t kb) -> LineWalk {
     if (direct_a || blk >= nblocks) return LineWalk();
     const index_t i0 = blk * bb, ib = std::min(bb, big_n - i0);
