@@ -3,7 +3,10 @@
 # reports itself on this machine, GPU or not. Builds with KRONPE_CUDA=ON into its own directory
 # (default build/ci-cuda; the module goes into a copy of the package there, never into
 # python/kronpe), for sm_80 and sm_90 (+ PTX), with JOBS parallel jobs (default 2).
-#   tools/ci_cuda_build.sh            # from .ci/run
+# KRONPE_X86_KERNELS=OFF builds its CPU part without the x86 kernels, as aarch64 and macOS get it
+# (CMakeLists.txt): .ci/run compiles and tests that portable code in this same build.
+#   tools/ci_cuda_build.sh            # the module as releases build it
+#   KRONPE_X86_KERNELS=OFF tools/ci_cuda_build.sh   # from .ci/run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KRONPE_CUDA_BUILD_DIR:-build/ci-cuda}
@@ -28,6 +31,7 @@ rm -rf "$build/pkg"
 mkdir -p "$build/pkg"
 tar --exclude='*.so' --exclude='__pycache__' -C python -cf - kronpe | tar -C "$build/pkg" -xf -
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKRONPE_CUDA=ON \
+  -DKRONPE_X86_KERNELS="${KRONPE_X86_KERNELS:-ON}" \
   -Dpybind11_DIR="$(python -m pybind11 --cmakedir)" -DKRONPE_MODULE_DIR="$PWD/$build/pkg/kronpe" >/dev/null
 cmake --build "$build" -j"${JOBS:-2}"
 echo "kronpe: CUDA build took $(( $(date +%s) - start )) s"
@@ -37,6 +41,6 @@ PYTHONPATH="$build/pkg" python - <<'PY'
 import kronpe
 info = kronpe.build_info()
 assert info["cuda"], info
-print("kronpe build_info:", {k: info[k] for k in ("cuda", "cuda_compiler", "cuda_architectures", "cublas", "cuda_devices")})
+print("kronpe build_info:", {k: info[k] for k in ("cuda", "cuda_compiler", "cuda_architectures", "cublas", "cuda_devices", "simd", "chain_gemm")})
 PY
 PYTHONPATH="$build/pkg" python -m pytest -q -p no:cacheprovider tests/test_cuda.py

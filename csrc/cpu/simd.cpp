@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kronpe/avx512.h"
+
 namespace kronpe {
 
 int simd_cap() {
@@ -21,8 +23,8 @@ int simd_cap() {
 
 int simd_level() {
   static const int level = [] {
-    int cpu = 0;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int cpu = 0;  // a build without the x86 kernels (kronpe/avx512.h) has the generic path alone
+#if KRONPE_AVX512
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))

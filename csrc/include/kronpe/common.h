@@ -12,9 +12,9 @@
 #endif
 
 // Hot loops compiled for AVX-512 and AVX2 machines too (x86-64 Linux, the clone picked at load
-// time); elsewhere plain functions.
+// time); elsewhere, or with KRONPE_NO_CLONES (CMake's KRONPE_X86_KERNELS=OFF), plain functions.
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDACC__)
+    !defined(__CUDACC__) && !defined(KRONPE_NO_CLONES)
 #define KRONPE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KRONPE_CLONES
