@@ -145,3 +145,17 @@ def test_clear_caches_forgets_what_kronpe_keeps():
 
     assert not resampling._CACHE
     np.testing.assert_array_equal(kronpe.fit_grid(img, [emb, emb], ridge=1e-3).weights, first)
+
+
+def test_cold_teams_count_only_when_late_on_oversubscribed_cores():
+    """The busy-cores rule (kronpe/threads.h): a warm team is always judged; a cold one (its threads
+    woke from sleep) only when it came late while more tasks were runnable than there are CPUs,
+    i.e. another library's threads held the cores (NumPy's OpenBLAS workers between kronpe's
+    calls); late on free cores it only woke slowly, and on time it says nothing."""
+    from kronpe import _core
+
+    judged = _core._tuning.team_is_judged
+    assert judged(False, False, 0) and judged(False, True, -1) and judged(False, True, 3)
+    assert judged(True, True, 1) and judged(True, True, 2)
+    assert not judged(True, True, 0) and not judged(True, True, -1)
+    assert not judged(True, False, 2)

@@ -71,6 +71,10 @@ PYBIND11_MODULE(_core, m) {
       "(whether the cores are marked busy now, how many times they were marked): kronpe/threads.h's "
       "back-off (the default teams halved by every late team) while another library's threads hold the cores "
       "(internal).");
+  tuning.def("team_is_judged", &kronpe::team_is_judged, py::arg("cold"), py::arg("late"), py::arg("oversubscribed"),
+             "Whether a team's lateness counts toward marking the cores busy: every warm team; a cold one "
+             "(launched after its threads went to sleep) only when late with more tasks runnable than CPUs "
+             "(internal; kronpe/threads.h).");
   register_blas(m, tuning);
   register_embed(m);
   register_mode_product(m, tuning);

@@ -139,7 +139,7 @@ TeamClock::TeamClock(int threads, bool judged)
 
 void TeamClock::started() const {
   const long long t = now_us();
-  if (judged_ && !cold_ && t - t0_ > kLateMicroseconds) late_start_.store(true, std::memory_order_relaxed);
+  if (judged_ && t - t0_ > kLateMicroseconds) late_start_.store(true, std::memory_order_relaxed);
 }
 
 void TeamClock::finished() const {
@@ -155,13 +155,21 @@ void TeamClock::finished() const {
 TeamClock::~TeamClock() {
   const long long first = first_done_.load(std::memory_order_relaxed), last = last_done_.load(std::memory_order_relaxed);
   g_last_team_end.store(std::max(last, t0_), std::memory_order_relaxed);
-  if (!judged_ || cold_ || first < 0) return;
+  if (!judged_ || first < 0) return;
   const long long spread = last - first;
   const bool lopsided = spread > kLateMicroseconds && 4 * spread > last - t0_;
   const bool late = lopsided || late_start_.load(std::memory_order_relaxed);
+  // A cold team counts only when it came late while more tasks are runnable than there are CPUs:
+  // another library's threads on the cores (NumPy's OpenBLAS workers spin after each call, so a
+  // pipeline that alternates NumPy's products and kronpe's meets every kronpe call's first team
+  // cold and late by a scheduler tick, and a 256^2 chain took 3.7 ms instead of 0.4, the NumPy
+  // calls between them 4.2 instead of 0.45); late with the cores free, it only woke slowly.
+  if (!team_is_judged(cold_, late, cold_ && late ? oversubscription() : 0)) return;
   const int share = judged_team(last, late);
   if (late) late_team(last, share);
 }
+
+bool team_is_judged(bool cold, bool late, int oversubscribed) { return !cold || (late && oversubscribed > 0); }
 
 bool cores_busy() { return now_us() < g_busy_until.load(std::memory_order_relaxed); }
 

@@ -365,6 +365,12 @@ class _tuning:
         (the default teams halved by every late team) while another library's threads hold the cores (internal)."""
 
     @staticmethod
+    def team_is_judged(cold: bool, late: bool, oversubscribed: int) -> bool:
+        """Whether a team's lateness counts toward marking the cores busy: every warm team; a cold one
+        (launched after its threads went to sleep) only when late with more tasks runnable than CPUs
+        (internal; kronpe/threads.h)."""
+
+    @staticmethod
     def set_nodes_per_extra_thread(nodes: int) -> int:
         """The smoothing kernels' team rule beyond two threads, one thread per `nodes` (default 2^16, at least
         2^13); returns the previous value (internal: for measuring team sizes)."""

@@ -66,9 +66,10 @@ constexpr int kBusyShare = 40;
 constexpr long long kShareResetMilliseconds = 10000;
 // A team launched longer than this after the last one ended is cold: its threads have gone to
 // sleep (or their idle virtual CPUs been descheduled) and wake late with nothing else running, so
-// its lateness says nothing about busy cores and is not judged. (The benchmark harness waits
-// for every thread to sleep before each call: the first call after that marked the cores busy
-// for the timed call behind it on a quiet machine, which then ran on one thread.)
+// its lateness alone says nothing about busy cores: it is judged only when more tasks are
+// runnable than there are CPUs at its end (where that can be read). (The benchmark harness waits
+// for every thread to sleep before each call: judging every cold team marked the cores busy for
+// the timed call behind it on a quiet machine, which then ran on one thread.)
 constexpr long long kColdMicroseconds = 2000;
 
 // Constructed by the launching thread just before a parallel region of `threads` threads and
@@ -86,7 +87,7 @@ class TeamClock {
 
  private:
   long long t0_;
-  bool cold_;  // launched more than kColdMicroseconds after the last team ended: not judged
+  bool cold_;  // launched more than kColdMicroseconds after the last team ended
   bool judged_;
   mutable std::atomic<long long> first_done_, last_done_;
   mutable std::atomic<bool> late_start_;  // a thread started more than kLateMicroseconds late
@@ -114,6 +115,11 @@ void run_team(int nt, F&& body) {
   (void)nt;
   body(0, 1);
 }
+
+// Whether a team's lateness is judged (TeamClock's destructor): every warm team; a cold one only
+// when it came late and `oversubscribed` tasks beyond the CPUs were runnable at its end (< 0:
+// none, or the run queue cannot be read).
+bool team_is_judged(bool cold, bool late, int oversubscribed);
 
 // Whether the cores are marked busy now; how many times they were marked since the process
 // started (diagnostics and tests).
