@@ -162,8 +162,8 @@ TeamClock::~TeamClock() {
   // A cold team counts only when it came late while more tasks are runnable than there are CPUs:
   // another library's threads on the cores (NumPy's OpenBLAS workers spin after each call, so a
   // pipeline that alternates NumPy's products and kronpe's meets every kronpe call's first team
-  // cold and late by a scheduler tick, and a 256^2 chain took 3.7 ms instead of 0.4, the NumPy
-  // calls between them 4.2 instead of 0.45); late with the cores free, it only woke slowly.
+  // cold and late by a scheduler tick: on two cores both took about ten times as long); late with
+  // the cores free, it only woke slowly.
   if (!team_is_judged(cold_, late, cold_ && late ? oversubscription() : 0)) return;
   const int share = judged_team(last, late);
   if (late) late_team(last, share);
