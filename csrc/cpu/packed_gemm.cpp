@@ -165,6 +165,37 @@ inline void transpose16(const float* src, index_t rs, float* dst, index_t ds) {
   }
 }
 
+// ROWS x 8 doubles transposed (ROWS = 4 or 8; as transpose16): pairs of rows interleaved per
+// 128-bit lane, then lanes gathered across registers in two rounds; ROWS loads and 8 stores
+// (masked to ROWS lanes when ROWS < 8).
+template <int ROWS>
+inline void transpose8d(const double* src, index_t rs, double* dst, index_t ds) {
+  static_assert(ROWS == 8 || ROWS == 4, "transpose8d: 4 or 8 rows");
+  __m512d r[8], lo[4], hi[4];
+  for (int i = 0; i < 8; ++i) r[i] = i < ROWS ? _mm512_loadu_pd(src + i * rs) : _mm512_setzero_pd();
+  for (int k = 0; k < 4; ++k) {  // lane q: rows 2k, 2k + 1 at column 2q (lo) and 2q + 1 (hi)
+    lo[k] = _mm512_unpacklo_pd(r[2 * k], r[2 * k + 1]);
+    hi[k] = _mm512_unpackhi_pd(r[2 * k], r[2 * k + 1]);
+  }
+  const __mmask8 m = ROWS >= 8 ? __mmask8(0xFF) : __mmask8((1u << ROWS) - 1);
+  auto put = [&](int j, __m512d v) {
+    if constexpr (ROWS >= 8)
+      _mm512_storeu_pd(dst + j * ds, v);
+    else
+      _mm512_mask_storeu_pd(dst + j * ds, m, v);
+  };
+  for (int odd = 0; odd < 2; ++odd) {
+    const __m512d* x = odd ? hi : lo;
+    // rows 0..3 and 4..7: columns 4c + odd (0x88) and 4c + 2 + odd (0xdd) in lanes (c, c + 1)
+    const __m512d a0 = _mm512_shuffle_f64x2(x[0], x[1], 0x88), a1 = _mm512_shuffle_f64x2(x[0], x[1], 0xdd);
+    const __m512d b0 = _mm512_shuffle_f64x2(x[2], x[3], 0x88), b1 = _mm512_shuffle_f64x2(x[2], x[3], 0xdd);
+    put(odd, _mm512_shuffle_f64x2(a0, b0, 0x88));
+    put(4 + odd, _mm512_shuffle_f64x2(a0, b0, 0xdd));
+    put(2 + odd, _mm512_shuffle_f64x2(a1, b1, 0x88));
+    put(6 + odd, _mm512_shuffle_f64x2(a1, b1, 0xdd));
+  }
+}
+
 template <typename T>
 struct Vec;
 
@@ -196,7 +227,7 @@ template <>
 struct Vec<double> {
   using reg = __m512d;
   using mask = __mmask8;
-  static constexpr int W = 8, TB = 0;
+  static constexpr int W = 8, TB = 8;
   static constexpr index_t in_place_panels = kAnyPanels;
   static reg zero() { return _mm512_setzero_pd(); }
   static reg bcast(const double* p) { return _mm512_set1_pd(*p); }
@@ -211,7 +242,9 @@ struct Vec<double> {
     return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1);
   }
   template <int ROWS>
-  static void transpose(const double*, index_t, double*, index_t) {}
+  static void transpose(const double* src, index_t rs, double* dst, index_t ds) {
+    transpose8d<ROWS>(src, rs, dst, ds);
+  }
 };
 
 constexpr int kMR = 12, kNV = 2;
@@ -258,6 +291,29 @@ inline void transpose8(const float* src, index_t rs, float* dst, index_t ds) {
   }
 }
 
+// ROWS x 4 doubles transposed (ROWS = 2 or 4): pairs of rows interleaved per 128-bit half, then
+// the halves gathered; ROWS loads and 4 stores (of two doubles when ROWS = 2).
+template <int ROWS>
+inline void transpose4d(const double* src, index_t rs, double* dst, index_t ds) {
+  static_assert(ROWS == 4 || ROWS == 2, "transpose4d: 2 or 4 rows");
+  __m256d r[4];
+  for (int i = 0; i < 4; ++i) r[i] = i < ROWS ? _mm256_loadu_pd(src + i * rs) : _mm256_setzero_pd();
+  // half h: rows 0, 1 (t0, t1) and 2, 3 (t2, t3) at column 2h (t0, t2) and 2h + 1 (t1, t3)
+  const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+  if constexpr (ROWS == 4) {
+    _mm256_storeu_pd(dst, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(dst + ds, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(dst + 2 * ds, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(dst + 3 * ds, _mm256_permute2f128_pd(t1, t3, 0x31));
+  } else {
+    _mm_storeu_pd(dst, _mm256_castpd256_pd128(t0));
+    _mm_storeu_pd(dst + ds, _mm256_castpd256_pd128(t1));
+    _mm_storeu_pd(dst + 2 * ds, _mm256_extractf128_pd(t0, 1));
+    _mm_storeu_pd(dst + 3 * ds, _mm256_extractf128_pd(t1, 1));
+  }
+}
+
 template <typename T>
 struct Vec;
 
@@ -292,7 +348,7 @@ template <>
 struct Vec<double> {
   using reg = __m256d;
   using mask = __m256i;
-  static constexpr int W = 4, TB = 0;
+  static constexpr int W = 4, TB = 4;
   // A sliver's row of k, 6 doubles (48 bytes), straddles cache lines every other sliver: read in
   // place it left a 65536 x 64 x 64 float64 product with A transposed 1.4x slower than packed.
   static constexpr index_t in_place_panels = 0;
@@ -309,7 +365,9 @@ struct Vec<double> {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
   }
   template <int ROWS>
-  static void transpose(const double*, index_t, double*, index_t) {}
+  static void transpose(const double* src, index_t rs, double* dst, index_t ds) {
+    transpose4d<ROWS>(src, rs, dst, ds);
+  }
 };
 
 constexpr int kMR = 6, kNV = 2;

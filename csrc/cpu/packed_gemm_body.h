@@ -5,7 +5,8 @@
 //   Vec<T>: reg, mask, W (lanes), zero, bcast, load, store, stream (64-byte aligned rows),
 //     mload / mstore (the first lanes only, as `first(n)` selects), fma, add; and TB, the side of
 //     the blocks `transpose<ROWS>(src, rs, dst, ds)` turns (ROWS <= TB rows of TB values:
-//     dst[j * ds + r] = src[r * rs + j]; ds == ROWS where ROWS < TB), 0 where the set has none;
+//     dst[j * ds + r] = src[r * rs + j]; ROWS < TB only as a whole sliver shorter than TB, with
+//     ds == ROWS, or as a taller sliver's last R % TB rows), 0 where the set has none;
 //     in_place_panels, up to how many B panels (of NR columns) an A with contiguous columns is
 //     read in place rather than packed (packed_gemm_impl).
 // No include guard: it is meant to be included more than once, and includes nothing itself.
@@ -132,21 +133,25 @@ void pack_slivers(index_t rows, index_t kc, const T* src, index_t rs, index_t cs
     const T* s = src + s0 * rs;
     constexpr int TB = Vec<T>::TB;
     if constexpr (TB > 0) {
-      if constexpr (R % TB == 0 || R < TB) {
-        if (h == R && cs == 1 && rs != 1) {  // transposing rows contiguous along p: TB x TB blocks
-          // (R x TB ones for slivers shorter than TB: a row-major A's 6 or 12 rows; element by
-          // element, packing them took 4% of a 256^3 product)
-          index_t p = 0;
-          for (; p + TB <= kc; p += TB)
-            if constexpr (R < TB)
-              Vec<T>::template transpose<R>(s + p, rs, dst + p * R, R);
-            else
-              for (int r0 = 0; r0 < R; r0 += TB)
-                Vec<T>::template transpose<TB>(s + r0 * rs + p, rs, dst + p * R + r0, R);
-          for (; p < kc; ++p)
-            for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p];
-          continue;
+      if (h == R && cs == 1 && rs != 1) {  // transposing rows contiguous along p: TB x TB blocks,
+        // and R % TB x TB ones for the last rows (a sliver shorter than TB: one; a row-major A's
+        // 6 or 12 rows; element by element, packing them took 4% of a 256^3 product)
+        index_t p = 0;
+        for (; p + TB <= kc; p += TB) {
+          if constexpr (R < TB) {
+            Vec<T>::template transpose<R>(s + p, rs, dst + p * R, R);
+          } else {
+            for (int r0 = 0; r0 + TB <= R; r0 += TB)
+              Vec<T>::template transpose<TB>(s + r0 * rs + p, rs, dst + p * R + r0, R);
+            if constexpr (R % TB != 0) {
+              constexpr int r0 = R / TB * TB;
+              Vec<T>::template transpose<R % TB>(s + r0 * rs + p, rs, dst + p * R + r0, R);
+            }
+          }
         }
+        for (; p < kc; ++p)
+          for (int r = 0; r < R; ++r) dst[p * R + r] = s[r * rs + p];
+        continue;
       }
     }
     if (h == R) {  // transposing: R rows read along p, 8 at a time
