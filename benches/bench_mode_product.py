@@ -1,7 +1,7 @@
 """Mode-n product chains: kronpe.multi_mode_product against the ways a user would write them.
 
 The cases and peers are kronpe.bench.chains' (``kronpe bench --suite chains`` runs the same ones
-interleaved): float32 tensors (n,) * D through one matrix per axis, (m, n), against
+interleaved): float32 and float64 tensors (n,) * D through one matrix per axis, (m, n), against
 numpy.einsum(optimize=True), NumPy and torch tensordot chains, torch.einsum, tensorly's
 multi_mode_dot and pyfastkron's gemkm (each skipped when it does not import). The raw BLAS rate of
 the machine (a float32 square matmul) is measured in the same run, so report.py can state each
@@ -28,21 +28,23 @@ _INPUTS: dict = {}
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-@pytest.mark.parametrize("D, n, m, rounds", [c[:4] for c in CASES], ids=[f"D{d}-{n}to{m}" for d, n, m, *_ in CASES])
-def test_mode_chain(benchmark, method, D, n, m, rounds):
+@pytest.mark.parametrize("D, n, m, rounds, dtype", [c[:4] + c[5:] for c in CASES],
+                         ids=[f"D{d}-{n}to{m}-{dt}" for d, n, m, _, _, dt in CASES])
+def test_mode_chain(benchmark, method, D, n, m, rounds, dtype):
     fn, peer, needs = METHODS[method]
     missing = missing_module(needs)
     if missing:
         pytest.skip(f"{missing} does not import here")
-    if (D, n, m) not in _INPUTS:
-        _INPUTS[(D, n, m)] = chain_inputs(D, n, m)
-    T, mats, factors, ref = _INPUTS[(D, n, m)]
-    benchmark.group = group_name(D, n, m)
-    benchmark.extra_info.update(method=method, peer=peer, D=D, n=n, m=m, dtype="float32",
+    key = (D, n, m, dtype)
+    if key not in _INPUTS:
+        _INPUTS[key] = chain_inputs(D, n, m, dtype=dtype)
+    T, mats, factors, ref = _INPUTS[key]
+    benchmark.group = group_name(D, n, m, dtype)
+    benchmark.extra_info.update(method=method, peer=peer, D=D, n=n, m=m, dtype=dtype,
                                 flops=cheapest_chain_flops((n,) * D, (m,) * D), size=float(n**D))
     out = run_timed(benchmark, fn, rounds, T, mats, factors)
-    assert np.asarray(out).dtype == np.float32
-    assert_close(out, ref, chain_tolerance(n), f"{method} D={D} {n}->{m}")
+    assert np.asarray(out).dtype == np.dtype(dtype)
+    assert_close(out, ref, chain_tolerance(n, dtype), f"{method} D={D} {n}->{m} {dtype}")
 
 
 def test_blas_rate(benchmark):

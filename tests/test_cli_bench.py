@@ -175,6 +175,27 @@ def test_every_suite_lists_its_cases_and_the_quick_ones_are_few():
     assert len({c.group for c in every}) == len(every)  # one group per case
 
 
+def test_float64_chain_cases_run_in_float64_and_check_their_dtype():
+    """The chains suite has float64 groups (NumPy's default dtype): their inputs are float64, and
+    their check fails a result computed or returned in float32."""
+    cases = {c.group: c for c in bench.cases() if c.suite == "chains"}
+    wide = [g for g, c in cases.items() if c.params["dtype"] == "float64"]
+    assert wide and all(g.endswith(" float64") for g in wide)
+    assert all(c.params["dtype"] == "float32" and "float" not in g for g, c in cases.items() if g not in wide)
+    case = cases["mode chain D=4 32->32 float64"]
+    state = case.setup()
+    assert state["T"].dtype == np.float64 and all(A.dtype == np.float64 for A in state["mats"])
+    kr = next(m for m in case.methods if m.name == "kronpe")
+    out = kr.fn(state)
+    case.check(state, "kronpe", out)  # float64 and accurate to float64's precision
+    with pytest.raises(AssertionError, match="dtype float32"):
+        case.check(state, "kronpe", out.astype(np.float32))
+    # a float32 computation in float64 clothes misses the float64 tolerance
+    low = kronpe.multi_mode_product(state["T"].astype(np.float32), [A.astype(np.float32) for A in state["mats"]])
+    with pytest.raises(AssertionError, match="relative error"):
+        case.check(state, "kronpe", low.astype(np.float64))
+
+
 def test_measure_settles_before_each_timed_call(monkeypatch):
     """Before every timed call of a case with several methods the harness waits until no other
     thread of the process runs (at most KRONPE_BENCH_SETTLE seconds), outside the timings."""

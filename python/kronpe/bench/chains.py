@@ -1,8 +1,9 @@
 """Mode-n product chains: kronpe.multi_mode_product against the ways a user would write them.
 
-Every case maps a float32 tensor of shape (n,) * D through one matrix per axis, A_k of shape
-(m, n) (square chains n -> n, as in a fit's projections, and n -> 2n, as in predicting a
-twice-as-fine grid; powers of two and sizes such as 100 and 300). Peers: numpy.einsum(optimize=True), a NumPy tensordot chain, the same in
+Every case maps a tensor of shape (n,) * D through one matrix per axis, A_k of shape (m, n)
+(square chains n -> n, as in a fit's projections, and n -> 2n, as in predicting a twice-as-fine
+grid; powers of two and sizes such as 100 and 300), in float32 (the fits' dtype) and, for a few
+sizes, in float64 (NumPy's default dtype, so what a NumPy user's arrays are unless cast). Peers: numpy.einsum(optimize=True), a NumPy tensordot chain, the same in
 torch (``torch.tensordot`` chain and ``torch.einsum``), tensorly's multi_mode_dot and pyfastkron's
 gemkm (each skipped when it does not import). Work: the flops of the cheapest contraction order.
 """
@@ -15,22 +16,29 @@ import numpy as np
 
 from .harness import Case, Method
 
-# (D, n, m, rounds, quick)
+# (D, n, m, rounds, quick, dtype)
 CASES = [
-    (2, 256, 256, 20, True),
-    (2, 512, 512, 10, False),
-    (2, 256, 512, 10, False),
-    (3, 32, 32, 30, True),
-    (3, 64, 64, 20, True),
-    (3, 128, 128, 5, False),
-    (3, 64, 128, 5, False),
-    (3, 256, 256, 3, False),
-    (4, 32, 32, 10, False),
-    (4, 64, 64, 3, False),
+    (2, 256, 256, 20, True, "float32"),
+    (2, 512, 512, 10, False, "float32"),
+    (2, 256, 512, 10, False, "float32"),
+    (3, 32, 32, 30, True, "float32"),
+    (3, 64, 64, 20, True, "float32"),
+    (3, 128, 128, 5, False, "float32"),
+    (3, 64, 128, 5, False, "float32"),
+    (3, 256, 256, 3, False, "float32"),
+    (4, 32, 32, 10, False, "float32"),
+    (4, 64, 64, 3, False, "float32"),
     # sizes that are no multiple of any kernel's tile, as users' grids are
-    (2, 300, 300, 10, False),
-    (3, 100, 100, 5, False),
-    (4, 40, 40, 5, False),
+    (2, 300, 300, 10, False, "float32"),
+    (3, 100, 100, 5, False, "float32"),
+    (4, 40, 40, 5, False, "float32"),
+    # NumPy's default dtype: one case per rank and one odd size
+    (2, 256, 256, 10, False, "float64"),
+    (2, 512, 512, 5, False, "float64"),
+    (3, 64, 64, 10, False, "float64"),
+    (3, 128, 128, 5, False, "float64"),
+    (3, 100, 100, 5, False, "float64"),
+    (4, 32, 32, 10, False, "float64"),
 ]
 
 
@@ -120,11 +128,13 @@ METHODS = {
 }
 
 
-def chain_inputs(D: int, n: int, m: int, seed: int = 7):
-    """(T, mats, factors, float64 reference) of one case: T (n,)*D, mats (m, n), factors = mats^T."""
+def chain_inputs(D: int, n: int, m: int, seed: int = 7, dtype: str = "float32"):
+    """(T, mats, factors, reference) of one case: T (n,)*D, mats (m, n), factors = mats^T, all of
+    ``dtype``; the reference in float64."""
     rng = np.random.default_rng(seed + D * 1000 + n + m)
-    T = rng.standard_normal((n,) * D, dtype=np.float32)
-    mats = [rng.standard_normal((m, n), dtype=np.float32) * np.float32(n**-0.5) for _ in range(D)]
+    dt = np.dtype(dtype)
+    T = rng.standard_normal((n,) * D, dtype=dt)
+    mats = [rng.standard_normal((m, n), dtype=dt) * dt.type(n**-0.5) for _ in range(D)]
     ref = einsum_chain(T.astype(np.float64), [A.astype(np.float64) for A in mats], None)
     return T, mats, [np.ascontiguousarray(A.T) for A in mats], ref
 
@@ -138,31 +148,32 @@ def relative_error(got, want) -> float:
     return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-300)
 
 
-def chain_tolerance(n: int) -> float:
-    return 2e-5 * float(np.sqrt(n))
+def chain_tolerance(n: int, dtype: str = "float32") -> float:
+    return (2e-5 if np.dtype(dtype) == np.float32 else 4e-14) * float(np.sqrt(n))
 
 
-def group_name(D: int, n: int, m: int) -> str:
-    return f"mode chain D={D} {n}->{m}"
+def group_name(D: int, n: int, m: int, dtype: str = "float32") -> str:
+    """The float32 groups carry no dtype in their name (the suite's first and main dtype)."""
+    return f"mode chain D={D} {n}->{m}" + ("" if dtype == "float32" else f" {dtype}")
 
 
 def cases() -> List[Case]:
     out = []
-    for D, n, m, rounds, quick in CASES:
-        def setup(D=D, n=n, m=m):
-            T, mats, factors, ref = chain_inputs(D, n, m)
+    for D, n, m, rounds, quick, dtype in CASES:
+        def setup(D=D, n=n, m=m, dtype=dtype):
+            T, mats, factors, ref = chain_inputs(D, n, m, dtype=dtype)
             return dict(T=T, mats=mats, factors=factors, ref=ref,
-                        flops=cheapest_chain_flops((n,) * D, (m,) * D), tol=chain_tolerance(n))
+                        flops=cheapest_chain_flops((n,) * D, (m,) * D), tol=chain_tolerance(n, dtype))
 
-        def check(state, method, out):
-            assert np.asarray(out).dtype == np.float32, f"dtype {np.asarray(out).dtype}"
+        def check(state, method, out, dtype=dtype):
+            assert np.asarray(out).dtype == np.dtype(dtype), f"dtype {np.asarray(out).dtype}, expected {dtype}"
             err = relative_error(out, state["ref"])
             assert err <= state["tol"], f"relative error {err:.3g} > {state['tol']:.3g}"
 
         methods = [Method(name, (lambda s, f=fn: f(s["T"], s["mats"], s["factors"])), peer, needs)
                    for name, (fn, peer, needs) in METHODS.items()]
-        out.append(Case("chains", group_name(D, n, m), setup, methods, check, rounds=rounds, quick=quick,
-                        size=float(n**D), params=dict(D=D, n=n, m=m, dtype="float32")))
+        out.append(Case("chains", group_name(D, n, m, dtype), setup, methods, check, rounds=rounds, quick=quick,
+                        size=float(n**D), params=dict(D=D, n=n, m=m, dtype=dtype)))
     return out
 
 
@@ -201,7 +212,10 @@ def cuda_cases() -> List[Case]:
         return torch.einsum(spec + "->" + letters[d:2 * d], T, *mats)
 
     out = []
-    for D, n, m, rounds, quick in CASES:
+    for D, n, m, rounds, quick, dtype in CASES:
+        if dtype != "float32":  # the GPU's float64 rate is another matter; its chains are float32
+            continue
+
         def setup(D=D, n=n, m=m):
             T, mats, _, ref = chain_inputs(D, n, m)
             return dict(T=torch.from_numpy(T).cuda(), mats=[torch.from_numpy(A).cuda() for A in mats], ref=ref,
