@@ -508,8 +508,9 @@ def test_the_gemm_rate_is_the_fastest_gemm_at_hand():
 
 
 def test_short_methods_are_timed_in_batches_of_about_a_round(monkeypatch):
-    """A method faster than ROUND_SECONDS is timed in rounds of several calls (about ROUND_SECONDS
-    of them, at most MAX_BATCH), one slower than that one call a round; with --flush every timed
+    """A method faster than ROUND_SECONDS once warm (even one whose first call was slower) is timed
+    in rounds of several calls (about ROUND_SECONDS of them, at most MAX_BATCH), one slower than
+    that one call a round; with --flush every timed
     call starts from evicted caches, so one call a round; the table says how calls were batched."""
     from kronpe.bench import harness
 
@@ -525,11 +526,20 @@ def test_short_methods_are_timed_in_batches_of_about_a_round(monkeypatch):
         calls["slow"] += 1
         time.sleep(harness.ROUND_SECONDS * 1.5)
 
-    case = Case("t", "g", lambda: {}, [Method("fast", fast, peer=False), Method("slow", slow)], None, rounds=2)
+    calls["cold"] = 0
+
+    def cold(s):  # its first call pays for a plan (slower than a round), the next ones do not
+        calls["cold"] += 1
+        if calls["cold"] == 1:
+            time.sleep(harness.ROUND_SECONDS * 3)
+
+    case = Case("t", "g", lambda: {}, [Method("fast", fast, peer=False), Method("slow", slow),
+                                       Method("cold", cold)], None, rounds=2)
     monkeypatch.setenv("KRONPE_BENCH_SETTLE", "0")
     recs = {r["name"]: r for r in measure(case)}
     assert recs["fast"]["extra_info"]["calls_per_round"] == harness.MAX_BATCH
-    assert recs["slow"]["extra_info"]["calls_per_round"] == 1 and calls["slow"] == 1 + 2
+    assert recs["cold"]["extra_info"]["calls_per_round"] == harness.MAX_BATCH  # sized once warm
+    assert recs["slow"]["extra_info"]["calls_per_round"] == 1 and calls["slow"] == 1 + 3 + 2
     assert calls["fast"] == 4 + 2 * harness.MAX_BATCH
     doc = {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "benchmarks": list(recs.values()),
            "caches": {"flushed": False}}

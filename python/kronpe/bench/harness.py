@@ -13,8 +13,9 @@ a tenth of that), and a method timed among them is timed against the previous me
 (a 32^3 chain takes four times as long right after the peers' calls). After the wait, a method
 whose first call took less than WARM_SECONDS (50 ms) is called once more, untimed, just before its
 timed call: the wait lets thread pools fall asleep, and waking them (torch's, OpenMP's) costs tiny
-calls up to 10 ms. A round of a method faster than ROUND_SECONDS (2 ms) times a batch of calls
-back to back, as many as make up about ROUND_SECONDS (at most MAX_BATCH), and records their mean:
+calls up to 10 ms. A round of a method faster than ROUND_SECONDS (2 ms) once warm (the fastest
+of three calls after the first, which pays for plans and pools) times a batch of calls back to
+back, as many as make up about ROUND_SECONDS (at most MAX_BATCH), and records their mean:
 one call of 50 us is moved by a few microseconds of anything else the machine does, a batch of
 40 much less (not with --flush, where every call starts from evicted caches). Every method,
 kronpe's and the peers', gets the same treatment, outside its timing. The statistics are those
@@ -386,7 +387,9 @@ def _measure(case: Case, state: Dict[str, Any], rounds: Optional[int], flush: bo
                 continue
             rec["extra_info"].update(extra or {})
         del result
-        if took < ROUND_SECONDS and not flush:  # the fastest of three more calls, warm, sizes the batch
+        # the fastest of three more calls, warm, sizes the batch: a first call pays for plans,
+        # pools and caches (kronpe's, torch's, pyfastkron's: 1-10 ms where the next takes 0.1-1)
+        if took < WARM_SECONDS and not flush:
             batch[m.name] = batch_size(min([took] + timings(lambda: m.fn(state), 3)))
         live.append(m)
     times: Dict[str, List[float]] = {m.name: [] for m in live}
