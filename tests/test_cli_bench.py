@@ -109,7 +109,45 @@ def test_rows_give_the_ratio_to_the_best_peer_and_the_fraction_of_gemm():
     assert rows["fast peer"]["vs_best_peer"] == pytest.approx(1.0)
     assert rows["kronpe"]["fraction"] == pytest.approx(0.5) and rows["kronpe"]["rate"] == pytest.approx(50.0)
     text = report.markdown(doc)
-    assert "1 group(s) behind a peer: g 2.00x" in text
+    assert "1 group(s) slower than a peer by median: g 2.00x" in text
+
+
+def test_median_interval_covers_the_median_as_it_says():
+    """The order-statistic interval: its stated coverage is 1 - 2 P(B <= j), B ~ Binomial(n, 1/2),
+    the narrowest at >= 95%; under six values the whole range with its (lower) coverage."""
+    assert report.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0, 0.75)
+    lo, hi, cover = report.median_interval(list(range(10)))
+    assert (lo, hi) == (1, 8) and cover == pytest.approx(1 - 2 * 11 / 1024)
+    lo, hi, cover = report.median_interval(list(range(20)))
+    assert (lo, hi) == (5, 14) and 0.95 <= cover < 0.96
+    rng = np.random.default_rng(4)
+    hits = [lo <= 0 <= hi for lo, hi, _ in (report.median_interval(rng.standard_normal(20)) for _ in range(4000))]
+    assert abs(np.mean(hits) - cover) < 0.015
+
+
+def test_paired_rounds_tell_ahead_tie_and_behind():
+    """kronpe's time over the best peer's, round by round: a steady lead is ahead even when a drift
+    of the machine moves both (their medians alone would overlap), an alternating one a tie, a
+    steady lag behind."""
+    drift = [1.0 + 0.5 * (i % 5) for i in range(20)]  # the machine slows and recovers, every round both
+
+    def doc(kron):
+        benches = []
+        for name, data, peer in (("kronpe", kron, False), ("peer", drift, True)):
+            benches.append({"group": "g", "name": name, "suite": "chains",
+                            "extra_info": {"method": name, "peer": peer, "size": 1.0},
+                            "stats": {"median": float(np.median(data)), "min": min(data), "max": max(data),
+                                      "rounds": len(data), "data": list(data)}})
+        return {"rates": {"gemm_flops": 1e9, "copy_Bps": 1e9}, "machine_info": {}, "benchmarks": benches}
+
+    def line(kron):
+        return next(x for x in report.summary(doc(kron)) if x.startswith("- paired by round"))
+
+    assert "ahead in 1, tied in 0, behind in 0" in line([0.95 * t for t in drift])
+    alternating = [t * (0.8 if i % 2 else 1.25) for i, t in enumerate(drift)]
+    assert "ahead in 0, tied in 1, behind in 0" in line(alternating) and "tied: g " in line(alternating)
+    text = line([1.05 * t for t in drift])
+    assert "behind in 1" in text and "behind: g 1.05x [1.05, 1.05]" in text
 
 
 def test_cuda_rows_are_a_fraction_of_the_gpu_gemm_rate():

@@ -4,7 +4,9 @@ pytest-benchmark JSON whose benchmarks carry ``extra_info["method"]``).
 Every row: the median time (minimum in brackets), the ratio to the best peer of its group
 (median / best peer's median: < 1 is faster than every peer), and the rate reached, GFLOP/s as a
 fraction of the machine's GEMM rate or GB/s as a fraction of its copy bandwidth, whichever work
-the case declares.
+the case declares. The summary judges kronpe against the best peer of each group round by round
+(the harness times every method once a round): the median of the per-round ratios with a
+distribution-free 95% interval, ahead or behind only where the interval excludes 1.
 """
 from __future__ import annotations
 
@@ -89,7 +91,8 @@ def rows(doc: dict) -> List[dict]:
                        busy_marks=info.get("busy_marks", 0), calls_per_round=info.get("calls_per_round", 1))
             if _timed(b):
                 med = b["stats"]["median"]
-                row.update(median=med, min=b["stats"]["min"], max=b["stats"].get("max", med), vs_best_peer=med / best)
+                row.update(median=med, min=b["stats"]["min"], max=b["stats"].get("max", med), vs_best_peer=med / best,
+                           data=b["stats"].get("data"))
                 if info.get("flops"):  # a GPU row against the GPU's GEMM rate, never the host's
                     ref = gpu if b.get("params", {}).get("device") == "cuda" else gemm
                     row.update(rate=info["flops"] / med / 1e9, unit="GFLOP/s")
@@ -232,6 +235,39 @@ def _markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def median_interval(values: List[float], level: float = 0.95) -> Tuple[float, float, float]:
+    """(low, high, coverage): a distribution-free interval for the median of ``values``, between
+    two order statistics. With B ~ Binomial(n, 1/2) the count of values below the median, the
+    sorted values' [j-th, (n-1-j)-th] cover it with probability 1 - 2 P(B <= j): the narrowest
+    such interval that covers it with probability >= ``level``, or (too few values for that) the
+    smallest and largest, whose coverage 1 - 2^(1 - n) it returns."""
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+
+    def cover(j: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j + 1)) / 2.0**n
+
+    j = 0
+    while 2 * (j + 1) < n and cover(j + 1) >= level:
+        j += 1
+    return v[j], v[n - 1 - j], cover(j)
+
+
+def paired_ratio(k: dict, p: dict) -> Optional[Tuple[float, float, float, float, int]]:
+    """(median, low, high, coverage, rounds) of kronpe's time over a peer's, round by round: the
+    harness runs every method once a round, so round r of both saw the same moment of the
+    machine, and the ratio of a pair is free of the drifts a shared machine goes through between
+    rounds. None without per-round data."""
+    a, b = k.get("data") or [], p.get("data") or []
+    ratios = [x / y for x, y in zip(a, b) if y > 0]
+    if not ratios:
+        return None
+    lo, hi, cover = median_interval(ratios)
+    return statistics.median(ratios), lo, hi, cover, len(ratios)
+
+
 def _beyond(r: dict) -> bool:
     """Whether a row's slowest timed round lies beyond SPREAD_LIMIT x its median."""
     return r.get("max", 0) > SPREAD_LIMIT * r["median"]
@@ -252,10 +288,11 @@ def summary(doc: dict) -> List[str]:
     behind = [r for r in ratios if r["vs_best_peer"] > 1.0]
     out.append(f"- kronpe's fastest row / best peer, per group: median "
                f"{statistics.median(r['vs_best_peer'] for r in ratios):.2f}x over {len(ratios)} groups; "
-               f"{len(behind)} group(s) behind a peer" + (": " + ", ".join(
+               f"{len(behind)} group(s) slower than a peer by median" + (": " + ", ".join(
                    f"{r['group']} {r['vs_best_peer']:.2f}x" for r in behind) if behind else ""))
-    spread = [r for r in rs if _beyond(r)]
     peers = [r for r in rows(doc) if r["peer"] and r.get("median") is not None]
+    out += paired_verdicts(ratios, peers)
+    spread = [r for r in rs if _beyond(r)]
     out.append(f"- kronpe rows with a timed round beyond {SPREAD_LIMIT}x their median: {len(spread)} of {len(rs)}"
                + (": " + ", ".join(f"{r['group']} / {r['method']} {r['max'] / r['median']:.2f}x" for r in spread)
                   if spread else "")
@@ -275,6 +312,32 @@ def summary(doc: dict) -> List[str]:
                        f"{100 * max(r['fraction'] for r in large):.0f}%" if large else ""))
     out.append("")
     return out
+
+
+def paired_verdicts(kron: List[dict], peers: List[dict]) -> List[str]:
+    """Per group, kronpe's fastest row over the best peer (by median) round by round
+    (``paired_ratio``): ahead when the interval lies below 1, behind when above, else a tie."""
+    best_peer: Dict[str, dict] = {}
+    for r in peers:
+        if r["group"] not in best_peer or r["median"] < best_peer[r["group"]]["median"]:
+            best_peer[r["group"]] = r
+    verdicts: Dict[str, List[str]] = {"ahead": [], "tie": [], "behind": []}
+    for k in kron:
+        p = best_peer.get(k["group"])
+        got = paired_ratio(k, p) if p is not None else None
+        if got is None:
+            continue
+        med, lo, hi, cover, n = got
+        verdict = "ahead" if hi < 1.0 else "behind" if lo > 1.0 else "tie"
+        level = "" if cover >= 0.95 else f", {100 * cover:.0f}% with {n} rounds"
+        verdicts[verdict].append(f"{k['group']} {med:.2f}x [{lo:.2f}, {hi:.2f}{level}]")
+    if not any(verdicts.values()):
+        return []
+    return [f"- paired by round (kronpe's time / the best peer's in the same round: median [95% interval]): "
+            f"ahead in {len(verdicts['ahead'])}, tied in {len(verdicts['tie'])}, behind in "
+            f"{len(verdicts['behind'])} group(s)"
+            + "".join(f"; {v}: " + ", ".join(items) for v, items in (("behind", verdicts["behind"]),
+                                                                    ("tied", verdicts["tie"])) if items)]
 
 
 def psnr_margins(doc: dict) -> List[str]:
