@@ -8,11 +8,19 @@ then alternating one call of each, and prints the medians and the ratio alternat
 kronpe backs off to fewer threads when its teams come late on oversubscribed cores
 (kronpe/threads.h), which keeps both libraries near their own times.
 
-Run: ``python benches/bench_interleaved.py [ROUNDS] [N ...]`` (default 60 rounds, n = 256 512).
+With ``--busy`` it measures another kind of load instead: another process spinning on one core
+for the whole run (a neighbour's job), kronpe's chain at its default threads against the same
+chain on one thread, alternating, with the same process running beside both: a team whose
+second thread shares a core with that process waits a scheduler tick for it, unless kronpe
+backs off.
+
+Run: ``python benches/bench_interleaved.py [--busy] [ROUNDS] [N ...]`` (default 60 rounds,
+n = 256 512).
 """
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
@@ -58,6 +66,39 @@ def main(rounds: int, sizes: list) -> None:
               f"{both['NumPy'] / alone['NumPy']:.2f} | {marks} |")
 
 
+def busy(rounds: int, sizes: list) -> None:
+    """kronpe's default threads against one thread, alternating, beside a process that spins on
+    one core from before the first call to after the last."""
+    rng = np.random.default_rng(0)
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # the spinning process has its core
+        print(f"{os.cpu_count()} CPUs, one of them taken by a spinning process; {rounds} rounds, alternating; "
+              "medians in ms")
+        print("| n | kronpe, default threads | kronpe, one thread | default / one | slowest default round | back-offs |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        default = kronpe.get_num_threads()
+        for n in sizes:
+            X, A1, A2 = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(3))
+            times = {"default": [], "one": []}
+            marks = _core._tuning.busy_cores()[1]
+            for _ in range(rounds):
+                for name, threads in (("default", default), ("one", 1)):
+                    kronpe.set_num_threads(threads)
+                    t0 = time.perf_counter()
+                    kronpe.multi_mode_product(X, [A1, A2])
+                    times[name].append(time.perf_counter() - t0)
+            marks = _core._tuning.busy_cores()[1] - marks
+            kronpe.set_num_threads(None)
+            d, o = float(np.median(times["default"])), float(np.median(times["one"]))
+            print(f"| {n} | {d * 1e3:.3f} | {o * 1e3:.3f} | {d / o:.2f} | {max(times['default']) * 1e3:.3f} | {marks} |")
+    finally:
+        spin.kill()
+        spin.wait()
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(int(args[0]) if args else 60, [int(a) for a in args[1:]] or [256, 512])
+    run = busy if "--busy" in args else main
+    args = [a for a in args if a != "--busy"]
+    run(int(args[0]) if args else 60, [int(a) for a in args[1:]] or [256, 512])
