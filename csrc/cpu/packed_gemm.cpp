@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "kronpe/avx512.h"
 #include "kronpe/blas.h"
@@ -196,12 +197,46 @@ inline void transpose8d(const double* src, index_t rs, double* dst, index_t ds) 
   }
 }
 
+// 256-bit vectors with AVX-512VL's lane masks: the Half of the 512-bit traits below.
+struct HalfFloat {
+  using reg = __m256;
+  using mask = __mmask8;
+  static constexpr int W = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg bcast(const float* p) { return _mm256_set1_ps(*p); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static void stream(float* p, reg v) { _mm256_stream_ps(p, v); }
+  static reg mload(const float* p, mask m) { return _mm256_maskz_loadu_ps(m, p); }
+  static void mstore(float* p, mask m, reg v) { _mm256_mask_storeu_ps(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static mask first(int n) { return n <= 0 ? mask(0) : n >= W ? mask(0xFF) : mask((1u << n) - 1); }
+};
+
+struct HalfDouble {
+  using reg = __m256d;
+  using mask = __mmask8;
+  static constexpr int W = 4;
+  static reg zero() { return _mm256_setzero_pd(); }
+  static reg bcast(const double* p) { return _mm256_set1_pd(*p); }
+  static reg load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, reg v) { _mm256_storeu_pd(p, v); }
+  static void stream(double* p, reg v) { _mm256_stream_pd(p, v); }
+  static reg mload(const double* p, mask m) { return _mm256_maskz_loadu_pd(m, p); }
+  static void mstore(double* p, mask m, reg v) { _mm256_mask_storeu_pd(p, m, v); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_pd(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_pd(a, b); }
+  static mask first(int n) { return n <= 0 ? mask(0) : n >= W ? mask(0xF) : mask((1u << n) - 1); }
+};
+
 template <typename T>
 struct Vec;
 
 template <>
 struct Vec<float> {
   using reg = __m512;
+  using Half = HalfFloat;
   using mask = __mmask16;
   static constexpr int W = 16, TB = 16;
   static constexpr index_t in_place_panels = kAnyPanels;
@@ -226,6 +261,7 @@ struct Vec<float> {
 template <>
 struct Vec<double> {
   using reg = __m512d;
+  using Half = HalfDouble;
   using mask = __mmask8;
   static constexpr int W = 8, TB = 8;
   static constexpr index_t in_place_panels = kAnyPanels;

@@ -8,20 +8,20 @@
 //     dst[j * ds + r] = src[r * rs + j]; ROWS < TB only as a whole sliver shorter than TB, with
 //     ds == ROWS, or as a taller sliver's last R % TB rows), 0 where the set has none;
 //     in_place_panels, up to how many B panels (of NR columns) an A with contiguous columns is
-//     read in place rather than packed (packed_gemm_impl).
+//     read in place rather than packed (packed_gemm_impl); optionally Half, the same traits for
+//     vectors of half the width, which runs a last panel of at most W / 2 columns (tile_kernel).
 // No include guard: it is meant to be included more than once, and includes nothing itself.
 
-// The micro-kernel: the MR x NR tile (NR = NV vectors) of C at c (row stride ldc) gets (acc:
-// plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR, or
-// the operand itself when its rows are contiguous) and a B panel (kc rows of PANEL vectors,
-// bp[p * PANEL * W + j] = B(p, j), of which the kernel reads the first NV); only its first mr
-// rows and nr columns are written. PF: each step of k prefetches the A row `ahead` elements
-// past the sliver (the next slivers' values); stream: a whole tile (aligned rows) that is not
-// accumulated goes out with streaming stores.
-template <typename T, int MR, int NV, bool PF = false, int PANEL = NV>
+// The micro-kernel: the MR x NR tile (NR = NV vectors of V) of C at c (row stride ldc) gets
+// (acc: plus) the product of an A sliver (kc x MR, ap[p * as + i] = A(i, p): packed with as = MR,
+// or the operand itself when its rows are contiguous) and a B panel (kc rows of PANEL full
+// vectors, bp[p * PANEL * Vec<T>::W + j] = B(p, j), of which the kernel reads the first NR
+// values); only its first mr rows and nr columns are written. PF: each step of k prefetches the A
+// row `ahead` elements past the sliver (the next slivers' values); stream: a whole tile (aligned
+// rows) that is not accumulated goes out with streaming stores.
+template <typename T, int MR, int NV, bool PF = false, int PANEL = NV, typename V = Vec<T>>
 void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
                   index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
-  using V = Vec<T>;
   constexpr int W = V::W, NR = NV * W;
   typename V::reg r[MR][NV];
 #pragma GCC unroll 32
@@ -40,7 +40,7 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
       for (int v = 0; v < NV; ++v) r[i][v] = V::fma(a, b[v], r[i][v]);
     }
     ap += as;
-    bp += PANEL * W;  // the packed panel's row: PANEL vectors, of which the kernel reads NV
+    bp += PANEL * Vec<T>::W;  // the packed panel's row: PANEL full vectors, of which the kernel reads NR values
   }
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 32
@@ -77,22 +77,43 @@ void micro_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __res
 // the 4-row kernel takes a third of the 12-row one's time (a 256^3 float32 GEMM 3% faster). Likewise
 // a last panel of at most one vector's columns runs the one-vector kernel (reading the packed
 // panel with its full row): a chain step of 100 output columns is 3 panels of 32 and one of 4.
+// Where the set has Half, a last panel of at most W / 2 columns runs on half-width vectors: where
+// a full vector's FMA takes two half-width passes (AMD's Zen 4 runs 512-bit FMAs on 256-bit units)
+// that panel's FMAs take half as long, elsewhere as long (a D = 4 40 -> 40 chain's steps,
+// 64000 x 40 x 40, end in a panel of 8 floats: 4% faster on Zen 4, the chain 4-6%).
 // Every element of C gets the same operations in the same order, so the bits do not change.
-template <typename T, int MR, int NV, bool PF, int PANEL>
+template <typename T, int MR, int NV, bool PF, int PANEL, typename V = Vec<T>>
 inline void rows_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
                         index_t ldc, int mr, int nr, bool acc, index_t ahead, bool stream) {
   if constexpr (MR > 4) {
-    if (mr <= 4) return micro_kernel<T, 4, NV, PF, PANEL>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+    if (mr <= 4) return micro_kernel<T, 4, NV, PF, PANEL, V>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
     if constexpr (MR > 8) {
-      if (mr <= 8) return micro_kernel<T, 8, NV, PF, PANEL>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+      if (mr <= 8) return micro_kernel<T, 8, NV, PF, PANEL, V>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
     }
   }
-  micro_kernel<T, MR, NV, PF, PANEL>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+  micro_kernel<T, MR, NV, PF, PANEL, V>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
 }
+
+// Vec<T>::Half where the set defines it (HalfOf<V>::value), else V itself.
+template <typename V, typename = void>
+struct HalfOf {
+  static constexpr bool value = false;
+  using type = V;
+};
+template <typename V>
+struct HalfOf<V, std::void_t<typename V::Half>> {
+  static constexpr bool value = true;
+  using type = typename V::Half;
+};
 
 template <typename T, int MR, int NV, bool PF = false>
 inline void tile_kernel(index_t kc, const T* __restrict ap, index_t as, const T* __restrict bp, T* c,
                         index_t ldc, int mr, int nr, bool acc, index_t ahead = 0, bool stream = false) {
+  if constexpr (HalfOf<Vec<T>>::value) {
+    using H = typename HalfOf<Vec<T>>::type;
+    static_assert(2 * H::W == Vec<T>::W, "Half: vectors of half the width");
+    if (nr <= H::W) return rows_kernel<T, MR, 1, PF, NV, H>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
+  }
   if constexpr (NV > 1) {
     if (nr <= Vec<T>::W) return rows_kernel<T, MR, 1, PF, NV>(kc, ap, as, bp, c, ldc, mr, nr, acc, ahead, stream);
   }
