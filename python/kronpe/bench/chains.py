@@ -3,8 +3,9 @@
 Every case maps a tensor of shape (n,) * D through one matrix per axis, A_k of shape (m, n)
 (square chains n -> n, as in a fit's projections, and n -> 2n, as in predicting a twice-as-fine
 grid; powers of two and sizes such as 100 and 300), in float32 (the fits' dtype) and, for a few
-sizes, in float64 (NumPy's default dtype, so what a NumPy user's arrays are unless cast). Peers: numpy.einsum(optimize=True), a NumPy tensordot chain, the same in
-torch (``torch.tensordot`` chain and ``torch.einsum``), tensorly's multi_mode_dot and pyfastkron's
+sizes, in float64 (NumPy's default dtype, so what a NumPy user's arrays are unless cast).
+Peers: numpy.einsum(optimize=True), a NumPy tensordot chain, the same in torch
+(``torch.tensordot`` chain and ``torch.einsum``), tensorly's multi_mode_dot and pyfastkron's
 gemkm (each skipped when it does not import). Work: the flops of the cheapest contraction order.
 """
 from __future__ import annotations
