@@ -280,11 +280,8 @@ def summary(doc: dict) -> List[str]:
     if not rs:
         return []
     out = ["Summary:", ""]
-    best_kron: Dict[str, dict] = {}
-    for r in rs:  # per group, kronpe's fastest row against the best peer
-        if r["group"] not in best_kron or r["median"] < best_kron[r["group"]]["median"]:
-            best_kron[r["group"]] = r
-    ratios = sorted(best_kron.values(), key=lambda r: -r["vs_best_peer"])
+    # per group, kronpe's fastest row against the best peer
+    ratios = sorted(fastest_per_group(rs).values(), key=lambda r: -r["vs_best_peer"])
     behind = [r for r in ratios if r["vs_best_peer"] > 1.0]
     out.append(f"- kronpe's fastest row / best peer, per group: median "
                f"{statistics.median(r['vs_best_peer'] for r in ratios):.2f}x over {len(ratios)} groups; "
@@ -314,13 +311,19 @@ def summary(doc: dict) -> List[str]:
     return out
 
 
+def fastest_per_group(rs: List[dict]) -> Dict[str, dict]:
+    """The row of least median time in each group (of timed rows)."""
+    best: Dict[str, dict] = {}
+    for r in rs:
+        if r["group"] not in best or r["median"] < best[r["group"]]["median"]:
+            best[r["group"]] = r
+    return best
+
+
 def paired_verdicts(kron: List[dict], peers: List[dict]) -> List[str]:
     """Per group, kronpe's fastest row over the best peer (by median) round by round
     (``paired_ratio``): ahead when the interval lies below 1, behind when above, else a tie."""
-    best_peer: Dict[str, dict] = {}
-    for r in peers:
-        if r["group"] not in best_peer or r["median"] < best_peer[r["group"]]["median"]:
-            best_peer[r["group"]] = r
+    best_peer = fastest_per_group(peers)
     verdicts: Dict[str, List[str]] = {"ahead": [], "tie": [], "behind": []}
     for k in kron:
         p = best_peer.get(k["group"])
